@@ -1,0 +1,77 @@
+"""Shared fixtures: in-process worker pairs driven together, and job launching."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGS = os.path.join(ROOT, "tests", "progs")
+
+
+def transport_available(name: str) -> bool:
+    from ucxpy.config import Config
+    from ucxpy.context import load_transport
+    cls, avail = load_transport(name, Config.from_env({}))
+    return cls is not None and avail.available
+
+
+def drive(workers, cond, timeout=30.0):
+    """Progress every worker in this process until ``cond()``; fail on timeout."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for w in workers:
+            w.progress()
+        if time.monotonic() > deadline:
+            raise AssertionError("drive(): condition not reached in time")
+
+
+def wait_all(workers, reqs, timeout=30.0):
+    drive(workers, lambda: all(r.done for r in reqs), timeout)
+    return [r.wait() for r in reqs]
+
+
+class Pair:
+    """Two workers in one process, each with an endpoint to the other."""
+
+    def __init__(self, tls, n=2, **cfg):
+        import ucxpy
+        self.ctx = ucxpy.Context(ucxpy.Config.from_env({}, tls=tls, **cfg))
+        self.workers = [self.ctx.create_worker(worker_id=i) for i in range(n)]
+        self.eps = [[w.connect(o.address_bytes) for o in self.workers] for w in self.workers]
+
+    def drive(self, cond, timeout=30.0):
+        drive(self.workers, cond, timeout)
+
+    def wait(self, *reqs, timeout=30.0):
+        return wait_all(self.workers, reqs, timeout)
+
+    def close(self):
+        for w in self.workers:
+            for ep in list(w.endpoints.values()):
+                ep.abort()
+            w.close()
+
+
+@pytest.fixture(params=["tcp", "shm"])
+def tl(request):
+    if not transport_available(request.param):
+        pytest.skip(f"transport {request.param} unavailable")
+    return request.param
+
+
+def run_job(args, n, timeout=120, env=None, launcher="ucxpy-run"):
+    """Run ``args`` as an n-rank job; returns CompletedProcess (kills on timeout)."""
+    e = dict(os.environ)
+    e.update(env or {})
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    if launcher == "ucxpy-run":
+        cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", str(n),
+               "--timeout", str(timeout)] + args
+    else:
+        cmd = ["mpiexec", "-n", str(n)] + args
+    return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout + 30,
+                          cwd=ROOT)

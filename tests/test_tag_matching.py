@@ -1,0 +1,210 @@
+"""MPI matching rules of the tag API, on two in-process workers per transport."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ucxpy
+from ucxpy import ANY_SOURCE
+from conftest import Pair
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=[None, 0], ids=["auto-rndv", "always-rndv"])
+def pair(tl, request):
+    thresh = {} if request.param is None else {"rndv_thresh": request.param}
+    p = Pair(tl, **thresh)
+    yield p
+    p.close()
+
+
+def test_unexpected_then_recv(pair):
+    a, b = pair.workers
+    pair.eps[0][1].tag_send_nb(b"hello", 7)
+    for _ in range(50):
+        a.progress()
+        b.progress()
+    buf = bytearray(5)
+    (info,) = pair.wait(b.tag_recv_nb(buf, 7))
+    assert bytes(buf) == b"hello" and tuple(info) == (0, 7, 5)
+
+
+def test_wildcard_source_and_mask(pair):
+    a, b = pair.workers
+    pair.eps[0][1].tag_send_nb(b"x" * 3, 0x1234_0001)
+    buf = bytearray(8)
+    (info,) = pair.wait(b.tag_recv_nb(buf, 0x1234_0000, tag_mask=0xFFFF_0000, source=ANY_SOURCE))
+    assert info.source == 0 and info.tag == 0x1234_0001 and info.length == 3
+    r = b.tag_recv_nb(buf, 0, tag_mask=0)           # any tag at all
+    pair.eps[0][1].tag_send_nb(b"yy", 99)
+    (info,) = pair.wait(r)
+    assert info.tag == 99 and bytes(buf[:2]) == b"yy"
+
+
+def test_source_filter(tl):
+    p = Pair(tl, n=3)
+    try:
+        w0, w1, w2 = p.workers
+        r_from_2 = w0.tag_recv_nb(bytearray(4), 5, source=2)
+        p.eps[1][0].tag_send_nb(b"one", 5)
+        p.drive(lambda: bool(w0.matcher.unexpected), 10)
+        assert not r_from_2.done
+        p.eps[2][0].tag_send_nb(b"two", 5)
+        (info,) = p.wait(r_from_2)
+        assert info.source == 2
+        assert p.wait(w0.tag_recv_nb(bytearray(4), 5, source=p.eps[0][1]))[0].source == 1
+    finally:
+        p.close()
+
+
+def test_non_overtaking_mixed_protocols(tl):
+    """A large (rendezvous) message sent first is matched first, even though a
+    small eager one behind it completes sooner."""
+    p = Pair(tl)
+    try:
+        a, b = p.workers
+        big = np.random.default_rng(1).integers(0, 255, 1 << 20, dtype=np.uint8)
+        s1 = p.eps[0][1].tag_send_nb(big, 3)
+        s2 = p.eps[0][1].tag_send_nb(b"small", 3)
+        r1 = b.tag_recv_nb(np.zeros(1 << 20, np.uint8), 3)
+        r2 = b.tag_recv_nb(bytearray(1 << 20), 3)
+        i1, i2, _, _ = p.wait(r1, r2, s1, s2)
+        assert i1.length == 1 << 20 and i2.length == 5
+        assert np.array_equal(np.frombuffer(r1.buf, np.uint8), big)
+    finally:
+        p.close()
+
+
+def test_order_of_many_messages(pair):
+    a, b = pair.workers
+    n = 300
+    sends = [pair.eps[0][1].tag_send_nb(i.to_bytes(4, "little"), 11) for i in range(n)]
+    bufs = [bytearray(4) for _ in range(n)]
+    recvs = [b.tag_recv_nb(buf, 11) for buf in bufs]
+    pair.wait(*sends, *recvs)
+    assert [int.from_bytes(x, "little") for x in bufs] == list(range(n))
+
+
+def test_earliest_posted_receive_wins(pair):
+    """A wildcard receive posted before an exact one takes the message."""
+    a, b = pair.workers
+    wild = b.tag_recv_nb(bytearray(8), 0, tag_mask=0)
+    exact = b.tag_recv_nb(bytearray(8), 42, source=0)
+    pair.eps[0][1].tag_send_nb(b"first", 42)
+    pair.wait(wild)
+    assert not exact.done
+    pair.eps[0][1].tag_send_nb(b"second", 42)
+    pair.wait(exact)
+    # and the reverse: exact posted first wins over a later wildcard
+    exact = b.tag_recv_nb(bytearray(8), 43, source=0)
+    wild = b.tag_recv_nb(bytearray(8), 0, tag_mask=0)
+    pair.eps[0][1].tag_send_nb(b"third", 43)
+    pair.wait(exact)
+    assert not wild.done
+    assert wild.cancel() and wild.cancelled
+
+
+def test_truncation(pair):
+    a, b = pair.workers
+    s = pair.eps[0][1].tag_send_nb(b"0123456789" * 100, 1)
+    r = b.tag_recv_nb(bytearray(10), 1)
+    pair.drive(lambda: r.done and s.done)
+    with pytest.raises(ucxpy.TruncationError) as ei:
+        r.wait()
+    assert ei.value.size == 1000 and ei.value.capacity == 10
+    s.wait()   # the sender is not at fault
+    # the stream stays usable
+    pair.eps[0][1].tag_send_nb(b"ok", 1)
+    buf = bytearray(2)
+    pair.wait(b.tag_recv_nb(buf, 1))
+    assert buf == b"ok"
+
+
+def test_probe_and_matched_probe(pair):
+    a, b = pair.workers
+    assert b.tag_probe_nb(9) is None
+    pair.eps[0][1].tag_send_nb(b"abcdef", 9)
+    pair.drive(lambda: b.tag_probe_nb(9) is not None)   # the sender progresses too
+    info = b.tag_probe(9, timeout=10)
+    assert tuple(info) == (0, 9, 6)
+    msg = b.tag_probe(9, remove=True, timeout=10)
+    assert b.tag_probe_nb(9) is None        # taken off the queue
+    buf = bytearray(6)
+    (got,) = pair.wait(b.tag_recv_message_nb(buf, msg))
+    assert buf == b"abcdef" and got.length == 6
+    with pytest.raises(ucxpy.InvalidBuffer):
+        b.tag_recv_message_nb(buf, msg)
+
+
+def test_cancel_and_timeout(pair):
+    a, b = pair.workers
+    r = b.tag_recv_nb(bytearray(4), 77)
+    assert r.cancel() and r.cancelled
+    with pytest.raises(ucxpy.Canceled):
+        r.wait()
+    with pytest.raises(ucxpy.TimeoutError):
+        b.tag_recv(bytearray(4), 78, timeout=0.2)
+    assert not b.matcher.wild and not b.matcher.exact   # the timed-out receive was withdrawn
+    pair.eps[0][1].tag_send_nb(b"late", 78)
+    pair.drive(lambda: bool(b.matcher.unexpected))
+    assert b.tag_probe_nb(78) is not None
+
+
+def test_bad_buffers(pair):
+    a, b = pair.workers
+    with pytest.raises(ucxpy.InvalidBuffer):
+        b.tag_recv_nb(b"readonly", 1)
+    with pytest.raises(ucxpy.InvalidBuffer):
+        pair.eps[0][1].tag_send_nb(12345, 1)
+    with pytest.raises(ucxpy.InvalidBuffer):
+        pair.eps[0][1].tag_send_nb(np.zeros((4, 4))[:, 1], 1)   # not contiguous
+
+
+def test_many_outstanding(pair):
+    a, b = pair.workers
+    n = 2000
+    rng = np.random.default_rng(5)
+    payloads = [rng.integers(0, 255, int(rng.integers(0, 300)), dtype=np.uint8).tobytes()
+                for _ in range(n)]
+    recvs = [b.tag_recv_nb(bytearray(300), i % 7, source=0) for i in range(n)]
+    sends = [pair.eps[0][1].tag_send_nb(payloads[i], i % 7) for i in range(n)]
+    infos = pair.wait(*recvs, *sends, timeout=60)[:n]
+    for i, (r, info) in enumerate(zip(recvs, infos)):
+        assert info.length == len(payloads[i])
+        assert bytes(r.buf[:info.length]) == payloads[i]
+
+
+def test_loopback_self_send():
+    p = Pair("tcp", n=1)
+    try:
+        (w,) = p.workers
+        ep = p.eps[0][0]
+        assert ep.transport_endpoint() is not None and ep.lane.name == "self"
+        buf = bytearray(3)
+        r = w.tag_recv_nb(buf, 1)
+        ep.tag_send_nb(b"me!", 1)
+        p.wait(r)
+        assert buf == b"me!"
+    finally:
+        p.close()
+
+
+def test_peer_abort_fails_dependent_receive():
+    p = Pair("tcp")
+    a, b = p.workers
+    try:
+        p.eps[0][1].tag_send_nb(b"hi", 1)          # wire up both directions
+        p.wait(b.tag_recv_nb(bytearray(2), 1))
+        p.eps[1][0].tag_send_nb(b"hi", 1)
+        p.wait(a.tag_recv_nb(bytearray(2), 1))
+        r = b.tag_recv_nb(bytearray(2), 2, source=0)
+        for ep in list(a.endpoints.values()):
+            ep.abort()
+        a.close()
+        p.workers = [b]
+        p.drive(lambda: r.done, 10)
+        with pytest.raises(ucxpy.ConnectionLost):
+            r.wait()
+    finally:
+        p.close()

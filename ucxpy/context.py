@@ -1,0 +1,73 @@
+"""Context: the configuration and the set of transports a process may use."""
+from __future__ import annotations
+
+import importlib
+from typing import Optional
+
+from .config import Config
+from .errors import TransportUnavailable
+from .transports.base import Availability
+
+#: transport name -> "module:class"; imported only when selected or queried
+TRANSPORTS = {
+    "self": "ucxpy.transports.loopback:SelfInterface",
+    "shm": "ucxpy.transports.shm:ShmInterface",
+    "tcp": "ucxpy.transports.tcp:TcpInterface",
+    "verbs": "ucxpy.transports.verbs:VerbsInterface",
+    "ofi": "ucxpy.transports.ofi:OfiInterface",
+}
+
+
+def load_transport(name: str, config: Config):
+    """Return ``(interface class or None, Availability)`` for transport ``name``."""
+    target = TRANSPORTS.get(name)
+    if target is None:
+        return None, Availability(False, f"unknown transport {name!r}")
+    mod, cls = target.split(":")
+    try:
+        iface_cls = getattr(importlib.import_module(mod), cls)
+    except Exception as e:  # a missing native module or library must not break the others
+        return None, Availability(False, f"cannot load {mod}: {type(e).__name__}: {e}")
+    return iface_cls, iface_cls.query(config)
+
+
+class Context:
+    """Holds the configuration and the transports selected by ``UCXPY_TLS``.
+
+    ``self`` (loopback) is always added so a worker can message itself.
+    Transports that are selected but unavailable here are recorded in
+    :attr:`unavailable` with the reason; :class:`TransportUnavailable` is
+    raised if none remains.
+    """
+
+    def __init__(self, config: Optional[Config] = None, **overrides):
+        self.config = config if config is not None else Config.from_env(**overrides)
+        names = list(self.config.tls)
+        if "all" in names:
+            names = list(TRANSPORTS)
+        if "self" not in names:
+            names.insert(0, "self")
+        self.transports = []          # interface classes, in preference order
+        self.unavailable = {}         # name -> reason
+        for name in dict.fromkeys(names):
+            cls, avail = load_transport(name, self.config)
+            if cls is not None and avail.available:
+                self.transports.append(cls)
+            else:
+                self.unavailable[name] = avail.reason
+        if not any(c.name != "self" for c in self.transports) and names != ["self"]:
+            raise TransportUnavailable(
+                "no selected transport is available: " +
+                "; ".join(f"{n}: {r}" for n, r in self.unavailable.items()))
+
+    def create_worker(self, worker_id: Optional[int] = None):
+        """Create a :class:`ucxpy.Worker`; ``worker_id`` is its identity for
+        tag matching (the rank under a launcher), random if omitted."""
+        from .worker import Worker
+        return Worker(self, worker_id)
+
+    @staticmethod
+    def query(config: Optional[Config] = None):
+        """``[(name, Availability)]`` for every known transport (``ucxpy-info``)."""
+        config = config if config is not None else Config.from_env()
+        return [(name, load_transport(name, config)[1]) for name in TRANSPORTS]

@@ -1,0 +1,184 @@
+"""Endpoint: a connection from one worker to a remote worker."""
+from __future__ import annotations
+
+from typing import Optional
+
+from . import wire
+from .address import WorkerAddress
+from .errors import ConnectionLost, InvalidBuffer, TransportUnavailable
+from .request import Request
+from .transports.base import Caps
+
+
+def send_view(buf) -> memoryview:
+    """A flat byte view of any contiguous buffer-protocol object."""
+    try:
+        mv = buf if type(buf) is memoryview else memoryview(buf)
+        return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    except TypeError as e:
+        raise InvalidBuffer(f"cannot send {type(buf).__name__}: {e}") from None
+
+
+class _Done(Request):
+    """The shared already-completed request returned by sends done at once."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.done = True
+
+    def complete(self, result=None, exc=None):  # never changes
+        pass
+
+
+COMPLETED = _Done()
+
+
+class Endpoint:
+    """Messages to one remote worker.
+
+    Created by :meth:`ucxpy.Worker.connect` (or implicitly when a peer
+    connects to us).  The transport lane is chosen on first use by the cost
+    model of the transports both sides share (see :func:`select_lane`).
+    """
+
+    def __init__(self, worker, remote: WorkerAddress):
+        self.worker = worker
+        self.remote = remote
+        self.remote_id = remote.worker_id
+        self.failed: Optional[BaseException] = None
+        self.peer_closed = False
+        self.closed = False
+        self._tep = None
+        self.lane = None
+        self.rndv_thresh = 0
+        self.short_thresh = 0
+
+    def __repr__(self) -> str:
+        lane = self.lane.name if self.lane else "unconnected"
+        return f"<Endpoint to worker {self.remote_id} via {lane}>"
+
+    # -- wire-up -------------------------------------------------------------
+    def transport_endpoint(self):
+        """The outgoing transport endpoint, connecting on first use."""
+        tep = self._tep
+        if tep is not None:
+            return tep
+        if self.failed is not None:
+            raise self.failed
+        if self.closed:
+            raise ConnectionLost("endpoint is closed", peer=self.remote_id)
+        iface, raddr = select_lane(self.worker, self.remote)
+        tep = iface.connect(raddr)
+        tep.owner_ep = self
+        self.lane = iface
+        cfg = self.worker.config
+        attrs = iface.attrs
+        auto_rndv = min(attrs.max_bcopy, attrs.max_frame) + 1
+        self.rndv_thresh = auto_rndv if cfg.rndv_thresh < 0 else min(cfg.rndv_thresh, auto_rndv)
+        self.short_thresh = attrs.max_short if cfg.short_thresh < 0 else cfg.short_thresh
+        tep.send(wire.AmId.WIREUP, b"", self.worker.address_bytes)
+        self._tep = tep
+        return tep
+
+    # -- sending -------------------------------------------------------------
+    def send_frame(self, am_id, header, payload=b"", on_complete=None) -> bool:
+        """Send one core frame in order (see ``TransportEndpoint.send``)."""
+        return (self._tep or self.transport_endpoint()).send(am_id, header, payload, on_complete)
+
+    def tag_send_nb(self, buf, tag: int) -> Request:
+        """Send ``buf`` with ``tag``; returns a Request (already done when the
+        transport took a copy).  ``buf`` must not change until it completes."""
+        mv = send_view(buf)
+        tep = self._tep or self.transport_endpoint()
+        tag &= 0xFFFF_FFFF_FFFF_FFFF
+        if mv.nbytes < self.rndv_thresh:
+            req = Request(self.worker)
+            if tep.send(wire.AmId.TAG_EAGER, wire.EAGER.pack(tag), mv, req._sent):
+                return COMPLETED
+            return req
+        req = Request(self.worker)
+        rndv = self.worker.rndv
+        sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
+        try:
+            tep.send(wire.AmId.TAG_RTS,
+                     wire.RTS.pack(tag, sreq_id, mv.nbytes, raddr) + rkey)
+        except BaseException:
+            rndv.sends.pop(sreq_id, None)
+            raise
+        return req
+
+    def tag_send(self, buf, tag: int, timeout: Optional[float] = None) -> None:
+        """Blocking :meth:`tag_send_nb`."""
+        req = self.tag_send_nb(buf, tag)
+        if not req.done:
+            req.wait(timeout)
+        elif req.exc is not None:
+            raise req.exc
+
+    # -- completion / teardown -------------------------------------------------
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Wait until every send posted on this endpoint has left."""
+        def idle():
+            if self.failed is not None:
+                raise self.failed
+            tep = self._tep
+            if tep is not None and tep.pending:
+                return False
+            return not any(s.ep is self for s in self.worker.rndv.sends.values())
+        self.worker.wait_until(idle, timeout, f"flush of {self!r}")
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Flush, tell the peer, then close the transport endpoint (idempotent)."""
+        if self.closed:
+            return
+        try:
+            if self.failed is None and self._tep is not None:
+                self.flush(timeout)
+                self._tep.send(wire.AmId.CLOSE, b"")
+                self.worker.wait_until(lambda: not self._tep.pending, timeout, "close")
+        except ConnectionLost:
+            pass
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Close at once; pending operations fail with ConnectionLost."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._tep is not None:
+            self._tep.close()
+        self.worker._endpoint_closed(self)
+
+    def fail(self, exc: BaseException) -> None:
+        """Complete everything that depends on the peer with ``exc``."""
+        if self.failed is not None:
+            return
+        self.failed = exc
+        self.worker._endpoint_failed(self, exc)
+
+
+def select_lane(worker, remote: WorkerAddress):
+    """Pick the interface to reach ``remote``: among the transports both sides
+    have and that can reach it, the lowest estimated small-message time, ties
+    broken by priority.  Deterministic, from declared attributes only."""
+    best, reasons = None, []
+    for iface in worker.ifaces:
+        raddr = remote.transport(iface.name)
+        if raddr is None:
+            reasons.append(f"{iface.name}: peer does not have it")
+            continue
+        caps = iface.attrs.caps
+        if caps & Caps.LOOPBACK:
+            if remote.uuid != worker.uuid:
+                continue
+        elif not iface.is_reachable(raddr, remote.host_id):
+            reasons.append(f"{iface.name}: unreachable")
+            continue
+        key = (iface.attrs.estimate(8), -iface.attrs.priority)
+        if best is None or key < best[0]:
+            best = (key, iface, raddr)
+    if best is None:
+        raise TransportUnavailable(
+            f"no transport reaches worker {remote.worker_id}: " + "; ".join(reasons))
+    return best[1], best[2]

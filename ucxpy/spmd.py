@@ -1,0 +1,146 @@
+"""SPMD start-up: one worker per rank, wired up through the launcher.
+
+``ucxpy.init()`` works the same under ``ucxpy-run``, ``mpirun``/``mpiexec``
+and as a plain single process::
+
+    world = ucxpy.init()
+    if world.rank == 0:
+        world.send(b"hello", dest=1, tag=7)
+    elif world.rank == 1:
+        buf = bytearray(5); world.recv(buf, source=0, tag=7)
+    world.finalize()
+"""
+from __future__ import annotations
+
+import atexit
+from typing import Optional
+
+from .context import Context
+from .errors import InvalidRank
+from .request import Request, TagInfo
+from .tag import ANY_SOURCE, FULL_MASK, RESERVED_TAG_BASE
+
+_BARRIER_TAG = RESERVED_TAG_BASE | (1 << 48)
+
+
+class World:
+    """The ranks of an SPMD job: ``rank``, ``size``, a worker whose id is the
+    rank, and a (lazily connected) endpoint to every rank."""
+
+    def __init__(self, bootstrap, context: Context, timeout: float = 120.0):
+        self.bootstrap = bootstrap
+        self.rank = bootstrap.rank
+        self.size = bootstrap.size
+        self.context = context
+        self.worker = context.create_worker(worker_id=self.rank)
+        self.worker.bootstrap = bootstrap
+        self._barrier_epoch = 0
+        self.finalized = False
+        try:
+            addrs = bootstrap.allgather(self.worker.address_bytes, timeout=timeout)
+            self.eps = [self.worker.connect(a) for a in addrs]
+            bootstrap.barrier(timeout=timeout)
+        except BaseException:
+            self.worker.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, *rest):
+        if exc_type is None:
+            self.finalize()
+        else:
+            self.abort()
+
+    def ep(self, rank: int):
+        """Endpoint to ``rank``; raises :class:`InvalidRank` when out of range."""
+        if not (0 <= rank < self.size):
+            raise InvalidRank(f"rank {rank} is out of range for a job of {self.size}")
+        return self.eps[rank]
+
+    def _source(self, source):
+        if source is None or source == ANY_SOURCE:
+            return ANY_SOURCE
+        if not (0 <= source < self.size):
+            raise InvalidRank(f"source rank {source} is out of range for a job of {self.size}")
+        return source
+
+    # -- tagged convenience --------------------------------------------------
+    def isend(self, buf, dest: int, tag: int = 0) -> Request:
+        return self.ep(dest).tag_send_nb(buf, tag)
+
+    def send(self, buf, dest: int, tag: int = 0, timeout: Optional[float] = None) -> None:
+        self.ep(dest).tag_send(buf, tag, timeout)
+
+    def irecv(self, buf, source=ANY_SOURCE, tag: int = 0, tag_mask: int = FULL_MASK) -> Request:
+        return self.worker.tag_recv_nb(buf, tag, tag_mask, self._source(source))
+
+    def recv(self, buf, source=ANY_SOURCE, tag: int = 0, tag_mask: int = FULL_MASK,
+             timeout: Optional[float] = None) -> TagInfo:
+        return self.worker.tag_recv(buf, tag, tag_mask, self._source(source), timeout)
+
+    def progress(self) -> int:
+        return self.worker.progress()
+
+    # -- synchronisation -----------------------------------------------------
+    def barrier(self, timeout: Optional[float] = None) -> None:
+        """Dissemination barrier over tagged messages: ceil(log2 size) rounds."""
+        self._barrier_epoch = (self._barrier_epoch + 1) & 0xFFFF
+        base = _BARRIER_TAG | (self._barrier_epoch << 8)
+        dist, rnd, token = 1, 0, bytearray(1)
+        while dist < self.size:
+            tag = base | rnd
+            rreq = self.worker.tag_recv_nb(token, tag, FULL_MASK, (self.rank - dist) % self.size)
+            self.eps[(self.rank + dist) % self.size].tag_send(b"\0", tag, timeout)
+            rreq.wait(timeout)
+            dist, rnd = dist * 2, rnd + 1
+
+    def finalize(self, timeout: Optional[float] = 60.0) -> None:
+        """Barrier, close every endpoint gracefully, release transports."""
+        if self.finalized:
+            return
+        self.finalized = True
+        try:
+            self.barrier(timeout)
+            self.worker.flush(timeout)
+        finally:
+            self.worker.close()
+            self.bootstrap.close()
+
+    def abort(self, message: str = "aborted") -> None:
+        """Tear down at once and ask the launcher to stop the job."""
+        if self.finalized:
+            return
+        self.finalized = True
+        try:
+            self.bootstrap.abort(message)
+        finally:
+            self.worker.close()
+
+
+_world: Optional[World] = None
+
+
+def init(config=None, timeout: float = 120.0, **overrides) -> World:
+    """Join the SPMD job this process was launched in (idempotent)."""
+    global _world
+    if _world is not None and not _world.finalized:
+        return _world
+    from .bootstrap import from_env
+    context = Context(config, **overrides)
+    boot = from_env()
+    _world = World(boot, context, timeout)
+    atexit.register(_atexit)
+    return _world
+
+
+def _atexit():
+    w = _world
+    if w is not None and not w.finalized:
+        w.finalized = True
+        try:
+            w.worker.close()
+            w.bootstrap.close()
+        except Exception:
+            pass

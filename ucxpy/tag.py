@@ -1,0 +1,156 @@
+"""Tag matching with MPI semantics.
+
+Theory of operation
+-------------------
+A receive is posted with ``(source, tag, mask)``; ``source`` may be
+``ANY_SOURCE`` and ``mask`` may clear bits to wildcard them (``mask=0``
+matches any tag).  An arriving message ``(src, tag)`` matches a receive when
+``req.source in (ANY_SOURCE, src)`` and ``tag & req.mask == req.tag & req.mask``.
+
+MPI order rules, kept here:
+
+* Posted receives are matched in posting order.  Receives with a specific
+  source and a full mask sit in a hash keyed by ``(source, tag)``; all others
+  in one wildcard list.  Every receive carries a sequence number, and an
+  arriving message takes the lower-sequence candidate of the two structures,
+  so the earliest posted matching receive always wins.
+* Messages that find no receive go to the unexpected queue in arrival order;
+  a new receive (or probe) searches it oldest first.
+* Transports deliver each peer's frames in order (see ``transports.base``),
+  so messages from one source never overtake each other.
+
+An unexpected message is either eager (its bytes are kept) or a rendezvous
+request-to-send (only its descriptor is kept; data moves after the match).
+"""
+from __future__ import annotations
+
+import collections
+
+from .errors import TruncationError
+from .request import Request, TagInfo
+
+ANY_SOURCE = -1
+FULL_MASK = 0xFFFF_FFFF_FFFF_FFFF
+#: tags whose top byte is 0xFF are reserved for ucxpy's own collectives
+RESERVED_TAG_BASE = 0xFF << 56
+
+
+class RecvRequest(Request):
+    """A posted tagged receive."""
+
+    __slots__ = ("buf", "capacity", "source", "tag", "mask", "seq")
+
+    def __init__(self, worker, buf, source, tag, mask, cancel):
+        super().__init__(worker, cancel)
+        self.buf = buf
+        self.capacity = len(buf)
+        self.source = source
+        self.tag = tag
+        self.mask = mask
+        self.seq = 0
+
+
+class UnexpectedMessage:
+    """A message that arrived before its receive.  ``data`` holds eager bytes;
+    ``rts`` holds the rendezvous descriptor instead."""
+
+    __slots__ = ("source", "tag", "length", "data", "rts")
+
+    def __init__(self, source, tag, length, data=None, rts=None):
+        self.source = source
+        self.tag = tag
+        self.length = length
+        self.data = data
+        self.rts = rts
+
+    @property
+    def info(self) -> TagInfo:
+        return TagInfo(self.source, self.tag, self.length)
+
+
+class TagMatcher:
+    """Posted-receive structures plus the unexpected queue of one worker."""
+
+    def __init__(self):
+        self.exact = {}                       # (source, tag) -> deque[RecvRequest]
+        self.wild = []                        # RecvRequest, in posting order
+        self.unexpected = collections.deque()  # UnexpectedMessage, arrival order
+        self._seq = 0
+
+    # -- posted receives --------------------------------------------------
+    def post(self, req: RecvRequest) -> None:
+        self._seq += 1
+        req.seq = self._seq
+        if req.source != ANY_SOURCE and req.mask == FULL_MASK:
+            key = (req.source, req.tag)
+            q = self.exact.get(key)
+            if q is None:
+                self.exact[key] = collections.deque((req,))
+            else:
+                q.append(req)
+        else:
+            self.wild.append(req)
+
+    def remove(self, req: RecvRequest) -> bool:
+        """Withdraw a posted receive (cancel); False if it already matched."""
+        if req.source != ANY_SOURCE and req.mask == FULL_MASK:
+            key = (req.source, req.tag)
+            q = self.exact.get(key)
+            if q is not None and req in q:
+                q.remove(req)
+                if not q:
+                    del self.exact[key]
+                return True
+            return False
+        try:
+            self.wild.remove(req)
+            return True
+        except ValueError:
+            return False
+
+    def match_posted(self, source: int, tag: int):
+        """Pop and return the earliest posted receive matching (source, tag)."""
+        q = self.exact.get((source, tag))
+        cand = q[0] if q else None
+        if self.wild:
+            for i, w in enumerate(self.wild):
+                if cand is not None and w.seq > cand.seq:
+                    break
+                if (w.source == ANY_SOURCE or w.source == source) and \
+                        (tag ^ w.tag) & w.mask == 0:
+                    del self.wild[i]
+                    return w
+        if cand is not None:
+            q.popleft()
+            if not q:
+                del self.exact[(source, tag)]
+        return cand
+
+    def requests_from(self, source: int):
+        """Posted receives that name ``source`` explicitly (for peer failure)."""
+        out = [r for q in self.exact.values() for r in q if r.source == source]
+        out += [r for r in self.wild if r.source == source]
+        return out
+
+    # -- unexpected queue -------------------------------------------------
+    def find_unexpected(self, source: int, tag: int, mask: int, remove: bool):
+        """Oldest unexpected message matching; removed from the queue if ``remove``."""
+        for i, m in enumerate(self.unexpected):
+            if (source == ANY_SOURCE or m.source == source) and (m.tag ^ tag) & mask == 0:
+                if remove:
+                    del self.unexpected[i]
+                return m
+        return None
+
+
+def deliver_eager(req: RecvRequest, source: int, tag: int, payload) -> None:
+    """Copy an eager payload into a matched receive and complete it."""
+    n = len(payload)
+    if n > req.capacity:
+        req.complete(exc=TruncationError(
+            f"message of {n} bytes from {source} (tag {tag:#x}) does not fit in "
+            f"receive buffer of {req.capacity} bytes", n, req.capacity))
+        return
+    if n:
+        req.buf[:n] = payload
+    req.complete(TagInfo(source, tag, n))

@@ -1,0 +1,382 @@
+"""Worker: the progress engine, wire-up and frame dispatch (UCX's ucp_worker)."""
+from __future__ import annotations
+
+import os
+import random
+import select
+import struct
+import time
+from typing import Callable, Optional
+
+from . import wire
+from .address import WorkerAddress
+from .endpoint import Endpoint
+from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProtocolError,
+                     UcxpyError)
+from .request import Request, TagInfo, deadline_of, timeout_error
+from .rndv import RendezvousProtocol, RtsInfo
+from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
+                  UnexpectedMessage, deliver_eager)
+
+AmId = wire.AmId
+
+
+def recv_view(buf) -> memoryview:
+    """A flat writable byte view of a contiguous buffer."""
+    try:
+        mv = buf if type(buf) is memoryview else memoryview(buf)
+        if mv.readonly:
+            raise InvalidBuffer(f"receive buffer {type(buf).__name__} is read-only")
+        return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+    except TypeError as e:
+        raise InvalidBuffer(f"cannot receive into {type(buf).__name__}: {e}") from None
+
+
+def host_id() -> bytes:
+    """Identity of this host for reachability: same value <=> same host."""
+    try:
+        from .transports.shm import local_host_id
+        return local_host_id()
+    except Exception:   # shm unavailable: hostname alone
+        return os.uname().nodename.encode()
+
+
+class TagMessage:
+    """A message removed from the unexpected queue by a matched probe
+    (``tag_probe(..., remove=True)``); receive it with :meth:`Worker.tag_recv_message_nb`."""
+
+    __slots__ = ("info", "_msg")
+
+    def __init__(self, msg: UnexpectedMessage):
+        self.info = msg.info
+        self._msg = msg
+
+
+class Worker:
+    """Progress engine owning one interface per selected transport.
+
+    Nothing moves unless :meth:`progress` is called (directly, or by a
+    blocking call, ``Request.wait`` or ``Request.test``).
+    """
+
+    def __init__(self, context, worker_id: Optional[int] = None):
+        self.context = context
+        self.config = context.config
+        self.uuid = random.getrandbits(63)
+        self.id = self.uuid if worker_id is None else worker_id
+        self.direct_am_ids = frozenset((AmId.RNDV_DATA,))
+        self.matcher = TagMatcher()
+        self.rndv = RendezvousProtocol(self)
+        self.endpoints = {}                  # remote worker id -> Endpoint
+        self.bootstrap = None                # set by ucxpy.spmd: reports dead ranks
+        self._handlers: list = [None] * 256
+        for am_id, h in ((AmId.WIREUP, self._on_wireup), (AmId.TAG_EAGER, self._on_tag_eager),
+                         (AmId.TAG_RTS, self._on_tag_rts), (AmId.RNDV_RTR, self.rndv.on_rtr),
+                         (AmId.RNDV_DATA, self.rndv.on_data), (AmId.RNDV_ATS, self.rndv.on_ats),
+                         (AmId.CLOSE, self._on_close)):
+            self._handlers[am_id] = h
+        self.ifaces = []
+        self.closed = False
+        try:
+            for cls in context.transports:
+                self.ifaces.append(cls(self, self.config))
+        except BaseException:
+            self.close()
+            raise
+        self._progress_fns = [i.progress for i in self.ifaces]
+        self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
+                                     tuple((i.name, i.address()) for i in self.ifaces))
+        self.address_bytes = self.address.pack()
+        self._idle_checks = 0
+
+    def __repr__(self) -> str:
+        return f"<Worker {self.id} tls={[i.name for i in self.ifaces]}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # -- progress ------------------------------------------------------------
+    def progress(self) -> int:
+        """Advance every transport once; returns the number of events handled."""
+        n = 0
+        for fn in self._progress_fns:
+            n += fn()
+        return n
+
+    def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
+                   what: str = "operation") -> None:
+        """Progress until ``cond()`` is true.  Spins for ``UCXPY_BUSY_POLL``
+        seconds, then sleeps on the transports' file descriptors with growing
+        naps so oversubscribed ranks leave the CPU to each other."""
+        if cond():
+            return
+        deadline = deadline_of(timeout, self.config.timeout)
+        progress = self.progress
+        busy = self.config.busy_poll
+        now = time.monotonic()
+        spin_until = now + busy
+        nap = 20e-6
+        while True:
+            for _ in range(64):
+                if progress():
+                    if cond():
+                        return
+                    spin_until = time.monotonic() + busy
+                    nap = 20e-6
+                elif cond():
+                    return
+            now = time.monotonic()
+            self.check_peers()
+            if cond():
+                return
+            if now >= deadline:
+                raise timeout_error(what, timeout if timeout else self.config.timeout)
+            if now >= spin_until:
+                self._idle_sleep(min(nap, max(deadline - now, 0)))
+                nap = min(nap * 2, 2e-3)
+
+    def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
+        self.wait_until(lambda: req.done, timeout, repr(req))
+
+    def _idle_sleep(self, seconds: float) -> None:
+        fds = [fd for i in self.ifaces for fd in i.wait_fds()]
+        if fds:
+            select.select(fds, (), (), seconds)
+        else:
+            time.sleep(seconds)
+
+    def check_peers(self) -> None:
+        """Ask the launcher whether a rank died; fail what depends on it."""
+        boot = self.bootstrap
+        if boot is None:
+            return
+        try:
+            boot.check_failures()
+        except PeerFailure as e:
+            ep = self.endpoints.get(e.peer)
+            if ep is not None:
+                ep.fail(e)
+            self._fail_wildcards(e)
+
+    # -- wire-up -------------------------------------------------------------
+    def connect(self, address) -> Endpoint:
+        """Endpoint to the worker at ``address`` (bytes or WorkerAddress).
+        Connecting twice to the same worker returns the same endpoint."""
+        if not isinstance(address, WorkerAddress):
+            address = WorkerAddress.unpack(address)
+        ep = self.endpoints.get(address.worker_id)
+        if ep is not None and ep.remote.uuid == address.uuid and not ep.closed:
+            return ep
+        ep = Endpoint(self, address)
+        self.endpoints[address.worker_id] = ep
+        return ep
+
+    def _on_wireup(self, tep, header, payload):
+        addr = WorkerAddress.unpack(payload)
+        ep = self.endpoints.get(addr.worker_id)
+        if ep is None or ep.remote.uuid != addr.uuid or ep.closed:
+            ep = Endpoint(self, addr)
+            self.endpoints[addr.worker_id] = ep
+        tep.owner_ep = ep
+
+    def _on_close(self, tep, header, payload):
+        ep = tep.owner_ep
+        if ep is not None:
+            ep.peer_closed = True
+
+    # -- transport callbacks (TransportOwner) ----------------------------------
+    def recv_frame(self, tep, am_id, header, payload):
+        h = self._handlers[am_id]
+        try:
+            if h is None:
+                raise ProtocolError(f"frame with unknown active-message id {am_id}")
+            if tep.owner_ep is None and am_id != AmId.WIREUP:
+                raise ProtocolError(f"frame {am_id} before wire-up")
+            h(tep, header, payload)
+        except (ProtocolError, struct.error, ValueError, UnicodeDecodeError) as e:
+            self._bad_frame(tep, e)
+
+    def recv_dest(self, tep, am_id, header, length):
+        if am_id == AmId.RNDV_DATA and len(header) == wire.DATA.size:
+            return self.rndv.data_dest(header, length)
+        return None
+
+    def conn_failed(self, tep, exc):
+        ep = tep.owner_ep
+        if ep is None:
+            return
+        if isinstance(exc, ConnectionLost) and exc.peer is None:
+            exc.peer = ep.remote_id
+        if ep.peer_closed and ep._tep is not tep and not ep.closed:
+            # the peer closed gracefully: only what still depends on it fails
+            exc = ConnectionLost(f"worker {ep.remote_id} closed the connection",
+                                 peer=ep.remote_id)
+        ep.fail(exc)
+
+    def _bad_frame(self, tep, e):
+        exc = e if isinstance(e, ProtocolError) else ProtocolError(f"malformed frame: {e}")
+        try:
+            tep.close()
+        finally:
+            self.conn_failed(tep, exc)
+
+    def _endpoint_failed(self, ep, exc):
+        self.rndv.fail_peer(ep, exc)
+        for req in self.matcher.requests_from(ep.remote_id):
+            self.matcher.remove(req)
+            req.complete(exc=exc)
+
+    def _fail_wildcards(self, exc):
+        for req in list(self.matcher.wild):
+            if req.source == ANY_SOURCE:
+                self.matcher.remove(req)
+                req.complete(exc=exc)
+
+    def _endpoint_closed(self, ep):
+        if self.endpoints.get(ep.remote_id) is ep:
+            del self.endpoints[ep.remote_id]
+
+    # -- tagged messages -------------------------------------------------------
+    def _on_tag_eager(self, tep, header, payload):
+        (tag,) = wire.EAGER.unpack(header)
+        src = tep.owner_ep.remote_id
+        req = self.matcher.match_posted(src, tag)
+        if req is None:
+            self.matcher.unexpected.append(UnexpectedMessage(src, tag, len(payload), bytes(payload)))
+        else:
+            deliver_eager(req, src, tag, payload)
+
+    def _on_tag_rts(self, tep, header, payload):
+        n = wire.RTS.size
+        tag, sreq_id, size, raddr = wire.RTS.unpack(header[:n])
+        rts = RtsInfo(tep, sreq_id, size, raddr, bytes(header[n:]))
+        src = tep.owner_ep.remote_id
+        req = self.matcher.match_posted(src, tag)
+        if req is None:
+            self.matcher.unexpected.append(UnexpectedMessage(src, tag, size, rts=rts))
+        else:
+            self._recv_rndv(req, src, tag, rts)
+
+    def _recv_rndv(self, req, src, tag, rts):
+        if rts.size > req.capacity:
+            from .errors import TruncationError
+            self.rndv.drop(rts)
+            req.complete(exc=TruncationError(
+                f"message of {rts.size} bytes from {src} (tag {tag:#x}) does not fit "
+                f"in receive buffer of {req.capacity} bytes", rts.size, req.capacity))
+            return
+        self.rndv.start_recv(rts, req.buf, req, TagInfo(src, tag, rts.size))
+
+    def _deliver_unexpected(self, req, m: UnexpectedMessage):
+        if m.rts is None:
+            deliver_eager(req, m.source, m.tag, m.data)
+        else:
+            self._recv_rndv(req, m.source, m.tag, m.rts)
+
+    @staticmethod
+    def _source_id(source) -> int:
+        if isinstance(source, Endpoint):
+            return source.remote_id
+        return ANY_SOURCE if source is None else int(source)
+
+    def tag_recv_nb(self, buf, tag: int = 0, tag_mask: int = FULL_MASK,
+                    source=ANY_SOURCE) -> Request:
+        """Post a receive for a message whose tag matches ``tag`` under
+        ``tag_mask`` from ``source`` (worker id, Endpoint or ANY_SOURCE).
+        The request's result is a :class:`TagInfo`; a message larger than
+        ``buf`` completes it with :class:`TruncationError`."""
+        mv = recv_view(buf)
+        src = self._source_id(source)
+        tag &= FULL_MASK
+        req = RecvRequest(self, mv, src, tag, tag_mask, self._cancel_recv)
+        if self.matcher.unexpected:
+            m = self.matcher.find_unexpected(src, tag, tag_mask, remove=True)
+            if m is not None:
+                self._deliver_unexpected(req, m)
+                return req
+        if src != ANY_SOURCE:
+            ep = self.endpoints.get(src)
+            if ep is not None and ep.failed is not None:
+                req.complete(exc=ep.failed)
+                return req
+        self.matcher.post(req)
+        return req
+
+    def _cancel_recv(self, req) -> bool:
+        return self.matcher.remove(req)
+
+    def tag_recv(self, buf, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
+                 timeout: Optional[float] = None) -> TagInfo:
+        """Blocking :meth:`tag_recv_nb`; returns the :class:`TagInfo`.  On
+        timeout the receive is cancelled before TimeoutError is raised."""
+        req = self.tag_recv_nb(buf, tag, tag_mask, source)
+        if req.done:
+            return req.wait()
+        try:
+            return req.wait(timeout)
+        except UcxpyError:
+            req.cancel()
+            raise
+
+    def tag_probe_nb(self, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
+                     remove: bool = False):
+        """Progress once and look for a matching unexpected message.
+
+        Returns None, a :class:`TagInfo` (``remove=False``) or a
+        :class:`TagMessage` taken off the queue (``remove=True``, MPI's Mprobe)."""
+        self.progress()
+        m = self.matcher.find_unexpected(self._source_id(source), tag & FULL_MASK, tag_mask, remove)
+        if m is None:
+            return None
+        return TagMessage(m) if remove else m.info
+
+    def tag_probe(self, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
+                  remove: bool = False, timeout: Optional[float] = None):
+        """Blocking probe: waits until a matching message is available."""
+        src = self._source_id(source)
+        found = []
+
+        def cond():
+            m = self.matcher.find_unexpected(src, tag & FULL_MASK, tag_mask, remove)
+            if m is not None:
+                found.append(m)
+                return True
+            if src != ANY_SOURCE:
+                ep = self.endpoints.get(src)
+                if ep is not None and ep.failed is not None:
+                    raise ep.failed
+            return False
+        self.wait_until(cond, timeout, "tag_probe")
+        return TagMessage(found[0]) if remove else found[0].info
+
+    def tag_recv_message_nb(self, buf, message: TagMessage) -> Request:
+        """Receive a message obtained from ``tag_probe(..., remove=True)``."""
+        if message._msg is None:
+            raise InvalidBuffer("this probed message was already received")
+        m, message._msg = message._msg, None
+        req = RecvRequest(self, recv_view(buf), m.source, m.tag, FULL_MASK, None)
+        self._deliver_unexpected(req, m)
+        return req
+
+    # -- teardown --------------------------------------------------------------
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Wait until every send of every endpoint has left."""
+        for ep in list(self.endpoints.values()):
+            if ep.failed is None and not ep.closed:
+                ep.flush(timeout)
+
+    def close(self) -> None:
+        """Close endpoints gracefully, then the transports (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        for ep in list(self.endpoints.values()):
+            try:
+                ep.close(timeout=5.0)
+            except UcxpyError:
+                ep.abort()
+        for iface in self.ifaces:
+            iface.close()
