@@ -115,6 +115,21 @@ class Endpoint:
         elif req.exc is not None:
             raise req.exc
 
+    def am_send_nb(self, am_id: int, header=b"", data=b"") -> Request:
+        """Send an active message to handler ``am_id`` of the remote worker:
+        a user ``header`` (bytes, small) and ``data`` (any buffer; large data
+        goes by rendezvous into a buffer the handler chooses)."""
+        from .am import am_send_nb
+        return am_send_nb(self, am_id, header, data)
+
+    def am_send(self, am_id: int, header=b"", data=b"", timeout: Optional[float] = None) -> None:
+        """Blocking :meth:`am_send_nb`."""
+        req = self.am_send_nb(am_id, header, data)
+        if not req.done:
+            req.wait(timeout)
+        elif req.exc is not None:
+            raise req.exc
+
     # -- completion / teardown -------------------------------------------------
     def flush(self, timeout: Optional[float] = None) -> None:
         """Wait until every send posted on this endpoint has left."""

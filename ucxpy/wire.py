@@ -19,6 +19,8 @@ class AmId(enum.IntEnum):
     RNDV_DATA = 5     # header: rreq id, offset              payload: fragment
     RNDV_ATS = 6      # header: sreq id, status (receiver is done with sender's buffer)
     CLOSE = 7         # header: empty (peer closes gracefully)
+    AM_EAGER = 8      # header: AM + user header               payload: data
+    AM_RTS = 9        # header: AM_RTS + user header + rkey
     USER = 32         # first id available to active-message users
 
 
@@ -32,6 +34,11 @@ RTR = struct.Struct("<QQ")
 DATA = struct.Struct("<QQ")
 #: ``sreq_id, status`` (0 ok, 1 truncated/dropped by receiver, 2 receiver error)
 ATS = struct.Struct("<QB")
+
+#: ``user am id, user header length``
+AM = struct.Struct("<HH")
+#: ``user am id, user header length, sreq_id, size, remote address``
+AM_RTS = struct.Struct("<HHQQQ")
 
 ATS_OK = 0
 ATS_DROPPED = 1

@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 from . import wire
 from .address import WorkerAddress
+from .am import ActiveMessages
 from .endpoint import Endpoint
 from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProtocolError,
                      UcxpyError)
@@ -67,13 +68,15 @@ class Worker:
         self.direct_am_ids = frozenset((AmId.RNDV_DATA,))
         self.matcher = TagMatcher()
         self.rndv = RendezvousProtocol(self)
+        self.am = ActiveMessages(self)
         self.endpoints = {}                  # remote worker id -> Endpoint
         self.bootstrap = None                # set by ucxpy.spmd: reports dead ranks
         self._handlers: list = [None] * 256
         for am_id, h in ((AmId.WIREUP, self._on_wireup), (AmId.TAG_EAGER, self._on_tag_eager),
                          (AmId.TAG_RTS, self._on_tag_rts), (AmId.RNDV_RTR, self.rndv.on_rtr),
                          (AmId.RNDV_DATA, self.rndv.on_data), (AmId.RNDV_ATS, self.rndv.on_ats),
-                         (AmId.CLOSE, self._on_close)):
+                         (AmId.CLOSE, self._on_close), (AmId.AM_EAGER, self.am.on_eager),
+                         (AmId.AM_RTS, self.am.on_rts)):
             self._handlers[am_id] = h
         self.ifaces = []
         self.closed = False
@@ -360,6 +363,13 @@ class Worker:
         req = RecvRequest(self, recv_view(buf), m.source, m.tag, FULL_MASK, None)
         self._deliver_unexpected(req, m)
         return req
+
+    # -- active messages ---------------------------------------------------------
+    def set_am_handler(self, am_id: int, handler) -> None:
+        """Run ``handler(msg: AmMessage)`` from progress for every active message
+        sent to ``am_id`` (0..65535); ``None`` removes it.  Messages that arrived
+        before registration are delivered now, in order.  See :mod:`ucxpy.am`."""
+        self.am.set_handler(am_id, handler)
 
     # -- teardown --------------------------------------------------------------
     def flush(self, timeout: Optional[float] = None) -> None:
