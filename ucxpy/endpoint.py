@@ -130,16 +130,63 @@ class Endpoint:
         elif req.exc is not None:
             raise req.exc
 
+    # -- RMA and atomics -----------------------------------------------------------
+    def unpack_rkey(self, packed) -> "RemoteKey":
+        """Turn a peer's ``MemHandle.pack_rkey()`` bytes into a key usable on
+        this endpoint; raises RemoteAccessError if malformed or foreign."""
+        from .rma import RemoteKey
+        return RemoteKey(self, packed)
+
+    def put_nb(self, buf, remote_addr: int, rkey) -> Request:
+        """Write ``buf`` at ``remote_addr`` of the peer's region ``rkey``."""
+        return self.worker.rma.put_nb(self, buf, remote_addr, rkey)
+
+    def get_nb(self, buf, remote_addr: int, rkey) -> Request:
+        """Read ``len(buf)`` bytes at ``remote_addr`` of region ``rkey`` into ``buf``."""
+        return self.worker.rma.get_nb(self, buf, remote_addr, rkey)
+
+    def put(self, buf, remote_addr: int, rkey, timeout: Optional[float] = None) -> None:
+        self.put_nb(buf, remote_addr, rkey).wait(timeout)
+
+    def get(self, buf, remote_addr: int, rkey, timeout: Optional[float] = None) -> None:
+        self.get_nb(buf, remote_addr, rkey).wait(timeout)
+
+    def atomic_post(self, op: str, value: int, remote_addr: int, rkey, size: int = 8) -> Request:
+        """Non-fetching atomic ``op`` in add/and/or/xor on a 4- or 8-byte word."""
+        from .rma import POST_OPS
+        if op not in POST_OPS:
+            raise ValueError(f"atomic_post supports {', '.join(POST_OPS)}, not {op!r}")
+        return self.worker.rma.atomic_nb(self, op, value, remote_addr, rkey, size)
+
+    def atomic_fetch_nb(self, op: str, value: int, remote_addr: int, rkey, size: int = 8,
+                        compare: int = 0) -> Request:
+        """Fetching atomic (add, and, or, xor, swap, cswap); the request's result
+        is the old value.  ``cswap`` stores ``value`` if the word equals ``compare``."""
+        return self.worker.rma.atomic_nb(self, op, value, remote_addr, rkey, size, compare)
+
+    def atomic_fetch(self, op: str, value: int, remote_addr: int, rkey, size: int = 8,
+                     compare: int = 0, timeout: Optional[float] = None) -> int:
+        return self.atomic_fetch_nb(op, value, remote_addr, rkey, size, compare).wait(timeout)
+
+    def fence(self, timeout: Optional[float] = None) -> None:
+        """Operations issued before the fence complete at the target before
+        those issued after it (UCX's ``ucp_ep_fence``)."""
+        if self.worker.rma.outstanding(self):
+            self.worker.wait_until(lambda: not self.worker.rma.outstanding(self),
+                                   timeout, "fence")
+
     # -- completion / teardown -------------------------------------------------
     def flush(self, timeout: Optional[float] = None) -> None:
-        """Wait until every send posted on this endpoint has left."""
+        """Wait until every send posted on this endpoint has left and every RMA
+        operation completed at the target."""
         def idle():
             if self.failed is not None:
                 raise self.failed
             tep = self._tep
             if tep is not None and tep.pending:
                 return False
-            return not any(s.ep is self for s in self.worker.rndv.sends.values())
+            return not (any(s.ep is self for s in self.worker.rndv.sends.values())
+                        or self.worker.rma.outstanding(self))
         self.worker.wait_until(idle, timeout, f"flush of {self!r}")
 
     def close(self, timeout: Optional[float] = None) -> None:

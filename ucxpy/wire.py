@@ -21,6 +21,12 @@ class AmId(enum.IntEnum):
     CLOSE = 7         # header: empty (peer closes gracefully)
     AM_EAGER = 8      # header: AM + user header               payload: data
     AM_RTS = 9        # header: AM_RTS + user header + rkey
+    RMA_PUT = 10      # header: RMA_PUT                        payload: data
+    RMA_ACK = 11      # header: RMA_ACK (put done / refused)
+    RMA_GET = 12      # header: RMA_GET
+    RMA_GET_REP = 13  # header: RMA_ACK                        payload: data
+    RMA_AMO = 14      # header: RMA_AMO
+    RMA_AMO_REP = 15  # header: RMA_AMO_REP
     USER = 32         # first id available to active-message users
 
 
@@ -39,6 +45,17 @@ ATS = struct.Struct("<QB")
 AM = struct.Struct("<HH")
 #: ``user am id, user header length, sreq_id, size, remote address``
 AM_RTS = struct.Struct("<HHQQQ")
+
+#: ``op id, mem id, remote address``
+RMA_PUT = struct.Struct("<QQQ")
+#: ``op id, status``
+RMA_ACK = struct.Struct("<QB")
+#: ``op id, mem id, remote address, length``
+RMA_GET = struct.Struct("<QQQQ")
+#: ``op id, mem id, remote address, opcode, size, value, compare``
+RMA_AMO = struct.Struct("<QQQBBQQ")
+#: ``op id, status, old value``
+RMA_AMO_REP = struct.Struct("<QBQ")
 
 ATS_OK = 0
 ATS_DROPPED = 1

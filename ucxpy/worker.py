@@ -15,6 +15,7 @@ from .endpoint import Endpoint
 from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProtocolError,
                      UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
+from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
@@ -65,10 +66,11 @@ class Worker:
         self.config = context.config
         self.uuid = random.getrandbits(63)
         self.id = self.uuid if worker_id is None else worker_id
-        self.direct_am_ids = frozenset((AmId.RNDV_DATA,))
+        self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
         self.matcher = TagMatcher()
         self.rndv = RendezvousProtocol(self)
         self.am = ActiveMessages(self)
+        self.rma = RmaEngine(self)
         self.endpoints = {}                  # remote worker id -> Endpoint
         self.bootstrap = None                # set by ucxpy.spmd: reports dead ranks
         self._handlers: list = [None] * 256
@@ -77,6 +79,8 @@ class Worker:
                          (AmId.RNDV_DATA, self.rndv.on_data), (AmId.RNDV_ATS, self.rndv.on_ats),
                          (AmId.CLOSE, self._on_close), (AmId.AM_EAGER, self.am.on_eager),
                          (AmId.AM_RTS, self.am.on_rts)):
+            self._handlers[am_id] = h
+        for am_id, h in self.rma.handlers.items():
             self._handlers[am_id] = h
         self.ifaces = []
         self.closed = False
@@ -203,8 +207,15 @@ class Worker:
             self._bad_frame(tep, e)
 
     def recv_dest(self, tep, am_id, header, length):
-        if am_id == AmId.RNDV_DATA and len(header) == wire.DATA.size:
-            return self.rndv.data_dest(header, length)
+        try:
+            if am_id == AmId.RNDV_DATA:
+                return self.rndv.data_dest(header, length)
+            if am_id == AmId.RMA_PUT:
+                return self.rma.put_dest(header, length)
+            if am_id == AmId.RMA_GET_REP:
+                return self.rma.reply_dest(header, length)
+        except struct.error:
+            pass            # recv_frame reports the malformed header
         return None
 
     def conn_failed(self, tep, exc):
@@ -228,6 +239,7 @@ class Worker:
 
     def _endpoint_failed(self, ep, exc):
         self.rndv.fail_peer(ep, exc)
+        self.rma.fail_peer(ep, exc)
         for req in self.matcher.requests_from(ep.remote_id):
             self.matcher.remove(req)
             req.complete(exc=exc)
@@ -371,6 +383,13 @@ class Worker:
         before registration are delivered now, in order.  See :mod:`ucxpy.am`."""
         self.am.set_handler(am_id, handler)
 
+    # -- memory registration -------------------------------------------------------
+    def mem_map(self, buf=None, length: int = 0) -> MemHandle:
+        """Register ``buf`` (any writable contiguous buffer), or allocate
+        ``length`` bytes of registered shared memory that same-host peers map
+        directly.  See :mod:`ucxpy.rma`."""
+        return self.rma.mem_map(buf, length)
+
     # -- teardown --------------------------------------------------------------
     def flush(self, timeout: Optional[float] = None) -> None:
         """Wait until every send of every endpoint has left."""
@@ -388,5 +407,6 @@ class Worker:
                 ep.close(timeout=5.0)
             except UcxpyError:
                 ep.abort()
+        self.rma.close()
         for iface in self.ifaces:
             iface.close()

@@ -1,0 +1,126 @@
+"""RMA and atomics between in-process workers, per transport and access mode."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import ucxpy
+from conftest import Pair
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def pair(tl):
+    p = Pair(tl)
+    yield p
+    p.close()
+
+
+@pytest.fixture(params=["shared", "user"])
+def region(pair, request):
+    """(MemHandle on worker 1, RemoteKey on worker 0's endpoint to it)."""
+    a, b = pair.workers
+    if request.param == "shared":
+        mh = b.mem_map(length=1 << 21)
+    else:
+        mh = b.mem_map(np.zeros(1 << 21, np.uint8))
+    rkey = pair.eps[0][1].unpack_rkey(mh.pack_rkey())
+    yield mh, rkey
+    mh.unmap()
+
+
+@pytest.mark.parametrize("size", [0, 1, 8, 4097, 1 << 20])
+def test_put_get_roundtrip(pair, region, size):
+    mh, rkey = region
+    ep = pair.eps[0][1]
+    data = np.random.default_rng(size).integers(0, 255, size, dtype=np.uint8)
+    off = 24
+    pair.wait(ep.put_nb(data, mh.address + off, rkey))
+    assert bytes(mh.buf[off:off + size]) == data.tobytes()
+    back = np.zeros(size, np.uint8)
+    pair.wait(ep.get_nb(back, mh.address + off, rkey))
+    assert np.array_equal(back, data)
+
+
+@pytest.mark.parametrize("size", [4, 8])
+def test_atomics(pair, region, size):
+    mh, rkey = region
+    ep = pair.eps[0][1]
+    dt = np.uint32 if size == 4 else np.uint64
+    word = np.frombuffer(mh.buf, dt, count=4)
+    addr = mh.address + size          # word[1]
+    mask = (1 << (8 * size)) - 1
+
+    def fetch(op, v, compare=0):
+        return pair.wait(ep.atomic_fetch_nb(op, v, addr, rkey, size, compare))[0]
+
+    word[1] = 10
+    assert fetch("add", 5) == 10 and word[1] == 15
+    pair.wait(ep.atomic_post("add", -1 & mask, addr, rkey, size))
+    assert word[1] == 14
+    assert fetch("swap", 99) == 14 and word[1] == 99
+    assert fetch("cswap", 7, compare=1) == 99 and word[1] == 99       # no match: unchanged
+    assert fetch("cswap", 7, compare=99) == 99 and word[1] == 7
+    assert fetch("and", 0b110) == 7 and word[1] == 0b110
+    assert fetch("or", 0b1) == 0b110 and word[1] == 0b111
+    assert fetch("xor", 0b101) == 0b111 and word[1] == 0b010
+    pair.wait(ep.atomic_post("or", mask, addr, rkey, size))
+    assert int(word[1]) == mask and word[0] == 0 and word[2] == 0     # neighbours untouched
+
+
+def test_bad_accesses(pair, region):
+    mh, rkey = region
+    ep = pair.eps[0][1]
+    with pytest.raises(ucxpy.RemoteAccessError, match="outside"):
+        ep.put_nb(b"x" * 16, mh.address + mh.length - 8, rkey)
+    with pytest.raises(ucxpy.RemoteAccessError, match="outside"):
+        ep.get_nb(bytearray(1), mh.address - 1, rkey)
+    with pytest.raises(ucxpy.RemoteAccessError, match="misaligned"):
+        ep.atomic_fetch_nb("add", 1, mh.address + 4, rkey, 8)
+    with pytest.raises(ValueError):
+        ep.atomic_fetch_nb("nand", 1, mh.address, rkey)
+    with pytest.raises(ValueError):
+        ep.atomic_post("swap", 1, mh.address, rkey)
+    with pytest.raises(ucxpy.RemoteAccessError, match="malformed"):
+        ep.unpack_rkey(b"garbage")
+    with pytest.raises(ucxpy.RemoteAccessError):
+        ep.unpack_rkey(mh.pack_rkey()[:-1])
+    with pytest.raises(ucxpy.RemoteAccessError, match="another worker"):
+        pair.eps[1][0].unpack_rkey(mh.pack_rkey())       # key of worker 1 used towards worker 0
+
+
+def test_stale_key_after_unmap(pair, region):
+    mh, rkey = region
+    ep = pair.eps[0][1]
+    mh.unmap()
+    with pytest.raises(ucxpy.RemoteAccessError, match="stale|unmapped"):
+        r = ep.put_nb(b"late", mh.address, rkey)
+        pair.wait(r)
+    with pytest.raises(ucxpy.RemoteAccessError):
+        mh.pack_rkey()
+
+
+def test_flush_and_fence_order(pair, region):
+    mh, rkey = region
+    ep = pair.eps[0][1]
+    a, b = pair.workers
+    reqs = [ep.put_nb(np.full(64, i, np.uint8), mh.address, rkey) for i in range(50)]
+    pair.drive(lambda: all(r.done for r in reqs))    # the target must progress in AM mode
+    ep.flush(timeout=10)
+    assert bytes(mh.buf[:64]) == bytes([49]) * 64     # last write wins: issue order kept
+    r1 = ep.put_nb(b"A" * 8, mh.address, rkey)
+    r2 = ep.atomic_fetch_nb("add", 1, mh.address, rkey, 8)
+    pair.wait(r1, r2)
+    assert r2.result == int.from_bytes(b"A" * 8, "little")
+
+
+def test_unmapped_memory_is_not_reachable(pair):
+    a, b = pair.workers
+    mh = b.mem_map(bytearray(64))
+    rkey = pair.eps[0][1].unpack_rkey(mh.pack_rkey())
+    with pytest.raises(ucxpy.RemoteAccessError):
+        pair.eps[0][1].put_nb(b"x", mh.address + 64, rkey)
+    mh.unmap()
+    with pytest.raises(ValueError):
+        b.mem_map()

@@ -1,0 +1,531 @@
+"""RMA and atomics on registered memory (UCX's ucp_mem_map / ucp_put / ucp_atomic).
+
+Theory of operation
+-------------------
+``Worker.mem_map()`` registers memory and returns a :class:`MemHandle`; its
+``pack_rkey()`` bytes travel to peers, which turn them into a
+:class:`RemoteKey` with ``Endpoint.unpack_rkey()``.  Each remote key picks one
+access mode when unpacked, from the endpoint's lane:
+
+=========  ======================================  ==============================
+mode       when                                    put / get / atomics
+=========  ======================================  ==============================
+MAPPED     lane is shm and the memory was          memcpy into the peer's shared
+           allocated by ``mem_map(length=n)``      segment; native C11 atomics
+CMA        lane is shm, user buffer registered,    process_vm_writev/readv;
+           cross-memory attach permitted           atomics as in AM mode
+AM         anything else (tcp, other hosts)        frames served by the target's
+                                                   progress (see below)
+=========  ======================================  ==============================
+
+In AM mode the *target must progress* (call any blocking ucxpy function, or
+``worker.progress()``, or start the worker's progress thread with
+``UCXPY_PROGRESS_THREAD=y`` / ``Worker.start_progress_thread()``).  Puts
+complete when the target acknowledged them, so a completed put is visible at
+the target.  Atomics are applied by the target with the same native atomics
+as MAPPED mode, so both modes may hit one word concurrently.
+
+Validity: each worker keeps a registration table in shared memory (one
+64-bit slot per registration holding its memory id, 0 when unmapped).
+MAPPED and CMA accesses check the slot first, and the AM target checks its
+registry, so a stale key after ``unmap()`` raises :class:`RemoteAccessError`
+instead of writing into freed memory.  Every access is range-checked against
+the key; atomics must be naturally aligned.
+
+Ordering: operations on one endpoint in AM mode are executed in issue order.
+``Endpoint.fence()`` orders operations issued before it ahead of those after
+it also across modes (it waits for outstanding AM operations);
+``Endpoint.flush()`` / ``Worker.flush()`` wait until all are complete.
+"""
+from __future__ import annotations
+
+import glob
+import itertools
+import mmap
+import os
+import struct
+
+from . import wire
+from .errors import RemoteAccessError
+from .request import Request
+
+try:
+    from ._native import ffi, lib
+except ImportError:  # pragma: no cover - the module is built at install time
+    ffi = lib = None
+
+AmId = wire.AmId
+
+#: atomic opcodes (wire values); post = add/and/or/xor, fetch = all
+ATOMIC_OPS = {"add": 0, "and": 1, "or": 2, "xor": 3, "swap": 4, "cswap": 5}
+POST_OPS = ("add", "and", "or", "xor")
+
+OK, STALE, RANGE, ALIGN, BADOP = range(5)
+_STATUS = {STALE: "stale or unknown remote key", RANGE: "access outside the registered region",
+           ALIGN: "misaligned atomic", BADOP: "bad atomic operation"}
+
+MAPPED, CMA, AM = "mapped", "cma", "am"
+TABLE_SLOTS = 4096
+SHM_DIR = "/dev/shm"
+_RKEY = struct.Struct("<4sQQQQIIBBH")
+_RKEY_MAGIC = b"URK1"
+_MASK = {4: 0xFFFF_FFFF, 8: 0xFFFF_FFFF_FFFF_FFFF}
+
+
+def _need_native():
+    if lib is None:
+        raise RemoteAccessError("ucxpy._native is not built: run pip install -e .")
+
+
+def apply_atomic(address: int, op: int, size: int, value: int, compare: int) -> int:
+    """Apply atomic ``op`` at a local ``address``; returns the old value."""
+    _need_native()
+    p = ffi.cast("void *", address)
+    value &= _MASK[size]
+    if size == 8:
+        fns = (lib.ucxpy_atomic_fetch_add64, lib.ucxpy_atomic_fetch_and64,
+               lib.ucxpy_atomic_fetch_or64, lib.ucxpy_atomic_fetch_xor64, lib.ucxpy_atomic_swap64)
+        return lib.ucxpy_atomic_cswap64(p, compare & _MASK[8], value) if op == 5 else fns[op](p, value)
+    fns = (lib.ucxpy_atomic_fetch_add32, lib.ucxpy_atomic_fetch_and32,
+           lib.ucxpy_atomic_fetch_or32, lib.ucxpy_atomic_fetch_xor32, lib.ucxpy_atomic_swap32)
+    return lib.ucxpy_atomic_cswap32(p, compare & _MASK[4], value) if op == 5 else fns[op](p, value)
+
+
+def buffer_address(view: memoryview) -> int:
+    """Address of a buffer's first byte.  The temporary cffi export is released
+    at once: a lingering export on a memoryview trips CPython's garbage
+    collector (BufferError in tp_clear, then a crash); ``view`` pins the memory."""
+    if ffi is None:
+        return id(view)
+    with ffi.from_buffer(view) as p:
+        return int(ffi.cast("uintptr_t", p))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _reap_stale_segments() -> None:
+    """Unlink segments left by killed processes (their pid is in the name)."""
+    for path in glob.glob(os.path.join(SHM_DIR, "ucxpy-r[tm]-*")):
+        try:
+            pid = int(os.path.basename(path).split("-")[2])
+        except (IndexError, ValueError):
+            continue
+        if not _pid_alive(pid):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+class _Segment:
+    """A named shared-memory file mapped into this process."""
+
+    def __init__(self, name: str, length: int, create: bool):
+        path = os.path.join(SHM_DIR, name)
+        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
+        fd = os.open(path, flags, 0o600)
+        try:
+            if create:
+                os.ftruncate(fd, length)
+            elif os.fstat(fd).st_size < length:
+                raise RemoteAccessError(f"shared segment {name} is smaller than its key says")
+            self.map = mmap.mmap(fd, length)
+        finally:
+            os.close(fd)
+        self.name = name
+        self.path = path
+        self.length = length
+        self.view = memoryview(self.map)      # keeps the mapping open
+        self.address = buffer_address(self.view)
+
+    def unlink(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+class MemHandle:
+    """Registered memory (``ucp_mem_h``).  ``buf`` is a writable byte view,
+    ``address`` its base address as peers name it."""
+
+    def __init__(self, rma, mem_id: int, view: memoryview, address: int, segment=None):
+        self.rma = rma
+        self.mem_id = mem_id
+        self.buf = view
+        self.address = address
+        self.length = view.nbytes
+        self.segment = segment
+        self.slot = -1
+        self.mapped = True
+
+    def __repr__(self) -> str:
+        kind = "shared" if self.segment else "user"
+        return f"<MemHandle {self.mem_id} {kind} {self.length} B at {self.address:#x}>"
+
+    def pack_rkey(self) -> bytes:
+        """Remote key bytes for peers (``ucp_rkey_pack``)."""
+        if not self.mapped:
+            raise RemoteAccessError("memory handle is unmapped")
+        w = self.rma.worker
+        table = self.rma.table.name.encode() if self.rma.table else b""
+        seg = self.segment.name.encode() if self.segment else b""
+        host = w.address.host_id
+        return _RKEY.pack(_RKEY_MAGIC, w.uuid, self.mem_id, self.address, self.length,
+                          os.getpid(), max(self.slot, 0), len(table), len(seg), len(host)) \
+            + table + seg + host
+
+    def unmap(self) -> None:
+        """Unregister (idempotent); later remote accesses raise RemoteAccessError."""
+        if self.mapped:
+            self.mapped = False
+            self.rma.unregister(self)
+
+
+class RemoteKey:
+    """A peer's registered region as seen through one endpoint."""
+
+    __slots__ = ("ep", "mem_id", "base", "length", "pid", "slot", "table", "segment",
+                 "host_id", "mode", "_local_base", "_table_addr")
+
+    def __init__(self, ep, packed):
+        packed = bytes(packed)
+        try:
+            (magic, uuid, self.mem_id, self.base, self.length, self.pid, self.slot,
+             tlen, slen, hlen) = _RKEY.unpack_from(packed)
+        except struct.error:
+            raise RemoteAccessError("malformed remote key (too short)") from None
+        off = _RKEY.size
+        if magic != _RKEY_MAGIC or len(packed) != off + tlen + slen + hlen:
+            raise RemoteAccessError("malformed remote key")
+        self.table = packed[off:off + tlen].decode("ascii", "replace")
+        self.segment = packed[off + tlen:off + tlen + slen].decode("ascii", "replace")
+        self.host_id = packed[off + tlen + slen:]
+        if uuid != ep.remote.uuid:
+            raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
+        self.ep = ep
+        self._local_base = 0
+        self._table_addr = 0
+        self.mode = ep.worker.rma.access_mode(ep, self)
+
+    def __repr__(self) -> str:
+        return f"<RemoteKey mem {self.mem_id} [{self.base:#x}+{self.length}] {self.mode}>"
+
+    def check(self, address: int, length: int, align: int = 1) -> int:
+        """Offset of ``[address, address+length)`` in the region, or raise."""
+        off = address - self.base
+        if off < 0 or length < 0 or off + length > self.length:
+            raise RemoteAccessError(
+                f"remote access [{address:#x}, +{length}) outside registered region "
+                f"[{self.base:#x}, +{self.length})")
+        if address % align:
+            raise RemoteAccessError(f"misaligned {align}-byte atomic at {address:#x}")
+        if self._table_addr and lib.ucxpy_atomic_load64(
+                ffi.cast("void *", self._table_addr)) != self.mem_id:
+            raise RemoteAccessError(f"stale remote key: memory {self.mem_id} was unmapped")
+        return off
+
+
+class _Op:
+    __slots__ = ("ep", "req", "dest")
+
+    def __init__(self, ep, req, dest=None):
+        self.ep = ep
+        self.req = req
+        self.dest = dest
+
+
+class RmaEngine:
+    """Registrations, peer mappings and outstanding operations of one worker."""
+
+    def __init__(self, worker):
+        self.worker = worker
+        self.registry = {}            # mem id -> MemHandle
+        self.ops = {}                 # op id -> _Op (AM mode, awaiting a reply)
+        self.table = None             # our registration table (_Segment)
+        self._free_slots = []
+        self._ids = itertools.count(1)
+        self._op_ids = itertools.count(1)
+        self._peer_segments = {}      # segment name -> _Segment (peers' memory / tables)
+        self.handlers = {AmId.RMA_PUT: self.on_put, AmId.RMA_ACK: self.on_ack,
+                         AmId.RMA_GET: self.on_get, AmId.RMA_GET_REP: self.on_get_rep,
+                         AmId.RMA_AMO: self.on_amo, AmId.RMA_AMO_REP: self.on_amo_rep}
+
+    # -- registration --------------------------------------------------------
+    def _shared_ok(self) -> bool:
+        return lib is not None and os.access(SHM_DIR, os.W_OK) and \
+            any(i.name == "shm" for i in self.worker.ifaces)
+
+    def _ensure_table(self) -> None:
+        if self.table is not None or not self._shared_ok():
+            return
+        _reap_stale_segments()
+        name = f"ucxpy-rt-{os.getpid()}-{self.worker.uuid:x}"
+        self.table = _Segment(name, TABLE_SLOTS * 8, create=True)
+        self._free_slots = list(range(TABLE_SLOTS - 1, 0, -1))
+
+    def mem_map(self, buf=None, length: int = 0) -> MemHandle:
+        if buf is None and length <= 0:
+            raise ValueError("mem_map needs a buffer or a length > 0")
+        if buf is not None and length:
+            raise ValueError("mem_map takes a buffer or a length, not both")
+        mem_id = next(self._ids)
+        self._ensure_table()
+        if buf is None:
+            if self.table is not None:
+                seg = _Segment(f"ucxpy-rm-{os.getpid()}-{self.worker.uuid:x}-{mem_id}",
+                               length, create=True)
+                mh = MemHandle(self, mem_id, seg.view, seg.address, seg)
+            else:
+                mem = bytearray(length)
+                mh = self._wrap(mem_id, mem)
+        else:
+            mh = self._wrap(mem_id, buf)
+        if self.table is not None and self._free_slots:
+            mh.slot = self._free_slots.pop()
+            lib.ucxpy_atomic_store64(ffi.cast("void *", self.table.address + mh.slot * 8), mem_id)
+        self.registry[mem_id] = mh
+        return mh
+
+    def _wrap(self, mem_id, buf) -> MemHandle:
+        from .worker import recv_view
+        view = recv_view(buf)       # the view pins the buffer: it cannot move or shrink
+        return MemHandle(self, mem_id, view, buffer_address(view))
+
+    def unregister(self, mh: MemHandle) -> None:
+        self.registry.pop(mh.mem_id, None)
+        if mh.slot > 0 and self.table is not None:
+            lib.ucxpy_atomic_store64(ffi.cast("void *", self.table.address + mh.slot * 8), 0)
+            self._free_slots.append(mh.slot)
+        if mh.segment is not None:
+            mh.segment.unlink()
+
+    def close(self) -> None:
+        for mh in list(self.registry.values()):
+            mh.unmap()
+        if self.table is not None:
+            self.table.unlink()
+        self._peer_segments.clear()
+
+    # -- access mode -----------------------------------------------------------
+    def access_mode(self, ep, rkey: RemoteKey) -> str:
+        ep.transport_endpoint()
+        same_host = (ep.lane.name in ("shm", "self") and lib is not None
+                     and rkey.host_id == self.worker.address.host_id and rkey.table)
+        if not same_host:
+            return AM
+        try:
+            tab = self._peer_segment(rkey.table, TABLE_SLOTS * 8)
+        except (OSError, RemoteAccessError):
+            return AM
+        rkey._table_addr = tab.address + rkey.slot * 8
+        if rkey.segment:
+            try:
+                seg = self._peer_segment(rkey.segment, rkey.length)
+            except OSError:
+                raise RemoteAccessError(f"stale remote key: segment {rkey.segment} is gone") from None
+            rkey._local_base = seg.address
+            return MAPPED
+        from .transports.base import Caps
+        if rkey.pid != os.getpid() and ep.lane.attrs.caps & Caps.GET_ZCOPY:
+            return CMA
+        return AM
+
+    def _peer_segment(self, name: str, length: int) -> _Segment:
+        seg = self._peer_segments.get(name)
+        if seg is None:
+            if self.table is not None and name == self.table.name:
+                seg = self.table
+            else:
+                own = next((m.segment for m in self.registry.values()
+                            if m.segment is not None and m.segment.name == name), None)
+                seg = own or _Segment(name, length, create=False)
+            self._peer_segments[name] = seg
+        return seg
+
+    # -- initiator -------------------------------------------------------------
+    def _post(self, ep, am_id, header_fn, payload=b"", dest=None) -> Request:
+        req = Request(self.worker)
+        op_id = next(self._op_ids)
+        self.ops[op_id] = _Op(ep, req, dest)
+        try:
+            ep.send_frame(am_id, header_fn(op_id), payload)
+        except BaseException:
+            del self.ops[op_id]
+            raise
+        return req
+
+    def put_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
+        from .endpoint import COMPLETED, send_view
+        mv = send_view(buf)
+        off = rkey.check(address, mv.nbytes)
+        if rkey.mode == MAPPED:
+            if mv.nbytes:
+                ffi.memmove(ffi.cast("char *", rkey._local_base + off), mv, mv.nbytes)
+            return COMPLETED
+        if rkey.mode == CMA:
+            self._cma(lib.ucxpy_cma_write, rkey, mv, address)
+            return COMPLETED
+        return self._fragmented(ep, mv, lambda piece, at: self._post(
+            ep, AmId.RMA_PUT, lambda i: wire.RMA_PUT.pack(i, rkey.mem_id, at), piece), address)
+
+    def get_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
+        from .endpoint import COMPLETED
+        from .worker import recv_view
+        mv = recv_view(buf)
+        off = rkey.check(address, mv.nbytes)
+        if rkey.mode == MAPPED:
+            if mv.nbytes:
+                ffi.memmove(mv, ffi.cast("char *", rkey._local_base + off), mv.nbytes)
+            return COMPLETED
+        if rkey.mode == CMA:
+            self._cma(lib.ucxpy_cma_read, rkey, mv, address)
+            return COMPLETED
+        return self._fragmented(ep, mv, lambda piece, at: self._post(
+            ep, AmId.RMA_GET, lambda i: wire.RMA_GET.pack(i, rkey.mem_id, at, piece.nbytes),
+            dest=piece), address)
+
+    def _fragmented(self, ep, mv, post_one, address: int) -> Request:
+        """Issue ``post_one(piece, remote address)`` per transport-sized piece of
+        ``mv``; one Request completes when all did (the first error wins)."""
+        frag = ep.transport_endpoint().iface.attrs.max_frame
+        if mv.nbytes <= frag:
+            return post_one(mv, address)
+        parent = Request(self.worker)
+        offsets = range(0, mv.nbytes, frag)
+        left = [len(offsets)]
+
+        def one_done(r):
+            left[0] -= 1
+            if r.exc is not None:
+                parent.complete(exc=r.exc)
+            elif left[0] == 0:
+                parent.complete()
+        for off in offsets:
+            post_one(mv[off:off + frag], address + off).add_done_callback(one_done)
+        return parent
+
+    @staticmethod
+    def _cma(fn, rkey, mv, address):
+        if not mv.nbytes:
+            return
+        with ffi.from_buffer(mv) as local:
+            n = fn(rkey.pid, local, address, mv.nbytes)
+        if n != mv.nbytes:
+            raise RemoteAccessError(f"cross-memory access to pid {rkey.pid} failed "
+                                    f"({os.strerror(-n) if n < 0 else f'{n} bytes moved'})")
+
+    def atomic_nb(self, ep, op: str, value: int, address: int, rkey: RemoteKey,
+                  size: int = 8, compare: int = 0) -> Request:
+        if op not in ATOMIC_OPS:
+            raise ValueError(f"unknown atomic {op!r}; one of {', '.join(ATOMIC_OPS)}")
+        if size not in (4, 8):
+            raise ValueError("atomic size must be 4 or 8 bytes")
+        off = rkey.check(address, size, align=size)
+        code = ATOMIC_OPS[op]
+        if rkey.mode == MAPPED:
+            req = Request(self.worker)
+            req.complete(apply_atomic(rkey._local_base + off, code, size, value, compare))
+            return req
+        return self._post(ep, AmId.RMA_AMO, lambda i: wire.RMA_AMO.pack(
+            i, rkey.mem_id, address, code, size, value & _MASK[size], compare & _MASK[size]))
+
+    def outstanding(self, ep=None) -> bool:
+        return any(op.ep is ep for op in self.ops.values()) if ep is not None else bool(self.ops)
+
+    def fail_peer(self, ep, exc) -> None:
+        for op_id, op in list(self.ops.items()):
+            if op.ep is ep:
+                del self.ops[op_id]
+                op.req.complete(exc=exc)
+
+    def _finish(self, header, struct_):
+        fields = struct_.unpack(header)
+        op = self.ops.pop(fields[0], None)
+        if op is None:
+            from .errors import ProtocolError
+            raise ProtocolError(f"RMA reply for unknown operation {fields[0]}")
+        if fields[1] != OK:
+            op.req.complete(exc=RemoteAccessError(f"remote {_STATUS.get(fields[1], 'error')}"))
+            return None, fields
+        return op, fields
+
+    def on_ack(self, tep, header, payload):
+        op, _ = self._finish(header, wire.RMA_ACK)
+        if op is not None:
+            op.req.complete()
+
+    def on_get_rep(self, tep, header, payload):
+        op, _ = self._finish(header, wire.RMA_ACK)
+        if op is not None:
+            if len(payload) != op.dest.nbytes:
+                op.req.complete(exc=RemoteAccessError("get reply of the wrong length"))
+            else:
+                if not (isinstance(payload, memoryview) and payload.obj is op.dest.obj):
+                    op.dest[:] = payload
+                op.req.complete()
+
+    def on_amo_rep(self, tep, header, payload):
+        op, fields = self._finish(header, wire.RMA_AMO_REP)
+        if op is not None:
+            op.req.complete(fields[2])
+
+    def reply_dest(self, header, length):
+        """``recv_dest`` for GET replies: the initiator's buffer."""
+        op_id, status = wire.RMA_ACK.unpack(header)
+        op = self.ops.get(op_id)
+        if op is None or op.dest is None or status != OK or length != op.dest.nbytes:
+            return None
+        return op.dest
+
+    # -- target ----------------------------------------------------------------
+    def _resolve(self, mem_id, address, length, align=1):
+        mh = self.registry.get(mem_id)
+        if mh is None:
+            return STALE, None, 0
+        off = address - mh.address
+        if off < 0 or off + length > mh.length:
+            return RANGE, None, 0
+        if address % align:
+            return ALIGN, None, 0
+        return OK, mh, off
+
+    def put_dest(self, header, length):
+        """``recv_dest`` for PUT frames: straight into the registered memory."""
+        _, mem_id, address = wire.RMA_PUT.unpack(header)
+        status, mh, off = self._resolve(mem_id, address, length)
+        return mh.buf[off:off + length] if status == OK else None
+
+    def on_put(self, tep, header, payload):
+        op_id, mem_id, address = wire.RMA_PUT.unpack(header)
+        n = len(payload)
+        status, mh, off = self._resolve(mem_id, address, n)
+        if status == OK and n and not (isinstance(payload, memoryview)
+                                       and payload.obj is mh.buf.obj):
+            mh.buf[off:off + n] = payload
+        tep.owner_ep.send_frame(AmId.RMA_ACK, wire.RMA_ACK.pack(op_id, status))
+
+    def on_get(self, tep, header, payload):
+        op_id, mem_id, address, n = wire.RMA_GET.unpack(header)
+        status, mh, off = self._resolve(mem_id, address, n)
+        data = mh.buf[off:off + n] if status == OK else b""
+        tep.owner_ep.send_frame(AmId.RMA_GET_REP, wire.RMA_ACK.pack(op_id, status), data)
+
+    def on_amo(self, tep, header, payload):
+        op_id, mem_id, address, code, size, value, compare = wire.RMA_AMO.unpack(header)
+        old = 0
+        if size not in (4, 8) or code > 5:
+            status = BADOP
+        else:
+            status, mh, off = self._resolve(mem_id, address, size, align=size)
+            if status == OK:
+                old = apply_atomic(mh.address + off, code, size, value, compare)
+        tep.owner_ep.send_frame(AmId.RMA_AMO_REP, wire.RMA_AMO_REP.pack(op_id, status, old))
