@@ -49,6 +49,7 @@ class Endpoint:
         self.peer_closed = False
         self.closed = False
         self._tep = None
+        self.incoming = set()      # transport endpoints the peer sends to us on
         self.lane = None
         self.rndv_thresh = 0
         self.short_thresh = 0

@@ -188,6 +188,7 @@ class Worker:
             ep = Endpoint(self, addr)
             self.endpoints[addr.worker_id] = ep
         tep.owner_ep = ep
+        ep.incoming.add(tep)
 
     def _on_close(self, tep, header, payload):
         ep = tep.owner_ep
@@ -219,15 +220,25 @@ class Worker:
         return None
 
     def conn_failed(self, tep, exc):
+        """A transport connection died.  Our sending direction failing kills
+        what needs to send; receives from the peer stay alive while its
+        incoming connection still delivers (a peer that finished and closed
+        may have frames in flight to us)."""
         ep = tep.owner_ep
         if ep is None:
             return
         if isinstance(exc, ConnectionLost) and exc.peer is None:
             exc.peer = ep.remote_id
-        if ep.peer_closed and ep._tep is not tep and not ep.closed:
-            # the peer closed gracefully: only what still depends on it fails
-            exc = ConnectionLost(f"worker {ep.remote_id} closed the connection",
-                                 peer=ep.remote_id)
+        ep.incoming.discard(tep)
+        if tep is ep._tep:
+            self.rndv.fail_peer(ep, exc)
+            self.rma.fail_peer(ep, exc)
+            if ep.incoming:
+                return
+        elif ep.incoming:
+            return
+        if ep.peer_closed:
+            exc = ConnectionLost(f"worker {ep.remote_id} closed its endpoint", peer=ep.remote_id)
         ep.fail(exc)
 
     def _bad_frame(self, tep, e):

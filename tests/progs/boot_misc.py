@@ -1,0 +1,52 @@
+"""Small behaviours selected by argv[1]: sigkill, sleep, abort, agent,
+exit0early, bench."""
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+
+from ucxpy import bootstrap  # noqa: E402
+from ucxpy.errors import PeerFailure  # noqa: E402
+
+mode = sys.argv[1]
+boot = bootstrap.from_env()
+if mode == "sigkill":
+    boot.barrier(timeout=30)
+    if boot.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+elif mode == "sleep":
+    print(f"rank {boot.rank} sleeping", flush=True)
+    time.sleep(60)
+elif mode == "abort":
+    boot.barrier(timeout=30)
+    if boot.rank == 0:
+        boot.abort("giving up", 4)
+        print("rank 0: abort returned", flush=True)
+        time.sleep(0.5)     # the others are killed meanwhile
+        sys.exit(4)
+    time.sleep(30)
+elif mode == "agent":
+    print(f"rank {boot.rank} agent={os.environ.get('AGENT_TAG')} "
+          f"local={boot.local_rank}/{boot.local_size}", flush=True)
+    boot.barrier(timeout=30)
+elif mode == "exit0early":
+    if boot.rank == 1:
+        sys.exit(0)
+    try:
+        boot.barrier(timeout=20)
+    except PeerFailure as e:
+        print(f"rank {boot.rank}: PeerFailure peer={e.peer}: {e}", flush=True)
+        sys.exit(6)
+elif mode == "bench":
+    boot.barrier(timeout=30)
+    n = 200_000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        boot.check_failures()
+    print(f"rank {boot.rank} check_failures_ns={(time.perf_counter() - t0) / n * 1e9:.0f}",
+          flush=True)
+    boot.barrier(timeout=30)
+boot.close()

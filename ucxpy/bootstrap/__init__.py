@@ -1,0 +1,249 @@
+"""Launch-time wire-up: who am I, how many are we, and swap addresses.
+
+Every ucxpy program is SPMD.  Before workers can connect they must learn each
+other's addresses; a :class:`Bootstrap` provides exactly the few collective
+operations needed for that, over whatever launched the job:
+
+* :class:`~ucxpy.bootstrap.zmq_boot.ZmqBootstrap` - launched by ``ucxpy-run``
+  (``UCXPY_RUN_ADDR`` is set); talks to the launcher's rendezvous service and
+  learns about dead ranks through :meth:`Bootstrap.check_failures`.
+* :class:`~ucxpy.bootstrap.mpi_boot.MpiBootstrap` - launched by
+  ``mpirun``/``mpiexec`` (Open MPI, MPICH/Hydra, PMIx); uses mpi4py.
+* :class:`SingletonBootstrap` - started directly: rank 0 of 1.
+
+Use :func:`from_env` to get the right one; ``UCXPY_BOOTSTRAP=zmq|mpi|single``
+forces a choice.  Typical use::
+
+    boot = ucxpy.bootstrap.from_env()
+    addrs = boot.allgather(my_address, timeout=60)   # list[bytes], index = rank
+    boot.barrier(timeout=60)
+    boot.check_failures()   # from the progress loop; cheap, rate-limited
+    boot.close()
+
+Collectives must be called by every rank in the same order (as in MPI).  A
+bootstrap object is meant to be used from one thread at a time.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sys
+
+from ..errors import BootstrapError, InvalidRank, PeerFailure
+from ..errors import TimeoutError as _UcxpyTimeoutError
+
+__all__ = [
+    "Bootstrap", "SingletonBootstrap", "BootstrapTimeout", "from_env",
+    "detect_mpi_launcher", "DEFAULT_TIMEOUT",
+    # re-exported: the errors a bootstrap raises
+    "BootstrapError", "PeerFailure", "InvalidRank",
+]
+
+#: seconds a collective waits when the caller passes ``timeout=None``
+#: (override with ``UCXPY_BOOTSTRAP_TIMEOUT``; 0 or negative = wait forever)
+DEFAULT_TIMEOUT = 120.0
+
+
+class BootstrapTimeout(BootstrapError, _UcxpyTimeoutError):
+    """A bootstrap collective did not complete in time.
+
+    Both a :class:`~ucxpy.errors.BootstrapError` and a
+    :class:`ucxpy.errors.TimeoutError`.  ``missing`` lists the ranks that had
+    not joined the operation, when the bootstrap can tell (empty otherwise).
+    """
+
+    def __init__(self, message: str, missing=()):
+        super().__init__(message)
+        self.missing = list(missing)
+
+
+def resolve_timeout(timeout):
+    """``None`` -> the default; ``<= 0`` -> ``None`` (forever); else float."""
+    if timeout is None:
+        try:
+            timeout = float(os.environ.get("UCXPY_BOOTSTRAP_TIMEOUT", DEFAULT_TIMEOUT))
+        except ValueError:
+            timeout = DEFAULT_TIMEOUT
+    timeout = float(timeout)
+    return None if timeout <= 0 else timeout
+
+
+class Bootstrap:
+    """What the core needs from a launcher.
+
+    Attributes: ``rank``, ``size``, ``local_rank``, ``local_size`` (ranks on
+    this host as assigned by the launcher) and ``hostname``.
+
+    ``timeout`` arguments are seconds; ``None`` means :data:`DEFAULT_TIMEOUT`
+    (or ``UCXPY_BOOTSTRAP_TIMEOUT``), ``0`` means wait forever.  A collective
+    that does not finish in time raises :class:`BootstrapTimeout`; one that
+    cannot finish because a participant died raises
+    :class:`~ucxpy.errors.PeerFailure`.
+    """
+
+    kind = "abstract"
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    local_size: int = 1
+    hostname: str = ""
+
+    # -- collectives ---------------------------------------------------
+    def allgather(self, data: bytes, timeout=None) -> list:
+        """Return every rank's ``data`` as ``list[bytes]`` indexed by rank."""
+        raise NotImplementedError
+
+    def barrier(self, timeout=None) -> None:
+        """Return once every rank has entered the barrier."""
+        raise NotImplementedError
+
+    def bcast(self, data, root: int = 0, timeout=None) -> bytes:
+        """Return ``root``'s ``data`` on every rank (others may pass ``None``)."""
+        raise NotImplementedError
+
+    # -- optional key/value store ------------------------------------------
+    def put(self, key: str, value: bytes) -> None:
+        """Publish ``value`` under ``key`` for other ranks to :meth:`get`."""
+        raise NotImplementedError(f"{type(self).__name__} has no key/value store")
+
+    def get(self, key: str, timeout=None) -> bytes:
+        """Wait for ``key`` to be :meth:`put` by some rank and return its value."""
+        raise NotImplementedError(f"{type(self).__name__} has no key/value store")
+
+    # -- failures and teardown ----------------------------------------------
+    def check_failures(self) -> None:
+        """Raise :class:`~ucxpy.errors.PeerFailure` if the launcher reported a
+        dead rank since the last call.  Cheap enough to call from a progress
+        loop: implementations rate-limit the real check by time."""
+
+    def abort(self, message: str = "", errorcode: int = 1) -> None:
+        """Tell the launcher to stop the job: every *other* rank is killed at
+        once and the job's exit status becomes ``errorcode``.
+
+        Under ``ucxpy-run`` (and for a single rank) this returns, so the caller
+        can print its error and exit; the launcher kills it too if it has not
+        exited after the grace period.  Under MPI it calls ``MPI_Abort`` and
+        does not return.
+        """
+        if message:
+            sys.stderr.write(f"rank {self.rank}: abort: {message}\n")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        """Release resources.  Idempotent."""
+
+    # -- helpers -----------------------------------------------------------
+    def _check_root(self, root: int) -> int:
+        if not isinstance(root, int) or not 0 <= root < self.size:
+            raise InvalidRank(f"bcast root {root!r} out of range [0, {self.size})")
+        return root
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"<{type(self).__name__} rank={self.rank}/{self.size} "
+                f"local={self.local_rank}/{self.local_size} host={self.hostname!r}>")
+
+
+class SingletonBootstrap(Bootstrap):
+    """A job of one rank: every collective is local."""
+
+    kind = "single"
+
+    def __init__(self):
+        self.rank, self.size = 0, 1
+        self.local_rank, self.local_size = 0, 1
+        self.hostname = socket.gethostname()
+        self._kv: dict = {}
+
+    def allgather(self, data: bytes, timeout=None) -> list:
+        return [bytes(data)]
+
+    def barrier(self, timeout=None) -> None:
+        return None
+
+    def bcast(self, data, root: int = 0, timeout=None) -> bytes:
+        self._check_root(root)
+        return bytes(data)
+
+    def put(self, key: str, value: bytes) -> None:
+        self._kv[str(key)] = bytes(value)
+
+    def get(self, key: str, timeout=None) -> bytes:
+        try:
+            return self._kv[str(key)]
+        except KeyError:
+            raise BootstrapTimeout(f"key {key!r} was never put (single-rank job)") from None
+
+
+#: environment variables that mark a process started by an MPI launcher
+_MPI_MARKERS = (
+    ("OMPI_COMM_WORLD_SIZE", "Open MPI"),
+    ("PMIX_RANK", "PMIx"),
+    ("PMI_SIZE", "MPICH/Hydra"),
+    ("PMI_RANK", "MPICH/Hydra"),
+    ("MPI_LOCALNRANKS", "MPICH/Hydra"),
+)
+
+
+def detect_mpi_launcher(env=None):
+    """Name of the MPI launcher that started this process, or ``None``."""
+    env = os.environ if env is None else env
+    for var, name in _MPI_MARKERS:
+        if var in env:
+            return name
+    return None
+
+
+def _mpi_size_hint(env) -> int:
+    for var in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "MPI_LOCALNRANKS", "PMIX_SIZE"):
+        try:
+            return int(env[var])
+        except (KeyError, ValueError):
+            continue
+    return 0
+
+
+def from_env(env=None) -> Bootstrap:
+    """Return the bootstrap matching how this process was launched.
+
+    ``UCXPY_BOOTSTRAP`` (``zmq``, ``mpi``, ``single``) forces a choice;
+    otherwise ``UCXPY_RUN_ADDR`` selects zmq, MPI launcher variables (with
+    mpi4py importable) select mpi, and anything else is a single rank.
+
+    Raises :class:`~ucxpy.errors.BootstrapError` if the forced or detected
+    bootstrap cannot start (service unreachable, mpi4py missing under a
+    multi-rank MPI launch, unknown ``UCXPY_BOOTSTRAP``).
+    """
+    env = os.environ if env is None else env
+    forced = env.get("UCXPY_BOOTSTRAP", "").strip().lower()
+    if forced in ("", "auto"):
+        if env.get("UCXPY_RUN_ADDR"):
+            forced = "zmq"
+        elif detect_mpi_launcher(env):
+            if importlib.util.find_spec("mpi4py") is not None:
+                forced = "mpi"
+            elif _mpi_size_hint(env) > 1:
+                raise BootstrapError(
+                    f"started by an MPI launcher ({detect_mpi_launcher(env)}) with "
+                    f"{_mpi_size_hint(env)} ranks, but mpi4py is not importable; "
+                    "install mpi4py or launch with ucxpy-run")
+            else:
+                forced = "single"
+        else:
+            forced = "single"
+    if forced in ("zmq", "ucxpy-run"):
+        from .zmq_boot import ZmqBootstrap
+        return ZmqBootstrap.from_env(env)
+    if forced == "mpi":
+        from .mpi_boot import MpiBootstrap
+        return MpiBootstrap()
+    if forced in ("single", "singleton", "none"):
+        return SingletonBootstrap()
+    raise BootstrapError(f"UCXPY_BOOTSTRAP={forced!r}: expected zmq, mpi or single")
+

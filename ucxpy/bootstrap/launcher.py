@@ -1,0 +1,746 @@
+"""``ucxpy-run``: start an SPMD job and serve its bootstrap.
+
+Usage::
+
+    ucxpy-run -n N [--timeout S] [--grace S] [--tag-output]
+              [--hosts h1,h2:4,...] [--host-agent 'ssh {host}'] [--advertise IP]
+              prog.py args...        # run with this Python
+    ucxpy-run -n N python prog.py    # or any command
+
+Theory of operation
+-------------------
+The launcher binds a zmq ROUTER (requests from ranks) and a PUB socket
+(failure notices) on random ports, spawns N ranks with ``UCXPY_RUN_ADDR``,
+``UCXPY_RANK``, ``UCXPY_SIZE``, ``UCXPY_LOCAL_RANK``, ``UCXPY_LOCAL_SIZE`` and
+``UCXPY_JOB_ID`` in their environment, then runs one loop that blocks in
+``zmq.Poller.poll`` (woken early by SIGCHLD/SIGINT/SIGTERM through a wakeup
+pipe) and, each time it wakes, serves requests (see
+:mod:`ucxpy.bootstrap.zmq_boot` for the protocol), reaps children and checks
+deadlines.
+
+Job states::
+
+    state      event                              next state / action
+    RUNNING    every rank exited 0                DONE, exit 0
+    RUNNING    rank exits != 0                    FAILING: publish FAIL, fail its
+                                                  collectives, grace timer starts
+    RUNNING    rank calls abort()                 FAILING: publish ABORT, kill the other
+                                                  ranks now, grace timer for the caller
+    RUNNING    SIGINT/SIGTERM                     FAILING: forward signal, grace timer
+    RUNNING    --timeout expires                  KILLING
+    FAILING    every rank exited                  DONE, exit != 0
+    FAILING    grace timer expires                KILLING
+    any        second SIGINT/SIGTERM              KILLING (SIGKILL at once)
+    KILLING    SIGTERM to each rank's process group, SIGKILL 1 s later, then DONE
+
+A rank that exits 0 before joining a collective fails that collective for the
+others too (after 1 s, in case its last message is still in flight), so an
+early ``return`` shows up as an error instead of a hang.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import math
+import os
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import zmq
+
+try:    # keep `python ucxpy/bootstrap/launcher.py` usable, not only `-m`
+    from .zmq_boot import PROTOCOL_VERSION, decode_header, encode_header
+except ImportError:     # pragma: no cover
+    from ucxpy.bootstrap.zmq_boot import PROTOCOL_VERSION, decode_header, encode_header
+
+PROG = "ucxpy-run"
+#: a rank that exited 0 is treated as gone from collectives after this long
+CLEAN_EXIT_SETTLE = 1.0
+#: between SIGTERM and SIGKILL when killing ranks
+KILL_ESCALATE = 1.0
+#: how often failure notices are re-published (for late subscribers)
+REPUBLISH_INTERVAL = 0.5
+#: longest the loop sleeps when nothing is due (SIGCHLD wakes it earlier)
+IDLE_WAKEUP = 1.0
+
+
+def _say(msg: str) -> None:
+    sys.stderr.write(f"{PROG}: {msg}\n")
+    sys.stderr.flush()
+
+
+def describe_exit(code: int) -> str:
+    """-9 -> 'code -9 (SIGKILL)', 3 -> 'code 3'."""
+    if code < 0:
+        try:
+            return f"code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"code {code} (signal {-code})"
+    return f"code {code}"
+
+
+def exit_status(code: int) -> int:
+    """A shell-style status for a child's return code."""
+    if code < 0:
+        return 128 + (-code)
+    return min(code, 255) or 1
+
+
+# ---------------------------------------------------------------------------
+# rendezvous service
+# ---------------------------------------------------------------------------
+class Collective:
+    """Contributions to the collective with one sequence number."""
+
+    __slots__ = ("seq", "kind", "root", "parts", "waiters", "error")
+
+    def __init__(self, seq: int, kind: str, root: int):
+        self.seq, self.kind, self.root = seq, kind, root
+        self.parts: dict = {}      # rank -> data frame (or None)
+        self.waiters: dict = {}    # rank -> (identity, req_id)
+        self.error = None          # (status, header) once failed
+
+
+class RendezvousService:
+    """The KV and collective service ranks reach at ``UCXPY_RUN_ADDR``."""
+
+    def __init__(self, size: int, job_id: str, bind_host: str = "*"):
+        self.size, self.job_id = size, job_id
+        self.ctx = zmq.Context()
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.pub = self.ctx.socket(zmq.PUB)
+        for s in (self.router, self.pub):
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.IPV6, 1)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        bind = f"tcp://{'[' + bind_host + ']' if ':' in bind_host else bind_host}"
+        self.port = self.router.bind_to_random_port(bind)
+        self.pub_port = self.pub.bind_to_random_port(bind)
+        self.kv: dict = {}
+        self.pending_gets: dict = {}    # key -> [(identity, req_id)]
+        self.colls: dict = {}           # seq -> Collective
+        self.done_seqs: set = set()
+        self.identities: dict = {}      # identity -> rank
+        self.connected: set = set()
+        self.gone: dict = {}            # rank -> (code, message, fatal, time)
+        self.notices: list = []         # published PUB messages, re-sent periodically
+        self.abort_request = None       # (rank, message, errorcode)
+
+    def close(self):
+        self.router.close()
+        self.pub.close()
+        self.ctx.term()
+
+    # -- replies -----------------------------------------------------------
+    def _reply(self, ident, req_id, status=b"OK", header=None, frames=()):
+        try:
+            self.router.send_multipart(
+                [ident, req_id, status, encode_header(header or {}), *frames], copy=False)
+        except zmq.ZMQError:
+            pass    # the rank is gone; nothing to tell it
+
+    def _error(self, ident, req_id, message):
+        self._reply(ident, req_id, b"ERR", {"message": message})
+
+    # -- requests ----------------------------------------------------------
+    def serve_pending(self, max_messages: int = 1000) -> None:
+        """Handle whatever requests have arrived, without blocking."""
+        for _ in range(max_messages):
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            if len(frames) < 4:
+                continue
+            ident, req_id, op = frames[0], frames[1], frames[2]
+            try:
+                header = decode_header(frames[3])
+                self._dispatch(ident, req_id, op, header, frames[4:])
+            except Exception as e:     # noqa: BLE001 - a bad request must not kill the job
+                self._error(ident, req_id, f"bad {op[:16]!r} request: {e}")
+
+    def _dispatch(self, ident, req_id, op, hdr, payload):
+        if op == b"HELLO":
+            rank = int(hdr["rank"])
+            if hdr.get("job_id") != self.job_id:
+                return self._error(ident, req_id,
+                                   f"job id {hdr.get('job_id')!r} is not this job's ({self.job_id})")
+            if not 0 <= rank < self.size or int(hdr.get("size", -1)) != self.size:
+                return self._error(ident, req_id, f"rank {rank}/{hdr.get('size')} does "
+                                   f"not fit a job of {self.size}")
+            if int(hdr.get("version", 0)) != PROTOCOL_VERSION:
+                return self._error(ident, req_id, "bootstrap protocol version mismatch")
+            self.identities[ident] = rank
+            self.connected.add(rank)
+            failed = {str(r): g[1] for r, g in self.gone.items() if g[2]}
+            return self._reply(ident, req_id, header={"pub_port": self.pub_port,
+                                                      "failed": failed})
+        rank = self.identities.get(ident)
+        if rank is None:
+            return self._error(ident, req_id, "request before HELLO")
+        if op == b"COLL":
+            return self._collective(rank, ident, req_id, hdr, payload)
+        if op == b"PUT":
+            key = str(hdr["key"])
+            self.kv[key] = payload[0] if payload else b""
+            self._reply(ident, req_id)
+            for waiter in self.pending_gets.pop(key, ()):
+                self._reply(*waiter, frames=[self.kv[key]])
+            return None
+        if op == b"GET":
+            key = str(hdr["key"])
+            if key in self.kv:
+                return self._reply(ident, req_id, frames=[self.kv[key]])
+            self.pending_gets.setdefault(key, []).append((ident, req_id))
+            return None
+        if op == b"QUERY":
+            coll = self.colls.get(int(hdr["seq"]))
+            if coll is None:
+                missing = [] if int(hdr["seq"]) in self.done_seqs else list(range(self.size))
+            else:
+                missing = [r for r in range(self.size) if r not in coll.parts]
+            return self._reply(ident, req_id, header={"missing": missing})
+        if op == b"ABORT":
+            if self.abort_request is None:
+                self.abort_request = (rank, str(hdr.get("message", "")),
+                                      int(hdr.get("errorcode", 1)))
+            return self._reply(ident, req_id)
+        return self._error(ident, req_id, f"unknown operation {op[:16]!r}")
+
+    def _collective(self, rank, ident, req_id, hdr, payload):
+        seq, kind, root = int(hdr["seq"]), str(hdr["kind"]), int(hdr.get("root", -1))
+        if seq in self.done_seqs:
+            return self._error(ident, req_id, f"{kind} #{seq} already completed")
+        coll = self.colls.get(seq)
+        if coll is None:
+            coll = self.colls[seq] = Collective(seq, kind, root)
+        if coll.error is not None:
+            return self._reply(ident, req_id, *coll.error)
+        if (kind, root) != (coll.kind, coll.root):
+            self._fail(coll, b"ERR", {"message": (
+                f"collective mismatch at #{seq}: rank {rank} called {kind}"
+                f"(root={root}) but another rank called {coll.kind}(root={coll.root})")})
+            return self._reply(ident, req_id, *coll.error)
+        if rank in coll.parts:
+            return self._error(ident, req_id, f"rank {rank} joined {kind} #{seq} twice")
+        if kind == "bcast" and rank == root and not payload:
+            return self._error(ident, req_id, "bcast root sent no data")
+        coll.parts[rank] = payload[0] if payload else None
+        coll.waiters[rank] = (ident, req_id)
+        if len(coll.parts) == self.size:
+            return self._complete(coll)
+        self._check_dead(coll, time.monotonic())
+        return None
+
+    def _complete(self, coll):
+        if coll.kind == "allgather":
+            frames = [coll.parts[r] or b"" for r in range(self.size)]
+        elif coll.kind == "bcast":
+            frames = [coll.parts[coll.root] or b""]
+        else:
+            frames = []
+        for ident, req_id in coll.waiters.values():
+            self._reply(ident, req_id, frames=frames)
+        del self.colls[coll.seq]
+        self.done_seqs.add(coll.seq)
+
+    def _fail(self, coll, status, header):
+        coll.error = (status, header)
+        for ident, req_id in coll.waiters.values():
+            self._reply(ident, req_id, status, header)
+        coll.waiters.clear()
+
+    def _check_dead(self, coll, now):
+        """Fail ``coll`` if a rank it still waits for can never join."""
+        if coll.error is not None:
+            return
+        for r in range(self.size):
+            if r in coll.parts or r not in self.gone:
+                continue
+            code, message, fatal, when = self.gone[r]
+            if fatal or now - when >= CLEAN_EXIT_SETTLE:
+                if not fatal:
+                    message = (f"rank {r} exited with {describe_exit(code)} without "
+                               f"joining {coll.kind} #{coll.seq}")
+                self._fail(coll, b"PEERFAIL", {"rank": r, "code": code, "message": message})
+                return
+
+    # -- failures ----------------------------------------------------------
+    def rank_gone(self, rank: int, code: int, message: str, fatal: bool) -> None:
+        """Record that ``rank`` exited; fatal exits are announced on PUB."""
+        self.gone[rank] = (code, message, fatal, time.monotonic())
+        if fatal:
+            self.publish(b"FAIL", {"rank": rank, "code": code, "message": message})
+        self.expire()
+
+    def publish(self, topic: bytes, header: dict) -> None:
+        msg = [topic, encode_header(header)]
+        self.notices.append(msg)
+        self.pub.send_multipart(msg)
+
+    def republish(self) -> None:
+        for msg in self.notices:
+            self.pub.send_multipart(msg)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for coll in list(self.colls.values()):
+            self._check_dead(coll, now)
+
+    def next_settle_deadline(self):
+        """When a clean exit next becomes final for waiting collectives."""
+        now = time.monotonic()
+        pending = [g[3] + CLEAN_EXIT_SETTLE for g in self.gone.values()
+                   if not g[2] and g[3] + CLEAN_EXIT_SETTLE > now]
+        waiting = any(c.error is None for c in self.colls.values())
+        return min(pending) if pending and waiting else None
+
+
+# ---------------------------------------------------------------------------
+# ranks
+# ---------------------------------------------------------------------------
+class RankProcess:
+    """One spawned rank."""
+
+    def __init__(self, rank, host, local_rank, local_size, argv, env):
+        self.rank, self.host = rank, host
+        self.local_rank, self.local_size = local_rank, local_size
+        self.argv, self.env = argv, env
+        self.proc = None
+        self.returncode = None
+        self.killed_by_us = False
+        self.readers: list = []
+
+    def signal(self, sig) -> None:
+        if self.proc is None or self.returncode is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)   # the rank and anything it started
+        except (ProcessLookupError, PermissionError):
+            try:
+                self.proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+
+try:
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):     # not Linux
+    _prctl = None
+
+
+def _set_pdeathsig():
+    """Child side of fork: die with the launcher (Linux only).  All ranks are
+    spawned before any output thread starts, so this runs single-threaded."""
+    if _prctl is not None:
+        _prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
+def _pump_output(stream, tag: bytes, sink, lock):
+    """Copy ``stream`` to ``sink`` line by line, each line prefixed by ``tag``."""
+    try:
+        for line in iter(stream.readline, b""):
+            with lock:
+                sink.write(tag + line if line.endswith(b"\n") else tag + line + b"\n")
+                sink.flush()
+    except (OSError, ValueError):
+        pass
+    finally:
+        stream.close()
+
+
+def parse_hosts(spec: str):
+    """'a,b:4' -> [('a', None), ('b', 4)]."""
+    out = []
+    for item in spec.replace(" ", ",").split(","):
+        if not item:
+            continue
+        name, _, slots = item.partition(":")
+        out.append((name, int(slots) if slots else None))
+    return out
+
+
+def place_ranks(n: int, hosts):
+    """Map ranks to hosts: explicit slots are filled in order, cycling if
+    needed; without slots ranks are spread in equal blocks.
+    Returns [(host, local_rank, local_size)] indexed by rank."""
+    if not hosts:
+        hosts = [(socket.gethostname(), None)]
+    if any(s is not None for _, s in hosts):
+        slots = [h for h, s in hosts for _ in range(s if s is not None else 1)]
+    else:
+        per = math.ceil(n / len(hosts))
+        slots = [h for h, _ in hosts for _ in range(per)]
+    if not slots:
+        raise ValueError("--hosts gives no slots")
+    assigned = [slots[i % len(slots)] for i in range(n)]
+    counts: dict = {}
+    placement = []
+    for host in assigned:
+        placement.append([host, counts.get(host, 0)])
+        counts[host] = counts.get(host, 0) + 1
+    return [(h, lr, counts[h]) for h, lr in placement]
+
+
+def _is_local(host: str) -> bool:
+    return host in ("localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn())
+
+
+def _outward_ip(towards=None) -> str:
+    """The local IP the kernel would use to reach ``towards`` (or, failing
+    that, the default route); connecting a UDP socket sends no packet."""
+    for target in ([towards] if towards else []) + ["10.255.255.255", "8.8.8.8"]:
+        try:
+            info = socket.getaddrinfo(target, 9, socket.AF_INET, socket.SOCK_DGRAM)[0]
+            with socket.socket(info[0], socket.SOCK_DGRAM) as s:
+                s.connect(info[4])
+                ip = s.getsockname()[0]
+            if not ip.startswith("127.") and ip != "0.0.0.0":
+                return ip
+        except OSError:
+            continue
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+def rank_command(command, rank, host, agent, env_vars):
+    """The argv that starts ``rank``: optional host agent + program."""
+    prog, args = command[0], command[1:]
+    argv = ([sys.executable, prog] if prog.endswith(".py") else [prog]) + list(args)
+    if not agent:
+        return argv
+    fields = {"{rank}": str(rank), "{host}": host, "{size}": env_vars["UCXPY_SIZE"]}
+    agent_argv = []
+    for part in shlex.split(agent):
+        for key, value in fields.items():   # plain replace: other braces stay as given
+            part = part.replace(key, value)
+        agent_argv.append(part)
+    # The agent may not carry our environment (ssh does not): pass it explicitly.
+    tail = ["env", *(f"{k}={v}" for k, v in env_vars.items()), *argv]
+    if os.path.basename(agent_argv[0]) in ("ssh", "rsh"):
+        # ssh hands its arguments to a remote shell: quote them
+        tail = [shlex.quote(t) for t in ["cd", os.getcwd()]] + ["&&"] + \
+               [shlex.quote(t) for t in tail]
+    return agent_argv + tail
+
+
+# ---------------------------------------------------------------------------
+# the job
+# ---------------------------------------------------------------------------
+class Job:
+    def __init__(self, opts):
+        self.opts = opts
+        self.n = opts.np
+        self.job_id = uuid.uuid4().hex[:12]
+        self.ranks: list = []
+        self.first_failure = None       # (rank, code) of the failure that ends the job
+        self.status = 0
+        self.grace_deadline = None      # when the survivors of a failure get killed
+        self.killing = False            # the whole job is being killed
+        self.terminating: dict = {}     # rank -> when SIGTERM escalates to SIGKILL
+        self.abort_handled = False
+        self.signals: list = []
+        self.out_lock = threading.Lock()
+        self.last_republish = 0.0
+
+    # -- setup -------------------------------------------------------------
+    def _advertise(self, hosts):
+        opts = self.opts
+        if opts.advertise:
+            return opts.advertise, ("127.0.0.1" if opts.advertise.startswith("127.") else "*")
+        remote = [h for h, _ in hosts if not _is_local(h)]
+        if not remote and not opts.host_agent:
+            return "127.0.0.1", "127.0.0.1"     # nothing outside needs to reach us
+        return _outward_ip(remote[0] if remote else None), "*"
+
+    def start(self):
+        opts = self.opts
+        hosts = parse_hosts(opts.hosts) if opts.hosts else []
+        if hosts and not opts.host_agent:
+            remote = sorted({h for h, _ in hosts if not _is_local(h)})
+            if remote:
+                raise SystemExit(f"{PROG}: host(s) {', '.join(remote)} are not this machine; "
+                                 "give --host-agent (e.g. --host-agent 'ssh {host}')")
+        placement = place_ranks(self.n, hosts)
+        adv, bind = self._advertise(hosts)
+        self.service = RendezvousService(self.n, self.job_id, bind)
+        host_part = f"[{adv}]" if ":" in adv else adv
+        self.addr = f"tcp://{host_part}:{self.service.port}"
+
+        base_env = dict(os.environ)
+        if opts.tag_output:
+            base_env.setdefault("PYTHONUNBUFFERED", "1")    # lines arrive as written
+        for rank, (host, lrank, lsize) in enumerate(placement):
+            vars_ = {
+                "UCXPY_RUN_ADDR": self.addr, "UCXPY_RANK": str(rank),
+                "UCXPY_SIZE": str(self.n), "UCXPY_LOCAL_RANK": str(lrank),
+                "UCXPY_LOCAL_SIZE": str(lsize), "UCXPY_JOB_ID": self.job_id,
+            }
+            argv = rank_command(opts.command, rank, host, opts.host_agent, vars_)
+            env = dict(base_env, **vars_)
+            self.ranks.append(RankProcess(rank, host, lrank, lsize, argv, env))
+        if opts.verbose:
+            _say(f"job {self.job_id}: {self.n} rank(s), service at {self.addr}")
+        for r in self.ranks:
+            self._spawn(r)
+        for r in self.ranks:
+            for t in r.readers:
+                t.start()
+
+    def _spawn(self, r: RankProcess):
+        tag = self.opts.tag_output
+        try:
+            r.proc = subprocess.Popen(
+                r.argv, env=r.env,
+                stdin=None if r.rank == 0 else subprocess.DEVNULL,
+                stdout=subprocess.PIPE if tag else None,
+                stderr=subprocess.PIPE if tag else None,
+                start_new_session=True, preexec_fn=_set_pdeathsig)
+        except OSError as e:
+            _say(f"cannot start rank {r.rank} ({shlex.join(r.argv)}): {e}")
+            r.returncode = 127
+            self._on_exit(r)
+            return
+        if self.opts.verbose:
+            _say(f"rank {r.rank} pid {r.proc.pid}: {shlex.join(r.argv)}")
+        if tag:
+            prefix = f"[{r.rank}] ".encode()
+            for stream, sink in ((r.proc.stdout, sys.stdout.buffer),
+                                 (r.proc.stderr, sys.stderr.buffer)):
+                t = threading.Thread(target=_pump_output, args=(stream, prefix, sink,
+                                                                self.out_lock), daemon=True)
+                r.readers.append(t)     # started once every rank is spawned
+
+    # -- events ------------------------------------------------------------
+    def _on_exit(self, r: RankProcess):
+        code = r.returncode
+        fatal = code != 0
+        message = f"rank {r.rank} exited with {describe_exit(code)}"
+        if fatal and not r.killed_by_us and not self.killing:
+            _say(message)
+        elif self.opts.verbose:
+            _say(message)
+        self.service.rank_gone(r.rank, code, message, fatal)
+        if fatal and self.first_failure is None and not r.killed_by_us:
+            self.first_failure = (r.rank, code)
+            self.status = exit_status(code)
+            if self.grace_deadline is None and not self.killing:
+                self.grace_deadline = time.monotonic() + self.opts.grace
+
+    def _reap(self):
+        for r in self.ranks:
+            if r.returncode is None and r.proc is not None:
+                code = r.proc.poll()
+                if code is not None:
+                    r.returncode = code
+                    self._on_exit(r)
+
+    def running(self):
+        return [r for r in self.ranks if r.returncode is None]
+
+    def _terminate(self, ranks, reason: str):
+        """SIGTERM ``ranks`` (their process groups); SIGKILL follows after
+        :data:`KILL_ESCALATE` seconds for any still alive."""
+        alive = [r for r in ranks if r.returncode is None and r.rank not in self.terminating]
+        if not alive:
+            return
+        _say(f"{reason}; killing rank(s) {', '.join(str(r.rank) for r in alive)}")
+        deadline = time.monotonic() + KILL_ESCALATE
+        for r in alive:
+            r.killed_by_us = True
+            r.signal(signal.SIGTERM)
+            self.terminating[r.rank] = deadline
+
+    def _kill_job(self, reason: str):
+        self.killing = True
+        self._terminate(self.running(), reason)
+
+    def _handle_signals(self):
+        while self.signals:
+            sig = self.signals.pop(0)
+            name = signal.Signals(sig).name
+            if self.status == 0:
+                self.status = 128 + sig
+            if self.grace_deadline is None and not self.killing:
+                _say(f"got {name}, forwarding it to the ranks")
+                for r in self.running():
+                    r.killed_by_us = True
+                    r.signal(sig)
+                self.grace_deadline = time.monotonic() + self.opts.grace
+            else:
+                _say(f"got {name} again, killing the ranks")
+                self.killing = True
+                for r in self.running():
+                    r.killed_by_us = True
+                    r.signal(signal.SIGKILL)
+                    self.terminating[r.rank] = math.inf
+
+    def _handle_abort(self):
+        """A rank called abort(): kill the others now; the caller gets the
+        grace period to exit by itself (and print its traceback)."""
+        req = self.service.abort_request
+        if req is None or self.abort_handled:
+            return
+        self.abort_handled = True
+        rank, message, errorcode = req
+        _say(f"rank {rank} called abort({errorcode}): {message}")
+        if self.first_failure is None:
+            self.first_failure = (rank, errorcode)
+            self.status = exit_status(errorcode)
+        self.service.publish(b"ABORT", {"rank": rank, "code": errorcode,
+                                        "message": f"rank {rank} aborted: {message}"})
+        self._terminate([r for r in self.ranks if r.rank != rank], f"rank {rank} aborted")
+        if self.grace_deadline is None:
+            self.grace_deadline = time.monotonic() + self.opts.grace
+
+    def _check_deadlines(self, now):
+        if self.opts.timeout and now >= self.started + self.opts.timeout \
+                and not self.killing and self.running():
+            if self.status == 0:
+                self.status = 124
+            self._kill_job(f"job timed out after {self.opts.timeout:g} s")
+        if self.grace_deadline is not None and now >= self.grace_deadline \
+                and not self.killing and self.running():
+            self._kill_job(f"grace period of {self.opts.grace:g} s is over")
+        for r in self.running():
+            if now >= self.terminating.get(r.rank, math.inf):
+                r.signal(signal.SIGKILL)
+                self.terminating[r.rank] = math.inf
+        if self.service.notices and now - self.last_republish >= REPUBLISH_INTERVAL:
+            self.last_republish = now
+            self.service.republish()
+
+    def _next_wakeup(self, now) -> float:
+        due = [now + IDLE_WAKEUP]
+        if self.opts.timeout:
+            due.append(self.started + self.opts.timeout)
+        if self.grace_deadline is not None and not self.killing:
+            due.append(self.grace_deadline)
+        due.extend(self.terminating[r.rank] for r in self.running()
+                   if r.rank in self.terminating)
+        if self.service.notices:
+            due.append(self.last_republish + REPUBLISH_INTERVAL)
+        settle = self.service.next_settle_deadline()
+        if settle is not None:
+            due.append(settle)
+        return max(0.0, min(due) - now)
+
+    # -- main loop ---------------------------------------------------------
+    def run(self) -> int:
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        old_handlers = {}
+
+        def on_signal(sig, _frame):
+            self.signals.append(sig)
+
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            old_handlers[sig] = signal.signal(sig, on_signal)
+        old_handlers[signal.SIGCHLD] = signal.signal(signal.SIGCHLD, lambda *_: None)
+        try:
+            self.started = time.monotonic()
+            self.start()
+            poller = zmq.Poller()
+            poller.register(self.service.router, zmq.POLLIN)
+            poller.register(wake_r, zmq.POLLIN)
+            while True:
+                self._reap()
+                if not self.running():
+                    break
+                self._handle_signals()
+                self._handle_abort()
+                now = time.monotonic()
+                self._check_deadlines(now)
+                self.service.expire()
+                timeout_ms = int(self._next_wakeup(time.monotonic()) * 1000) + 1
+                events = dict(poller.poll(timeout_ms))
+                if wake_r in events:
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                self.service.serve_pending()
+            self._reap()
+        finally:
+            signal.set_wakeup_fd(old_wakeup)
+            for sig, h in old_handlers.items():
+                signal.signal(sig, h)
+            os.close(wake_r)
+            os.close(wake_w)
+            for r in self.running():    # only on an internal error
+                r.signal(signal.SIGKILL)
+            for r in self.ranks:
+                for t in r.readers:
+                    if t.is_alive():
+                        t.join(timeout=2.0)
+            if hasattr(self, "service"):
+                self.service.close()
+        return self._final_status()
+
+    def _final_status(self) -> int:
+        if self.first_failure is not None:
+            rank, code = self.first_failure
+            killed = [r.rank for r in self.ranks if r.killed_by_us]
+            if killed:
+                _say(f"job failed: rank {rank} exited with {describe_exit(code)}; "
+                     f"rank(s) {', '.join(map(str, killed))} were killed")
+            return self.status or 1
+        if self.status:
+            return self.status
+        bad = [r for r in self.ranks if r.returncode != 0]
+        if bad:     # e.g. killed after a timeout or a forwarded signal
+            return exit_status(bad[0].returncode)
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Launch an SPMD ucxpy job and serve its bootstrap.",
+        usage=f"{PROG} -n N [options] prog.py|command [args...]")
+    p.add_argument("-n", "--np", type=int, required=True, help="number of ranks")
+    p.add_argument("--timeout", type=float, default=0.0,
+                   help="kill the whole job after this many seconds (0 = never)")
+    p.add_argument("--grace", type=float, default=5.0,
+                   help="after a rank fails, seconds before the others are killed")
+    p.add_argument("--tag-output", action="store_true",
+                   help="prefix each output line with [rank]")
+    p.add_argument("--hosts", default="",
+                   help="comma-separated hosts, optionally host:slots")
+    p.add_argument("--host-agent", default="",
+                   help="command prefixed to each rank's command; {rank}, {host} and {size} "
+                        "are substituted (e.g. 'ip netns exec ns{rank}' or 'ssh {host}'); "
+                        "the UCXPY_* variables are passed through 'env'")
+    p.add_argument("--advertise", default=os.environ.get("UCXPY_RUN_ADVERTISE", ""),
+                   help="address ranks use to reach the launcher (default: 127.0.0.1 "
+                        "for local jobs, else the outward IP)")
+    p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
+    return p
+
+
+def main(argv=None) -> int:
+    opts = build_parser().parse_args(argv)
+    if opts.command and opts.command[0] == "--":
+        opts.command = opts.command[1:]
+    if not opts.command:
+        build_parser().error("no program given")
+    if opts.np < 1:
+        build_parser().error("-n must be at least 1")
+    status = Job(opts).run()
+    sys.stdout.flush()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,326 @@
+"""Bootstrap client for jobs started by ``ucxpy-run``.
+
+Theory of operation
+-------------------
+The launcher (:mod:`ucxpy.bootstrap.launcher`) runs a rendezvous service: a
+zmq ROUTER socket at ``UCXPY_RUN_ADDR`` and a PUB socket for failure notices.
+Each rank holds one DEALER socket to the ROUTER and one SUB socket to the PUB.
+
+Requests and replies are multipart messages (the ROUTER adds/strips the
+peer identity frame)::
+
+    request:  [req_id (8 bytes, big endian), op, header (JSON), payload...]
+    reply:    [req_id, status, header (JSON), payload...]
+
+    op       header                      payload         reply payload
+    HELLO    rank size job_id pid host   -               - (hdr: pub_port, failed)
+    PUT      key                         [value]         -
+    GET      key                         -               [value] (sent once put)
+    COLL     seq kind root               [data] or []    allgather: one frame per rank
+                                                         bcast: [root's data]
+                                                         barrier: []
+    QUERY    seq                         -               - (hdr: missing, arrived)
+    ABORT    message errorcode           -               -
+
+    status: OK | ERR (hdr: message) | PEERFAIL (hdr: rank, code, message)
+
+A collective is identified by a per-rank sequence number (every rank calls the
+collectives in the same order, so the n-th call on each rank is the same
+operation).  The service answers all ranks once all ``size`` contributions of a
+sequence number have arrived, or answers PEERFAIL as soon as a rank that has
+not contributed is known to be dead.  Because the socket is a DEALER, a reply
+that arrives after its request timed out is recognised by ``req_id`` and
+dropped, so a timeout never desynchronises the connection.
+
+The PUB socket carries ``[b"FAIL", {rank, code, message}]`` and ``[b"ABORT",
+{rank, message}]`` notices; the launcher repeats them while the job winds down
+so that slow subscribers still see them.  :meth:`ZmqBootstrap.check_failures`
+reads them without blocking, at most once per ``check_interval`` seconds.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import threading
+import time
+
+import zmq
+
+from ..errors import BootstrapError, PeerFailure
+from . import Bootstrap, BootstrapTimeout, resolve_timeout
+
+__all__ = ["ZmqBootstrap", "PROTOCOL_VERSION"]
+
+PROTOCOL_VERSION = 1
+
+#: seconds to wait for the launcher to answer HELLO
+CONNECT_TIMEOUT = 30.0
+
+
+def encode_header(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def decode_header(frame) -> dict:
+    if not frame:
+        return {}
+    return json.loads(bytes(frame))
+
+
+def _env_int(env, name, default=None):
+    value = env.get(name)
+    if value is None or value == "":
+        if default is None:
+            raise BootstrapError(f"{name} is not set (is this process started by ucxpy-run?)")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise BootstrapError(f"{name}={value!r} is not an integer") from None
+
+
+class ZmqBootstrap(Bootstrap):
+    """Client of the ``ucxpy-run`` rendezvous service.
+
+    Connecting sends HELLO and waits up to ``connect_timeout`` seconds for the
+    answer; an unreachable service raises
+    :class:`~ucxpy.errors.BootstrapError`.
+    """
+
+    kind = "zmq"
+
+    def __init__(self, addr: str, rank: int, size: int, local_rank: int = 0,
+                 local_size: int = 1, job_id: str = "", connect_timeout=None,
+                 check_interval: float = 0.05):
+        if not 0 <= rank < size:
+            raise BootstrapError(f"rank {rank} out of range for size {size}")
+        self.addr = addr
+        self.rank, self.size = int(rank), int(size)
+        self.local_rank, self.local_size = int(local_rank), int(local_size)
+        self.job_id = job_id
+        self.hostname = socket.gethostname()
+        self.check_interval = float(check_interval)
+        self.failed: dict = {}          # rank -> message, every failure seen so far
+        self._unreported: list = []     # PeerFailure not yet raised by check_failures
+        self._next_check = 0.0
+        self._seq = 0
+        self._req_ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._closed = False
+
+        self._ctx = zmq.Context()
+        self._req = self._ctx.socket(zmq.DEALER)
+        self._req.setsockopt(zmq.LINGER, 0)  # every request waits for its reply
+        self._req.setsockopt(zmq.IPV6, 1)
+        self._sub = None
+        try:
+            self._req.connect(addr)
+        except zmq.ZMQError as e:
+            self._abandon()
+            raise BootstrapError(f"UCXPY_RUN_ADDR={addr!r}: {e}") from None
+
+        if connect_timeout is None:
+            connect_timeout = CONNECT_TIMEOUT
+        try:
+            hdr, _ = self._call("HELLO", {
+                "rank": self.rank, "size": self.size, "job_id": job_id,
+                "pid": os.getpid(), "host": self.hostname,
+                "version": PROTOCOL_VERSION,
+            }, timeout=connect_timeout, what="connect")
+        except BootstrapTimeout:
+            self._abandon()
+            raise BootstrapError(
+                f"rank {rank}: rendezvous service at {addr} unreachable "
+                f"(no answer within {connect_timeout:g} s)") from None
+        except BaseException:
+            self._abandon()
+            raise
+
+        self._sub = self._ctx.socket(zmq.SUB)
+        self._sub.setsockopt(zmq.LINGER, 0)
+        self._sub.setsockopt(zmq.IPV6, 1)
+        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
+        host = addr.rsplit(":", 1)[0]
+        self._sub.connect(f"{host}:{int(hdr['pub_port'])}")
+        for r, msg in hdr.get("failed", {}).items():
+            self._note_failure(int(r), msg)
+
+    @classmethod
+    def from_env(cls, env=None) -> "ZmqBootstrap":
+        """Build from the variables ``ucxpy-run`` sets for each rank."""
+        env = os.environ if env is None else env
+        addr = env.get("UCXPY_RUN_ADDR")
+        if not addr:
+            raise BootstrapError("UCXPY_RUN_ADDR is not set: start the job with ucxpy-run")
+        size = _env_int(env, "UCXPY_SIZE")
+        try:
+            connect_timeout = float(env.get("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT", CONNECT_TIMEOUT))
+        except ValueError:
+            raise BootstrapError("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT is not a number") from None
+        return cls(addr, rank=_env_int(env, "UCXPY_RANK"), size=size,
+                   local_rank=_env_int(env, "UCXPY_LOCAL_RANK", 0),
+                   local_size=_env_int(env, "UCXPY_LOCAL_SIZE", size),
+                   job_id=env.get("UCXPY_JOB_ID", ""), connect_timeout=connect_timeout)
+
+    # -- request/reply -----------------------------------------------------
+    def _call(self, op: str, header: dict, payload=(), timeout=None, what=None):
+        """Send one request and wait for its reply; return (header, frames)."""
+        if self._closed:
+            raise BootstrapError("bootstrap is closed")
+        what = what or op.lower()
+        req_id = next(self._req_ids).to_bytes(8, "big")
+        with self._lock:
+            self._req.send_multipart(
+                [req_id, op.encode(), encode_header(header), *payload], copy=False)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+                # Block in zmq poll, waking at least once a second so that
+                # Ctrl-C (handled by Python between calls) is not delayed.
+                ms = 1000 if wait is None else int(min(wait, 1.0) * 1000) + 1
+                if self._req.poll(ms, zmq.POLLIN):
+                    frames = self._req.recv_multipart()
+                    if len(frames) < 3 or frames[0] != req_id:
+                        continue        # stale reply to a request that timed out
+                    status, hdr = frames[1], decode_header(frames[2])
+                    if status == b"OK":
+                        return hdr, frames[3:]
+                    if status == b"PEERFAIL":
+                        self._note_failure(int(hdr["rank"]), hdr["message"], report=False)
+                        raise PeerFailure(f"{what}: {hdr['message']}", peer=int(hdr["rank"]))
+                    raise BootstrapError(f"{what}: {hdr.get('message', status.decode())}")
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise BootstrapTimeout(f"{what} timed out after {timeout:g} s")
+
+    def _collective(self, kind: str, data, root: int, timeout):
+        timeout = resolve_timeout(timeout)
+        seq = self._seq
+        self._seq += 1
+        what = f"{kind} #{seq}"
+        payload = [] if data is None else [data]
+        try:
+            return self._call("COLL", {"seq": seq, "kind": kind, "root": root},
+                              payload, timeout=timeout, what=what)[1]
+        except BootstrapTimeout:
+            missing = self._query_missing(seq)
+        if missing is None:
+            raise BootstrapTimeout(
+                f"rank {self.rank}: {what} timed out after {timeout:g} s and the "
+                f"rendezvous service at {self.addr} is not responding")
+        raise BootstrapTimeout(
+            f"rank {self.rank}: {what} timed out after {timeout:g} s; "
+            f"rank(s) {_ranges(missing)} did not join", missing=missing)
+
+    def _query_missing(self, seq: int):
+        try:
+            hdr, _ = self._call("QUERY", {"seq": seq}, timeout=5.0)
+        except BootstrapTimeout:
+            return None
+        return hdr.get("missing", [])
+
+    # -- Bootstrap API -----------------------------------------------------
+    def allgather(self, data: bytes, timeout=None) -> list:
+        frames = self._collective("allgather", memoryview(data), -1, timeout)
+        if len(frames) != self.size:
+            raise BootstrapError(f"allgather returned {len(frames)} items for {self.size} ranks")
+        return frames
+
+    def barrier(self, timeout=None) -> None:
+        self._collective("barrier", None, -1, timeout)
+
+    def bcast(self, data, root: int = 0, timeout=None) -> bytes:
+        self._check_root(root)
+        if self.rank == root:
+            if data is None:
+                raise BootstrapError("bcast: the root must supply data")
+            payload = memoryview(data)
+        else:
+            payload = None
+        frames = self._collective("bcast", payload, root, timeout)
+        return frames[0] if frames else b""
+
+    def put(self, key: str, value: bytes) -> None:
+        self._call("PUT", {"key": str(key)}, [memoryview(value)], timeout=resolve_timeout(None),
+                   what=f"put {key!r}")
+
+    def get(self, key: str, timeout=None) -> bytes:
+        timeout = resolve_timeout(timeout)
+        try:
+            return self._call("GET", {"key": str(key)}, timeout=timeout,
+                              what=f"get {key!r}")[1][0]
+        except BootstrapTimeout:
+            raise BootstrapTimeout(f"rank {self.rank}: key {key!r} was not put "
+                                   f"within {timeout:g} s") from None
+
+    def check_failures(self) -> None:
+        """Raise :class:`~ucxpy.errors.PeerFailure` for a rank the launcher
+        reported dead; each failure is raised once (all of them stay in
+        :attr:`failed`).  Returns at once unless ``check_interval`` seconds
+        have passed since the last real check."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + self.check_interval
+        if self._unreported:
+            raise self._unreported.pop(0)
+        sub = self._sub
+        if sub is None or not self._lock.acquire(blocking=False):
+            return
+        try:
+            while sub.poll(0, zmq.POLLIN):
+                frames = sub.recv_multipart()
+                if len(frames) < 2:
+                    continue
+                hdr = decode_header(frames[1])
+                if frames[0] in (b"FAIL", b"ABORT") and "rank" in hdr:
+                    self._note_failure(int(hdr["rank"]), hdr.get("message", ""))
+        finally:
+            self._lock.release()
+        if self._unreported:
+            raise self._unreported.pop(0)
+
+    def _note_failure(self, rank: int, message: str, report: bool = True):
+        if rank in self.failed or rank == self.rank:
+            return
+        self.failed[rank] = message
+        if report:
+            self._unreported.append(PeerFailure(message, peer=rank))
+
+    def abort(self, message: str = "", errorcode: int = 1) -> None:
+        """Ask the launcher to kill every other rank at once and to end the
+        job with status ``errorcode``; returns so the caller can report and
+        exit (the launcher kills it after the grace period otherwise).
+
+        Raises :class:`~ucxpy.errors.BootstrapError` if the launcher did not
+        acknowledge within 5 s."""
+        if self._closed:
+            raise BootstrapError("abort: bootstrap is closed")
+        self._call("ABORT", {"message": str(message), "errorcode": int(errorcode)},
+                   timeout=5.0)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._abandon()
+
+    def _abandon(self):
+        for s in (self._req, self._sub):
+            if s is not None:
+                s.close()
+        self._ctx.term()
+
+
+def _ranges(ranks) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    ranks = sorted(set(ranks))
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ", ".join(out)
