@@ -124,3 +124,37 @@ def test_unmapped_memory_is_not_reachable(pair):
     mh.unmap()
     with pytest.raises(ValueError):
         b.mem_map()
+
+
+def test_progress_thread_serves_passive_target():
+    """With a progress thread the target answers AM-mode RMA while its
+    application thread never calls ucxpy."""
+    import time
+    p = Pair("tcp")
+    try:
+        a, b = p.workers
+        b.start_progress_thread()
+        mh = b.mem_map(np.zeros(4096, np.uint8))
+        ep = p.eps[0][1]
+        rkey = ep.unpack_rkey(mh.pack_rkey())
+        assert rkey.mode == "am"
+        ep.put(b"served", mh.address, rkey, timeout=10)       # progresses only worker a
+        assert bytes(mh.buf[:6]) == b"served"
+        for _ in range(100):
+            ep.atomic_post("add", 1, mh.address + 8, rkey)
+        ep.flush(timeout=10)
+        assert int(np.frombuffer(mh.buf, np.uint64, 1, 8)[0]) == 100
+        got = bytearray(6)
+        ep.get(got, mh.address, rkey, timeout=10)
+        assert got == b"served"
+        # the application thread of b can still use its worker concurrently
+        r = b.tag_recv_nb(bytearray(2), 3)
+        ep.tag_send(b"ok", 3)
+        t0 = time.monotonic()
+        while not r.done and time.monotonic() - t0 < 10:
+            a.progress()
+            time.sleep(0.001)
+        assert r.done and r.wait().length == 2
+        b.stop_progress_thread()
+    finally:
+        p.close()

@@ -187,7 +187,12 @@ class MemHandle:
         """Unregister (idempotent); later remote accesses raise RemoteAccessError."""
         if self.mapped:
             self.mapped = False
-            self.rma.unregister(self)
+            lock = self.rma.worker.lock
+            if lock is None:
+                self.rma.unregister(self)
+            else:
+                with lock:
+                    self.rma.unregister(self)
 
 
 class RemoteKey:

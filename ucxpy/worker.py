@@ -94,6 +94,10 @@ class Worker:
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
                                      tuple((i.name, i.address()) for i in self.ifaces))
         self.address_bytes = self.address.pack()
+        self.lock = None                     # set when a progress thread runs
+        self._progress_thread = None
+        if self.config.progress_thread:
+            self.start_progress_thread()
         self._idle_checks = 0
 
     def __repr__(self) -> str:
@@ -168,6 +172,25 @@ class Worker:
                 ep.fail(e)
             self._fail_wildcards(e)
 
+    def start_progress_thread(self) -> None:
+        """Progress this worker from a background thread (see
+        :mod:`ucxpy.progress_thread`); public methods become serialized."""
+        if self._progress_thread is not None:
+            return
+        from .progress_thread import ENDPOINT_API, WORKER_API, ProgressThread, make_thread_safe
+        import threading
+        self.lock = threading.RLock()
+        make_thread_safe(self, WORKER_API, self.lock)
+        for ep in self.endpoints.values():
+            make_thread_safe(ep, ENDPOINT_API, self.lock)
+        self._progress_thread = ProgressThread(self)
+        self._progress_thread.start()
+
+    def stop_progress_thread(self) -> None:
+        t, self._progress_thread = self._progress_thread, None
+        if t is not None:
+            t.stop()
+
     # -- wire-up -------------------------------------------------------------
     def connect(self, address) -> Endpoint:
         """Endpoint to the worker at ``address`` (bytes or WorkerAddress).
@@ -177,7 +200,14 @@ class Worker:
         ep = self.endpoints.get(address.worker_id)
         if ep is not None and ep.remote.uuid == address.uuid and not ep.closed:
             return ep
+        ep = self._new_endpoint(address)
+        return ep
+
+    def _new_endpoint(self, address) -> Endpoint:
         ep = Endpoint(self, address)
+        if self.lock is not None:
+            from .progress_thread import ENDPOINT_API, make_thread_safe
+            make_thread_safe(ep, ENDPOINT_API, self.lock)
         self.endpoints[address.worker_id] = ep
         return ep
 
@@ -185,8 +215,7 @@ class Worker:
         addr = WorkerAddress.unpack(payload)
         ep = self.endpoints.get(addr.worker_id)
         if ep is None or ep.remote.uuid != addr.uuid or ep.closed:
-            ep = Endpoint(self, addr)
-            self.endpoints[addr.worker_id] = ep
+            ep = self._new_endpoint(addr)
         tep.owner_ep = ep
         ep.incoming.add(tep)
 
@@ -412,6 +441,7 @@ class Worker:
         """Close endpoints gracefully, then the transports (idempotent)."""
         if self.closed:
             return
+        self.stop_progress_thread()
         self.closed = True
         for ep in list(self.endpoints.values()):
             try:

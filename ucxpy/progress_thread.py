@@ -1,0 +1,70 @@
+"""Optional background progress (``UCXPY_PROGRESS_THREAD=y``).
+
+Explicit progress is the default: nothing moves unless the application calls
+into ucxpy.  A process that only *serves* RMA or active messages (a target
+busy computing) can instead let a thread progress its worker.  While the
+thread runs, the worker's and its endpoints' public methods take the
+worker's lock, so the application may keep calling them from one thread.
+The thread spins briefly after activity, then sleeps on the transports' file
+descriptors, so an idle target costs little CPU.
+"""
+from __future__ import annotations
+
+import functools
+import select
+import threading
+import time
+
+WORKER_API = ("progress", "wait_until", "connect", "tag_recv_nb", "tag_recv", "tag_probe_nb",
+              "tag_probe", "tag_recv_message_nb", "set_am_handler", "mem_map", "flush",
+              "_cancel_recv")
+ENDPOINT_API = ("tag_send_nb", "tag_send", "am_send_nb", "am_send", "unpack_rkey", "put_nb",
+                "get_nb", "put", "get", "atomic_post", "atomic_fetch_nb", "atomic_fetch",
+                "fence", "flush", "close", "abort", "send_frame", "transport_endpoint")
+
+
+def make_thread_safe(obj, names, lock) -> None:
+    """Shadow ``obj``'s methods ``names`` with versions holding ``lock``."""
+    for name in names:
+        fn = getattr(obj, name)
+
+        @functools.wraps(fn)
+        def locked(*args, __fn=fn, **kwargs):
+            with lock:
+                return __fn(*args, **kwargs)
+        setattr(obj, name, locked)
+
+
+class ProgressThread(threading.Thread):
+    """Calls ``worker.progress()`` until stopped."""
+
+    def __init__(self, worker, busy: float = 0.001):
+        super().__init__(name=f"ucxpy-progress-{worker.id}", daemon=True)
+        self.worker = worker
+        self.busy = busy
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        w, lock = self.worker, self.worker.lock
+        idle_since = time.monotonic()
+        while not self._stop_event.is_set():
+            with lock:
+                if w.closed:
+                    return
+                n = w.progress()
+            now = time.monotonic()
+            if n:
+                idle_since = now
+            elif now - idle_since > self.busy:
+                fds = [fd for i in w.ifaces for fd in i.wait_fds()]
+                if fds:
+                    select.select(fds, (), (), 0.001)
+                else:
+                    time.sleep(0.0005)
+            else:
+                time.sleep(0)   # let the application thread take the lock
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if threading.current_thread() is not self:
+            self.join(timeout=5)
