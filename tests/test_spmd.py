@@ -93,3 +93,18 @@ def test_pingpong_example():
                                            "pingpong.py")], 4, timeout=200)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "pingpong: 4 ranks OK" in proc.stdout
+
+
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+@pytest.mark.parametrize("mode", ["midway", "early"])
+def test_dead_peer_is_reported(tls, mode):
+    """A rank killed while another waits on it: the waiter gets ConnectionLost
+    (PeerFailure) naming rank 1 within seconds; the launcher exits non-zero."""
+    _skip_unless("ucxpy-run", tls)
+    proc = run_job(["python", os.path.join(PROGS, "dead_peer.py"), mode], 2, timeout=60,
+                   env={"UCXPY_TLS": tls})
+    assert proc.returncode != 0
+    m = re.search(r"DETECTED (\w+) peer=(\d+) after ([\d.]+)s", proc.stdout)
+    assert m, proc.stdout + proc.stderr
+    assert m.group(2) == "1" and float(m.group(3)) < 10
+    assert "rank 1 exited" in proc.stderr

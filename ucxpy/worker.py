@@ -249,22 +249,18 @@ class Worker:
         return None
 
     def conn_failed(self, tep, exc):
-        """A transport connection died.  Our sending direction failing kills
-        what needs to send; receives from the peer stay alive while its
-        incoming connection still delivers (a peer that finished and closed
-        may have frames in flight to us)."""
+        """A transport connection died.  While the peer's incoming connection
+        still delivers, nothing fails yet: a peer that finished and closed may
+        have replies (ATS, RMA acks, data) in flight to us, and sending on the
+        dead direction raises by itself.  The endpoint fails when no incoming
+        connection remains."""
         ep = tep.owner_ep
         if ep is None:
             return
         if isinstance(exc, ConnectionLost) and exc.peer is None:
             exc.peer = ep.remote_id
         ep.incoming.discard(tep)
-        if tep is ep._tep:
-            self.rndv.fail_peer(ep, exc)
-            self.rma.fail_peer(ep, exc)
-            if ep.incoming:
-                return
-        elif ep.incoming:
+        if ep.incoming:
             return
         if ep.peer_closed:
             exc = ConnectionLost(f"worker {ep.remote_id} closed its endpoint", peer=ep.remote_id)
