@@ -72,11 +72,7 @@ class Endpoint:
         tep = iface.connect(raddr)
         tep.owner_ep = self
         self.lane = iface
-        cfg = self.worker.config
-        attrs = iface.attrs
-        auto_rndv = min(attrs.max_bcopy, attrs.max_frame) + 1
-        self.rndv_thresh = auto_rndv if cfg.rndv_thresh < 0 else min(cfg.rndv_thresh, auto_rndv)
-        self.short_thresh = attrs.max_short if cfg.short_thresh < 0 else cfg.short_thresh
+        self.short_thresh, self.rndv_thresh = protocol_thresholds(iface.attrs, self.worker.config)
         tep.send(wire.AmId.WIREUP, b"", self.worker.address_bytes)
         self._tep = tep
         return tep
@@ -92,12 +88,17 @@ class Endpoint:
         mv = send_view(buf)
         tep = self._tep or self.transport_endpoint()
         tag &= 0xFFFF_FFFF_FFFF_FFFF
-        if mv.nbytes < self.rndv_thresh:
-            req = Request(self.worker)
+        n = mv.nbytes
+        if n <= self.short_thresh and n < self.rndv_thresh:
+            # eager short: the bytes are taken now, the send is complete
+            tep.send(wire.AmId.TAG_EAGER, wire.EAGER.pack(tag), bytes(mv))
+            return COMPLETED
+        req = Request(self.worker)
+        if n < self.rndv_thresh:
+            # eager copy: the transport copies or references the buffer
             if tep.send(wire.AmId.TAG_EAGER, wire.EAGER.pack(tag), mv, req._sent):
                 return COMPLETED
             return req
-        req = Request(self.worker)
         rndv = self.worker.rndv
         sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
         try:
@@ -219,6 +220,18 @@ class Endpoint:
             return
         self.failed = exc
         self.worker._endpoint_failed(self, exc)
+
+
+def protocol_thresholds(attrs, config) -> tuple:
+    """``(short_thresh, rndv_thresh)`` of an endpoint on a lane with ``attrs``:
+    eager short up to ``short_thresh`` bytes (copied at send time), eager copy
+    above, rendezvous from ``rndv_thresh`` bytes on.  The automatic
+    rendezvous threshold is one byte above the transport's eager-copy limit;
+    a configured one is capped there too (an eager frame must fit a frame)."""
+    auto_rndv = min(attrs.max_bcopy, attrs.max_frame) + 1
+    rndv = auto_rndv if config.rndv_thresh < 0 else min(config.rndv_thresh, auto_rndv)
+    short = attrs.max_short if config.short_thresh < 0 else config.short_thresh
+    return short, rndv
 
 
 def select_lane(worker, remote: WorkerAddress):

@@ -1,0 +1,95 @@
+"""ucxpy-info: every mode runs, prints the key facts, and never shows a traceback."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, transport_available
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def info(*args, **env):
+    e = {k: v for k, v in os.environ.items() if not k.startswith("UCXPY_")}
+    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
+    e.update(env)
+    cp = subprocess.run([sys.executable, "-m", "ucxpy.tools.info", *args], env=e,
+                        capture_output=True, text=True, timeout=50, cwd=ROOT)
+    assert "Traceback" not in cp.stdout + cp.stderr, cp.stdout + cp.stderr
+    return cp
+
+
+def test_info_lists_every_transport():
+    cp = info()
+    assert cp.returncode == 0, cp.stderr
+    assert "ucxpy version" in cp.stdout
+    for name in ("self", "shm", "tcp", "verbs", "ofi"):
+        assert any(line.startswith(name + " ") for line in cp.stdout.splitlines()), name
+    assert "max_bcopy" in cp.stdout
+    # every transport that is not available says why
+    for line in cp.stdout.splitlines():
+        if line.startswith("#   ") and ": not available" in line:
+            assert line.split("not available:", 1)[1].strip()
+
+
+def test_info_config():
+    cp = info("-c", UCXPY_RNDV_THRESH="8K", UCXPY_TLS="tcp")
+    assert cp.returncode == 0, cp.stderr
+    assert "UCXPY_TLS=tcp" in cp.stdout
+    assert "UCXPY_RNDV_THRESH=8K" in cp.stdout
+    assert "UCXPY_SHM_RING_SIZE=" in cp.stdout
+
+
+@pytest.mark.parametrize("tl", ["tcp", "shm"])
+def test_info_protocols(tl):
+    if not transport_available(tl):
+        pytest.skip(f"transport {tl} unavailable")
+    cp = info("-e", UCXPY_TLS=tl)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    out = cp.stdout
+    assert "peer on this host: lane" in out
+    assert "eager short" in out and "eager copy" in out
+    assert "rendezvous" in out
+    if tl == "tcp":
+        assert "peer on another host: lane tcp" in out
+        assert "rendezvous data frames" in out
+    else:   # shm reaches only this host
+        assert "peer on this host: lane shm" in out
+        assert "peer on another host: unreachable" in out
+
+
+def test_info_protocols_follow_thresholds():
+    if not transport_available("tcp"):
+        pytest.skip("tcp unavailable")
+    cp = info("-e", UCXPY_TLS="tcp", UCXPY_RNDV_THRESH="0")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    tcp_part = cp.stdout.split("# transport tcp", 1)[1]
+    assert "rndv_thresh=0" in tcp_part
+    assert "eager" not in tcp_part
+
+
+def test_info_devices():
+    cp = info("-d")
+    assert cp.returncode == 0, cp.stderr
+    assert "127.0.0.1" in cp.stdout          # lo has an IPv4 address
+    assert "/dev/shm" in cp.stdout
+    assert "CMA permission:" in cp.stdout
+
+
+@pytest.mark.parametrize("args", [(), ("-e",), ("-c", "-d")])
+def test_info_unavailable_transport_gives_reason(args):
+    cp = info(*args, UCXPY_TLS="verbs")
+    assert "verbs" in cp.stdout
+    assert "not available" in cp.stdout or "no usable transport" in cp.stdout
+    if "-e" in args:
+        assert cp.returncode == 1
+        assert "no usable transport for UCXPY_TLS=verbs" in cp.stdout
+
+
+def test_info_unknown_transport_is_a_config_error():
+    cp = info("-e", UCXPY_TLS="carrier-pigeon")
+    assert "configuration error" in cp.stdout
+    assert "carrier-pigeon" in cp.stdout

@@ -1,0 +1,381 @@
+"""``ucxpy-info``: what ucxpy can use on this host, like ``ucx_info``.
+
+Usage::
+
+    ucxpy-info        version and a table of every known transport
+    ucxpy-info -c     the effective configuration (``UCXPY_*``)
+    ucxpy-info -e     lane and protocol per message size, for a peer in this
+                      process, on this host and on another host
+    ucxpy-info -d     devices: IPv4 network interfaces, /dev/shm, CMA permission
+
+Nothing here raises on an unavailable or unknown transport: the reason is
+printed instead.  Interfaces are only instantiated where their attributes are
+needed (a throwaway worker per transport), and closed at once.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import dataclasses
+import errno
+import fcntl
+import os
+import socket
+import struct
+import sys
+from typing import Optional
+
+from ..endpoint import protocol_thresholds
+
+#: protocol names printed by ``-e`` (and used by tests)
+EAGER_SHORT = "eager short"
+EAGER_COPY = "eager copy"
+RNDV_GET = "rendezvous get-zcopy"
+RNDV_DATA = "rendezvous data frames"
+
+_INF = 1 << 62
+
+
+# --------------------------------------------------------------- formatting
+
+def fmt_size(n: int) -> str:
+    """65536 -> '64K', 1<<62 -> 'inf', 1000 -> '1000'."""
+    if n >= _INF:
+        return "inf"
+    for shift, unit in ((40, "T"), (30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return str(n)
+
+
+def fmt_caps(caps) -> str:
+    return "|".join(f.name.lower() for f in type(caps) if f and f in caps) or "-"
+
+
+def _table(rows, headers) -> str:
+    cols = list(zip(*([headers] + rows))) if rows else [[h] for h in headers]
+    widths = [max(len(str(c)) for c in col) for col in cols]
+    out = ["  ".join(str(h).ljust(w) for h, w in zip(headers, widths)).rstrip(),
+           "  ".join("-" * w for w in widths)]
+    for r in rows:
+        out.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------- config / transports
+
+def load_config():
+    """``(Config, error or None)``: a broken environment falls back to defaults."""
+    from ..config import Config
+    from ..errors import ConfigError
+    try:
+        return Config.from_env(), None
+    except ConfigError as e:
+        cfg = Config()
+        return cfg, str(e)
+
+
+def interface_attrs(name: str, config):
+    """Attributes of transport ``name`` from a throwaway worker, or
+    ``(None, reason)`` if the interface cannot be created here."""
+    from ..context import Context
+    try:
+        cfg = dataclasses.replace(config, tls=(name,))
+        worker = Context(cfg).create_worker()
+    except Exception as e:     # report, never crash ucxpy-info
+        return None, f"{type(e).__name__}: {e}"
+    try:
+        for iface in worker.ifaces:
+            if iface.name == name:
+                return iface.attrs, ""
+        return None, "interface not created"
+    finally:
+        try:
+            worker.close()
+        except Exception:
+            pass
+
+
+def protocol_ranges(attrs, config) -> list:
+    """``[(first byte count, last byte count, protocol)]`` covering 0 .. inf."""
+    from ..transports.base import Caps
+    short, rndv = protocol_thresholds(attrs, config)
+    rndv_name = RNDV_GET if attrs.caps & Caps.GET_ZCOPY else RNDV_DATA
+    ranges = []
+    short_end = min(short, rndv - 1)
+    if short_end >= 0:
+        ranges.append((0, short_end, EAGER_SHORT))
+    if rndv - 1 > short_end:
+        ranges.append((short_end + 1, rndv - 1, EAGER_COPY))
+    ranges.append((max(rndv, 0), _INF, rndv_name))
+    return ranges
+
+
+# --------------------------------------------------------------- default listing
+
+def print_transports(config, out) -> None:
+    from .. import __version__
+    from ..context import TRANSPORTS, load_transport
+    print(f"# ucxpy version {__version__}  (python {sys.version.split()[0]}, "
+          f"{os.uname().sysname} {os.uname().release}, host {socket.gethostname()})", file=out)
+    print(f"# UCXPY_TLS={','.join(config.tls)}", file=out)
+    rows, notes = [], []
+    for name in TRANSPORTS:
+        cls, avail = load_transport(name, config)
+        selected = "yes" if (name in config.tls or "all" in config.tls or name == "self") else "no"
+        attrs, why = (None, avail.reason)
+        if cls is not None and avail.available:
+            attrs, why = interface_attrs(name, config)
+        if attrs is None:
+            ok = "no"
+            rows.append([name, ok, selected, "-", "-", "-", "-", "-", "-"])
+            notes.append(f"#   {name}: not available: {why or 'unknown reason'}")
+        else:
+            rows.append([name, "yes", selected, fmt_size(attrs.max_short), fmt_size(attrs.max_bcopy),
+                         fmt_size(attrs.max_frame), f"{attrs.latency * 1e6:.2f}",
+                         f"{attrs.bandwidth / 1e9:.2f}", fmt_caps(attrs.caps)])
+            devs = ", ".join(map(str, avail.devices)) or "-"
+            notes.append(f"#   {name}: devices: {devs}")
+    print(_table(rows, ["transport", "available", "selected", "max_short", "max_bcopy",
+                        "max_frame", "latency_us", "bw_GB/s", "caps"]), file=out)
+    print("#", file=out)
+    for n in notes:
+        print(n, file=out)
+
+
+# --------------------------------------------------------------- -c
+
+def print_config(config, out) -> None:
+    from ..config import Config
+    default = dict(Config().items())
+    print("# effective configuration (environment overrides marked *)", file=out)
+    for key, value in config.items():
+        if isinstance(value, tuple):
+            shown = ",".join(value)
+        elif isinstance(value, bool):
+            shown = "y" if value else "n"
+        elif isinstance(value, int) and key.endswith(("THRESH", "SIZE")):
+            shown = "auto" if value == -1 else fmt_size(value)
+        else:
+            shown = str(value)
+        mark = "  *" if default.get(key) != value else ""
+        print(f"{key}={shown}{mark}", file=out)
+
+
+# --------------------------------------------------------------- -e
+
+def print_protocols(config, out) -> int:
+    """Chosen lane and protocol per size range; returns an exit status."""
+    from ..context import Context
+    from ..endpoint import select_lane
+    from ..errors import UcxpyError
+    try:
+        worker = Context(config).create_worker()
+    except UcxpyError as e:
+        print(f"# no usable transport for UCXPY_TLS={','.join(config.tls)}: {e}", file=out)
+        return 1
+    try:
+        if worker.context.unavailable:
+            for n, r in worker.context.unavailable.items():
+                print(f"# {n}: not available: {r}", file=out)
+        me = worker.address
+        other_uuid = (me.uuid + 1) & ((1 << 63) - 1)
+        peers = [
+            ("this process (same worker)", me),
+            ("this host", dataclasses.replace(me, worker_id=me.worker_id + 1, uuid=other_uuid,
+                                              pid=me.pid + 1)),
+            ("another host", dataclasses.replace(me, worker_id=me.worker_id + 2, uuid=other_uuid,
+                                                 pid=me.pid + 2,
+                                                 host_id=b"ucxpy-info:another-host")),
+        ]
+        for where, remote in peers:
+            try:
+                iface, _ = select_lane(worker, remote)
+            except UcxpyError as e:
+                print(f"\n# peer on {where}: unreachable: {e}", file=out)
+                continue
+            usable = [i.name for i in worker.ifaces if _reaches(worker, i, remote)]
+            print(f"\n# peer on {where}: lane {iface.name}  "
+                  f"(usable: {', '.join(usable)})", file=out)
+            _print_ranges(iface, config, out)
+        print("\n# per transport (forced with UCXPY_TLS=<name>):", file=out)
+        for iface in worker.ifaces:
+            if iface.name == "self":
+                continue
+            print(f"\n# transport {iface.name}", file=out)
+            _print_ranges(iface, config, out)
+    finally:
+        worker.close()
+    return 0
+
+
+def _reaches(worker, iface, remote) -> bool:
+    from ..transports.base import Caps
+    raddr = remote.transport(iface.name)
+    if raddr is None:
+        return False
+    if iface.attrs.caps & Caps.LOOPBACK:
+        return remote.uuid == worker.uuid
+    try:
+        return bool(iface.is_reachable(raddr, remote.host_id))
+    except Exception:
+        return False
+
+
+def _print_ranges(iface, config, out) -> None:
+    short, rndv = protocol_thresholds(iface.attrs, config)
+    print(f"#   short_thresh={fmt_size(short)}  rndv_thresh={fmt_size(rndv)}  "
+          f"max_frame={fmt_size(iface.attrs.max_frame)}", file=out)
+    for lo, hi, proto in protocol_ranges(iface.attrs, config):
+        span = f"{fmt_size(lo)} .. {fmt_size(hi)}" if hi < _INF else f"{fmt_size(lo)} .. inf"
+        print(f"#   {span:<22} {iface.name:<6} {proto}", file=out)
+
+
+# --------------------------------------------------------------- -d
+
+def _ipv4_of(dev: str) -> Optional[str]:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            res = fcntl.ioctl(s.fileno(), 0x8915,  # SIOCGIFADDR
+                              struct.pack("256s", dev.encode()[:15]))
+        return socket.inet_ntoa(res[20:24])
+    except OSError:
+        return None
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cma_check() -> tuple:
+    """``(allowed, detail)``: can a process read a sibling's memory with
+    process_vm_readv?  A forked child reads its parent, which is what two
+    ranks started by one launcher need (Yama ptrace_scope 1 forbids it)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        vm_readv = libc.process_vm_readv
+    except (OSError, AttributeError) as e:
+        return False, f"process_vm_readv not found: {e}"
+
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    vm_readv.restype = ctypes.c_ssize_t
+    vm_readv.argtypes = [ctypes.c_int, ctypes.POINTER(IoVec), ctypes.c_ulong,
+                         ctypes.POINTER(IoVec), ctypes.c_ulong, ctypes.c_ulong]
+    probe = ctypes.create_string_buffer(b"ucxpy-cma-probe", 16)
+    parent = os.getpid()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:   # child: only async-signal-safe-ish work, then _exit
+        code = 0
+        try:
+            dst = ctypes.create_string_buffer(16)
+            local = IoVec(ctypes.cast(dst, ctypes.c_void_p), 16)
+            remote = IoVec(ctypes.cast(probe, ctypes.c_void_p), 16)
+            n = vm_readv(parent, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+            if n < 0:
+                code = min(ctypes.get_errno(), 200) or 201
+            elif dst.raw != probe.raw:
+                code = 202
+        except BaseException:
+            code = 203
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    if code == 0:
+        return True, "process_vm_readv between sibling processes works"
+    if 0 < code < 200:
+        return False, f"process_vm_readv failed: {errno.errorcode.get(code, code)} ({os.strerror(code)})"
+    return False, f"process_vm_readv probe failed (code {code})"
+
+
+def print_devices(config, out) -> None:
+    from ..context import load_transport
+    print("# tcp: network interfaces", file=out)
+    rows = []
+    try:
+        names = [n for _, n in socket.if_nameindex()]
+    except OSError:
+        names = []
+    _, tcp_avail = load_transport("tcp", config)
+    advertised = set(map(str, tcp_avail.devices)) if tcp_avail.available else set()
+    for dev in names:
+        ip = _ipv4_of(dev)
+        state = _read(f"/sys/class/net/{dev}/operstate") or "?"
+        mtu = _read(f"/sys/class/net/{dev}/mtu") or "?"
+        rows.append([dev, ip or "-", state, mtu, "yes" if ip and ip in advertised else "no"])
+    print(_table(rows, ["device", "ipv4", "state", "mtu", "advertised"]), file=out)
+    if not tcp_avail.available:
+        print(f"#   tcp not available: {tcp_avail.reason}", file=out)
+    if config.tcp_iface:
+        print(f"#   UCXPY_TCP_IFACE={config.tcp_iface}", file=out)
+
+    print("\n# shm: shared memory", file=out)
+    if os.path.isdir("/dev/shm"):
+        st = os.statvfs("/dev/shm")
+        free = st.f_bavail * st.f_frsize
+        writable = os.access("/dev/shm", os.W_OK)
+        print(f"#   /dev/shm  free {free / (1 << 20):.0f} MiB  writable {'yes' if writable else 'no'}",
+              file=out)
+    else:
+        print("#   /dev/shm  missing", file=out)
+    _, shm_avail = load_transport("shm", config)
+    if shm_avail.available:
+        print(f"#   shm available; devices: {', '.join(map(str, shm_avail.devices)) or '-'}",
+              file=out)
+    else:
+        print(f"#   shm not available: {shm_avail.reason}", file=out)
+
+    print("\n# CMA (single-copy cross-process reads)", file=out)
+    scope = _read("/proc/sys/kernel/yama/ptrace_scope")
+    print(f"#   yama ptrace_scope: {scope if scope is not None else 'n/a (Yama not enabled)'}",
+          file=out)
+    print(f"#   UCXPY_SHM_CMA={'y' if config.shm_cma else 'n'}", file=out)
+    try:
+        ok, detail = cma_check()
+    except OSError as e:
+        ok, detail = False, f"probe could not run: {e}"
+    print(f"#   CMA permission: {'yes' if ok else 'no'} ({detail})", file=out)
+
+    for name in ("verbs", "ofi"):
+        _, avail = load_transport(name, config)
+        state = ("available; devices: " + (", ".join(map(str, avail.devices)) or "-")
+                 if avail.available else f"not available: {avail.reason}")
+        print(f"\n# {name}: {state}", file=out)
+
+
+# --------------------------------------------------------------- entry point
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="ucxpy-info", description=__doc__.split("\n\n")[0])
+    p.add_argument("-c", action="store_true", help="print the effective configuration")
+    p.add_argument("-e", action="store_true",
+                   help="print lane and protocol per message size for local and remote peers")
+    p.add_argument("-d", action="store_true", help="list devices")
+    p.add_argument("-t", action="store_true", help="list transports (the default)")
+    args = p.parse_args(argv)
+    out = sys.stdout
+    config, err = load_config()
+    if err:
+        print(f"# configuration error: {err}; showing defaults instead", file=out)
+    status = 0
+    if args.c:
+        print_config(config, out)
+    if args.d:
+        print_devices(config, out)
+    if args.e:
+        status = 1 if err else print_protocols(config, out)
+    if args.t or not (args.c or args.d or args.e):
+        print_transports(config, out)
+    out.flush()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,839 @@
+"""TCP transport: frames over non-blocking stream sockets.
+
+Theory of operation
+-------------------
+Each :class:`TcpInterface` owns one listening socket and one ``epoll`` set
+holding the listener and every connection.  ``progress()`` asks epoll for ready
+sockets with timeout 0 (one cheap syscall, cheaper than a failing ``recv`` on
+each connection) and services only those; ``wait_fds()`` hands out the epoll
+descriptor itself, which becomes readable whenever any socket has work, so an
+idle worker can sleep in ``select``/``poll`` on a single fd.  An idle
+``progress()`` costs about half a microsecond, so the intended policy is: spin
+on it for ``busy_poll`` seconds after the last event, then sleep on
+``wait_fds()`` (spinning wins on idle cores; on an oversubscribed machine only
+sleeping keeps latency sane).
+
+Interface address (network byte order, 8 + 4*n bytes)::
+
+    version u8 | n u8 | port u16 | nonce u32 | n x IPv4 (4 bytes)
+
+``nonce`` is random per interface.  A connector tries the IPs in turn (those
+that are also local first) and only accepts the listener that proves it owns
+that nonce, so a candidate IP that happens to exist on several hosts (docker
+bridges, ...) cannot connect us to the wrong process.
+
+Handshake: both sides send ``HELLO`` (12 bytes) as their first bytes::
+
+    magic b"UXTC" | version u16 | role u16 (0 connector, 1 acceptor) | nonce u32
+
+the connector sends the nonce it wants, the acceptor its own.  Frames flow only
+after the peer's hello has been verified.  Stray clients and wrong protocols
+are dropped without involving the owner (counted in ``rejected``).
+
+Frame (little-endian 16-byte prefix, then header, then payload)::
+
+    magic u16 (0xC5A7) | am_id u8 | flags u8 (0) | header len u16 | pad u16
+    | payload len u64
+
+Connection states
+-----------------
+=============  ===========================  ==================================
+state          event                        next
+=============  ===========================  ==================================
+CONNECTING     socket writable, no error    HANDSHAKE (hello sent)
+CONNECTING     error / timeout              CONNECTING (next IP) or FAILED
+HANDSHAKE      valid peer hello             ESTABLISHED (queued frames flow)
+HANDSHAKE      bad hello / EOF (connector)  CONNECTING (next IP) or FAILED
+ESTABLISHED    EOF, reset, malformed frame  FAILED (owner.conn_failed once)
+ESTABLISHED    close() and queue drained    DRAINING (shutdown(SHUT_WR) sent)
+DRAINING       EOF / peer_timeout           CLOSED
+=============  ===========================  ==================================
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import fcntl
+import logging
+import os
+import select
+import socket
+import struct
+import time
+from itertools import islice
+from typing import Callable, Optional
+
+from ..errors import ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError, TransportUnavailable
+from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+
+log = logging.getLogger(__name__)
+
+ADDR_VERSION = 1
+_ADDR = struct.Struct("!BBHI")
+HELLO_MAGIC = b"UXTC"
+HELLO_VERSION = 1
+_HELLO = struct.Struct("<4sHHI")
+ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
+FRAME_MAGIC = 0xC5A7
+PREFIX = struct.Struct("<HBBHxxQ")
+_PSIZE = PREFIX.size
+
+RBUF_SIZE = 1 << 16          # per-connection receive buffer
+SHORT_FAST = 16384           # = max_bcopy: bytes payloads up to this take send()'s fast path
+BIG_CACHE = 1 << 22          # non-direct payloads up to this reuse one buffer
+COALESCE_LIMIT = 1 << 16     # small queued frames are merged up to this size
+MAX_IOV = 64
+_IN, _OUT = select.POLLIN, select.POLLOUT
+
+CONNECTING, HANDSHAKE, ESTABLISHED, DRAINING, FAILED, CLOSED = range(6)
+_GONE = (FAILED, CLOSED)
+_LOST_ERRNOS = (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
+                errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNREFUSED, errno.ENOTCONN)
+
+
+# ----------------------------------------------------------------- addresses
+
+def _ipv4_of_device(name: str) -> Optional[str]:
+    """Primary IPv4 address of network device ``name`` (Linux SIOCGIFADDR)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            res = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+        return socket.inet_ntoa(res[20:24])
+    except (OSError, ValueError):
+        return None
+
+
+def _device_ipv4s() -> list:
+    try:
+        names = [n for _, n in socket.if_nameindex()]
+    except OSError:
+        return []
+    return [ip for ip in map(_ipv4_of_device, names) if ip]
+
+
+def local_ipv4s() -> list:
+    """Every IPv4 address of this host: hostname's first, then the devices'."""
+    ips = []
+    try:
+        ips += socket.gethostbyname_ex(socket.gethostname())[2]
+    except OSError:
+        pass
+    ips += _device_ipv4s()
+    return list(dict.fromkeys(ips))
+
+
+def advertised_ipv4s(tcp_iface: str) -> list:
+    """IPs to put in our address: ``tcp_iface`` (an IP or a device name) if set,
+    otherwise every non-loopback address, falling back to 127.0.0.1."""
+    if tcp_iface:
+        try:
+            socket.inet_aton(tcp_iface)
+            return [tcp_iface]
+        except OSError:
+            ip = _ipv4_of_device(tcp_iface)
+            if ip is None:
+                raise TransportUnavailable(f"tcp: UCXPY_TCP_IFACE={tcp_iface!r} is neither an "
+                                           f"IPv4 address nor a device with one") from None
+            return [ip]
+    ips = [ip for ip in local_ipv4s() if not ip.startswith("127.")]
+    return ips[:32] or ["127.0.0.1"]
+
+
+def pack_address(ips, port: int, nonce: int) -> bytes:
+    return _ADDR.pack(ADDR_VERSION, len(ips), port, nonce) + b"".join(map(socket.inet_aton, ips))
+
+
+def unpack_address(data) -> tuple:
+    """-> (ips, port, nonce); raises TransportUnavailable if malformed."""
+    data = bytes(data)
+    try:
+        ver, n, port, nonce = _ADDR.unpack_from(data)
+    except struct.error:
+        raise TransportUnavailable("malformed tcp address") from None
+    if ver != ADDR_VERSION or n == 0 or len(data) != _ADDR.size + 4 * n:
+        raise TransportUnavailable(f"malformed tcp address (version {ver}, {n} IPs, {len(data)} B)")
+    ips = [socket.inet_ntoa(data[_ADDR.size + 4 * i:_ADDR.size + 4 * i + 4]) for i in range(n)]
+    return ips, port, nonce
+
+
+# ----------------------------------------------------------------- endpoint
+
+def _byte_view(buf):
+    """``buf`` as something with a byte length: bytes/bytearray as is, else a
+    flat unsigned-byte memoryview (raises InvalidBuffer if not contiguous)."""
+    if type(buf) is bytes or type(buf) is bytearray:
+        return buf
+    mv = memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        try:
+            mv = mv.cast("B")
+        except TypeError:
+            raise InvalidBuffer("payload must be a contiguous buffer") from None
+    return mv
+
+
+class TcpEndpoint(TransportEndpoint):
+    """One TCP connection (created by ``connect`` or by accepting)."""
+
+    def __init__(self, iface: "TcpInterface", sock=None, candidates=(), port=0, nonce=0):
+        self.iface = iface
+        self.sock = sock
+        self.fd = -1
+        self._state = HANDSHAKE
+        self._exc: Optional[BaseException] = None
+        self._closing = False
+        self._open = False            # ESTABLISHED and not closing: send()'s fast path
+        self._deadline = 0.0
+        self._want_out = False
+        self.accepted = sock is not None
+        self._candidates = list(candidates)
+        self._port = port
+        self._nonce = nonce           # connector: the nonce we expect from the listener
+        self._tried = []
+        # send side: entries [buffer, on_complete or None, frames ending in it]
+        self._sendq = collections.deque()
+        self._qframes = 0
+        # receive side
+        self._rbuf = bytearray(RBUF_SIZE)
+        self._rview = memoryview(self._rbuf)
+        self._rstart = self._rend = 0
+        self._verified = False
+        self._dest_declined = False    # recv_dest returned None for the frame at _rstart
+        self._pl = None                # large payload being received: [view, got, am_id, header, direct]
+        self._big = None               # see _big_buffer
+
+    def __repr__(self):
+        peer = "?"
+        try:
+            peer = "%s:%d" % self.sock.getpeername()
+        except (OSError, AttributeError):
+            pass
+        return f"<TcpEndpoint {peer} state={self._state}>"
+
+    # ---- sending
+    @property
+    def pending(self) -> int:
+        return self._qframes
+
+    def send(self, am_id: int, header, payload=b"",
+             on_complete: Optional[Callable[[Optional[BaseException]], None]] = None) -> bool:
+        # fast path: small bytes frame on an idle, open connection -> one send()
+        if (self._open and type(payload) is bytes and type(header) is bytes
+                and len(payload) <= SHORT_FAST and len(header) <= MAX_HEADER
+                and not self._sendq and 0 <= am_id <= 255):
+            data = PREFIX.pack(FRAME_MAGIC, am_id, 0, len(header), len(payload)) + header + payload
+            try:
+                n = self.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                n = 0
+            except OSError as e:
+                exc = ConnectionLost(f"tcp send failed: {e}")
+                self._fail(exc)
+                raise exc from None
+            if n != len(data):
+                self._queue_copy(data[n:], 1)
+            return True
+        if self._state >= DRAINING or self._closing:
+            raise self._exc or ConnectionLost("tcp endpoint is closed")
+        if type(header) is not bytes:
+            header = bytes(header)
+        payload = _byte_view(payload)
+        plen = len(payload) if type(payload) is not memoryview else payload.nbytes
+        hlen = len(header)
+        if hlen > MAX_HEADER:
+            raise MessageTooLarge(f"header of {hlen} B exceeds {MAX_HEADER} B")
+        if not 0 <= am_id <= 255:
+            raise ValueError(f"am_id {am_id} is not in 0..255")
+        if plen > self.iface.attrs.max_frame:
+            raise MessageTooLarge(f"payload of {plen} B exceeds tcp max_frame")
+        head = PREFIX.pack(FRAME_MAGIC, am_id, 0, hlen, plen) + header
+        q = self._sendq
+        if plen <= self.iface.attrs.max_bcopy:
+            data = head + payload if plen else head
+            if not q and self._state == ESTABLISHED:
+                n = self._send_now(data)
+                if n == len(data):
+                    return True
+                data = data[n:]
+            self._queue_copy(data, 1)
+            return True
+        by_ref = type(payload) is not bytes    # bytes cannot change under us
+        if not q and self._state == ESTABLISHED:
+            n = self._send_now(head, payload)
+            if n == len(head) + plen:
+                return True
+            if n < len(head):
+                self._queue_copy(head[n:], 0)
+                n = 0
+            else:
+                n -= len(head)
+            payload = memoryview(payload)[n:]
+        else:
+            self._queue_copy(head, 0)
+            payload = memoryview(payload)
+        q.append([payload, on_complete if by_ref else None, 1])
+        self._qframes += 1
+        self._set_out(True)
+        return not by_ref
+
+    def _send_now(self, *bufs) -> int:
+        try:
+            return self.sock.send(bufs[0]) if len(bufs) == 1 else self.sock.sendmsg(bufs)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError as e:
+            exc = ConnectionLost(f"tcp send failed: {e}")
+            self._fail(exc)
+            raise exc from None
+
+    def _queue_copy(self, data, nframes: int) -> None:
+        q = self._sendq
+        if q:
+            last = q[-1]
+            if type(last[0]) is bytearray and len(last[0]) < COALESCE_LIMIT:
+                last[0] += data
+                last[2] += nframes
+                self._qframes += nframes
+                return
+        q.append([bytearray(data), None, nframes])
+        self._qframes += nframes
+        self._set_out(True)
+
+    def _set_out(self, want: bool) -> None:
+        if want != self._want_out and self._state == ESTABLISHED:
+            self._want_out = want
+            self.iface._poller.modify(self.fd, _IN | _OUT if want else _IN)
+
+    def _flush(self) -> int:
+        """Write as much of the queue as the socket takes; return frames completed."""
+        q = self._sendq
+        done = 0
+        finished = []    # callbacks run once the queue is consistent (they may send or close)
+        while q and self._state == ESTABLISHED:
+            try:
+                if len(q) == 1:
+                    want = len(q[0][0]) if type(q[0][0]) is not memoryview else q[0][0].nbytes
+                    n = self.sock.send(q[0][0])
+                else:
+                    entries = list(islice(q, MAX_IOV))
+                    want = sum(e[0].nbytes if type(e[0]) is memoryview else len(e[0]) for e in entries)
+                    n = self.sock.sendmsg([e[0] for e in entries])
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as e:
+                self._fail(ConnectionLost(f"tcp send failed: {e}"))
+                break
+            short = n < want
+            while n:
+                entry = q[0]
+                buf = entry[0]
+                size = buf.nbytes if type(buf) is memoryview else len(buf)
+                if n < size:
+                    if type(buf) is bytearray:
+                        del buf[:n]
+                    else:
+                        entry[0] = buf[n:]
+                    break
+                n -= size
+                q.popleft()
+                self._qframes -= entry[2]
+                done += entry[2]
+                if entry[1] is not None:
+                    finished.append(entry[1])
+            if short:
+                break
+        for cb in finished:
+            cb(None)
+        if self._state == ESTABLISHED:
+            if q:
+                self._set_out(True)
+            else:
+                self._set_out(False)
+                if self._closing:
+                    self._shutdown()
+        return done
+
+    # ---- closing and failure
+    def close(self) -> None:
+        """Flush what the socket takes now; shut down once the queue is empty."""
+        if self._state in _GONE or self._closing:
+            return
+        self._closing = True
+        self._open = False
+        if self._state == ESTABLISHED:
+            self._flush()
+
+    def _shutdown(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._finish(ConnectionLost("tcp endpoint closed"))
+            return
+        self._want_out = False
+        self._pl = None            # from here on everything read is discarded
+        self.iface._poller.modify(self.fd, _IN)
+        self._state = DRAINING
+        self._deadline = time.monotonic() + self.iface.peer_timeout
+        self.iface._timed.add(self)
+
+    def _fail(self, exc: BaseException, notify: bool = True) -> None:
+        """Break the connection; owner.conn_failed and callbacks run from progress."""
+        if self._state in _GONE:
+            return
+        if self._closing:
+            notify = False   # the owner asked for the close; do not report it as a failure
+        self._exc = exc
+        cbs = self._finish(exc)
+        self._state = FAILED
+        self.iface._notify.append((self, exc if notify else None, cbs))
+
+    def _finish(self, exc) -> list:
+        """Release the socket and the queues; return the queued callbacks."""
+        cbs = [e[1] for e in self._sendq if e[1] is not None]
+        self._sendq.clear()
+        self._qframes = 0
+        self._pl = None
+        self._state = CLOSED
+        self._open = False
+        self._exc = self._exc or exc
+        self.iface._forget(self)
+        return cbs
+
+    # ---- connecting (connector side)
+    def _connect_next(self) -> None:
+        """Start a non-blocking connect to the next candidate IP (or fail)."""
+        iface = self.iface
+        if self.sock is not None:
+            iface._forget(self)
+        if not self._candidates:
+            self._state = HANDSHAKE    # so that _fail goes through
+            self._fail(ConnectionLost("tcp: cannot connect to peer: " + "; ".join(self._tried)))
+            return
+        ip = self._candidates.pop(0)
+        sock = iface._new_socket()
+        self.sock, self.fd = sock, sock.fileno()
+        self._state = CONNECTING
+        self._want_out = False
+        self._rstart = self._rend = 0
+        self._verified = False
+        self._addr = (ip, self._port)
+        self._deadline = time.monotonic() + iface.peer_timeout
+        iface._by_fd[self.fd] = self
+        iface._poller.register(self.fd, _IN | _OUT)
+        iface._timed.add(self)
+        err = sock.connect_ex(self._addr)
+        if err == 0:
+            self._connected()
+        elif err not in (errno.EINPROGRESS, errno.EAGAIN, errno.EALREADY):
+            self._tried.append(f"{ip}:{self._port}: {os.strerror(err)}")
+            self._connect_next()
+
+    def _finish_connect(self) -> None:
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._tried.append(f"{self._addr[0]}:{self._port}: {os.strerror(err)}")
+            self._connect_next()
+        else:
+            self._connected()
+
+    def _connected(self) -> None:
+        self.iface._timed.discard(self)
+        self.iface._poller.modify(self.fd, _IN)
+        self._state = HANDSHAKE
+        try:
+            self.sock.send(_HELLO.pack(HELLO_MAGIC, HELLO_VERSION, ROLE_CONNECTOR, self._nonce))
+        except OSError as e:   # a fresh socket always takes 12 bytes; anything else is an error
+            self._tried.append(f"{self._addr[0]}:{self._port}: {e}")
+            self._connect_next()
+
+    def _bad_hello(self, why: str) -> None:
+        if self.accepted:
+            self.iface.rejected += 1
+            log.info("tcp: rejected incoming connection %r: %s", self, why)
+            self._fail(ProtocolError(why), notify=False)
+        else:
+            self._tried.append(f"{self._addr[0]}:{self._port}: {why}")
+            self._connect_next()
+
+    def _check_hello(self) -> None:
+        magic, ver, role, nonce = _HELLO.unpack_from(self._rbuf, self._rstart)
+        self._rstart += _HELLO.size
+        want_role = ROLE_CONNECTOR if self.accepted else ROLE_ACCEPTOR
+        want_nonce = self.iface.nonce if self.accepted else self._nonce
+        if magic != HELLO_MAGIC or role != want_role:
+            return self._bad_hello(f"not a ucxpy tcp peer (hello {bytes(magic)!r}, role {role})")
+        if ver != HELLO_VERSION:
+            return self._bad_hello(f"tcp protocol version {ver}, expected {HELLO_VERSION}")
+        if nonce != want_nonce:
+            return self._bad_hello("peer is a different ucxpy interface (nonce mismatch)")
+        self._verified = True
+        self._state = ESTABLISHED
+        self._open = not self._closing
+        self.iface._timed.discard(self)
+        if self._sendq:
+            self._flush()
+        elif self._closing:
+            self._shutdown()
+
+    # ---- receiving
+    def _on_readable(self) -> int:
+        """Read everything available; deliver complete frames; return their count."""
+        events = 0
+        sock = self.sock
+        while True:
+            pl = self._pl
+            if pl is not None:
+                view, got = pl[0], pl[1]
+                try:
+                    n = sock.recv_into(view[got:])
+                except (BlockingIOError, InterruptedError):
+                    return events
+                except OSError as e:
+                    return events + self._read_error(e)
+                if n == 0:
+                    return events + self._read_error(None)
+                pl[1] = got = got + n
+                if got < view.nbytes:
+                    continue
+                self._pl = None
+                self.iface.owner.recv_frame(self, pl[2], memoryview(pl[3]), view)
+                events += 1
+                if self._state != ESTABLISHED:
+                    return events
+                continue
+            rstart, rend = self._rstart, self._rend
+            if rstart == rend:
+                self._rstart = self._rend = rstart = rend = 0
+            elif RBUF_SIZE - rend < 4096 + MAX_HEADER:
+                self._rview[:rend - rstart] = self._rview[rstart:rend]   # memmove
+                self._rstart, self._rend = 0, rend - rstart
+                rstart, rend = 0, rend - rstart
+            want = RBUF_SIZE - rend
+            try:
+                n = sock.recv_into(self._rview[rend:])
+            except (BlockingIOError, InterruptedError):
+                return events
+            except OSError as e:
+                return events + self._read_error(e)
+            if n == 0:
+                return events + self._read_error(None)
+            if self._state == DRAINING:
+                self._rstart = self._rend = 0
+                continue
+            self._rend = rend + n
+            events += self._parse()
+            if self._state not in (ESTABLISHED, HANDSHAKE) or n < want and self._pl is None:
+                return events
+
+    def _read_error(self, err: Optional[OSError]) -> int:
+        if self._state == DRAINING:
+            self._finish(None)
+        elif self._state == HANDSHAKE and not self._verified:
+            if self.accepted:
+                self._fail(ConnectionLost("stray connection closed"), notify=False)
+            else:
+                self._bad_hello(f"closed during handshake ({err or 'EOF'})")
+        elif err is None:
+            self._fail(ConnectionLost("tcp peer closed the connection"))
+        else:
+            self._fail(ConnectionLost(f"tcp connection lost: {err}"))
+        return 0
+
+    def _protocol_error(self, why: str) -> int:
+        log.warning("tcp: %s from %r; closing the connection", why, self)
+        self._fail(ProtocolError(f"tcp: {why}"))
+        return 0
+
+    def _big_buffer(self, size: int) -> memoryview:
+        """A buffer for a non-direct frame too large for the ring.  Up to
+        BIG_CACHE bytes it is kept for the next one: fresh pages cost more
+        than the copy (the payload view is only valid during recv_frame)."""
+        if size > BIG_CACHE:
+            return memoryview(bytearray(size))
+        if self._big is None or self._big.nbytes < size:
+            self._big = memoryview(bytearray(max(size, RBUF_SIZE * 4)))
+        return self._big[:size]
+
+    def _parse(self) -> int:
+        """Deliver every complete frame in the receive buffer."""
+        buf, view = self._rbuf, self._rview
+        owner = self.iface.owner
+        direct_ids = owner.direct_am_ids
+        max_buffered = self.iface.max_buffered
+        max_frame = self.iface.attrs.max_frame
+        events = 0
+        while True:
+            rstart = self._rstart
+            avail = self._rend - rstart
+            if not self._verified:
+                if avail < _HELLO.size:
+                    return events
+                self._check_hello()
+                if self._state != ESTABLISHED:
+                    return events
+                continue
+            if avail < _PSIZE:
+                return events
+            magic, am_id, flags, hlen, plen = PREFIX.unpack_from(buf, rstart)
+            if magic != FRAME_MAGIC or flags or hlen > MAX_HEADER or plen > max_frame:
+                return self._protocol_error(f"bad frame prefix (magic {magic:#x}, flags {flags:#x}, "
+                                            f"header {hlen} B, payload {plen} B)")
+            hstart = rstart + _PSIZE
+            pstart = hstart + hlen
+            have = avail - _PSIZE - hlen
+            if have < 0:
+                return events
+            if have > plen:
+                have = plen
+            if am_id in direct_ids and not self._dest_declined:
+                dest = owner.recv_dest(self, am_id, view[hstart:pstart], plen)
+                if self._state != ESTABLISHED:
+                    return events
+                if dest is not None and type(dest) is not memoryview:
+                    dest = memoryview(dest)
+                if dest is not None and dest.nbytes == plen:
+                    dest[:have] = view[pstart:pstart + have]
+                    if have == plen:
+                        self._rstart = pstart + plen
+                        owner.recv_frame(self, am_id, view[hstart:pstart], dest)
+                        events += 1
+                        if self._state != ESTABLISHED:
+                            return events
+                        continue
+                    self._pl = [dest, have, am_id, bytes(view[hstart:pstart]), True]
+                    self._rstart = self._rend = 0
+                    return events
+                self._dest_declined = True
+            if have == plen:
+                self._rstart = pstart + plen
+                self._dest_declined = False
+                owner.recv_frame(self, am_id, view[hstart:pstart], view[pstart:pstart + plen])
+                events += 1
+                if self._state != ESTABLISHED:
+                    return events
+                continue
+            if plen > max_buffered:
+                return self._protocol_error(f"payload length {plen} exceeds the {max_buffered} B "
+                                            f"limit for buffered frames")
+            if _PSIZE + hlen + plen <= RBUF_SIZE - 4096 - MAX_HEADER:
+                return events     # fits the ring: wait for the rest
+            dest = self._big_buffer(plen)
+            dest[:have] = view[pstart:pstart + have]
+            self._pl = [dest, have, am_id, bytes(view[hstart:pstart]), False]
+            self._dest_declined = False
+            self._rstart = self._rend = 0
+            return events
+
+
+# ----------------------------------------------------------------- interface
+
+class TcpInterface(Interface):
+    """Frames over TCP sockets; reaches any host with an IPv4 route."""
+
+    name = "tcp"
+
+    def __init__(self, owner, config) -> None:
+        super().__init__(owner, config)
+        self.attrs = TransportAttrs(
+            caps=Caps.AM_SHORT | Caps.AM_BCOPY | Caps.AM_ZCOPY | Caps.RX_ZCOPY | Caps.CONNECT_TO_IFACE,
+            max_short=256, max_bcopy=16384, max_frame=1 << 40,
+            latency=10e-6, bandwidth=2e9, overhead=2e-6, priority=1)
+        self.peer_timeout = float(getattr(config, "peer_timeout", 0) or 30.0)
+        #: largest non-direct payload buffered in memory; larger is a ProtocolError
+        self.max_buffered = int(getattr(config, "tcp_max_buffered", 0) or (1 << 30))
+        self._sndbuf = int(getattr(config, "tcp_sndbuf", 0) or 0)
+        self._rcvbuf = int(getattr(config, "tcp_rcvbuf", 0) or 0)
+        self.nonce = int.from_bytes(os.urandom(4), "little")
+        #: incoming connections dropped during the handshake (stray clients, wrong protocol)
+        self.rejected = 0
+        tcp_iface = getattr(config, "tcp_iface", "") or ""
+        ips = advertised_ipv4s(tcp_iface)
+        self._by_fd: dict = {}
+        self._timed: set = set()
+        self._notify = collections.deque()
+        self._in_progress = False
+        self._closed = False
+        lsock = self._new_socket()
+        try:
+            lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            lsock.bind((ips[0] if tcp_iface else "0.0.0.0", 0))
+            lsock.listen(512)
+        except OSError as e:
+            lsock.close()
+            raise TransportUnavailable(f"tcp: cannot listen: {e}") from None
+        self._listener = lsock
+        self._lfd = lsock.fileno()
+        self._address = pack_address(ips, lsock.getsockname()[1], self.nonce)
+        self._local_ips = set(local_ipv4s()) | {"127.0.0.1"}
+        self._poller = select.epoll() if hasattr(select, "epoll") else select.poll()
+        self._poller.register(self._lfd, _IN)
+
+    @classmethod
+    def query(cls, config) -> Availability:
+        try:
+            ips = advertised_ipv4s(getattr(config, "tcp_iface", "") or "")
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+        except (OSError, TransportUnavailable) as e:
+            return Availability(False, str(e))
+        return Availability(True, devices=ips)
+
+    def address(self) -> bytes:
+        return self._address
+
+    def is_reachable(self, address: bytes, host_id: bytes) -> bool:
+        try:
+            unpack_address(address)
+        except TransportUnavailable:
+            return False
+        return True
+
+    def connect(self, address: bytes) -> TcpEndpoint:
+        """Start connecting to the interface at ``address``; returns at once."""
+        if self._closed:
+            raise ConnectionLost("tcp interface is closed")
+        ips, port, nonce = unpack_address(address)
+        # same-host IPs first; they always route, and the nonce check rejects impostors
+        ips = sorted(ips, key=lambda ip: ip not in self._local_ips)
+        ep = TcpEndpoint(self, candidates=ips, port=port, nonce=nonce)
+        ep._connect_next()
+        return ep
+
+    def _new_socket(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._tune(sock)
+        return sock
+
+    def _tune(self, sock) -> None:
+        """Non-blocking, no Nagle; keepalive and a user timeout of about
+        ``peer_timeout`` so a vanished host (no FIN, no RST) is noticed too."""
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        idle = max(1, int(self.peer_timeout / 3))
+        for level, opt, val in ((socket.SOL_SOCKET, "SO_KEEPALIVE", 1),
+                                (socket.IPPROTO_TCP, "TCP_KEEPIDLE", idle),
+                                (socket.IPPROTO_TCP, "TCP_KEEPINTVL", idle),
+                                (socket.IPPROTO_TCP, "TCP_KEEPCNT", 2),
+                                (socket.IPPROTO_TCP, "TCP_USER_TIMEOUT", int(self.peer_timeout * 1000))):
+            if hasattr(socket, opt):
+                try:
+                    sock.setsockopt(level, getattr(socket, opt), val)
+                except OSError:
+                    pass
+        if self._sndbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._sndbuf)
+        if self._rcvbuf:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._rcvbuf)
+
+    def _accept(self) -> int:
+        n = 0
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return n
+            except OSError as e:   # EMFILE and friends: leave it in the backlog
+                log.warning("tcp: accept failed: %s", e)
+                return n
+            self._tune(sock)
+            ep = TcpEndpoint(self, sock=sock)
+            ep.fd = sock.fileno()
+            ep._deadline = time.monotonic() + self.peer_timeout    # for the hello
+            self._timed.add(ep)
+            self._by_fd[ep.fd] = ep
+            self._poller.register(ep.fd, _IN)
+            try:
+                sock.send(_HELLO.pack(HELLO_MAGIC, HELLO_VERSION, ROLE_ACCEPTOR, self.nonce))
+            except OSError as e:
+                ep._fail(ConnectionLost(f"tcp accept: {e}"), notify=False)
+            n += 1
+
+    def _forget(self, ep: TcpEndpoint) -> None:
+        """Unregister and close ``ep``'s socket."""
+        self._timed.discard(ep)
+        if self._by_fd.get(ep.fd) is ep:
+            del self._by_fd[ep.fd]
+            try:
+                self._poller.unregister(ep.fd)
+            except (OSError, ValueError, KeyError):
+                pass
+        if ep.sock is not None:
+            ep.sock.close()
+        ep.fd = -1
+
+    def progress(self) -> int:
+        if self._in_progress or self._closed:
+            return 0
+        ready = self._poller.poll(0)
+        if not ready and not self._notify and not self._timed:
+            return 0
+        self._in_progress = True
+        events = 0
+        try:
+            for fd, ev in ready:
+                if self._closed:      # an owner callback closed us
+                    return events
+                if fd == self._lfd:
+                    events += self._accept()
+                    continue
+                ep = self._by_fd.get(fd)
+                if ep is None:
+                    continue
+                if ep._state == CONNECTING:
+                    ep._finish_connect()
+                    continue
+                if ev & (_IN | select.POLLERR | select.POLLHUP):
+                    events += ep._on_readable()
+                if ev & _OUT and ep._state == ESTABLISHED:
+                    events += ep._flush()
+            if self._timed:
+                self._check_deadlines()
+            while self._notify:
+                ep, exc, cbs = self._notify.popleft()
+                events += 1
+                if exc is not None:
+                    self.owner.conn_failed(ep, exc)
+                for cb in cbs:
+                    cb(exc or ep._exc or ConnectionLost("tcp endpoint closed"))
+        finally:
+            self._in_progress = False
+        return events
+
+    def _check_deadlines(self) -> None:
+        now = time.monotonic()
+        for ep in [ep for ep in self._timed if ep._deadline < now]:
+            if ep._state == CONNECTING:
+                ep._tried.append(f"{ep._addr[0]}:{ep._port}: connect timed out")
+                ep._connect_next()
+            elif ep._state == DRAINING:
+                ep._finish(None)
+            elif ep._state == HANDSHAKE and ep.accepted:
+                ep._bad_hello("no hello within peer_timeout")
+            else:
+                self._timed.discard(ep)
+
+    def wait_fds(self) -> list:
+        """The epoll descriptor: readable when any socket of ours has work
+        (incoming data, a connect completing, room for queued sends)."""
+        if self._closed:
+            return []
+        if isinstance(self._poller, select.epoll):
+            return [self._poller.fileno()]
+        return [self._lfd] + list(self._by_fd)
+
+    def close(self) -> None:
+        """Close every connection and the listener; queued sends fail."""
+        if self._closed:
+            return
+        self._closed = True
+        cbs = []
+        for ep in list(self._by_fd.values()):
+            if ep._state == ESTABLISHED and ep._sendq:
+                ep._flush()
+            cbs += ep._finish(ConnectionLost("tcp interface closed"))
+        while self._notify:
+            cbs += self._notify.popleft()[2]
+        for cb in cbs:
+            cb(ConnectionLost("tcp interface closed"))
+        self._listener.close()
+        if isinstance(self._poller, select.epoll):
+            self._poller.close()
