@@ -7,9 +7,25 @@ NP ?= 4
 PYTEST_ARGS ?=
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: install run test bench clean
+# Debian packages for the RDMA transports (ofi runs here on libfabric's tcp and
+# shm providers; verbs needs a device).  Installed when missing and possible.
+SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core
+
+.PHONY: install deps run test bench conformance-mpi conformance-shmem clean
+
+## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
+deps:
+	@missing=""; for p in $(SYSTEM_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	$(PYTHON) -c "import ensurepip" 2>/dev/null || missing="$$missing python3-venv"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing Debian packages:$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	    || echo "warning: apt-get failed; ofi/verbs transports will be unavailable"; \
+	else echo "note: missing Debian packages:$$missing (ofi/verbs transports will be unavailable)"; fi
 
 $(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c native/*.h native/*.py)
+	$(MAKE) --no-print-directory deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[test]'
@@ -28,7 +44,8 @@ test: install
 ## latency / bandwidth against mpi4py on MPICH (not part of CI)
 bench: install
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) bench/run_bench.py
+	$(PY) bench/run_bench.py --tls shm,tcp,ofi
+	$(PY) bench/fabtests_ref.py
 
 clean:
-	rm -rf build *.egg-info ucxpy/_native*.so ucxpy/_native.c native/*.o .pytest_cache
+	rm -rf build *.egg-info ucxpy/_*.so ucxpy/_*.c native/*.o .pytest_cache

@@ -56,7 +56,7 @@ class Pair:
             w.close()
 
 
-@pytest.fixture(params=["tcp", "shm"])
+@pytest.fixture(params=["tcp", "shm", "ofi"])
 def tl(request):
     if not transport_available(request.param):
         pytest.skip(f"transport {request.param} unavailable")

@@ -72,6 +72,7 @@ class Endpoint:
         tep = iface.connect(raddr)
         tep.owner_ep = self
         self.lane = iface
+        self.worker._mark_hot(iface)
         self.short_thresh, self.rndv_thresh = protocol_thresholds(iface.attrs, self.worker.config)
         tep.send(wire.AmId.WIREUP, b"", self.worker.address_bytes)
         self._tep = tep

@@ -21,6 +21,7 @@ from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
 
 AmId = wire.AmId
+COLD_EVERY = 16     # power of two
 
 
 def recv_view(buf) -> memoryview:
@@ -90,7 +91,12 @@ class Worker:
         except BaseException:
             self.close()
             raise
-        self._progress_fns = [i.progress for i in self.ifaces]
+        # Interfaces carrying our endpoints are progressed on every call; the
+        # others (listening for newcomers) every COLD_EVERY-th call only, so an
+        # unused tcp listener does not cost an epoll syscall per progress().
+        self._hot = []
+        self._cold = [i.progress for i in self.ifaces]
+        self._tick = 0
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
                                      tuple((i.name, i.address()) for i in self.ifaces))
         self.address_bytes = self.address.pack()
@@ -111,11 +117,22 @@ class Worker:
 
     # -- progress ------------------------------------------------------------
     def progress(self) -> int:
-        """Advance every transport once; returns the number of events handled."""
+        """Advance the transports once; returns the number of events handled."""
         n = 0
-        for fn in self._progress_fns:
+        for fn in self._hot:
             n += fn()
+        self._tick += 1
+        if not self._tick & (COLD_EVERY - 1):
+            for fn in self._cold:
+                n += fn()
         return n
+
+    def _mark_hot(self, iface) -> None:
+        """``iface`` now carries an endpoint: progress it on every call."""
+        fn = iface.progress
+        if fn in self._cold:
+            self._cold.remove(fn)
+            self._hot.append(fn)
 
     def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
                    what: str = "operation") -> None:
@@ -218,6 +235,7 @@ class Worker:
             ep = self._new_endpoint(addr)
         tep.owner_ep = ep
         ep.incoming.add(tep)
+        self._mark_hot(tep.iface)
 
     def _on_close(self, tep, header, payload):
         ep = tep.owner_ep

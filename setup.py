@@ -1,0 +1,22 @@
+"""Build shim: compiles the cffi modules; metadata lives in setup.cfg.
+
+``ucxpy._native`` (shm rings, atomics, CMA) is always built.  The RDMA
+modules (``ucxpy._ofi``, ``ucxpy._verbs``) are added when their headers exist
+(see native/build_rdma.py; ``UCXPY_NO_RDMA=1`` skips them).
+"""
+import os
+import sys
+
+from setuptools import setup
+
+CFFI_MODULES = ["native/build_native.py:ffibuilder"]
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "native"))
+try:
+    from build_rdma import cffi_modules as rdma_cffi_modules
+except ImportError:      # RDMA builders absent: the core and shm still work
+    rdma_cffi_modules = list
+finally:
+    sys.path.pop(0)
+
+setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules())

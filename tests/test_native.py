@@ -1,0 +1,443 @@
+"""ucxpy._native: the shared-memory frame ring, atomics, fences and CMA."""
+from __future__ import annotations
+
+import errno
+import mmap
+import multiprocessing as mp
+import os
+import random
+import secrets
+import struct
+
+import pytest
+
+native = pytest.importorskip("ucxpy._native")
+ffi, lib = native.ffi, native.lib
+
+HDR = lib.UCXPY_RING_HDR_SIZE
+OK, NOTIFY, FULL = lib.UCXPY_RING_OK, lib.UCXPY_RING_NOTIFY, lib.UCXPY_RING_FULL
+TOOBIG, CORRUPT, CLOSED = lib.UCXPY_RING_TOOBIG, lib.UCXPY_RING_CORRUPT, lib.UCXPY_RING_CLOSED
+
+pytestmark = pytest.mark.timeout(60)
+
+
+# -- helpers ---------------------------------------------------------------------
+
+class Ring:
+    """A ring in an anonymous mapping with a producer and a consumer handle."""
+
+    def __init__(self, capacity=4096, mem=None):
+        self.capacity = capacity
+        self.size = HDR + capacity
+        self.mm = mem if mem is not None else mmap.mmap(-1, self.size)
+        self.base = ffi.from_buffer(self.mm)
+        self.prod = ffi.new("ucxpy_ring_t *")
+        self.cons = ffi.new("ucxpy_ring_t *")
+        self.out = ffi.new("uint64_t[5]")
+
+    def init(self):
+        assert lib.ucxpy_ring_init(self.base, self.size) == 0
+        return self.attach()
+
+    def attach(self):
+        assert lib.ucxpy_ring_attach(self.prod, self.base, self.size) == 0
+        assert lib.ucxpy_ring_attach(self.cons, self.base, self.size) == 0
+        return self
+
+    def push(self, am_id, hdr, payload):
+        return lib.ucxpy_ring_push(self.prod, am_id, hdr, len(hdr), payload, len(payload))
+
+    def pop(self):
+        rc = lib.ucxpy_ring_peek(self.cons, self.out)
+        if rc != 1:
+            return rc
+        o = self.out
+        data = ffi.buffer(self.cons.data, self.capacity)
+        frame = (o[0], bytes(data[o[1]:o[1] + o[2]]), bytes(data[o[3]:o[3] + o[4]]))
+        lib.ucxpy_ring_release(self.cons)
+        return frame
+
+    def data_offset(self):
+        """Byte position of the consumer's next frame in the data area."""
+        return HDR + (self.cons.tail & (self.capacity - 1))
+
+
+def _shm_file(size):
+    path = f"/dev/shm/ucxpy-test-{os.getpid()}-{secrets.token_hex(6)}"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    os.ftruncate(fd, size)
+    return path, fd
+
+
+def _map(path, size):
+    fd = os.open(path, os.O_RDWR)
+    try:
+        return mmap.mmap(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _spawn(target, *args):
+    p = mp.get_context("spawn").Process(target=target, args=args, daemon=True)
+    p.start()
+    return p
+
+
+def _reap(*procs, timeout=30):
+    for p in procs:
+        p.join(timeout)
+        if p.is_alive():
+            p.kill()
+            p.join()
+    return [p.exitcode for p in procs]
+
+
+# -- ring ----------------------------------------------------------------------------
+
+def test_ring_push_peek_release_roundtrip():
+    r = Ring().init()
+    assert r.pop() == 0
+    assert r.push(7, b"head", b"payload") == OK
+    assert r.push(255, b"", b"") == OK
+    assert r.pop() == (7, b"head", b"payload")
+    assert r.pop() == (255, b"", b"")
+    assert r.pop() == 0
+
+
+def test_ring_peek_is_idempotent_until_release():
+    r = Ring().init()
+    r.push(1, b"a", b"b")
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 1
+    first = list(r.out)
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 1
+    assert list(r.out) == first
+    assert lib.ucxpy_ring_release(r.cons) == OK
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 0
+
+
+def test_ring_payload_is_8_byte_aligned():
+    r = Ring().init()
+    for hlen in range(0, 20):
+        r.push(1, b"h" * hlen, b"p" * 3)
+        assert lib.ucxpy_ring_peek(r.cons, r.out) == 1
+        assert r.out[3] % 8 == 0 and r.out[1] % 8 == 0
+        lib.ucxpy_ring_release(r.cons)
+
+
+def test_ring_wraps_around_with_random_sizes():
+    rng = random.Random(1234)
+    r = Ring(4096).init()
+    sent = []
+    received = []
+    for i in range(20000):
+        hdr = bytes([i & 0xFF]) * rng.randrange(0, 40)
+        payload = rng.randbytes(rng.randrange(0, 1500))
+        while r.push(i & 0xFF, hdr, payload) == FULL:
+            received.append(r.pop())
+        sent.append((i & 0xFF, hdr, payload))
+        if rng.random() < 0.3:
+            f = r.pop()
+            if f != 0:
+                received.append(f)
+    while True:
+        f = r.pop()
+        if f == 0:
+            break
+        received.append(f)
+    assert received == sent
+    assert r.cons.tail > 10 * r.capacity      # many laps were made
+
+
+def test_ring_full_then_space_after_release():
+    r = Ring(4096).init()
+    n = 0
+    while r.push(1, b"", b"x" * 500) == OK:
+        n += 1
+    assert n == 4096 // 512                   # 8-byte prefix + 504-byte payload slot
+    assert r.push(1, b"", b"x" * 500) == FULL
+    assert r.push(1, b"", b"") == FULL
+    assert r.pop() == (1, b"", b"x" * 500)
+    assert r.push(1, b"", b"x" * 500) == OK
+    assert r.push(1, b"", b"x" * 500) == FULL
+
+
+def test_ring_rejects_frames_that_can_never_fit():
+    r = Ring(4096).init()
+    assert lib.ucxpy_ring_max_payload(r.prod, 0) == 2048 - 8
+    assert r.push(1, b"", b"x" * (2048 - 8)) == OK
+    r.pop()
+    assert r.push(1, b"", b"x" * (2048 - 7)) == TOOBIG
+    assert r.push(256, b"", b"") == TOOBIG
+    assert r.push(1, b"h" * 70000, b"") == TOOBIG
+
+
+def test_ring_largest_frame_fits_at_any_position():
+    r = Ring(4096).init()
+    big = lib.ucxpy_ring_max_payload(r.prod, 0)
+    for shift in range(0, 4096, 8 * 37):
+        r.push(1, b"", b"y" * max(shift - 8, 0))
+        r.pop()
+        assert r.push(2, b"", b"z" * big) == OK
+        assert r.pop() == (2, b"", b"z" * big)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("paylen", 1 << 31),       # longer than what was published
+    ("paylen", 4000),          # longer than the bytes before the end of the ring
+    ("hdrlen", 0xFFFF),
+    ("kind", 9),               # unknown frame kind
+])
+def test_ring_corrupt_frame_prefix_is_rejected(field, value):
+    r = Ring(4096).init()
+    r.push(3, b"abc", b"defgh")
+    off = r.data_offset()
+    paylen, hdrlen, am_id, kind = struct.unpack_from("<IHBB", r.mm, off)
+    fields = dict(paylen=paylen, hdrlen=hdrlen, am_id=am_id, kind=kind)
+    fields[field] = value
+    struct.pack_into("<IHBB", r.mm, off, fields["paylen"], fields["hdrlen"],
+                     fields["am_id"], fields["kind"])
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == CORRUPT
+
+
+def test_ring_corrupt_pad_and_indices_are_rejected():
+    r = Ring(4096).init()
+    # a PAD at position 0 claims to skip the whole ring, but only 8 bytes exist
+    r.push(1, b"", b"")
+    struct.pack_into("<IHBB", r.mm, r.data_offset(), 0, 0, 0, 2)
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == CORRUPT
+    # head runs more than a ring ahead of tail
+    r = Ring(4096).init()
+    struct.pack_into("<Q", r.mm, 128, 1 << 20)
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == CORRUPT
+    # head not 8-aligned
+    r = Ring(4096).init()
+    struct.pack_into("<Q", r.mm, 128, 12)
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == CORRUPT
+    # producer sees a tail ahead of its head
+    r = Ring(4096).init()
+    while r.push(1, b"", b"x" * 1000) == OK:
+        pass
+    struct.pack_into("<Q", r.mm, 256, 1 << 40)
+    assert r.push(1, b"", b"x" * 1000) == CORRUPT
+
+
+def test_ring_attach_validates_header():
+    mm = mmap.mmap(-1, HDR + 4096)
+    base = ffi.from_buffer(mm)
+    h = ffi.new("ucxpy_ring_t *")
+    assert lib.ucxpy_ring_attach(h, base, HDR + 4096) == -1       # no magic yet
+    assert lib.ucxpy_ring_init(base, HDR + 4096) == 0
+    assert lib.ucxpy_ring_attach(h, base, HDR + 4096) == 0
+    assert lib.ucxpy_ring_attach(h, base, HDR + 2048) == -1       # size mismatch
+    assert lib.ucxpy_ring_init(base, HDR + 3000) == -1            # not a power of two
+    assert lib.ucxpy_ring_init(base + 8, HDR + 2048) == -1        # misaligned
+
+
+def test_ring_close_reported_after_drain():
+    r = Ring().init()
+    r.push(1, b"", b"last")
+    assert lib.ucxpy_ring_close_producer(r.prod) == OK
+    assert lib.ucxpy_ring_is_closed(r.cons) == 1
+    assert r.pop() == (1, b"", b"last")
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == CLOSED
+
+
+def test_ring_sleep_and_wake_flags():
+    r = Ring().init()
+    assert lib.ucxpy_ring_arm_consumer(r.cons) == 0          # empty: may sleep
+    assert r.push(1, b"", b"a") == NOTIFY                       # exactly one wake-up
+    assert r.push(1, b"", b"b") == OK
+    assert lib.ucxpy_ring_arm_consumer(r.cons) == 1          # data: do not sleep
+    lib.ucxpy_ring_disarm_consumer(r.cons)
+    assert r.push(1, b"", b"c") == OK
+    # producer waiting for space
+    while r.push(1, b"", b"x" * 256) == OK:
+        pass
+    assert lib.ucxpy_ring_arm_producer(r.prod) < 264
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 1
+    assert lib.ucxpy_ring_release(r.cons) == NOTIFY
+    lib.ucxpy_ring_peek(r.cons, r.out)
+    assert lib.ucxpy_ring_release(r.cons) == OK
+
+
+def test_ring_poll_many():
+    rings = [Ring().init() for _ in range(4)]
+    arr = ffi.new("ucxpy_ring_t *[4]", [r.cons for r in rings])
+    assert lib.ucxpy_ring_poll_many(arr, 4, 0) == -1
+    rings[2].push(1, b"", b"")
+    assert lib.ucxpy_ring_poll_many(arr, 4, 0) == 2
+    assert lib.ucxpy_ring_poll_many(arr, 4, 2) == 2
+    assert lib.ucxpy_ring_poll_many(arr, 4, 3) == -1
+    rings[0].push(1, b"", b"")
+    assert lib.ucxpy_ring_poll_many(arr, 4, 0) == 0
+    assert lib.ucxpy_ring_poll_many(arr, 4, 1) == 2
+    lib.ucxpy_ring_close_producer(rings[3].prod)
+    assert lib.ucxpy_ring_poll_many(arr, 4, 3) == 3
+
+
+def _ring_producer(path, size, count, seed):
+    mm = _map(path, size)
+    r = Ring(size - HDR, mm)
+    assert lib.ucxpy_ring_attach(r.prod, r.base, size) == 0
+    rng = random.Random(seed)
+    for i in range(count):
+        payload = struct.pack("<I", i) * rng.randrange(0, 64)
+        hdr = struct.pack("<Q", i)
+        while lib.ucxpy_ring_push(r.prod, i & 0xFF, hdr, 8, payload, len(payload)) == FULL:
+            pass
+    lib.ucxpy_ring_close_producer(r.prod)
+
+
+def test_ring_across_processes_keeps_order_and_content():
+    size = HDR + 8192
+    path, fd = _shm_file(size)
+    p = None
+    try:
+        mm = mmap.mmap(fd, size)
+        os.close(fd)
+        r = Ring(8192, mm)
+        assert lib.ucxpy_ring_init(r.base, size) == 0
+        assert lib.ucxpy_ring_attach(r.cons, r.base, size) == 0
+        count = 50000
+        p = _spawn(_ring_producer, path, size, count, 99)
+        rng = random.Random(99)
+        data = ffi.buffer(r.cons.data, 8192)
+        i = 0
+        while True:
+            rc = lib.ucxpy_ring_peek(r.cons, r.out)
+            if rc == 0:
+                continue
+            if rc == CLOSED:
+                break
+            assert rc == 1
+            o = r.out
+            assert o[0] == i & 0xFF
+            assert data[o[1]:o[1] + o[2]] == struct.pack("<Q", i)
+            assert data[o[3]:o[3] + o[4]] == struct.pack("<I", i) * rng.randrange(0, 64)
+            lib.ucxpy_ring_release(r.cons)
+            i += 1
+        assert i == count
+        assert _reap(p) == [0]
+    finally:
+        if p is not None and p.is_alive():
+            p.kill()
+        os.unlink(path)
+
+
+# -- atomics ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("bits", [32, 64])
+def test_atomic_operations(bits):
+    t = f"uint{bits}_t"
+    mask = (1 << bits) - 1
+    cell = ffi.new(f"{t}[2]")
+    p = cell + 1
+    f = lambda name: getattr(lib, f"ucxpy_atomic_{name}{bits}")  # noqa: E731
+    f("store")(p, 10)
+    assert f("load")(p) == 10
+    f("add")(p, 5)
+    assert cell[1] == 15
+    assert f("fetch_add")(p, mask) == 15 and cell[1] == 14          # wraps: -1
+    assert f("swap")(p, 0xF0) == 14 and cell[1] == 0xF0
+    assert f("cswap")(p, 1, 2) == 0xF0 and cell[1] == 0xF0          # no swap
+    assert f("cswap")(p, 0xF0, 0x3C) == 0xF0 and cell[1] == 0x3C
+    f("and")(p, 0x0F)
+    assert cell[1] == 0x0C
+    f("or")(p, 0x30)
+    assert cell[1] == 0x3C
+    f("xor")(p, 0xFF)
+    assert cell[1] == 0xC3
+    assert f("fetch_and")(p, 0x0F) == 0xC3 and cell[1] == 0x03
+    assert f("fetch_or")(p, 0x10) == 0x03 and cell[1] == 0x13
+    assert f("fetch_xor")(p, 0x13) == 0x13 and cell[1] == 0
+    f("store")(p, mask)
+    f("add")(p, 1)
+    assert cell[1] == 0 and cell[0] == 0                            # neighbour untouched
+
+
+def test_fences_are_callable():
+    lib.ucxpy_fence_acquire()
+    lib.ucxpy_fence_release()
+    lib.ucxpy_fence_seq_cst()
+
+
+def _hammer(path, size, iters, slot):
+    mm = _map(path, size)
+    base = ffi.from_buffer(mm)
+    for _ in range(iters):
+        lib.ucxpy_atomic_fetch_add64(base, 1)
+        lib.ucxpy_atomic_add32(base + 8, 3)
+        while True:     # compare-and-swap increment loop
+            old = lib.ucxpy_atomic_load64(base + 16)
+            if lib.ucxpy_atomic_cswap64(base + 16, old, old + 1) == old:
+                break
+        lib.ucxpy_atomic_xor64(base + 24, 1 << slot)
+
+
+def test_atomics_under_multiprocess_contention():
+    size, nproc, iters = 4096, 4, 20000
+    path, fd = _shm_file(size)
+    os.close(fd)
+    procs = []
+    try:
+        procs = [_spawn(_hammer, path, size, iters, k) for k in range(nproc)]
+        assert _reap(*procs, timeout=50) == [0] * nproc
+        mm = _map(path, size)
+        counter, adds, cas, bits = struct.unpack_from("<QIxxxxQQ", mm)
+        assert counter == nproc * iters
+        assert adds == (3 * nproc * iters) & 0xFFFFFFFF
+        assert cas == nproc * iters
+        assert bits == 0                    # each slot flipped an even number of times
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        os.unlink(path)
+
+
+# -- CMA -------------------------------------------------------------------------------
+
+def _cma_target(conn):
+    buf = bytearray(b"".join(b"%08d" % i for i in range(1 << 17)))   # 1 MiB
+    c = ffi.from_buffer(buf)
+    conn.send((int(ffi.cast("uintptr_t", c)), len(buf), lib.ucxpy_cma_probe_addr()))
+    conn.recv()                             # parent wrote into us; report back
+    conn.send(bytes(buf[:16]))
+    conn.recv()
+
+
+def test_cma_read_write_between_processes():
+    ctx = mp.get_context("spawn")
+    a, b = ctx.Pipe()
+    p = ctx.Process(target=_cma_target, args=(b,), daemon=True)
+    p.start()
+    try:
+        assert a.poll(30)
+        addr, n, probe = a.recv()
+        rc = lib.ucxpy_cma_probe(p.pid, probe)
+        if rc != 1:
+            pytest.skip(f"CMA not permitted here: {os.strerror(-rc) if rc < 0 else rc}")
+        expect = b"".join(b"%08d" % i for i in range(1 << 17))
+        dst = bytearray(n)
+        assert lib.ucxpy_cma_read(p.pid, ffi.from_buffer(dst), addr, n) == n
+        assert dst == expect
+        part = bytearray(8)
+        assert lib.ucxpy_cma_read(p.pid, ffi.from_buffer(part), addr + 8 * 1000, 8) == 8
+        assert part == b"00001000"
+        assert lib.ucxpy_cma_write(p.pid, b"WRITTEN!", addr, 8) == 8
+        a.send("check")
+        assert a.poll(30)
+        assert a.recv() == b"WRITTEN!00000001"
+        assert lib.ucxpy_cma_read(p.pid, ffi.from_buffer(part), 16, 8) == -errno.EFAULT
+        a.send("exit")
+        assert _reap(p) == [0]
+        assert lib.ucxpy_cma_probe(p.pid, probe) < 0              # gone (ESRCH)
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def test_cma_probe_self():
+    assert lib.ucxpy_cma_probe(os.getpid(), lib.ucxpy_cma_probe_addr()) in (1, -errno.EPERM,
+                                                                            -errno.ENOSYS)

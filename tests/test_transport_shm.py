@@ -1,0 +1,427 @@
+"""The shm transport between real processes, driven through a fake owner."""
+from __future__ import annotations
+
+import glob
+import hashlib
+import multiprocessing as mp
+import os
+import random
+import select
+import signal
+import struct
+import time
+
+import pytest
+
+pytest.importorskip("ucxpy._native")
+
+from ucxpy.config import Config  # noqa: E402
+from ucxpy._native import lib  # noqa: E402
+from ucxpy.errors import (ConnectionLost, MessageTooLarge, ProtocolError,  # noqa: E402
+                          RemoteAccessError)
+from ucxpy.transports.base import Caps  # noqa: E402
+from ucxpy.transports.shm import ShmInterface, local_host_id, reap_stale_segments  # noqa: E402
+
+pytestmark = pytest.mark.timeout(60)
+
+AM_DATA, AM_KEY, AM_HELLO = 1, 2, 3
+GET_SIZE = 64 << 20
+HDR_SIZE = lib.UCXPY_RING_HDR_SIZE
+
+
+class FakeOwner:
+    """Records what the transport reports; optionally echoes every frame."""
+
+    direct_am_ids = frozenset()
+
+    def __init__(self, echo=False):
+        self.echo = echo
+        self.frames = []
+        self.failed = []
+        self.keep = []
+
+    def recv_frame(self, ep, am_id, header, payload):
+        if am_id == AM_KEY and self.echo:
+            self._serve_key(ep)
+        elif self.echo:
+            ep.send(am_id, bytes(header), bytes(payload))
+        else:
+            self.frames.append((ep, am_id, bytes(header), bytes(payload)))
+
+    def recv_dest(self, ep, am_id, header, length):
+        return None
+
+    def conn_failed(self, ep, exc):
+        self.failed.append((ep, exc))
+
+    def _serve_key(self, ep):
+        buf = bytearray(random.Random(5).randbytes(GET_SIZE))
+        self.keep.append(buf)
+        addr, rkey = ep.pack_local_key(buf)
+        ep.send(AM_KEY, struct.pack("<Q", addr) + rkey, hashlib.sha256(buf).digest())
+
+
+def _peer_main(conn, overrides, mode):
+    """Child process: an interface that echoes, stalls or connects back."""
+    owner = FakeOwner(echo=mode in ("echo", "connect"))
+    iface = ShmInterface(owner, Config.from_env({}, **overrides))
+    conn.send(iface.address())
+    if mode == "connect":
+        ep = iface.connect(conn.recv())
+        ep.send(AM_HELLO, b"hello", b"")
+    next_check = 0.0
+    while True:
+        if mode != "stall" or not owner.frames:
+            iface.progress()
+        now = time.monotonic()
+        if now >= next_check:
+            next_check = now + 0.005
+            if conn.poll():
+                cmd = conn.recv()
+                if cmd == "stop":
+                    break
+                if cmd == "failed":
+                    conn.send([str(e) for _ep, e in owner.failed])
+                if cmd == "delayed-send":
+                    time.sleep(0.3)
+                    owner_ep = owner.frames[0][0] if owner.frames else None
+                    if owner_ep is None:
+                        for ep in iface._eps:
+                            ep.send(AM_DATA, b"late", b"wake up")
+        if mode == "stall" and owner.frames:
+            time.sleep(0.001)
+    iface.close()
+
+
+class Peer:
+    def __init__(self, mode="echo", **overrides):
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_peer_main, args=(child, overrides, mode), daemon=True)
+        self.proc.start()
+        self.address = self.recv()
+
+    def recv(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while not self.conn.poll(0.05):
+            if not self.proc.is_alive() or time.monotonic() > deadline:
+                raise AssertionError(f"peer process silent (exit code {self.proc.exitcode})")
+        return self.conn.recv()
+
+    def stop(self):
+        if self.proc.is_alive():
+            try:
+                self.conn.send("stop")
+            except OSError:
+                pass
+            self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+
+
+@pytest.fixture
+def peers():
+    started = []
+
+    def start(mode="echo", **overrides):
+        p = Peer(mode, **overrides)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        if p.proc.is_alive():
+            p.proc.kill()
+        p.proc.join(10)
+
+
+@pytest.fixture
+def local():
+    made = []
+
+    def make(**overrides):
+        owner = FakeOwner()
+        iface = ShmInterface(owner, Config.from_env({}, **overrides))
+        made.append(iface)
+        return owner, iface
+
+    yield make
+    for iface in made:
+        iface.close()
+
+
+def drive(iface, cond, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        iface.progress()
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+
+
+def _segments(pid):
+    return glob.glob(f"/dev/shm/ucxpy-shm-{pid}-*")
+
+
+# -- tests -----------------------------------------------------------------------------
+
+def test_attributes_and_reachability(local):
+    _owner, iface = local()
+    a = iface.attrs
+    assert a.caps & Caps.AM_SHORT and a.caps & Caps.AM_BCOPY and a.caps & Caps.INTRA_HOST
+    assert a.max_short == 256 and a.max_bcopy == 8192
+    assert a.max_frame == iface.ring_size // 4
+    assert iface.is_reachable(iface.address(), local_host_id())
+    assert not iface.is_reachable(iface.address(), b"other-host/boot/1")
+    assert not iface.is_reachable(b"garbage", local_host_id())
+    assert ShmInterface.query(Config.from_env({})).available
+
+
+def test_cma_can_be_disabled(local):
+    _owner, iface = local(shm_cma=False)
+    assert not iface.attrs.caps & Caps.GET_ZCOPY and iface.attrs.max_get == 0
+
+
+def test_frames_in_order_byte_for_byte_all_sizes(peers, local):
+    owner, iface = local()
+    peer = peers("echo")
+    ep = iface.connect(peer.address)
+    mf = iface.attrs.max_frame
+    sizes = [0, 1, 7, 8, 9, 255, 256, 257, 1000, 4095, 4096, 8191, 8192, 8193,
+             65536, 100003, mf - 1, mf, 0, 3]
+    rng = random.Random(7)
+    sent = []
+    for i, n in enumerate(sizes):
+        hdr = struct.pack("<I", i) + rng.randbytes(i % 13)
+        payload = rng.randbytes(n)
+        kind = i % 3    # bytes, bytearray, memoryview of a numpy-like view
+        buf = payload if kind == 0 else bytearray(payload) if kind == 1 else memoryview(payload)
+        ep.send(AM_DATA, hdr, buf)
+        sent.append((AM_DATA, hdr, payload))
+    drive(iface, lambda: len(owner.frames) == len(sent))
+    got = [(am, h, p) for _ep, am, h, p in owner.frames]
+    assert got == sent
+    with pytest.raises(MessageTooLarge):
+        ep.send(AM_DATA, b"", bytes(mf + 1))
+    with pytest.raises(MessageTooLarge):
+        ep.send(AM_DATA, bytes(2000), b"")
+    peer.stop()
+
+
+def test_ring_full_back_pressure_keeps_order(peers, local):
+    owner, iface = local(shm_ring_size=65536)
+    peer = peers("echo", shm_ring_size=65536)
+    ep = iface.connect(peer.address)
+    rng = random.Random(11)
+    sent, done, results = [], [], []
+    big = iface.attrs.max_bcopy + 1000
+    for i in range(5000):
+        n = big if i % 50 == 0 else rng.randrange(0, 3000)
+        payload = bytearray(rng.randbytes(n))
+        hdr = struct.pack("<I", i)
+        results.append(ep.send(AM_DATA, hdr, payload, on_complete=done.append))
+        sent.append((hdr, bytes(payload)))
+    assert ep.pending > 1000                     # nothing was progressed: queued
+    assert False in results                      # large payloads queued by reference
+    assert results.count(False) == sum(1 for i in range(5000)
+                                       if i % 50 == 0 and not results[i])
+    drive(iface, lambda: len(owner.frames) == len(sent), timeout=40)
+    assert [(h, p) for _ep, _am, h, p in owner.frames] == sent
+    assert done == [None] * results.count(False)
+    assert ep.pending == 0
+    peer.stop()
+
+
+def test_get_zcopy_64MiB_via_cma(peers, local):
+    owner, iface = local()
+    if not iface.attrs.caps & Caps.GET_ZCOPY:
+        pytest.skip(f"CMA unavailable: {iface.cma_reason}")
+    peer = peers("echo")
+    ep = iface.connect(peer.address)
+    ep.send(AM_KEY, b"", b"")
+    drive(iface, lambda: owner.frames, timeout=40)
+    _ep, am, hdr, digest = owner.frames[0]
+    assert am == AM_KEY
+    (addr,), rkey = struct.unpack_from("<Q", hdr), hdr[8:]
+    if not ep.cma_ok():
+        pytest.skip("CMA to the peer process is not permitted")
+    dst = bytearray(GET_SIZE)
+    t = time.perf_counter()
+    assert ep.get(memoryview(dst), addr, rkey, None) is True
+    dt = time.perf_counter() - t
+    assert hashlib.sha256(dst).digest() == digest
+    print(f"CMA get 64 MiB: {GET_SIZE / dt / 1e9:.2f} GB/s")
+    part = bytearray(4096)
+    assert ep.get(part, addr + GET_SIZE - 4096, rkey, None)
+    assert part == dst[-4096:]
+    with pytest.raises(RemoteAccessError):
+        ep.get(part, addr + GET_SIZE - 4095, rkey, None)          # past the end
+    with pytest.raises(RemoteAccessError):
+        ep.get(part, addr - 1, rkey, None)                        # before the start
+    with pytest.raises(RemoteAccessError):
+        ep.get(part, addr, b"junk", None)
+    peer.stop()
+
+
+@pytest.mark.parametrize("who_connects", ["we", "peer"])
+def test_peer_death_is_connection_lost(peers, local, who_connects):
+    owner, iface = local(shm_ring_size=65536)
+    if who_connects == "we":
+        peer = peers("stall", shm_ring_size=65536)
+        ep = iface.connect(peer.address)
+        ep.send(AM_DATA, b"first", b"")
+    else:
+        peer = peers("connect")
+        peer.conn.send(iface.address())
+        drive(iface, lambda: owner.frames)
+        ep = owner.frames[0][0]
+        assert ep.accepted and owner.frames[0][1] == AM_HELLO
+    # With a stalled peer the ring fills up and sends queue by reference.
+    done = []
+    if who_connects == "we":
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            while ep.pending == 0:
+                ep.send(AM_DATA, b"", bytes(iface.attrs.max_bcopy + 1), on_complete=done.append)
+            time.sleep(0.1)              # the peer may still drain one batch
+            iface.progress()
+            if ep.pending:
+                break
+        assert ep.pending > 0
+        done.clear()
+    time.sleep(0.05)
+    os.kill(peer.proc.pid, signal.SIGKILL)
+    t = time.monotonic()
+    drive(iface, lambda: owner.failed, timeout=10)
+    assert time.monotonic() - t < 2.0
+    assert len(owner.failed) == 1
+    failed_ep, exc = owner.failed[0]
+    assert failed_ep is ep and isinstance(exc, ConnectionLost)
+    if who_connects == "we":
+        assert done and all(isinstance(e, ConnectionLost) for e in done), (done, exc)
+    with pytest.raises(ConnectionLost):
+        ep.send(AM_DATA, b"", b"")
+    for _ in range(200):
+        iface.progress()
+    assert len(owner.failed) == 1              # reported exactly once
+    peer.proc.join(10)
+    assert _segments(peer.proc.pid) == [] and _segments(os.getpid()) == []
+
+
+def test_graceful_close_reaches_the_peer_and_frees_segments(peers, local):
+    owner, iface = local()
+    peer = peers("echo")
+    ep = iface.connect(peer.address)
+    ep.send(AM_DATA, b"x", b"y")
+    drive(iface, lambda: owner.frames)
+    assert _segments(os.getpid()) == []          # unlinked once the peer mapped it
+    ep.close()
+    ep.close()                                   # idempotent
+    with pytest.raises(ConnectionLost):
+        ep.send(AM_DATA, b"", b"")
+    deadline = time.monotonic() + 10
+    while True:
+        peer.conn.send("failed")
+        reports = peer.recv()
+        if reports or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert reports and "closed" in reports[0]
+    assert owner.failed == []                    # our own close is not a failure
+    peer.stop()
+
+
+def test_wait_fds_wakes_a_sleeping_consumer(peers, local):
+    owner, iface = local()
+    peer = peers("connect")
+    peer.conn.send(iface.address())
+    drive(iface, lambda: owner.frames)
+    owner.frames.clear()
+    drive(iface, lambda: True)
+    fds = iface.wait_fds()                       # arms the rings: we go to sleep
+    peer.conn.send("delayed-send")
+    t = time.monotonic()
+    readable, _, _ = select.select(fds, [], [], 10)
+    assert readable and time.monotonic() - t < 5
+    drive(iface, lambda: owner.frames)
+    assert owner.frames[0][2:] == (b"late", b"wake up")
+    # armed with data already waiting: select must not block
+    peer.conn.send("delayed-send")
+    time.sleep(0.6)
+    fds = iface.wait_fds()
+    readable, _, _ = select.select(fds, [], [], 5)
+    assert readable
+    peer.stop()
+
+
+def test_connect_to_vanished_interface_fails(local):
+    owner, iface = local()
+    _o2, gone = local()
+    address = gone.address()
+    gone.close()
+    ep = iface.connect(address)
+    drive(iface, lambda: owner.failed, timeout=5)
+    assert owner.failed[0][0] is ep and isinstance(owner.failed[0][1], ConnectionLost)
+    assert _segments(os.getpid()) == []
+
+
+def test_corrupt_ring_from_peer_is_protocol_error(local):
+    owner_a, a = local()
+    owner_b, b = local()
+    ep = a.connect(b.address())
+    ep.send(AM_DATA, b"ok", b"fine")
+    drive(b, lambda: owner_b.frames)
+    bep = owner_b.frames[0][0]
+    ep.send(AM_DATA, b"h", b"p")
+    # scribble over the next frame prefix in ring 0 (connector -> acceptor)
+    seg = ep._seg
+    pos = HDR_SIZE + (bep._rx.tail & (seg.capacity - 1))
+    struct.pack_into("<IHBB", seg.mm, pos, 1 << 30, 5, AM_DATA, 1)
+    drive(b, lambda: owner_b.failed)
+    failed_ep, exc = owner_b.failed[0]
+    assert failed_ep is bep and isinstance(exc, ProtocolError)
+    assert len(owner_b.frames) == 1
+
+
+def test_endpoint_closed_from_inside_recv_frame(local):
+    owner_a, a = local()
+    owner_b, b = local()
+    ep = a.connect(b.address())
+    for i in range(10):
+        ep.send(AM_DATA, b"%d" % i, b"x" * 100)
+    seen = []
+
+    def recv_and_close(rep, am_id, header, payload):
+        seen.append(bytes(header))
+        rep.close()
+
+    owner_b.recv_frame = recv_and_close
+    drive(b, lambda: seen)
+    for _ in range(100):
+        b.progress()
+        a.progress()
+    assert seen == [b"0"]
+    drive(a, lambda: owner_a.failed)             # a learns that b closed
+    assert isinstance(owner_a.failed[0][1], ConnectionLost)
+
+
+def _exit_now():
+    pass
+
+
+def test_stale_segments_of_dead_processes_are_reaped():
+    p = mp.get_context("spawn").Process(target=_exit_now)
+    p.start()
+    p.join(30)
+    path = f"/dev/shm/ucxpy-shm-{p.pid}-{'ab' * 8}"
+    young = f"/dev/shm/ucxpy-shm-{p.pid}-{'cd' * 8}"
+    try:
+        for f in (path, young):
+            open(f, "wb").close()
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+        assert reap_stale_segments() >= 1
+        assert not os.path.exists(path) and os.path.exists(young)
+    finally:
+        for f in (path, young):
+            if os.path.exists(f):
+                os.unlink(f)

@@ -1,0 +1,189 @@
+"""The verbs transport without a device: bindings, packing, the QP state
+machine, and falling back cleanly where ibv_get_device_list finds nothing."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+verbs = pytest.importorskip("ucxpy.transports.verbs")
+
+from conftest import ROOT, Pair  # noqa: E402
+from ucxpy.config import Config  # noqa: E402
+from ucxpy.errors import ProtocolError, RemoteAccessError, TransportUnavailable  # noqa: E402
+from ucxpy.transports.verbs import (QP_ATTR, QP_TRANSITIONS, InvalidTransition,  # noqa: E402
+                                    QpState, QueuePair, VerbsInterface, transition_mask,
+                                    transition_params)
+
+pytestmark = pytest.mark.timeout(60)
+built = pytest.mark.skipif(verbs.lib is None, reason="ucxpy._verbs is not built")
+
+
+def _has_device():
+    return verbs.lib is not None and verbs.device_status()[0] > 0
+
+
+# -- the cffi module ----------------------------------------------------------------
+
+@built
+def test_module_binds_the_real_libibverbs():
+    ffi, lib = verbs.ffi, verbs.lib
+    n = ffi.new("int *", -1)
+    lst = lib.ibv_get_device_list(n)          # the real library call
+    if lst != ffi.NULL:
+        assert n[0] >= 0
+        for i in range(n[0]):
+            assert ffi.string(lib.ibv_get_device_name(lst[i]))
+        lib.ibv_free_device_list(lst)
+    else:
+        assert ffi.errno != 0                  # e.g. ENOSYS: no RDMA in this kernel
+    for name in ("uxv_open", "uxv_qp_create", "uxv_qp_modify", "uxv_reg_mr", "uxv_post_send",
+                 "uxv_post_recv", "uxv_poll", "uxv_arm"):
+        assert callable(getattr(lib, name))
+
+
+@built
+def test_abi_constants_match_the_header():
+    lib = verbs.lib
+    for name, bit in QP_ATTR.items():
+        assert getattr(lib, "IBV_QP_" + name) == bit, name
+    for s in QpState:
+        assert getattr(lib, "IBV_QPS_" + s.name) == s.value
+    assert (lib.IBV_ACCESS_LOCAL_WRITE, lib.IBV_ACCESS_REMOTE_WRITE, lib.IBV_ACCESS_REMOTE_READ,
+            lib.IBV_ACCESS_REMOTE_ATOMIC) == (1, 2, 4, 8)
+    assert lib.IBV_MTU_256 == 1 and lib.IBV_MTU_4096 == 5
+    assert lib.IBV_LINK_LAYER_ETHERNET == verbs.LINK_LAYER_ETHERNET
+
+
+# -- no device: unavailable with a reason, others still work --------------------------
+
+@built
+@pytest.mark.skipif(_has_device(), reason="an RDMA device exists here")
+def test_query_without_device_gives_reason():
+    avail = VerbsInterface.query(Config.from_env({}))
+    assert not avail.available
+    assert avail.reason.startswith("no RDMA devices found (ibv_get_device_list")
+    with pytest.raises(TransportUnavailable):
+        VerbsInterface(None, Config.from_env({}))
+
+
+@pytest.mark.skipif(_has_device(), reason="an RDMA device exists here")
+def test_context_falls_back_to_other_transports():
+    import ucxpy
+    ctx = ucxpy.Context(ucxpy.Config.from_env({}, tls="verbs,tcp"))
+    assert "verbs" in ctx.unavailable and "no RDMA devices" in ctx.unavailable["verbs"] \
+        or verbs.lib is None
+    assert [c.name for c in ctx.transports] == ["self", "tcp"]
+    with pytest.raises(TransportUnavailable, match="verbs"):
+        ucxpy.Context(ucxpy.Config.from_env({}, tls="verbs"))
+    p = Pair("verbs,tcp")
+    try:
+        r = p.workers[1].tag_recv_nb(buf := bytearray(5), tag=1)
+        p.wait(r, p.eps[0][1].tag_send_nb(b"hello", 1))
+        assert buf == b"hello" and p.eps[0][1].lane.name == "tcp"
+    finally:
+        p.close()
+
+
+@pytest.mark.skipif(_has_device(), reason="an RDMA device exists here")
+def test_info_shows_the_reason():
+    cp = subprocess.run([sys.executable, "-m", "ucxpy.tools.info", "-d"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=50,
+                        env={"PYTHONPATH": ROOT, "UCXPY_TLS": "verbs,tcp", "PATH": "/usr/bin"})
+    assert "# verbs: not available:" in cp.stdout
+
+
+# -- QP state machine (pure) -----------------------------------------------------------
+
+def test_transition_masks():
+    A = QP_ATTR
+    assert transition_mask(QpState.RESET, QpState.INIT) == \
+        A["STATE"] | A["PKEY_INDEX"] | A["PORT"] | A["ACCESS_FLAGS"]
+    assert transition_mask(QpState.INIT, QpState.RTR) == \
+        A["STATE"] | A["AV"] | A["PATH_MTU"] | A["DEST_QPN"] | A["RQ_PSN"] | \
+        A["MAX_DEST_RD_ATOMIC"] | A["MIN_RNR_TIMER"]
+    assert transition_mask(QpState.RTR, QpState.RTS) == \
+        A["STATE"] | A["TIMEOUT"] | A["RETRY_CNT"] | A["RNR_RETRY"] | A["SQ_PSN"] | \
+        A["MAX_QP_RD_ATOMIC"]
+    for s in QpState:
+        assert transition_mask(s, QpState.ERR) == A["STATE"]
+    assert transition_mask(QpState.ERR, QpState.RESET) == A["STATE"]
+
+
+@pytest.mark.parametrize("cur,nxt", [(QpState.RESET, QpState.RTR), (QpState.RESET, QpState.RTS),
+                                     (QpState.INIT, QpState.RTS), (QpState.RTS, QpState.INIT),
+                                     (QpState.ERR, QpState.RTS)])
+def test_invalid_transitions_raise(cur, nxt):
+    assert (cur, nxt) not in QP_TRANSITIONS
+    with pytest.raises(InvalidTransition):
+        transition_mask(cur, nxt)
+
+
+LOCAL = dict(port=1, gid_index=3, mtu=5, max_rd_atomic=4, psn=0x123456)
+REMOTE = dict(qpn=0x42, psn=0x654321, lid=7, gid=bytes(range(16)), mtu=3, **{"global": True})
+
+
+def test_transition_params():
+    p = transition_params(QpState.RESET, QpState.INIT, LOCAL)
+    assert p == dict(qp_state=1, pkey_index=0, port=1, access=verbs.RC_ACCESS)
+    p = transition_params(QpState.INIT, QpState.RTR, LOCAL, REMOTE)
+    assert (p["qp_state"], p["dest_qpn"], p["rq_psn"], p["path_mtu"], p["dlid"],
+            p["is_global"], p["dgid"], p["sgid_index"]) == \
+        (2, 0x42, 0x654321, 3, 7, 1, bytes(range(16)), 3)          # mtu = min of both
+    p = transition_params(QpState.RTR, QpState.RTS, LOCAL, REMOTE)
+    assert (p["qp_state"], p["sq_psn"], p["rnr_retry"], p["max_rd_atomic"]) == \
+        (3, 0x123456, 7, 4)
+    with pytest.raises(InvalidTransition):
+        transition_params(QpState.INIT, QpState.RTR, LOCAL, None)
+
+
+def test_queue_pair_walks_reset_to_rts_and_fails_into_err():
+    calls = []
+    qp = QueuePair(lambda params, mask: calls.append((params["qp_state"], mask)) or 0)
+    qp.connect(LOCAL, REMOTE)
+    assert qp.state == QpState.RTS
+    assert [c[0] for c in calls] == [1, 2, 3]
+    assert [c[1] for c in calls] == [transition_mask(QpState.RESET, QpState.INIT),
+                                     transition_mask(QpState.INIT, QpState.RTR),
+                                     transition_mask(QpState.RTR, QpState.RTS)]
+    bad = QueuePair(lambda params, mask: 22 if params["qp_state"] == 2 else 0)
+    with pytest.raises(OSError):
+        bad.connect(LOCAL, REMOTE)
+    assert bad.state == QpState.ERR
+    bad.move(QpState.RESET, LOCAL)      # ERR -> RESET is allowed: the QP can be reused
+
+
+# -- packing ---------------------------------------------------------------------------
+
+def test_address_roundtrip_and_malformed():
+    gid = bytes(range(16))
+    a = verbs.pack_address(1, 2, 5, 9, 40000, 123, 77, 0xABC, gid, ["10.0.0.1", "192.168.1.2"])
+    d = verbs.unpack_address(a)
+    assert (d["port"], d["link_layer"], d["mtu"], d["lid"], d["oob_port"], d["pid"], d["uuid"],
+            d["guid"], d["gid"], d["ips"]) == \
+        (1, 2, 5, 9, 40000, 123, 77, 0xABC, gid, ["10.0.0.1", "192.168.1.2"])
+    for bad in (b"", a[:20], a + b"\0", b"XXXX" + a[4:]):
+        with pytest.raises(ValueError):
+            verbs.unpack_address(bad)
+
+
+def test_rkey_roundtrip_and_malformed():
+    k = verbs.pack_rkey(9, 0x1234, 0x7000, 100)
+    assert verbs.unpack_rkey(k) == (9, 0x1234, 0x7000, 100)
+    for bad in (k[:-2], b"ABCD" + k[4:]):
+        with pytest.raises(RemoteAccessError):
+            verbs.unpack_rkey(bad)
+
+
+def test_oob_messages():
+    gid = bytes(16)
+    m = verbs.unpack_oob(verbs.pack_oob(verbs.OOB_REQ, 5, 0x99, 0x1234, 3, 5, False, gid))
+    assert (m["kind"], m["uuid"], m["qpn"], m["psn"], m["lid"], m["mtu"], m["glob"]) == \
+        (verbs.OOB_REQ, 5, 0x99, 0x1234, 3, 5, False)
+    for bad in (b"short", verbs.pack_oob(9, 5, 1, 1, 1, 5, False, gid),
+                verbs.pack_oob(verbs.OOB_REP, 5, 0, 1, 1, 5, False, gid),          # qpn 0
+                verbs.pack_oob(verbs.OOB_REP, 5, 1, 1 << 24, 1, 5, False, gid),    # psn > 24 bit
+                verbs.pack_oob(verbs.OOB_REP, 5, 1, 1, 1, 9, False, gid)):         # bad mtu
+        with pytest.raises(ProtocolError):
+            verbs.unpack_oob(bad)

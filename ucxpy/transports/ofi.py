@@ -1,0 +1,1175 @@
+"""libfabric transport: reliable-datagram (RDM) endpoints through cffi.
+
+Theory of operation
+-------------------
+Each :class:`OfiInterface` opens one fabric/domain/RDM endpoint with its own
+address vector and completion queue (``native/ofi_shim.c``), for the
+provider named by ``UCXPY_OFI_PROVIDER`` (a ``;``-list such as
+``tcp;ofi_rxm``; several candidates separated by ``,`` are tried in order;
+default ``tcp;ofi_rxm,shm``) and optionally the domain ``UCXPY_OFI_DOMAIN``.
+On InfiniBand/RoCE use ``verbs;ofi_rxm``: nothing below depends on the
+provider.
+
+Interface address (little-endian)::
+
+    "UOFI" | version u8 | flags u8 | pad u16 | pid u32 | uuid u64
+    | len(provider) u8 | len(fabric) u8 | len(host id) u16 | len(name) u16
+    | provider | fabric | host id | fi_getname() bytes
+
+RDM endpoints have no connections: ``connect()`` is one ``fi_av_insert``
+and the endpoint can send at once.  So that the receiver can tell frames of
+different endpoints apart (the core's FIFO unit), every frame starts with a
+24-byte prefix naming the sending interface (its uuid) and a connection id::
+
+    magic u16 | am_id u8 | kind u8 | header len u16 | seq u16 | payload len u32
+    | connection id u32 | sender uuid u64
+
+The first frame of a connection is HELLO (payload: the connector's interface
+address), which creates the accepted endpoint on the peer; its frames carry
+``kind=REPLY`` and the connector's id.  ``close()`` sends BYE once the queue is
+drained; the peer reports that endpoint as lost, like EOF on tcp.
+
+Frames travel in registered *bounce buffers*: ``rx_depth`` receive slots are
+pre-posted with ``fi_recv`` and re-posted after ``recv_frame`` returns;
+sends copy prefix, header and payload into one of ``tx_depth`` send slots
+(so ``send()`` returns True) and ``fi_send`` it.  ``max_frame`` is the slot
+size (``UCXPY_OFI_BOUNCE``, 64 KiB); bigger messages use the core's
+rendezvous.  When no slot is free or the provider says ``-FI_EAGAIN``,
+frames queue per endpoint, in order, and are posted from ``progress()``
+(payloads over ``max_bcopy`` with an ``on_complete`` are queued by reference).
+The provider is asked for ``FI_ORDER_SAS``, so posted frames keep their order.
+
+One-sided operations (``Caps.GET_ZCOPY``, ``Caps.PUT_ZCOPY``):
+``pack_local_key(view)`` registers the view with ``fi_mr_reg`` and returns its
+address and a remote key (magic, owner uuid, MR key, base, length, flags).
+The registration lives exactly as long as that view object (the core keeps
+it until the receiver acknowledged the rendezvous), tracked by a weak
+reference: no cache of our own pins user memory, and a key can never outlive
+its buffer.  Repeated registration of the same pages is cheap on hardware
+providers, which cache registrations themselves.  ``get()``/``put()`` post ``fi_read`` /
+``fi_write`` in ``max_msg_size`` chunks; ``on_complete`` runs from
+``progress()`` when the last chunk's completion arrives.  Remote addresses
+are virtual addresses when the provider uses ``FI_MR_VIRT_ADDR`` and offsets
+into the region otherwise (``tcp;ofi_rxm`` here), decided by the key's
+owner and recorded in the key.
+
+Completions: ``progress()`` drains the CQ (``fi_cq_read``/``fi_cq_readerr``
+in one shim call).  Operation contexts are slots of an array in the shim:
+``[0, rx_depth)`` receives, then ``tx_depth`` send slots, then ``rma_depth``
+one-sided operations.
+
+Failure (RDM has no connection to break):
+
+* an error completion of a send or of a one-sided operation towards a peer
+  (``FI_EIO``, ``FI_ECONNREFUSED``, ... when its process is gone) fails that
+  endpoint: ``conn_failed`` once, queued sends and operations get
+  :class:`ConnectionLost`;
+* peers on the same host are watched through a pidfd (0.1 s), as shm does;
+* peers on other hosts that die silently are reported by the launcher
+  (``Worker.check_peers``) or by the timeout of the blocking call;
+* a malformed frame (bad magic, lengths, unknown connection) fails the
+  connection it names with :class:`ProtocolError`, or is dropped and counted
+  in ``rejected`` if it names none.
+
+Endpoint states::
+
+    state    event                               next
+    open     close(), queue empty                closed  (BYE sent)
+    open     close(), frames queued              closing (BYE after the queue)
+    open/closing  BYE / error completion /       failed  (conn_failed once)
+             peer pid exits / bad frame
+"""
+from __future__ import annotations
+
+import collections
+import errno
+import logging
+import mmap
+import os
+import random
+import select
+import socket
+import struct
+import time
+import weakref
+from typing import Callable, Optional
+
+from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
+                      TransportUnavailable)
+from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+
+try:
+    from .._ofi import ffi, lib
+    _IMPORT_ERROR = None
+except ImportError as _e:  # built only where libfabric's headers exist
+    ffi = lib = None
+    _IMPORT_ERROR = _e
+
+log = logging.getLogger("ucxpy.ofi")
+
+DEFAULT_PROVIDERS = ("tcp;ofi_rxm", "shm")
+INTRA_HOST_PROVIDERS = ("shm",)
+
+_ADDR = struct.Struct("<4sBBHIQBBHH")
+_ADDR_MAGIC = b"UOFI"
+_VERSION = 1
+PREFIX = struct.Struct("<HBBHHIIQ")
+_PSIZE = PREFIX.size
+FRAME_MAGIC = 0x0F1A
+KIND_DATA, KIND_HELLO, KIND_BYE, KIND_REPLY, KIND_REPLY_BYE = range(5)
+_RKEY = struct.Struct("<4sQQQQB")
+_RKEY_MAGIC = b"OFK1"
+_RK_VIRT = 1
+
+#: uuids of the open interfaces of this process: a provider may crash when
+#: sending to an interface of the same process that was closed (shm unmaps
+#: its region), so such sends fail with ConnectionLost instead
+_LIVE_IN_PROCESS = set()
+
+_HOUSEKEEPING = 1e-3
+_RESEND_TRIES = 8        # a failed send is retried this often (delays doubling) ...
+_RESEND_DELAY = 1e-3     # ... from this, before the peer counts as lost
+_LIVENESS = 0.1
+_POLL_BATCH = 64
+
+
+def _env_size(name: str, default: int) -> int:
+    text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    mult = 1
+    for suffix, m in (("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30)):
+        if text.endswith(suffix):
+            text, mult = text[:-1], m
+    try:
+        return int(float(text) * mult)
+    except ValueError:
+        raise TransportUnavailable(f"ofi: {name}={os.environ[name]!r} is not a size") from None
+
+
+def provider_candidates() -> list:
+    """Providers to try, from ``UCXPY_OFI_PROVIDER`` (comma-separated) or the default."""
+    text = os.environ.get("UCXPY_OFI_PROVIDER", "").strip()
+    if not text:
+        return list(DEFAULT_PROVIDERS)
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _local_host_id() -> bytes:
+    try:
+        from .shm import local_host_id
+        return local_host_id()
+    except Exception:  # shm's native module missing: hostname alone
+        return socket.gethostname().encode()
+
+
+def _errstr(rc: int) -> str:
+    return ffi.string(lib.uxofi_strerror(rc)).decode(errors="replace")
+
+
+# ----------------------------------------------------------------- addresses
+
+def pack_address(pid: int, uuid: int, provider: str, fabric: str, host_id: bytes,
+                 name: bytes, flags: int = 0) -> bytes:
+    p, f = provider.encode(), fabric.encode()
+    return _ADDR.pack(_ADDR_MAGIC, _VERSION, flags, 0, pid, uuid, len(p), len(f),
+                      len(host_id), len(name)) + p + f + host_id + name
+
+
+def unpack_address(data) -> dict:
+    """Parse an interface address; raises ValueError if malformed."""
+    data = bytes(data)
+    try:
+        magic, ver, flags, _pad, pid, uuid, lp, lf, lh, ln = _ADDR.unpack_from(data)
+    except struct.error:
+        raise ValueError("ofi address too short") from None
+    if magic != _ADDR_MAGIC or ver != _VERSION:
+        raise ValueError("not an ofi address of this version")
+    off = _ADDR.size
+    if len(data) != off + lp + lf + lh + ln or ln == 0:
+        raise ValueError("ofi address has the wrong length")
+    prov = data[off:off + lp].decode("ascii", "replace")
+    off += lp
+    fabric = data[off:off + lf].decode("ascii", "replace")
+    off += lf
+    host = data[off:off + lh]
+    off += lh
+    return dict(flags=flags, pid=pid, uuid=uuid, provider=prov, fabric=fabric, host_id=host,
+                name=data[off:off + ln])
+
+
+def pack_rkey(uuid: int, key: int, base: int, length: int, virt: bool) -> bytes:
+    return _RKEY.pack(_RKEY_MAGIC, uuid, key, base, length, _RK_VIRT if virt else 0)
+
+
+def unpack_rkey(data) -> tuple:
+    """-> (owner uuid, MR key, base, length, virtual addressing); RemoteAccessError if bad."""
+    try:
+        magic, uuid, key, base, length, flags = _RKEY.unpack(bytes(data))
+    except struct.error:
+        raise RemoteAccessError("malformed ofi remote key") from None
+    if magic != _RKEY_MAGIC:
+        raise RemoteAccessError("not an ofi remote key")
+    return uuid, key, base, length, bool(flags & _RK_VIRT)
+
+
+# ----------------------------------------------------------------- registrations
+
+class _Registration:
+    __slots__ = ("mr", "key", "desc", "address", "length")
+
+
+class RegistrationTable:
+    """Registrations that live exactly as long as the buffer view they describe.
+
+    ``pack_local_key`` gets the view the core keeps for a rendezvous send
+    until the receiver acknowledged it (ATS); when that view is collected,
+    the registration is closed (from ``progress()``, never from inside a
+    garbage-collection callback).  Packing the same view again reuses its
+    registration.  Re-registering the same pages is cheap where it matters:
+    hardware providers keep their own registration cache (libfabric's
+    ``FI_MR_CACHE_*``)."""
+
+    def __init__(self, iface: "OfiInterface"):
+        self.iface = iface
+        self._by_view = {}        # id(view) -> (weakref to view, registration)
+        self.dead = []            # registrations to close from progress()
+        self.hits = self.misses = 0
+
+    def __len__(self):
+        return len(self._by_view)
+
+    def for_view(self, view: memoryview) -> _Registration:
+        key = id(view)
+        entry = self._by_view.get(key)
+        if entry is not None and entry[0]() is view:
+            self.hits += 1
+            return entry[1]
+        self.misses += 1
+        reg = self.iface._register(view)
+        dead = self.dead
+        table = self._by_view
+
+        def gone(ref, key=key, reg=reg):
+            e = table.get(key)
+            if e is not None and e[0] is ref:
+                del table[key]
+            dead.append(reg)
+        self._by_view[key] = (weakref.ref(view, gone), reg)
+        return reg
+
+    def reap(self) -> None:
+        while self.dead:
+            self.iface._deregister(self.dead.pop())
+
+    def clear(self) -> None:
+        entries, self._by_view = list(self._by_view.values()), {}
+        for _ref, reg in entries:
+            self.iface._deregister(reg)
+        self._by_view.clear()
+        self.reap()
+
+
+# ----------------------------------------------------------------- endpoint
+
+class _RmaOp:
+    """One get/put split into chunks; completes when every chunk did."""
+
+    __slots__ = ("ep", "on_complete", "left", "exc", "what", "reg")
+
+    def __init__(self, ep, on_complete, nchunks, what, reg=None):
+        self.ep = ep
+        self.reg = reg                  # local registration (FI_MR_LOCAL), closed when done
+        self.on_complete = on_complete
+        self.left = nchunks
+        self.exc = None
+        self.what = what
+
+    def chunk_done(self, exc) -> None:
+        if exc is not None and self.exc is None:
+            self.exc = exc
+        self.left -= 1
+        if self.left == 0 and self.reg is not None:
+            self.ep.iface.regs.dead.append(self.reg)
+            self.reg = None
+        if self.left == 0 and self.on_complete is not None:
+            cb, self.on_complete = self.on_complete, None
+            cb(self.exc)
+
+
+class OfiEndpoint(TransportEndpoint):
+    """Frames to one peer interface over the shared RDM endpoint."""
+
+    def __init__(self, iface: "OfiInterface", peer: dict, fi_addr: int, conn_id: int,
+                 accepted: bool, remote_conn: int = 0):
+        self.iface = iface
+        self.peer = peer
+        self.peer_uuid = peer["uuid"]
+        self.peer_pid = peer["pid"]
+        self.fi_addr = fi_addr
+        self.same_process = peer["pid"] == os.getpid() and peer["host_id"] == iface.host_id
+        self.conn_id = conn_id           # our id (connector) / the connector's id (accepted)
+        self.accepted = accepted
+        self._kind = KIND_REPLY if accepted else KIND_DATA
+        self._queue = collections.deque()       # (kind, am_id, header, payload, cb)
+        self._rma_queue = collections.deque()   # (op, is_read, ptr, len, desc, raddr, key)
+        self._inflight = 0                      # frames posted, completion not yet seen
+        self._tx_seq = 0                        # sequence number of the next frame
+        self._exc: Optional[BaseException] = None
+        self._closing = False
+        self._closed = False
+
+    def __repr__(self):
+        state = "failed" if self._exc else "closed" if self._closed else \
+            "closing" if self._closing else "open"
+        return (f"<OfiEndpoint peer pid {self.peer_pid} conn {self.conn_id} {state}"
+                f"{' accepted' if self.accepted else ''} queued={len(self._queue)}>")
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue) + len(self._rma_queue)
+
+    # -- frames ------------------------------------------------------------------
+    def send(self, am_id: int, header, payload=b"",
+             on_complete: Optional[Callable[[Optional[BaseException]], None]] = None) -> bool:
+        if self._exc is not None or self._closing:
+            raise self._exc or ConnectionLost("ofi endpoint is closed", peer=None)
+        if type(header) is not bytes:
+            header = bytes(header)
+        if type(payload) is not bytes:
+            payload = memoryview(payload)
+            if payload.format != "B" or payload.ndim != 1:
+                payload = payload.cast("B")
+            plen = payload.nbytes
+        else:
+            plen = len(payload)
+        if len(header) > MAX_HEADER:
+            raise MessageTooLarge(f"frame header of {len(header)} bytes exceeds {MAX_HEADER}")
+        if plen > self.iface.attrs.max_frame:
+            raise MessageTooLarge(f"ofi frame payload of {plen} bytes exceeds max_frame "
+                                  f"{self.iface.attrs.max_frame}")
+        if not 0 <= am_id <= 255:
+            raise ValueError(f"am_id {am_id} is not in 0..255")
+        if not self._queue and self.iface._post_frame(self, self._kind, am_id, header, payload):
+            return True
+        return self._enqueue(self._kind, am_id, header, payload, on_complete)
+
+    def _enqueue(self, kind, am_id, header, payload, cb) -> bool:
+        if cb is None or type(payload) is bytes or len(payload) <= self.iface.attrs.max_bcopy:
+            if type(payload) is not bytes:
+                payload = bytes(payload)
+            self._queue.append((kind, am_id, header, payload, None))
+            done = True
+        else:
+            self._queue.append((kind, am_id, header, payload, cb))
+            done = False
+        self.iface._pending.add(self)
+        return done
+
+    def _flush(self) -> int:
+        """Post queued frames and one-sided chunks while resources last."""
+        n = 0
+        iface = self.iface
+        q = self._queue
+        while q:
+            kind, am_id, header, payload, cb = q[0]
+            if not iface._post_frame(self, kind, am_id, header, payload):
+                break
+            q.popleft()
+            n += 1
+            if cb is not None:
+                cb(None)
+        rq = self._rma_queue
+        while rq:
+            if not iface._post_rma(self, *rq[0]):
+                break
+            rq.popleft()
+        if not q and not rq:
+            iface._pending.discard(self)
+            if self._closing and not self._closed:
+                self._shutdown()
+        return n
+
+    # -- one-sided -----------------------------------------------------------------
+    def pack_local_key(self, buf) -> tuple:
+        return self.iface.pack_local_key(buf)
+
+    def get(self, local, remote_addr: int, rkey: bytes,
+            on_complete: Callable[[Optional[BaseException]], None]) -> bool:
+        """``fi_read`` of ``len(local)`` bytes at ``remote_addr`` into ``local``."""
+        return self._rma(True, local, remote_addr, rkey, on_complete)
+
+    def put(self, local, remote_addr: int, rkey: bytes,
+            on_complete: Callable[[Optional[BaseException]], None]) -> bool:
+        """``fi_write`` of ``local`` at ``remote_addr`` (``Caps.PUT_ZCOPY``)."""
+        return self._rma(False, local, remote_addr, rkey, on_complete)
+
+    def _rma(self, is_read, local, remote_addr, rkey, on_complete) -> bool:
+        if self._exc is not None or self._closed:
+            raise self._exc or ConnectionLost("ofi endpoint is closed", peer=None)
+        uuid, key, base, length, virt = unpack_rkey(rkey)
+        if uuid != self.peer_uuid:
+            raise RemoteAccessError("ofi remote key belongs to another interface")
+        mv = memoryview(local)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        n = mv.nbytes
+        off = remote_addr - base
+        if off < 0 or off + n > length:
+            raise RemoteAccessError(f"ofi remote access [{remote_addr:#x}, +{n}) outside "
+                                    f"the registered region [{base:#x}, +{length})")
+        if n == 0:
+            return True
+        if is_read and mv.readonly:
+            raise RemoteAccessError("ofi get into a read-only buffer")
+        iface = self.iface
+        reg = iface._register(mv) if iface.mr_local else None
+        with ffi.from_buffer(mv) as p:
+            address = int(ffi.cast("uintptr_t", p))
+        desc = reg.desc if reg is not None else ffi.NULL
+        raddr = remote_addr if virt else off
+        chunk = iface.max_rma
+        offsets = range(0, n, chunk)
+        op = _RmaOp(self, on_complete, len(offsets), "get" if is_read else "put", reg)
+        for o in offsets:
+            piece = (op, is_read, address + o, min(chunk, n - o), desc, raddr + o, key)
+            if self._rma_queue or not self.iface._post_rma(self, *piece):
+                self._rma_queue.append(piece)
+                self.iface._pending.add(self)
+        return False
+
+    # -- lifetime --------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closing or self._exc is not None or self._closed:
+            return
+        self._closing = True
+        if not self._queue and not self._rma_queue:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        """Tell the peer we are done (BYE), then forget the endpoint."""
+        self._closed = True
+        if self._exc is None:
+            bye = KIND_REPLY_BYE if self.accepted else KIND_BYE
+            if not self.iface._post_frame(self, bye, 0, b"", b""):
+                self.iface._bye_later.append(self)
+            self._exc = ConnectionLost("ofi endpoint is closed", peer=None)
+        self.iface._forget(self)
+
+    def _fail(self, exc: BaseException, notify: bool = True) -> None:
+        """The peer is gone: fail queued work, tell the owner once."""
+        if self._exc is not None:
+            return
+        self._exc = exc
+        was_open = not self._closed
+        self._closed = True
+        queued, self._queue = self._queue, collections.deque()
+        rq, self._rma_queue = self._rma_queue, collections.deque()
+        self.iface._forget(self)
+        for _k, _a, _h, _p, cb in queued:
+            if cb is not None:
+                cb(exc)
+        for piece in rq:
+            piece[0].chunk_done(exc)
+        self.iface._fail_inflight_rma(self, exc)
+        if notify and was_open:
+            self.iface.owner.conn_failed(self, exc)
+
+
+# ----------------------------------------------------------------- interface
+
+class OfiInterface(Interface):
+    """libfabric RDM transport of one worker."""
+
+    name = "ofi"
+
+    def __init__(self, owner, config) -> None:
+        super().__init__(owner, config)
+        if lib is None:
+            raise TransportUnavailable(f"ofi: ucxpy._ofi is not built ({_IMPORT_ERROR})")
+        self._h = None
+        self._closed = False
+        self.uuid = random.getrandbits(63) | 1
+        self.bounce = max(_env_size("UCXPY_OFI_BOUNCE", 64 << 10), 1024)
+        self.rx_depth = max(_env_size("UCXPY_OFI_RX_DEPTH", 64), 2)
+        self.tx_depth = max(_env_size("UCXPY_OFI_TX_DEPTH", 64), 2)
+        self.rma_depth = max(_env_size("UCXPY_OFI_RMA_DEPTH", 64), 1)
+        self.slot_size = (_PSIZE + MAX_HEADER + self.bounce + 63) & ~63
+        self._tx0 = self.rx_depth
+        self._rma0 = self.rx_depth + self.tx_depth
+        nslots = self._rma0 + self.rma_depth
+        errs = []
+        for prov in provider_candidates():
+            h = ffi.new("uxofi_t **")
+            a = ffi.new("uxofi_attrs_t *")
+            err = ffi.new("char[]", lib.UXOFI_ERRLEN)
+            dom = os.environ.get("UCXPY_OFI_DOMAIN", "").encode()
+            rc = lib.uxofi_open(prov.encode(), dom or ffi.NULL, nslots, h, a, err,
+                                lib.UXOFI_ERRLEN)
+            if rc == 0:
+                self._h, self.fi = h[0], a
+                break
+            errs.append(f"{prov}: {ffi.string(err).decode(errors='replace')}")
+        if self._h is None:
+            raise TransportUnavailable("ofi: no provider could be opened: " + "; ".join(errs))
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self) -> None:
+        fi = self.fi
+        self.provider = ffi.string(fi.provider).decode()
+        self.fabric = ffi.string(fi.fabric).decode()
+        self.domain = ffi.string(fi.domain).decode()
+        self.mr_mode = int(fi.mr_mode)
+        self.virt_addr = bool(self.mr_mode & lib.FI_MR_VIRT_ADDR)
+        self.prov_key = bool(self.mr_mode & lib.FI_MR_PROV_KEY)
+        self.mr_local = bool(self.mr_mode & lib.FI_MR_LOCAL)
+        self.key_limit = (1 << (8 * min(int(fi.mr_key_size) or 8, 8))) - 1
+        self.max_rma = max(4096, min(int(fi.max_msg_size), 1 << 30))
+        self._keys = 0
+        self.rejected = 0
+        self._mrs = []                    # our bounce-buffer registrations
+        intra = any(p in self.provider.split(";") for p in INTRA_HOST_PROVIDERS)
+        caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
+                | Caps.CONNECT_TO_IFACE)
+        if intra:
+            caps |= Caps.INTRA_HOST
+        self.intra_host = intra
+        self.attrs = TransportAttrs(
+            caps=caps, max_short=256, max_bcopy=self.bounce, max_frame=self.bounce,
+            latency=2e-6 if intra else 15e-6, bandwidth=5e9 if intra else 1.5e9,
+            overhead=3e-6, max_get=1 << 40, priority=0)
+        # bounce buffers: page-aligned anonymous memory, registered once
+        self._rx_mem = mmap.mmap(-1, self.rx_depth * self.slot_size)
+        self._tx_mem = mmap.mmap(-1, self.tx_depth * self.slot_size)
+        self._rx_view = memoryview(self._rx_mem)
+        self._tx_view = memoryview(self._tx_mem)
+        self._rx_ptr = ffi.from_buffer(self._rx_mem)
+        self._tx_ptr = ffi.from_buffer(self._tx_mem)
+        self._rx_desc = self._register_raw(self._rx_ptr, len(self._rx_mem))
+        self._tx_desc = self._register_raw(self._tx_ptr, len(self._tx_mem))
+        self._tx_free = list(range(self._rma0 - 1, self._tx0 - 1, -1))
+        self._tx_owner = {}               # send slot -> endpoint
+        self._rma_free = list(range(self._rma0 + self.rma_depth - 1, self._rma0 - 1, -1))
+        self._rma_ops = {}                # rma slot -> (op, endpoint)
+        self._comps = ffi.new("uxofi_comp_t[]", _POLL_BATCH)
+        self.regs = RegistrationTable(self)
+        self._pinned = collections.deque(maxlen=max(_env_size("UCXPY_OFI_PINNED", 64), 1))
+        # endpoints
+        self._next_conn = 1
+        self._conns = {}                  # our conn id -> connector endpoint
+        self._accepted = {}               # (peer uuid, peer conn id) -> accepted endpoint
+        self._peers = {}                  # peer ep name -> fi_addr
+        #: (reply?, sender uuid, conn id) -> [next seq, {seq: (slot, length)}, alive]
+        self._streams = {}
+        self._pending = set()
+        self._bye_later = []
+        self._resend = []                 # (due time, send slot) to post again
+        self._to_fail = []
+        self.host_id = _local_host_id()
+        self._pidfds = {}                 # same-host peer pid -> pidfd (-1: none)
+        self._poller = select.poll()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._woken = False
+        now = time.monotonic()
+        self._next_housekeeping = now + _HOUSEKEEPING
+        self._next_liveness = now + _LIVENESS
+        for i in range(self.rx_depth):
+            self._post_recv(i)
+        name = ffi.new("char[]", 1024)
+        ln = ffi.new("size_t *", 1024)
+        rc = lib.uxofi_getname(self._h, name, ln)
+        if rc:
+            raise TransportUnavailable(f"ofi: fi_getname: {_errstr(rc)}")
+        self.ep_name = ffi.buffer(name, ln[0])[:]
+        _LIVE_IN_PROCESS.add(self.uuid)
+        self._address = pack_address(os.getpid(), self.uuid, self.provider, self.fabric,
+                                     self.host_id, self.ep_name)
+
+    def __repr__(self):
+        return f"<OfiInterface {self.provider} {self.domain} uuid {self.uuid:x}>"
+
+    @classmethod
+    def query(cls, config) -> Availability:
+        if lib is None:
+            return Availability(False, f"ucxpy._ofi is not built ({_IMPORT_ERROR})")
+        try:
+            errs = []
+            for prov in provider_candidates():
+                out = ffi.new("char[256]")
+                rc = lib.uxofi_probe(prov.encode(), out, 256)
+                if rc == 0:
+                    v = lib.uxofi_version()
+                    return Availability(
+                        True, f"libfabric {v >> 16}.{v & 0xffff}: "
+                              f"{ffi.string(out).decode(errors='replace')}",
+                        devices=[prov])
+                errs.append(f"{prov}: fi_getinfo: {_errstr(rc)}")
+            return Availability(False, "no libfabric provider with FI_EP_RDM, FI_MSG|FI_RMA: "
+                                + "; ".join(errs))
+        except Exception as e:  # query must not raise
+            return Availability(False, f"{type(e).__name__}: {e}")
+
+    def address(self) -> bytes:
+        return self._address
+
+    def is_reachable(self, address: bytes, host_id: bytes) -> bool:
+        try:
+            peer = unpack_address(address)
+        except ValueError:
+            return False
+        if peer["provider"] != self.provider or peer["fabric"] != self.fabric:
+            return False
+        if self.intra_host or self.fabric.startswith("127."):
+            return peer["host_id"] == self.host_id and host_id == self.host_id
+        return True
+
+    # -- registration ----------------------------------------------------------------
+    def _access(self) -> int:
+        return (lib.FI_SEND | lib.FI_RECV | lib.FI_READ | lib.FI_WRITE
+                | lib.FI_REMOTE_READ | lib.FI_REMOTE_WRITE)
+
+    def _next_key(self) -> int:
+        self._keys += 1
+        return (self.uuid + self._keys) & self.key_limit if self.key_limit < (1 << 63) \
+            else self._keys
+
+    def _register_raw(self, ptr, length: int):
+        mr = ffi.new("struct fid_mr **")
+        key = ffi.new("uint64_t *")
+        desc = ffi.new("void **")
+        rc = lib.uxofi_mr_reg(self._h, ptr, length, self._access(), self._next_key(),
+                              mr, key, desc)
+        if rc:
+            raise TransportUnavailable(f"ofi: fi_mr_reg of {length} bytes: {_errstr(rc)}")
+        self._mrs.append(mr[0])
+        return desc[0]
+
+    def _register(self, view: memoryview) -> _Registration:
+        reg = _Registration()
+        mr = ffi.new("struct fid_mr **")
+        key = ffi.new("uint64_t *")
+        desc = ffi.new("void **")
+        with ffi.from_buffer(view) as p:
+            address = int(ffi.cast("uintptr_t", p))
+            rc = lib.uxofi_mr_reg(self._h, p, view.nbytes, self._access(), self._next_key(),
+                                  mr, key, desc)
+        if rc:
+            raise RemoteAccessError(f"ofi: fi_mr_reg of {view.nbytes} bytes: {_errstr(rc)}")
+        reg.mr, reg.key, reg.desc = mr[0], int(key[0]), desc[0] if self.mr_local else ffi.NULL
+        reg.address, reg.length = address, view.nbytes
+        return reg
+
+    def _deregister(self, reg: _Registration) -> None:
+        if reg.mr is not None and self._h is not None:
+            lib.uxofi_mr_close(reg.mr)
+        reg.mr = None
+
+    def pack_local_key(self, buf) -> tuple:
+        """Register ``buf`` for as long as this view of it lives and describe
+        it for a peer's get/put: ``(address, remote key)``.
+
+        The core passes the memoryview it keeps until the transfer is
+        acknowledged.  Other buffers are wrapped in a view that stays pinned
+        among the last ``UCXPY_OFI_PINNED`` (64) such registrations."""
+        mv = buf if type(buf) is memoryview else memoryview(buf)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        if mv is not buf:
+            self._pinned.append(mv)
+        if mv.nbytes == 0:
+            return 0, pack_rkey(self.uuid, 0, 0, 0, self.virt_addr)
+        reg = self.regs.for_view(mv)
+        return reg.address, pack_rkey(self.uuid, reg.key, reg.address, reg.length,
+                                      self.virt_addr)
+
+    # -- wire-up ---------------------------------------------------------------------
+    def _av(self, name: bytes) -> int:
+        fa = self._peers.get(name)
+        if fa is None:
+            out = ffi.new("uint64_t *")
+            rc = lib.uxofi_av_insert(self._h, name, out)
+            if rc:
+                raise ConnectionLost(f"ofi: fi_av_insert: {_errstr(rc)}")
+            fa = self._peers[name] = int(out[0])
+        return fa
+
+    def connect(self, address: bytes) -> OfiEndpoint:
+        if self._closed:
+            raise ConnectionLost("ofi interface is closed")
+        try:
+            peer = unpack_address(address)
+        except ValueError as e:
+            raise TransportUnavailable(f"ofi: {e}") from None
+        if peer["provider"] != self.provider:
+            raise TransportUnavailable(f"ofi: peer uses provider {peer['provider']}, "
+                                       f"we use {self.provider}")
+        conn = self._next_conn
+        self._next_conn += 1
+        ep = OfiEndpoint(self, peer, self._av(peer["name"]), conn, accepted=False)
+        self._conns[conn] = ep
+        self._watch(ep)
+        if not self._post_frame(ep, KIND_HELLO, 0, b"", self._address):
+            ep._enqueue(KIND_HELLO, 0, b"", self._address, None)
+        return ep
+
+    def _accept(self, uuid: int, conn: int, payload) -> None:
+        try:
+            peer = unpack_address(payload)
+            if peer["uuid"] != uuid or peer["provider"] != self.provider:
+                raise ValueError("HELLO does not match its sender")
+            fa = self._av(peer["name"])
+        except (ValueError, ConnectionLost) as e:
+            self.rejected += 1
+            log.warning("ofi: connection request refused: %s", e)
+            return
+        ep = OfiEndpoint(self, peer, fa, conn, accepted=True)
+        old = self._accepted.get((uuid, conn))
+        if old is not None:
+            old._fail(ProtocolError("ofi peer reused a connection id"))
+        self._accepted[(uuid, conn)] = ep
+        self._watch(ep)
+
+    def _forget(self, ep: OfiEndpoint) -> None:
+        st = self._streams.get((not ep.accepted, ep.peer_uuid, ep.conn_id))
+        if st is not None:
+            st[2] = False
+            stash, st[1] = st[1], {}
+            if not self._closed:
+                for slot, _len in stash.values():
+                    self._post_recv(slot)
+        if ep.accepted:
+            if self._accepted.get((ep.peer_uuid, ep.conn_id)) is ep:
+                del self._accepted[(ep.peer_uuid, ep.conn_id)]
+        elif self._conns.get(ep.conn_id) is ep:
+            del self._conns[ep.conn_id]
+        self._pending.discard(ep)
+        pid = ep.peer_pid
+        if pid in self._pidfds and not any(e.peer_pid == pid for e in self._live_eps()):
+            fd = self._pidfds.pop(pid)
+            if fd >= 0:
+                self._poller.unregister(fd)
+                os.close(fd)
+
+    def _live_eps(self):
+        return list(self._conns.values()) + list(self._accepted.values())
+
+    def _watch(self, ep: OfiEndpoint) -> None:
+        """Watch a same-host peer's process through a pidfd."""
+        pid = ep.peer_pid
+        if ep.peer["host_id"] != self.host_id or pid == os.getpid() or pid in self._pidfds:
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError) as e:
+            if isinstance(e, OSError) and e.errno == errno.ESRCH:
+                self._to_fail.append((ep, ConnectionLost(f"ofi peer process {pid} is gone")))
+            fd = -1
+        self._pidfds[pid] = fd
+        if fd >= 0:
+            self._poller.register(fd, select.POLLIN)
+
+    # -- data path -------------------------------------------------------------------
+    def _post_recv(self, slot: int) -> None:
+        off = slot * self.slot_size
+        rc = lib.uxofi_recv(self._h, slot, self._rx_ptr + off, self.slot_size, self._rx_desc)
+        if rc:
+            raise TransportUnavailable(f"ofi: fi_recv: {_errstr(rc)}")
+
+    def _post_frame(self, ep: OfiEndpoint, kind, am_id, header, payload) -> bool:
+        """Copy one frame into a send slot and post it; False if no resources."""
+        if not self._tx_free:
+            return False
+        if ep.same_process and ep.peer_uuid not in _LIVE_IN_PROCESS:
+            self._to_fail.append((ep, ConnectionLost("ofi peer interface was closed")))
+            self._wake()
+            return False
+        slot = self._tx_free.pop()
+        off = (slot - self._tx0) * self.slot_size
+        hlen = len(header)
+        plen = len(payload) if type(payload) is bytes else payload.nbytes
+        view = self._tx_view
+        PREFIX.pack_into(view, off, FRAME_MAGIC, am_id, kind, hlen, ep._tx_seq, plen,
+                         ep.conn_id, self.uuid)
+        start = off + _PSIZE
+        if hlen:
+            view[start:start + hlen] = header
+        if plen:
+            view[start + hlen:start + hlen + plen] = payload
+        total = _PSIZE + hlen + plen
+        rc = lib.uxofi_send(self._h, slot, self._tx_ptr + off, total, self._tx_desc, ep.fi_addr)
+        if rc == 0:
+            self._tx_owner[slot] = [ep, total, 0]
+            ep._inflight += 1
+            ep._tx_seq = (ep._tx_seq + 1) & 0xFFFF
+            return True
+        self._tx_free.append(slot)
+        if rc == -lib.FI_EAGAIN:
+            return False
+        exc = ConnectionLost(f"ofi: fi_send: {_errstr(rc)}", peer=None)
+        self._to_fail.append((ep, exc))
+        self._wake()
+        return False
+
+    def _post_rma(self, ep, op, is_read, ptr, length, desc, raddr, key, tries=0) -> bool:
+        if op.exc is not None:          # an earlier chunk failed: skip the rest
+            op.chunk_done(None)
+            return True
+        if not self._rma_free:
+            return False
+        if ep.same_process and ep.peer_uuid not in _LIVE_IN_PROCESS:
+            op.chunk_done(ConnectionLost("ofi peer interface was closed"))
+            return True
+        slot = self._rma_free.pop()
+        fn = lib.uxofi_read if is_read else lib.uxofi_write
+        rc = fn(self._h, slot, ffi.cast("void *", ptr), length, desc, ep.fi_addr, raddr, key)
+        if rc == 0:
+            self._rma_ops[slot] = (op, ep, (op, is_read, ptr, length, desc, raddr, key), tries)
+            return True
+        self._rma_free.append(slot)
+        if rc == -lib.FI_EAGAIN:
+            return False
+        op.chunk_done(RemoteAccessError(
+            f"ofi: fi_{'read' if is_read else 'write'}: {_errstr(rc)}"))
+        return True
+
+    def _fail_inflight_rma(self, ep, exc) -> None:
+        for slot, (op, e, _piece, _tries) in list(self._rma_ops.items()):
+            if e is ep:
+                op.chunk_done(exc)
+                self._rma_ops[slot] = (_RmaOp(None, None, 1, "orphan"), None, None, 0)
+
+    def progress(self) -> int:
+        h = self._h
+        if h is None:
+            return 0
+        n = 0
+        comps = self._comps
+        got = lib.uxofi_poll(h, comps, _POLL_BATCH)
+        if got < 0:
+            log.error("ofi: fi_cq_read: %s", _errstr(got))
+            got = 0
+        for i in range(got):
+            c = comps[i]
+            slot = c.slot
+            if slot < self._tx0:
+                n += self._on_recv(slot, c)
+            elif slot < self._rma0:
+                self._on_sent(slot, c)
+                n += 1
+            elif slot != lib.UXOFI_NO_SLOT:
+                self._on_rma(slot, c)
+                n += 1
+            else:
+                log.warning("ofi: completion without context: %s", _errstr(c.err))
+        if self._pending:
+            for ep in list(self._pending):
+                n += ep._flush()
+        if self.regs.dead:
+            self.regs.reap()
+        now = time.monotonic()
+        if now >= self._next_housekeeping:
+            n += self._housekeeping(now)
+        return n
+
+    def _on_sent(self, slot, c) -> None:
+        entry = self._tx_owner.get(slot)
+        if entry is None:
+            self._tx_free.append(slot)
+            return
+        ep = entry[0]
+        if c.err and ep._exc is None and entry[2] < _RESEND_TRIES and not self._closed:
+            # ofi_rxm reports a send that raced with its own connection set-up
+            # (both sides connecting at once) as an error: the frame is still
+            # in its slot, so post it again a little later; the receiver puts
+            # frames back in order by sequence number.
+            entry[2] += 1
+            self._resend.append((time.monotonic() + _RESEND_DELAY * (1 << entry[2]), slot))
+            return
+        del self._tx_owner[slot]
+        self._tx_free.append(slot)
+        ep._inflight -= 1
+        if c.err:
+            msg = ffi.string(lib.uxofi_last_error(self._h)).decode(errors="replace")
+            ep._fail(ConnectionLost(f"ofi: send to peer pid {ep.peer_pid} failed: {msg}"))
+
+    def _resend_due(self, now: float) -> None:
+        keep = []
+        for due, slot in self._resend:
+            entry = self._tx_owner.get(slot)
+            if entry is None:
+                continue
+            ep, total, _tries = entry
+            if ep._exc is not None:
+                del self._tx_owner[slot]
+                self._tx_free.append(slot)
+                continue
+            if due > now:
+                keep.append((due, slot))
+                continue
+            off = (slot - self._tx0) * self.slot_size
+            rc = lib.uxofi_send(self._h, slot, self._tx_ptr + off, total, self._tx_desc,
+                                ep.fi_addr)
+            if rc == -lib.FI_EAGAIN:
+                keep.append((now + _RESEND_DELAY, slot))
+            elif rc:
+                del self._tx_owner[slot]
+                self._tx_free.append(slot)
+                ep._fail(ConnectionLost(f"ofi: fi_send: {_errstr(rc)}"))
+        self._resend = keep
+
+    def _on_rma(self, slot, c) -> None:
+        entry = self._rma_ops.pop(slot, None)
+        self._rma_free.append(slot)
+        if entry is None:
+            return
+        op, ep, piece, tries = entry
+        if not c.err:
+            op.chunk_done(None)
+            return
+        if (ep is not None and ep._exc is None and tries < _RESEND_TRIES
+                and c.err in (lib.FI_ECANCELED, lib.FI_ENOTCONN, lib.FI_EAGAIN)):
+            # see _on_sent: ofi_rxm cancels operations on a connection it
+            # drops while resolving simultaneous connects; try again
+            ep._rma_queue.append(piece + (tries + 1,))
+            self._pending.add(ep)
+            return
+        msg = ffi.string(lib.uxofi_last_error(self._h)).decode(errors="replace")
+        if c.err in (lib.FI_EIO, lib.FI_ECONNREFUSED, lib.FI_ECONNRESET,
+                     lib.FI_EHOSTUNREACH) and ep is not None:
+            exc = ConnectionLost(f"ofi: {op.what} from peer pid {ep.peer_pid} failed: {msg}")
+            op.chunk_done(exc)
+            ep._fail(exc)
+        else:
+            op.chunk_done(RemoteAccessError(f"ofi: {op.what} failed: {msg}"))
+
+    def _on_recv(self, slot, c) -> int:
+        if c.err:
+            if c.err != lib.FI_ECANCELED and not self._closed:
+                msg = ffi.string(lib.uxofi_last_error(self._h)).decode(errors="replace")
+                log.warning("ofi: receive failed: %s", msg)
+                self._post_recv(slot)
+            return 0
+        length = int(c.len)
+        off = slot * self.slot_size
+        if length < _PSIZE:
+            self.rejected += 1
+            log.warning("ofi: runt frame of %d bytes dropped", length)
+            self._post_recv(slot)
+            return 0
+        magic, _am, kind, _hl, seq, _pl, conn, uuid = PREFIX.unpack_from(self._rx_view, off)
+        if magic != FRAME_MAGIC or kind > KIND_REPLY_BYE:
+            self._bad_frame(kind, conn, uuid, "bad frame magic or kind")
+            self._post_recv(slot)
+            return 0
+        # Completions may come out of order (ofi_rxm moves big messages by its
+        # own rendezvous), so each stream's frames are put back in order.
+        key = (kind >= KIND_REPLY, uuid, conn)
+        st = self._streams.get(key)
+        if st is None:
+            st = self._streams[key] = [0, {}, True]
+        elif not st[2]:             # the endpoint is gone: late frames are dropped
+            self._post_recv(slot)
+            return 0
+        if seq != st[0]:
+            # The missing frame already holds a posted buffer (the provider
+            # matches buffers in arrival order), so stashing cannot starve it.
+            st[1][seq] = (slot, length)
+            return 0
+        n = 0
+        while True:
+            try:
+                self._deliver(off, length)
+            finally:
+                if not self._closed:
+                    self._post_recv(slot)
+            n += 1
+            st[0] = (st[0] + 1) & 0xFFFF
+            nxt = st[1].pop(st[0], None)
+            if nxt is None or self._closed:
+                return n
+            slot, length = nxt
+            off = slot * self.slot_size
+
+    def _bad_frame(self, kind, conn, uuid, why) -> None:
+        ep = self._conns.get(conn) if kind >= KIND_REPLY else self._accepted.get((uuid, conn))
+        if ep is not None and ep.peer_uuid == uuid:
+            ep._fail(ProtocolError(f"ofi: malformed frame from peer pid {ep.peer_pid}: {why}"))
+        else:
+            self.rejected += 1
+            log.warning("ofi: malformed frame dropped: %s", why)
+
+    def _deliver(self, off: int, length: int) -> None:
+        view = self._rx_view
+        magic, am_id, kind, hlen, _seq, plen, conn, uuid = PREFIX.unpack_from(view, off)
+        if _PSIZE + hlen + plen != length:
+            self._bad_frame(kind, conn, uuid, f"lengths {hlen}+{plen} do not add up to {length}")
+            return
+        if kind == KIND_HELLO:
+            self._accept(uuid, conn, view[off + _PSIZE + hlen:off + length])
+            return
+        if kind >= KIND_REPLY:
+            ep = self._conns.get(conn)
+            if ep is not None and ep.peer_uuid != uuid:
+                ep = None
+        else:
+            ep = self._accepted.get((uuid, conn))
+        if ep is None:
+            self.rejected += 1
+            log.info("ofi: frame for unknown connection %d of %x dropped", conn, uuid)
+            return
+        if kind in (KIND_BYE, KIND_REPLY_BYE):
+            ep._fail(ConnectionLost(f"ofi peer pid {ep.peer_pid} closed the connection"))
+            return
+        if ep._closed:
+            return
+        start = off + _PSIZE
+        self.owner.recv_frame(ep, am_id, view[start:start + hlen],
+                              view[start + hlen:start + hlen + plen])
+
+    # -- housekeeping ------------------------------------------------------------------
+    def _housekeeping(self, now: float) -> int:
+        self._next_housekeeping = now + _HOUSEKEEPING
+        n = 0
+        if self._woken:
+            self._woken = False
+            try:
+                while self._wake_r.recv(4096):
+                    pass
+            except OSError:
+                pass
+        if self._resend:
+            self._resend_due(now)
+        while self._bye_later:
+            ep = self._bye_later[0]
+            bye = KIND_REPLY_BYE if ep.accepted else KIND_BYE
+            if not self._post_frame(ep, bye, 0, b"", b""):
+                break
+            self._bye_later.pop(0)
+        while self._to_fail:
+            ep, exc = self._to_fail.pop(0)
+            ep._fail(exc)
+            n += 1
+        if now >= self._next_liveness:
+            self._next_liveness = now + _LIVENESS
+            n += self._check_peers()
+        return n
+
+    def _check_peers(self) -> int:
+        if not self._pidfds:
+            return 0
+        ready = {fd for fd, _ev in self._poller.poll(0)}
+        dead = {pid for pid, fd in self._pidfds.items()
+                if fd in ready or (fd < 0 and not _pid_alive(pid))}
+        if not dead:
+            return 0
+        self.progress_cq_only()     # deliver what the dead peer sent before dying
+        n = 0
+        for ep in [e for e in self._live_eps() if e.peer_pid in dead]:
+            ep._fail(ConnectionLost(f"ofi peer process {ep.peer_pid} died"))
+            n += 1
+        return n
+
+    def progress_cq_only(self) -> None:
+        for _ in range(16):
+            got = lib.uxofi_poll(self._h, self._comps, _POLL_BATCH)
+            if got <= 0:
+                return
+            for i in range(got):
+                c = self._comps[i]
+                if c.slot < self._tx0:
+                    self._on_recv(c.slot, c)
+                elif c.slot < self._rma0:
+                    self._on_sent(c.slot, c)
+                elif c.slot != lib.UXOFI_NO_SLOT:
+                    self._on_rma(c.slot, c)
+
+    # -- sleeping ----------------------------------------------------------------------
+    def _wake(self) -> None:
+        if not self._woken:
+            self._woken = True
+            try:
+                self._wake_w.send(b"w")
+            except OSError:
+                pass
+
+    def wait_fds(self) -> list:
+        if self._h is None:
+            return []
+        fds = [self._wake_r.fileno()] + [fd for fd in self._pidfds.values() if fd >= 0]
+        busy = bool(self._pending or self._to_fail or self._bye_later or self._rma_ops
+                    or self._resend)
+        if self.fi.wait_fd >= 0 and not busy and lib.uxofi_trywait(self._h):
+            return fds + [self.fi.wait_fd]
+        if busy or self.fi.wait_fd >= 0:
+            self._wake()        # work is pending: make select() return at once
+        return fds
+
+    # -- teardown ----------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _LIVE_IN_PROCESS.discard(self.uuid)
+        if self._h is None:
+            return
+        exc = ConnectionLost("ofi interface closed")
+        eps = self._live_eps() if hasattr(self, "_conns") else []
+        for ep in eps:
+            queued, ep._queue = ep._queue, collections.deque()
+            rq, ep._rma_queue = ep._rma_queue, collections.deque()
+            if ep._exc is None and not ep._closed:
+                ep._shutdown()
+            for _k, _a, _h, _p, cb in queued:
+                if cb is not None:
+                    cb(exc)
+            for piece in rq:
+                piece[0].chunk_done(exc)
+        if hasattr(self, "_tx_owner"):
+            # let the BYEs leave: rxm/tcp deliver only while we progress
+            deadline = time.monotonic() + 0.2
+            while (self._tx_owner or self._bye_later) and time.monotonic() < deadline:
+                self.progress_cq_only()
+                while self._bye_later:
+                    ep = self._bye_later[0]
+                    if not self._post_frame(ep, KIND_REPLY_BYE if ep.accepted else KIND_BYE,
+                                            0, b"", b""):
+                        break
+                    self._bye_later.pop(0)
+            for op, _ep, _piece, _tries in list(self._rma_ops.values()):
+                op.chunk_done(exc)
+            self._rma_ops.clear()
+            self._pinned.clear()
+            self.regs.clear()
+        h, self._h = self._h, None
+        lib.uxofi_close_ep(h)         # cancels the posted receives
+        for mr in getattr(self, "_mrs", ()):
+            lib.uxofi_mr_close(mr)    # registrations go before their domain
+        self._mrs = []
+        lib.uxofi_close(h)
+        for name in ("_rx_ptr", "_tx_ptr"):
+            p = getattr(self, name, None)
+            if p is not None:
+                ffi.release(p)
+                setattr(self, name, None)
+        for fd in getattr(self, "_pidfds", {}).values():
+            if fd >= 0:
+                os.close(fd)
+        if hasattr(self, "_wake_r"):
+            self._wake_r.close()
+            self._wake_w.close()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,1005 @@
+"""InfiniBand / RoCE transport on libibverbs: RC queue pairs through cffi.
+
+Theory of operation
+-------------------
+One :class:`VerbsInterface` opens one device port (``UCXPY_VERBS_DEVICE``,
+default the first device; ``UCXPY_VERBS_PORT``, default 1;
+``UCXPY_VERBS_GID_INDEX``, default 0), one protection domain and one
+completion queue with a completion channel (its fd is ``wait_fds()``).
+Where ``ibv_get_device_list`` finds nothing -- this machine, whose kernel
+has no RDMA support -- :meth:`VerbsInterface.query` says so and the context
+falls back to the other transports.
+
+Interface address (little-endian)::
+
+    "UVRB" | version u8 | port u8 | link layer u8 | mtu u8 | lid u16
+    | oob port u16 | pid u32 | uuid u64 | node guid u64 | gid 16 bytes
+    | n u8 | n x IPv4
+
+Wire-up.  An RC queue pair must learn its peer's QP number, PSN and path
+(lid / gid) before it can move to RTR, and the transport contract connects
+from the interface address alone, so each interface listens on a small
+out-of-band TCP socket (the IPs and port in its address, chosen like the tcp
+transport's, ``UCXPY_TCP_IFACE`` applies).  Three fixed-size messages::
+
+    connector                                   acceptor
+    create QP, RESET->INIT, post receives
+    REQ (uuid, qpn, psn, lid, gid, mtu) ---->   create QP, RESET->INIT, post receives,
+                                                INIT->RTR (connector's qpn/psn/path),
+                                   <---- REP    RTR->RTS, REP (its qpn, psn, lid, gid)
+    INIT->RTR->RTS, RTU ------------------>     frames may flow both ways
+    frames flow
+
+The socket stays open afterwards: EOF or an error on it means the peer
+process died (the fast failure report RC alone gives only after its retry
+timeout).  Frames sent before the QP is ready queue in order.
+
+Endpoint states::
+
+    state       event                            next
+    CONNECTING  oob socket connected, REQ sent   REQ_SENT
+    REQ_SENT    REP received, QP at RTS, RTU     ESTABLISHED
+    ACCEPTING   REQ received, QP at RTS, REP     WAIT_RTU
+    WAIT_RTU    RTU received                     ESTABLISHED
+    any         oob EOF / error, bad message,    FAILED (conn_failed once)
+                error completion
+    ESTABLISHED close() and queue drained        CLOSED (QP to ERR, socket closed)
+
+QP states follow :data:`QP_TRANSITIONS`, pure Python data (which attribute
+mask each transition sets, see :class:`QueuePair`) so they are unit tested
+without a device.
+
+Data path.  AM frames go by SEND into receive buffers pre-posted per QP
+(``UCXPY_VERBS_RX_DEPTH`` slots of ``UCXPY_VERBS_BOUNCE`` bytes + header,
+re-posted after ``recv_frame``); sends copy into registered send slots.
+RC keeps each QP's order; ``rnr_retry=7`` (infinite) lets a busy receiver
+delay, never drop, a frame.  Rendezvous get and put are RDMA READ / WRITE on
+memory registered with ``ibv_reg_mr`` (``pack_local_key``, registration
+lifetime tied to the view as in the ofi transport); 64-bit fetch-add and
+compare-swap are posted as verbs atomics when the device reports
+``atomic_cap != IBV_ATOMIC_NONE`` (:meth:`VerbsEndpoint.atomic64`).
+"""
+from __future__ import annotations
+
+import collections
+import enum
+import errno
+import logging
+import os
+import random
+import select
+import socket
+import struct
+import weakref
+from typing import Callable, Optional
+
+from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
+                      TransportUnavailable)
+from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+
+try:
+    from .._verbs import ffi, lib
+    _IMPORT_ERROR = None
+except ImportError as _e:   # built only where infiniband/verbs.h exists
+    ffi = lib = None
+    _IMPORT_ERROR = _e
+
+log = logging.getLogger("ucxpy.verbs")
+
+
+# ------------------------------------------------------------ QP state machine
+
+class QpState(enum.IntEnum):
+    """``enum ibv_qp_state`` (values fixed by the verbs ABI)."""
+
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    SQD = 4
+    SQE = 5
+    ERR = 6
+
+
+#: ``enum ibv_qp_attr_mask`` bits (ABI values; checked against libibverbs in the tests)
+QP_ATTR = {
+    "STATE": 1 << 0, "CUR_STATE": 1 << 1, "EN_SQD_ASYNC_NOTIFY": 1 << 2,
+    "ACCESS_FLAGS": 1 << 3, "PKEY_INDEX": 1 << 4, "PORT": 1 << 5, "QKEY": 1 << 6,
+    "AV": 1 << 7, "PATH_MTU": 1 << 8, "TIMEOUT": 1 << 9, "RETRY_CNT": 1 << 10,
+    "RNR_RETRY": 1 << 11, "RQ_PSN": 1 << 12, "MAX_QP_RD_ATOMIC": 1 << 13,
+    "ALT_PATH": 1 << 14, "MIN_RNR_TIMER": 1 << 15, "SQ_PSN": 1 << 16,
+    "MAX_DEST_RD_ATOMIC": 1 << 17, "PATH_MIG_STATE": 1 << 18, "CAP": 1 << 19,
+    "DEST_QPN": 1 << 20,
+}
+
+#: RC transitions we make: (from, to) -> attributes the modify must set
+#: (the required set of the IB spec's QP state table for RC).
+QP_TRANSITIONS = {
+    (QpState.RESET, QpState.INIT): ("STATE", "PKEY_INDEX", "PORT", "ACCESS_FLAGS"),
+    (QpState.INIT, QpState.RTR): ("STATE", "AV", "PATH_MTU", "DEST_QPN", "RQ_PSN",
+                                  "MAX_DEST_RD_ATOMIC", "MIN_RNR_TIMER"),
+    (QpState.RTR, QpState.RTS): ("STATE", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "SQ_PSN",
+                                 "MAX_QP_RD_ATOMIC"),
+}
+#: any state may go to ERR (flushes outstanding work) and from there to RESET
+for _s in QpState:
+    QP_TRANSITIONS.setdefault((_s, QpState.ERR), ("STATE",))
+QP_TRANSITIONS[(QpState.ERR, QpState.RESET)] = ("STATE",)
+
+#: IB ``enum ibv_mtu`` value -> bytes
+MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+
+ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_ATOMIC = 1, 2, 4, 8
+RC_ACCESS = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC
+
+
+class InvalidTransition(ValueError):
+    """A QP transition the RC state table does not allow."""
+
+
+def transition_mask(cur: QpState, nxt: QpState) -> int:
+    """``ibv_modify_qp`` attribute mask for ``cur -> nxt``; raises InvalidTransition."""
+    names = QP_TRANSITIONS.get((QpState(cur), QpState(nxt)))
+    if names is None:
+        raise InvalidTransition(f"QP transition {QpState(cur).name} -> {QpState(nxt).name} "
+                                f"is not part of the RC state machine")
+    mask = 0
+    for n in names:
+        mask |= QP_ATTR[n]
+    return mask
+
+
+def transition_params(cur: QpState, nxt: QpState, local: dict, remote: Optional[dict] = None,
+                      tuning: Optional[dict] = None) -> dict:
+    """Field values of ``uxv_qp_params_t`` for ``cur -> nxt``.
+
+    ``local``: port, gid_index, mtu, max_rd_atomic, psn;
+    ``remote``: qpn, psn, lid, gid (bytes 16), mtu, global (bool)."""
+    t = dict(timeout=14, retry_cnt=7, rnr_retry=7, min_rnr_timer=12)
+    t.update(tuning or {})
+    cur, nxt = QpState(cur), QpState(nxt)
+    transition_mask(cur, nxt)   # validates
+    p = {"qp_state": int(nxt)}
+    if (cur, nxt) == (QpState.RESET, QpState.INIT):
+        p.update(pkey_index=0, port=local["port"], access=RC_ACCESS)
+    elif (cur, nxt) == (QpState.INIT, QpState.RTR):
+        if remote is None:
+            raise InvalidTransition("INIT -> RTR needs the remote QP's connection data")
+        p.update(path_mtu=min(local["mtu"], remote["mtu"]), dest_qpn=remote["qpn"],
+                 rq_psn=remote["psn"], max_dest_rd_atomic=local["max_rd_atomic"],
+                 min_rnr_timer=t["min_rnr_timer"], dlid=remote["lid"], sl=0,
+                 port=local["port"], is_global=1 if remote.get("global") else 0,
+                 dgid=remote["gid"], sgid_index=local["gid_index"], hop_limit=64)
+    elif (cur, nxt) == (QpState.RTR, QpState.RTS):
+        p.update(timeout=t["timeout"], retry_cnt=t["retry_cnt"], rnr_retry=t["rnr_retry"],
+                 sq_psn=local["psn"], max_rd_atomic=local["max_rd_atomic"])
+    return p
+
+
+class QueuePair:
+    """An RC QP's state; ``apply(params, mask) -> rc`` performs the modify
+    (``lib.uxv_qp_modify`` on a real QP, anything in tests)."""
+
+    def __init__(self, apply: Callable[[dict, int], int]):
+        self.state = QpState.RESET
+        self._apply = apply
+
+    def move(self, nxt: QpState, local: dict, remote: Optional[dict] = None) -> None:
+        """Advance to ``nxt``; on failure the QP is considered in ERR and OSError raised."""
+        nxt = QpState(nxt)
+        mask = transition_mask(self.state, nxt)
+        params = transition_params(self.state, nxt, local, remote)
+        rc = self._apply(params, mask)
+        if rc:
+            prev, self.state = self.state, QpState.ERR
+            raise OSError(rc, f"ibv_modify_qp {prev.name} -> {nxt.name}: "
+                              f"{os.strerror(rc) if rc > 0 else rc}")
+        self.state = nxt
+
+    def connect(self, local: dict, remote: dict) -> None:
+        """INIT -> RTR -> RTS with the peer's data (RESET -> INIT first if needed)."""
+        if self.state == QpState.RESET:
+            self.move(QpState.INIT, local)
+        self.move(QpState.RTR, local, remote)
+        self.move(QpState.RTS, local, remote)
+
+
+# ------------------------------------------------------------ addresses, keys, messages
+
+_ADDR = struct.Struct("<4sBBBBHHIQQ16sB")
+_ADDR_MAGIC = b"UVRB"
+_VERSION = 1
+_RKEY = struct.Struct("<4sQIQQ")
+_RKEY_MAGIC = b"VRK1"
+#: out-of-band messages: magic, kind, pad, uuid, qpn, psn, lid, mtu, global, pad, gid
+_OOB = struct.Struct("<4sBxxxQIIHBBxx16s")
+_OOB_MAGIC = b"UVOB"
+OOB_REQ, OOB_REP, OOB_RTU = 1, 2, 3
+LINK_LAYER_ETHERNET = 2
+PREFIX = struct.Struct("<HBBHHI")
+_PSIZE = PREFIX.size
+FRAME_MAGIC = 0xB1A5
+
+
+def pack_address(port, link_layer, mtu, lid, oob_port, pid, uuid, guid, gid, ips) -> bytes:
+    return _ADDR.pack(_ADDR_MAGIC, _VERSION, port, link_layer, mtu, lid, oob_port, pid,
+                      uuid, guid, bytes(gid), len(ips)) + b"".join(map(socket.inet_aton, ips))
+
+
+def unpack_address(data) -> dict:
+    """Parse a verbs interface address; ValueError if malformed."""
+    data = bytes(data)
+    try:
+        (magic, ver, port, ll, mtu, lid, oob_port, pid, uuid, guid, gid,
+         n) = _ADDR.unpack_from(data)
+    except struct.error:
+        raise ValueError("verbs address too short") from None
+    if magic != _ADDR_MAGIC or ver != _VERSION:
+        raise ValueError("not a verbs address of this version")
+    if n == 0 or len(data) != _ADDR.size + 4 * n:
+        raise ValueError("verbs address has the wrong length")
+    ips = [socket.inet_ntoa(data[_ADDR.size + 4 * i:_ADDR.size + 4 * i + 4]) for i in range(n)]
+    return dict(port=port, link_layer=ll, mtu=mtu, lid=lid, oob_port=oob_port, pid=pid,
+                uuid=uuid, guid=guid, gid=gid, ips=ips)
+
+
+def pack_rkey(uuid: int, rkey: int, base: int, length: int) -> bytes:
+    return _RKEY.pack(_RKEY_MAGIC, uuid, rkey, base, length)
+
+
+def unpack_rkey(data) -> tuple:
+    """-> (owner uuid, rkey, base, length); RemoteAccessError if malformed."""
+    try:
+        magic, uuid, rkey, base, length = _RKEY.unpack(bytes(data))
+    except struct.error:
+        raise RemoteAccessError("malformed verbs remote key") from None
+    if magic != _RKEY_MAGIC:
+        raise RemoteAccessError("not a verbs remote key")
+    return uuid, rkey, base, length
+
+
+def pack_oob(kind: int, uuid: int, qpn: int, psn: int, lid: int, mtu: int, is_global: bool,
+             gid: bytes) -> bytes:
+    return _OOB.pack(_OOB_MAGIC, kind, uuid, qpn, psn, lid, mtu, 1 if is_global else 0,
+                     bytes(gid))
+
+
+def unpack_oob(data) -> dict:
+    try:
+        magic, kind, uuid, qpn, psn, lid, mtu, glob, gid = _OOB.unpack(bytes(data))
+    except struct.error:
+        raise ProtocolError("verbs: short out-of-band message") from None
+    if magic != _OOB_MAGIC or kind not in (OOB_REQ, OOB_REP, OOB_RTU):
+        raise ProtocolError("verbs: bad out-of-band message")
+    if kind != OOB_RTU and (qpn == 0 or qpn >= 1 << 24 or psn >= 1 << 24 or mtu not in MTU_BYTES):
+        raise ProtocolError("verbs: out-of-band message with invalid QP data")
+    return dict(kind=kind, uuid=uuid, qpn=qpn, psn=psn, lid=lid, mtu=mtu, glob=bool(glob),
+                gid=gid)
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, "") or default)
+    except ValueError:
+        raise TransportUnavailable(f"verbs: {name} must be an integer") from None
+
+
+def device_status() -> tuple:
+    """(count, names or reason): what ``ibv_get_device_list`` sees."""
+    names = ffi.new("char[1024]")
+    n = lib.uxv_device_count(names, 1024)
+    if n < 0:
+        return 0, (f"ibv_get_device_list failed: {os.strerror(-n)} "
+                   f"(no RDMA support in this kernel?)")
+    if n == 0:
+        return 0, "ibv_get_device_list returned 0"
+    return n, ffi.string(names).decode(errors="replace").split(",")
+
+
+# ------------------------------------------------------------ endpoint
+
+CONNECTING, REQ_SENT, ACCEPTING, WAIT_RTU, ESTABLISHED, FAILED, CLOSED = range(7)
+_WR_RECV, _WR_SEND, _WR_RMA = 1, 2, 3
+
+
+def _wr_id(kind: int, index: int, slot: int) -> int:
+    return (kind << 56) | (index << 24) | slot
+
+
+class VerbsEndpoint(TransportEndpoint):
+    """One RC queue pair to a peer interface, plus its out-of-band socket."""
+
+    def __init__(self, iface: "VerbsInterface", index: int, sock, peer: Optional[dict]):
+        self.iface = iface
+        self.index = index
+        self.sock = sock
+        self.peer = peer
+        self.peer_uuid = peer["uuid"] if peer else 0
+        self.accepted = peer is None
+        self.state = CONNECTING if peer else ACCEPTING
+        self._exc: Optional[BaseException] = None
+        self._closing = False
+        self._queue = collections.deque()
+        self._rma_queue = collections.deque()
+        self._oob_in = b""
+        self.psn = random.getrandbits(24)
+        self.qp = None
+        self.qpn = 0
+        self.qp_state = None
+        self._rx_mr = None
+        self._rx_mem = None
+        self._create_qp()
+
+    def __repr__(self):
+        return f"<VerbsEndpoint qpn {self.qpn} state {self.state}>"
+
+    # -- QP --------------------------------------------------------------------
+    def _create_qp(self) -> None:
+        iface = self.iface
+        qpn = ffi.new("uint32_t *")
+        self.qp = lib.uxv_qp_create(iface._h, iface.tx_depth + iface.rma_depth,
+                                    iface.rx_depth, 0, qpn)
+        if self.qp == ffi.NULL:
+            raise ConnectionLost(f"verbs: ibv_create_qp: {os.strerror(ffi.errno)}")
+        self.qpn = int(qpn[0])
+
+        def apply(params, mask, qp=self.qp):
+            p = ffi.new("uxv_qp_params_t *")
+            for k, v in params.items():
+                if k == "dgid":
+                    ffi.memmove(p.dgid, bytes(v), 16)
+                else:
+                    setattr(p, k, v)
+            return lib.uxv_qp_modify(qp, p, mask)
+        self.qp_state = QueuePair(apply)
+        self.qp_state.move(QpState.INIT, iface.local_qp_info(self.psn))
+        # receive buffers are posted before the peer can learn our QP number
+        size = iface.rx_depth * iface.slot_size
+        self._rx_mem = bytearray(size)
+        self._rx_view = memoryview(self._rx_mem)
+        self._rx_ptr = ffi.from_buffer(self._rx_mem)
+        lkey = ffi.new("uint32_t *")
+        rkey = ffi.new("uint32_t *")
+        self._rx_mr = lib.uxv_reg_mr(iface._h, self._rx_ptr, size, ACCESS_LOCAL_WRITE, lkey, rkey)
+        if self._rx_mr == ffi.NULL:
+            raise ConnectionLost(f"verbs: ibv_reg_mr: {os.strerror(ffi.errno)}")
+        self._rx_lkey = int(lkey[0])
+        for slot in range(iface.rx_depth):
+            self._post_recv(slot)
+
+    def _post_recv(self, slot: int) -> None:
+        sz = self.iface.slot_size
+        rc = lib.uxv_post_recv(self.qp, _wr_id(_WR_RECV, self.index, slot),
+                               int(ffi.cast("uintptr_t", self._rx_ptr)) + slot * sz, sz,
+                               self._rx_lkey)
+        if rc:
+            self._fail(ConnectionLost(f"verbs: ibv_post_recv: {os.strerror(rc)}"))
+
+    def _remote_info(self, msg: dict) -> dict:
+        return dict(qpn=msg["qpn"], psn=msg["psn"], lid=msg["lid"], gid=msg["gid"],
+                    mtu=msg["mtu"],
+                    **{"global": msg["glob"] or self.iface.use_grh})
+
+    # -- out-of-band handshake ----------------------------------------------------
+    def _oob_send(self, kind: int) -> None:
+        iface = self.iface
+        msg = pack_oob(kind, iface.uuid, self.qpn, self.psn, iface.lid, iface.mtu,
+                       iface.use_grh, iface.gid)
+        try:
+            self.sock.sendall(msg)     # 48 bytes into an empty socket buffer
+        except OSError as e:
+            self._fail(ConnectionLost(f"verbs: out-of-band send failed: {e}"))
+
+    def _on_oob_readable(self) -> None:
+        try:
+            data = self.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            data = b""
+            why = str(e)
+        else:
+            why = "peer closed its out-of-band socket"
+        if not data:
+            if self.state != CLOSED:
+                self._fail(ConnectionLost(f"verbs: peer process gone ({why})"))
+            return
+        self._oob_in += data
+        while len(self._oob_in) >= _OOB.size and self._exc is None:
+            raw, self._oob_in = self._oob_in[:_OOB.size], self._oob_in[_OOB.size:]
+            try:
+                self._on_oob(unpack_oob(raw))
+            except (ProtocolError, OSError) as e:
+                self._fail(e if isinstance(e, ProtocolError) else ConnectionLost(str(e)))
+
+    def _on_oob(self, msg: dict) -> None:
+        local = self.iface.local_qp_info(self.psn)
+        if msg["kind"] == OOB_REQ and self.state == ACCEPTING:
+            self.peer_uuid = msg["uuid"]
+            self.qp_state.connect(local, self._remote_info(msg))
+            self.state = WAIT_RTU
+            self._oob_send(OOB_REP)
+        elif msg["kind"] == OOB_REP and self.state == REQ_SENT:
+            if msg["uuid"] != self.peer_uuid:
+                raise ProtocolError("verbs: REP from another interface than addressed")
+            self.qp_state.connect(local, self._remote_info(msg))
+            self._oob_send(OOB_RTU)
+            self._established()
+        elif msg["kind"] == OOB_RTU and self.state == WAIT_RTU:
+            self._established()
+        else:
+            raise ProtocolError(f"verbs: unexpected out-of-band message {msg['kind']} "
+                                f"in state {self.state}")
+
+    def _established(self) -> None:
+        self.state = ESTABLISHED
+        if self._queue or self._rma_queue:
+            self.iface._pending.add(self)
+
+    def _on_oob_connected(self) -> None:
+        err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        if err:
+            self._fail(ConnectionLost(f"verbs: cannot reach the peer's out-of-band socket: "
+                                      f"{os.strerror(err)}"))
+            return
+        self.state = REQ_SENT
+        self._oob_send(OOB_REQ)
+
+    # -- frames ------------------------------------------------------------------
+    @property
+    def pending(self) -> int:
+        return len(self._queue) + len(self._rma_queue)
+
+    def send(self, am_id: int, header, payload=b"",
+             on_complete: Optional[Callable[[Optional[BaseException]], None]] = None) -> bool:
+        if self._exc is not None or self._closing:
+            raise self._exc or ConnectionLost("verbs endpoint is closed")
+        header = bytes(header)
+        if type(payload) is not bytes:
+            payload = memoryview(payload)
+            if payload.format != "B" or payload.ndim != 1:
+                payload = payload.cast("B")
+        plen = len(payload) if type(payload) is bytes else payload.nbytes
+        if len(header) > MAX_HEADER:
+            raise MessageTooLarge(f"frame header of {len(header)} bytes exceeds {MAX_HEADER}")
+        if plen > self.iface.attrs.max_frame:
+            raise MessageTooLarge(f"verbs frame payload of {plen} bytes exceeds max_frame")
+        if not 0 <= am_id <= 255:
+            raise ValueError(f"am_id {am_id} is not in 0..255")
+        if not self._queue and self.state == ESTABLISHED and \
+                self.iface._post_frame(self, am_id, header, payload):
+            return True
+        if on_complete is None or type(payload) is bytes or plen <= self.iface.attrs.max_bcopy:
+            self._queue.append((am_id, header, bytes(payload), None))
+            done = True
+        else:
+            self._queue.append((am_id, header, payload, on_complete))
+            done = False
+        self.iface._pending.add(self)
+        return done
+
+    def _flush(self) -> int:
+        if self.state != ESTABLISHED:
+            return 0
+        n = 0
+        while self._queue:
+            am_id, header, payload, cb = self._queue[0]
+            if not self.iface._post_frame(self, am_id, header, payload):
+                break
+            self._queue.popleft()
+            n += 1
+            if cb is not None:
+                cb(None)
+        while self._rma_queue:
+            if not self.iface._post_rma(self, *self._rma_queue[0]):
+                break
+            self._rma_queue.popleft()
+        if not self._queue and not self._rma_queue:
+            self.iface._pending.discard(self)
+            if self._closing:
+                self._shutdown()
+        return n
+
+    def _on_recv(self, slot: int, length: int) -> None:
+        off = slot * self.iface.slot_size
+        view = self._rx_view
+        try:
+            if length < _PSIZE:
+                raise ProtocolError("verbs: runt frame")
+            magic, am_id, _kind, hlen, _pad, plen = PREFIX.unpack_from(view, off)
+            if magic != FRAME_MAGIC or _PSIZE + hlen + plen != length:
+                raise ProtocolError("verbs: malformed frame")
+            if self._exc is None and self.state != CLOSED:
+                s = off + _PSIZE
+                self.iface.owner.recv_frame(self, am_id, view[s:s + hlen],
+                                            view[s + hlen:s + hlen + plen])
+        except ProtocolError as e:
+            self._fail(e)
+            return
+        if self._exc is None:
+            self._post_recv(slot)
+
+    # -- one-sided -----------------------------------------------------------------
+    def pack_local_key(self, buf) -> tuple:
+        return self.iface.pack_local_key(buf)
+
+    def get(self, local, remote_addr, rkey, on_complete) -> bool:
+        """RDMA READ of ``len(local)`` bytes at ``remote_addr`` into ``local``."""
+        return self._rma(lib.IBV_WR_RDMA_READ, local, remote_addr, rkey, on_complete)
+
+    def put(self, local, remote_addr, rkey, on_complete) -> bool:
+        """RDMA WRITE of ``local`` to ``remote_addr``."""
+        return self._rma(lib.IBV_WR_RDMA_WRITE, local, remote_addr, rkey, on_complete)
+
+    def atomic64(self, op: str, remote_addr: int, rkey: bytes, value: int, compare: int,
+                 on_complete: Callable) -> bool:
+        """64-bit ``add`` (fetch-and-add) or ``cswap`` at ``remote_addr``;
+        ``on_complete(exc, old_value)``.  Needs ``Caps.ATOMIC64``."""
+        if not self.iface.attrs.caps & Caps.ATOMIC64:
+            raise RemoteAccessError("verbs: the device has no atomics (IBV_ATOMIC_NONE)")
+        if remote_addr % 8:
+            raise RemoteAccessError(f"misaligned 8-byte atomic at {remote_addr:#x}")
+        result = bytearray(8)
+        opcode = {"add": lib.IBV_WR_ATOMIC_FETCH_AND_ADD,
+                  "cswap": lib.IBV_WR_ATOMIC_CMP_AND_SWP}[op]
+
+        def done(exc):
+            on_complete(exc, None if exc else int.from_bytes(result, "little"))
+        return self._rma(opcode, result, remote_addr, rkey, done,
+                         compare_add=value if op == "add" else compare, swap=value)
+
+    def _rma(self, opcode, local, remote_addr, rkey, on_complete, compare_add=0, swap=0):
+        if self._exc is not None:
+            raise self._exc
+        uuid, key, base, length = unpack_rkey(rkey)
+        if uuid != self.peer_uuid:
+            raise RemoteAccessError("verbs remote key belongs to another interface")
+        mv = memoryview(local).cast("B") if not isinstance(local, memoryview) else local
+        n = mv.nbytes
+        if remote_addr < base or remote_addr + n > base + length:
+            raise RemoteAccessError(f"verbs remote access [{remote_addr:#x}, +{n}) outside "
+                                    f"[{base:#x}, +{length})")
+        if n == 0:
+            return True
+        reg = self.iface._register(mv)
+        chunk = self.iface.max_msg
+        offsets = range(0, n, chunk)
+        op = _RmaOp(self.iface, on_complete, len(offsets), reg, mv)
+        for o in offsets:
+            piece = (op, opcode, reg.address + o, min(chunk, n - o), reg.lkey,
+                     remote_addr + o, key, compare_add, swap)
+            if self._rma_queue or self.state != ESTABLISHED or \
+                    not self.iface._post_rma(self, *piece):
+                self._rma_queue.append(piece)
+                self.iface._pending.add(self)
+        return False
+
+    # -- lifetime --------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closing or self._exc is not None:
+            return
+        self._closing = True
+        if not self._queue and not self._rma_queue:
+            self._shutdown()
+
+    def _shutdown(self) -> None:
+        self.state = CLOSED
+        if self._exc is None:
+            self._exc = ConnectionLost("verbs endpoint is closed")
+        self._release()
+
+    def _fail(self, exc: BaseException) -> None:
+        if self._exc is not None:
+            return
+        self._exc = exc
+        notify = self.state != CLOSED and not self._closing
+        self.state = FAILED
+        queued, self._queue = self._queue, collections.deque()
+        rq, self._rma_queue = self._rma_queue, collections.deque()
+        self._release()
+        for *_x, cb in queued:
+            if cb is not None:
+                cb(exc)
+        for piece in rq:
+            piece[0].chunk_done(exc)
+        self.iface._fail_rma_of(self, exc)
+        if notify:
+            self.iface.owner.conn_failed(self, exc)
+
+    def _release(self) -> None:
+        iface = self.iface
+        iface._forget(self)
+        if self.qp is not None and self.qp != ffi.NULL:
+            try:
+                self.qp_state.move(QpState.ERR, {})
+            except (OSError, InvalidTransition):
+                pass
+            lib.uxv_qp_destroy(self.qp)
+        self.qp = None
+        if self._rx_mr is not None and self._rx_mr != ffi.NULL:
+            lib.uxv_dereg_mr(self._rx_mr)
+        self._rx_mr = None
+        if self.sock is not None:
+            try:
+                iface._poller.unregister(self.sock.fileno())
+            except (KeyError, ValueError, OSError):
+                pass
+            self.sock.close()
+            self.sock = None
+
+
+class _RmaOp:
+    __slots__ = ("iface", "cb", "left", "exc", "reg", "keep")
+
+    def __init__(self, iface, cb, n, reg, keep):
+        self.iface, self.cb, self.left, self.exc, self.reg, self.keep = iface, cb, n, None, reg, keep
+
+    def chunk_done(self, exc) -> None:
+        if exc is not None and self.exc is None:
+            self.exc = exc
+        self.left -= 1
+        if self.left == 0:
+            self.iface._deregister(self.reg)
+            cb, self.cb = self.cb, None
+            if cb is not None:
+                cb(self.exc)
+
+
+class _Reg:
+    __slots__ = ("mr", "lkey", "rkey", "address", "length")
+
+
+# ------------------------------------------------------------ interface
+
+class VerbsInterface(Interface):
+    """RC-QP transport on one InfiniBand / RoCE port."""
+
+    name = "verbs"
+
+    @classmethod
+    def query(cls, config) -> Availability:
+        if lib is None:
+            return Availability(False, f"ucxpy._verbs is not built ({_IMPORT_ERROR})")
+        try:
+            n, info = device_status()
+            if n == 0:
+                return Availability(False, f"no RDMA devices found ({info})")
+            want = os.environ.get("UCXPY_VERBS_DEVICE", "")
+            if want and want not in info:
+                return Availability(False, f"UCXPY_VERBS_DEVICE={want} not among {info}")
+            h = ffi.new("uxv_t **")
+            a = ffi.new("uxv_attrs_t *")
+            err = ffi.new("char[]", lib.UXV_ERRLEN)
+            rc = lib.uxv_open(want.encode(), _env_int("UCXPY_VERBS_PORT", 1),
+                              _env_int("UCXPY_VERBS_GID_INDEX", 0), 16, h, a, err, lib.UXV_ERRLEN)
+            if rc:
+                return Availability(False, ffi.string(err).decode(errors="replace"))
+            lib.uxv_close(h[0])
+            dev = ffi.string(a.device).decode()
+            if a.port_state != lib.IBV_PORT_ACTIVE:
+                return Availability(False, f"{dev} port {a.port} is not active "
+                                           f"(state {a.port_state})")
+            kind = "RoCE" if a.link_layer == LINK_LAYER_ETHERNET else "InfiniBand"
+            return Availability(True, f"{kind}, mtu {MTU_BYTES.get(a.active_mtu, '?')}",
+                                devices=[f"{dev}:{a.port}"])
+        except Exception as e:  # query must not raise
+            return Availability(False, f"{type(e).__name__}: {e}")
+
+    def __init__(self, owner, config) -> None:
+        super().__init__(owner, config)
+        if lib is None:
+            raise TransportUnavailable(f"verbs: ucxpy._verbs is not built ({_IMPORT_ERROR})")
+        self._h = None
+        self._closed = False
+        self.uuid = random.getrandbits(63) | 1
+        self.bounce = _env_int("UCXPY_VERBS_BOUNCE", 16 << 10)
+        self.rx_depth = _env_int("UCXPY_VERBS_RX_DEPTH", 32)
+        self.tx_depth = _env_int("UCXPY_VERBS_TX_DEPTH", 64)
+        self.rma_depth = _env_int("UCXPY_VERBS_RMA_DEPTH", 32)
+        self.slot_size = (_PSIZE + MAX_HEADER + self.bounce + 63) & ~63
+        h = ffi.new("uxv_t **")
+        a = ffi.new("uxv_attrs_t *")
+        err = ffi.new("char[]", lib.UXV_ERRLEN)
+        rc = lib.uxv_open(os.environ.get("UCXPY_VERBS_DEVICE", "").encode(),
+                          _env_int("UCXPY_VERBS_PORT", 1), _env_int("UCXPY_VERBS_GID_INDEX", 0),
+                          4 * (self.tx_depth + self.rma_depth + self.rx_depth) + 256,
+                          h, a, err, lib.UXV_ERRLEN)
+        if rc:
+            raise TransportUnavailable("verbs: " + ffi.string(err).decode(errors="replace"))
+        self._h, self.dev = h[0], a
+        try:
+            self._setup(config)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, config) -> None:
+        from .tcp import advertised_ipv4s
+        a = self.dev
+        self.port = int(a.port)
+        self.lid = int(a.lid)
+        self.mtu = int(a.active_mtu)
+        self.gid = bytes(ffi.buffer(a.gid, 16))
+        self.gid_index = int(a.gid_index)
+        self.use_grh = a.link_layer == LINK_LAYER_ETHERNET or \
+            os.environ.get("UCXPY_VERBS_GRH", "") in ("1", "y", "yes")
+        self.max_rd_atomic = max(1, min(int(a.max_qp_rd_atom), 16))
+        self.max_msg = max(4096, min(int(a.max_msg_sz) or (1 << 30), 1 << 30))
+        caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
+                | Caps.CONNECT_TO_IFACE)
+        if a.atomic_cap != lib.IBV_ATOMIC_NONE:
+            caps |= Caps.ATOMIC64
+        self.attrs = TransportAttrs(
+            caps=caps, max_short=256, max_bcopy=self.bounce, max_frame=self.bounce,
+            latency=2e-6, bandwidth=10e9, overhead=1e-6, max_get=1 << 40, priority=3)
+        self._tx_mem = bytearray(self.tx_depth * self.slot_size)
+        self._tx_view = memoryview(self._tx_mem)
+        self._tx_ptr = ffi.from_buffer(self._tx_mem)
+        self._tx_base = int(ffi.cast("uintptr_t", self._tx_ptr))
+        lkey = ffi.new("uint32_t *")
+        rkey = ffi.new("uint32_t *")
+        self._tx_mr = lib.uxv_reg_mr(self._h, self._tx_ptr, len(self._tx_mem),
+                                     ACCESS_LOCAL_WRITE, lkey, rkey)
+        if self._tx_mr == ffi.NULL:
+            raise TransportUnavailable(f"verbs: ibv_reg_mr: {os.strerror(ffi.errno)} "
+                                       f"(is `ulimit -l` large enough?)")
+        self._tx_lkey = int(lkey[0])
+        self._tx_free = list(range(self.tx_depth - 1, -1, -1))
+        self._tx_owner = {}
+        self._rma_ops = {}
+        self._rma_ids = 0
+        self._wcs = ffi.new("uxv_wc_t[32]")
+        self._eps = {}                # index -> endpoint
+        self._next_index = 1
+        self._pending = set()
+        self._by_fd = {}
+        self._poller = select.poll()
+        self._regs = {}               # id(view) -> (weakref, _Reg)
+        self._dead_regs = []
+        self._lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._lsock.bind(("", 0))
+        self._lsock.listen(128)
+        self._lsock.setblocking(False)
+        self._poller.register(self._lsock.fileno(), select.POLLIN)
+        ips = advertised_ipv4s(getattr(config, "tcp_iface", ""))
+        self._address = pack_address(self.port, int(a.link_layer), self.mtu, self.lid,
+                                     self._lsock.getsockname()[1], os.getpid(), self.uuid,
+                                     int(a.node_guid), self.gid, ips)
+        lib.uxv_arm(self._h)
+
+    def local_qp_info(self, psn: int) -> dict:
+        return dict(port=self.port, gid_index=self.gid_index, mtu=self.mtu,
+                    max_rd_atomic=self.max_rd_atomic, psn=psn)
+
+    def address(self) -> bytes:
+        return self._address
+
+    def is_reachable(self, address: bytes, host_id: bytes) -> bool:
+        try:
+            peer = unpack_address(address)
+        except ValueError:
+            return False
+        return peer["link_layer"] == self.dev.link_layer
+
+    # -- registration ------------------------------------------------------------------
+    def _register(self, view: memoryview) -> _Reg:
+        reg = _Reg()
+        lkey = ffi.new("uint32_t *")
+        rkey = ffi.new("uint32_t *")
+        with ffi.from_buffer(view) as p:
+            reg.address = int(ffi.cast("uintptr_t", p))
+            reg.mr = lib.uxv_reg_mr(self._h, p, view.nbytes, RC_ACCESS, lkey, rkey)
+        if reg.mr == ffi.NULL:
+            raise RemoteAccessError(f"verbs: ibv_reg_mr of {view.nbytes} bytes: "
+                                    f"{os.strerror(ffi.errno)} (ulimit -l?)")
+        reg.lkey, reg.rkey, reg.length = int(lkey[0]), int(rkey[0]), view.nbytes
+        return reg
+
+    def _deregister(self, reg: Optional[_Reg]) -> None:
+        if reg is not None and reg.mr is not None and self._h is not None:
+            lib.uxv_dereg_mr(reg.mr)
+            reg.mr = None
+
+    def pack_local_key(self, buf) -> tuple:
+        """Register the view (for as long as it lives) and describe it."""
+        mv = buf if type(buf) is memoryview else memoryview(buf)
+        entry = self._regs.get(id(mv))
+        if entry is not None and entry[0]() is mv:
+            reg = entry[1]
+        else:
+            reg = self._register(mv)
+            key, regs, dead = id(mv), self._regs, self._dead_regs
+
+            def gone(ref, key=key, reg=reg):
+                e = regs.get(key)
+                if e is not None and e[0] is ref:
+                    del regs[key]
+                dead.append(reg)
+            self._regs[key] = (weakref.ref(mv, gone), reg)
+        return reg.address, pack_rkey(self.uuid, reg.rkey, reg.address, reg.length)
+
+    # -- wire-up -------------------------------------------------------------------------
+    def connect(self, address: bytes) -> VerbsEndpoint:
+        if self._closed:
+            raise ConnectionLost("verbs interface is closed")
+        try:
+            peer = unpack_address(address)
+        except ValueError as e:
+            raise TransportUnavailable(f"verbs: {e}") from None
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        ep = self._add(sock, peer)
+        err = sock.connect_ex((peer["ips"][0], peer["oob_port"]))
+        if err == 0:
+            ep._on_oob_connected()
+        elif err not in (errno.EINPROGRESS, errno.EAGAIN):
+            ep._fail(ConnectionLost(f"verbs: out-of-band connect: {os.strerror(err)}"))
+        else:
+            self._poller.modify(sock.fileno(), select.POLLIN | select.POLLOUT)
+        return ep
+
+    def _add(self, sock, peer) -> VerbsEndpoint:
+        index = self._next_index
+        self._next_index += 1
+        ep = VerbsEndpoint(self, index, sock, peer)
+        self._eps[index] = ep
+        self._by_fd[sock.fileno()] = ep
+        self._poller.register(sock.fileno(), select.POLLIN)
+        return ep
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._lsock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                log.warning("verbs: accept: %s", e)
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                self._add(sock, None)
+            except ConnectionLost as e:
+                log.warning("verbs: cannot accept a connection: %s", e)
+                sock.close()
+
+    def _forget(self, ep: VerbsEndpoint) -> None:
+        self._eps.pop(ep.index, None)
+        self._pending.discard(ep)
+        if ep.sock is not None:
+            self._by_fd.pop(ep.sock.fileno(), None)
+
+    # -- data path ---------------------------------------------------------------------
+    def _post_frame(self, ep: VerbsEndpoint, am_id, header, payload) -> bool:
+        if not self._tx_free:
+            return False
+        slot = self._tx_free.pop()
+        off = slot * self.slot_size
+        hlen = len(header)
+        plen = len(payload) if type(payload) is bytes else payload.nbytes
+        PREFIX.pack_into(self._tx_view, off, FRAME_MAGIC, am_id, 0, hlen, 0, plen)
+        s = off + _PSIZE
+        self._tx_view[s:s + hlen] = header
+        self._tx_view[s + hlen:s + hlen + plen] = payload
+        rc = lib.uxv_post_send(ep.qp, _wr_id(_WR_SEND, ep.index, slot), lib.IBV_WR_SEND,
+                               self._tx_base + off, _PSIZE + hlen + plen, self._tx_lkey,
+                               0, 0, 0, 0, 0)
+        if rc:
+            self._tx_free.append(slot)
+            if rc == errno.ENOMEM:      # send queue full: retry from progress
+                return False
+            ep._fail(ConnectionLost(f"verbs: ibv_post_send: {os.strerror(rc)}"))
+            return False
+        self._tx_owner[slot] = ep
+        return True
+
+    def _post_rma(self, ep, op, opcode, laddr, length, lkey, raddr, rkey, cmp_add, swap) -> bool:
+        if op.exc is not None:
+            op.chunk_done(None)
+            return True
+        if len(self._rma_ops) >= self.rma_depth:
+            return False
+        self._rma_ids = (self._rma_ids + 1) & 0xFFFFFF
+        wr = _wr_id(_WR_RMA, ep.index, self._rma_ids)
+        rc = lib.uxv_post_send(ep.qp, wr, opcode, laddr, length, lkey, raddr, rkey,
+                               cmp_add, swap, 0)
+        if rc == errno.ENOMEM:
+            return False
+        if rc:
+            op.chunk_done(RemoteAccessError(f"verbs: ibv_post_send: {os.strerror(rc)}"))
+            return True
+        self._rma_ops[wr] = (op, ep)
+        return True
+
+    def _fail_rma_of(self, ep, exc) -> None:
+        for wr, (op, e) in list(self._rma_ops.items()):
+            if e is ep:
+                del self._rma_ops[wr]
+                op.chunk_done(exc)
+
+    def progress(self) -> int:
+        if self._h is None:
+            return 0
+        n = 0
+        wcs = self._wcs
+        got = lib.uxv_poll(self._h, wcs, 32)
+        for i in range(max(got, 0)):
+            wc = wcs[i]
+            n += 1
+            kind, index, slot = wc.wr_id >> 56, (wc.wr_id >> 24) & 0xFFFFFFFF, wc.wr_id & 0xFFFFFF
+            ok = wc.status == lib.IBV_WC_SUCCESS
+            why = ffi.string(lib.uxv_wc_status_str(wc.status)).decode()
+            if kind == _WR_SEND:
+                ep = self._tx_owner.pop(slot, None)
+                self._tx_free.append(slot)
+                if not ok and ep is not None:
+                    ep._fail(ConnectionLost(f"verbs: send failed: {why}"))
+            elif kind == _WR_RMA:
+                entry = self._rma_ops.pop(wc.wr_id, None)
+                if entry is not None:
+                    entry[0].chunk_done(None if ok else RemoteAccessError(f"verbs: {why}"))
+                    if not ok and wc.status != lib.IBV_WC_REM_ACCESS_ERR:
+                        entry[1]._fail(ConnectionLost(f"verbs: one-sided operation: {why}"))
+            elif kind == _WR_RECV:
+                ep = self._eps.get(index)
+                if ep is None:
+                    continue
+                if ok:
+                    ep._on_recv(slot, wc.byte_len)
+                elif wc.status != lib.IBV_WC_WR_FLUSH_ERR:
+                    ep._fail(ConnectionLost(f"verbs: receive failed: {why}"))
+        if self._pending:
+            for ep in list(self._pending):
+                n += ep._flush()
+        if self._dead_regs:
+            while self._dead_regs:
+                self._deregister(self._dead_regs.pop())
+        for fd, ev in self._poller.poll(0):
+            n += 1
+            if fd == self._lsock.fileno():
+                self._accept()
+                continue
+            ep = self._by_fd.get(fd)
+            if ep is None:
+                continue
+            if ev & select.POLLOUT and ep.state == CONNECTING:
+                self._poller.modify(fd, select.POLLIN)
+                ep._on_oob_connected()
+            elif ev & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                ep._on_oob_readable()
+        return n
+
+    def wait_fds(self) -> list:
+        if self._h is None:
+            return []
+        lib.uxv_drain_events(self._h)
+        lib.uxv_arm(self._h)
+        return [int(self.dev.comp_fd), self._lsock.fileno()] + list(self._by_fd)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        exc = ConnectionLost("verbs interface closed")
+        for ep in list(getattr(self, "_eps", {}).values()):
+            queued, ep._queue = ep._queue, collections.deque()
+            ep._shutdown()
+            for *_x, cb in queued:
+                if cb is not None:
+                    cb(exc)
+        for op, _ep in list(getattr(self, "_rma_ops", {}).values()):
+            op.chunk_done(exc)
+        for _ref, reg in list(getattr(self, "_regs", {}).values()):
+            self._deregister(reg)
+        for reg in getattr(self, "_dead_regs", []):
+            self._deregister(reg)
+        if getattr(self, "_tx_mr", None) is not None and self._tx_mr != ffi.NULL:
+            lib.uxv_dereg_mr(self._tx_mr)
+        if hasattr(self, "_lsock"):
+            self._lsock.close()
+        h, self._h = self._h, None
+        if h is not None:
+            lib.uxv_close(h)
