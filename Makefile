@@ -7,9 +7,10 @@ NP ?= 4
 PYTEST_ARGS ?=
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-# Debian packages for the RDMA transports (ofi runs here on libfabric's tcp and
-# shm providers; verbs needs a device).  Installed when missing and possible.
-SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core
+# Debian packages: libfabric/libibverbs for the RDMA transports (ofi runs here on
+# libfabric's tcp and shm providers; verbs needs a device) and Open MPI, the
+# second real launcher the tests use.  Installed when missing and possible.
+SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev
 
 .PHONY: install deps run test bench conformance-mpi conformance-shmem clean
 

@@ -63,6 +63,17 @@ def tl(request):
     return request.param
 
 
+#: Debian's Open MPI, used beside the mpich wheel's mpiexec (see README)
+OPENMPI_MPIRUN = "/usr/bin/mpirun.openmpi"
+OPENMPI_LIB = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"
+OPENMPI_ENV = {"MPI4PY_LIBMPI": OPENMPI_LIB, "OMPI_ALLOW_RUN_AS_ROOT": "1",
+               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def have_openmpi() -> bool:
+    return os.path.exists(OPENMPI_MPIRUN) and os.path.exists(OPENMPI_LIB)
+
+
 def run_job(args, n, timeout=120, env=None, launcher="ucxpy-run"):
     """Run ``args`` as an n-rank job; returns CompletedProcess (kills on timeout)."""
     e = dict(os.environ)
@@ -71,6 +82,9 @@ def run_job(args, n, timeout=120, env=None, launcher="ucxpy-run"):
     if launcher == "ucxpy-run":
         cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", str(n),
                "--timeout", str(timeout)] + args
+    elif launcher == "openmpi":
+        e.update(OPENMPI_ENV)
+        cmd = [OPENMPI_MPIRUN, "--oversubscribe", "-n", str(n)] + args
     else:
         cmd = ["mpiexec", "-n", str(n)] + args
     return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout + 30,

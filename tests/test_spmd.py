@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import PROGS, run_job, transport_available
+from conftest import PROGS, have_openmpi, run_job, transport_available
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -32,12 +32,15 @@ def check(proc, n, marker):
 
 
 JOBS = [("ucxpy-run", 2, "shm"), ("ucxpy-run", 2, "tcp"), ("ucxpy-run", 4, "shm,tcp"),
-        ("ucxpy-run", 3, "tcp"), ("mpiexec", 2, "shm,tcp"), ("mpiexec", 2, "tcp")]
+        ("ucxpy-run", 3, "tcp"), ("mpiexec", 2, "shm,tcp"), ("mpiexec", 2, "tcp"),
+        ("openmpi", 2, "shm,tcp"), ("openmpi", 3, "tcp")]
 
 
 def _skip_unless(launcher, tls):
     if launcher == "mpiexec" and not (HAVE_MPIEXEC and _mpi4py_ok()):
         pytest.skip("mpiexec or mpi4py not installed (pip install mpi4py mpich)")
+    if launcher == "openmpi" and not (have_openmpi() and _mpi4py_ok()):
+        pytest.skip("Debian Open MPI not installed (apt-get install openmpi-bin libopenmpi-dev)")
     for t in tls.split(","):
         if not transport_available(t):
             pytest.skip(f"transport {t} unavailable")
@@ -75,7 +78,8 @@ def test_tag_suite_shm_without_cma():
 
 RMA_JOBS = [("ucxpy-run", 3, "shm", "shared", "mapped"), ("ucxpy-run", 3, "shm", "user", "cma"),
             ("ucxpy-run", 3, "tcp", "shared", "am"), ("ucxpy-run", 4, "tcp", "user", "am"),
-            ("mpiexec", 2, "shm,tcp", "shared", "mapped")]
+            ("mpiexec", 2, "shm,tcp", "shared", "mapped"),
+            ("openmpi", 2, "shm,tcp", "user", "cma")]
 
 
 @pytest.mark.parametrize("launcher,n,tls,region,mode", RMA_JOBS)
