@@ -48,5 +48,9 @@ bench: install
 	$(PY) bench/run_bench.py --tls shm,tcp,ofi
 	$(PY) bench/fabtests_ref.py
 
+## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)
+conformance-shmem: install
+	$(PY) conformance/shmem/run.py --launcher both --np 1,2,4
+
 clean:
 	rm -rf build *.egg-info ucxpy/_*.so ucxpy/_*.c native/*.o .pytest_cache

@@ -224,6 +224,13 @@ class RemoteKey:
     def __repr__(self) -> str:
         return f"<RemoteKey mem {self.mem_id} [{self.base:#x}+{self.length}] {self.mode}>"
 
+    @property
+    def mapped_address(self) -> int:
+        """Address of the region's first byte as mapped into this process
+        (MAPPED mode; 0 otherwise), for layers that load/store peer memory
+        directly, e.g. OpenSHMEM's symmetric heap and ``shmem_ptr``."""
+        return self._local_base if self.mode == MAPPED else 0
+
     def check(self, address: int, length: int, align: int = 1) -> int:
         """Offset of ``[address, address+length)`` in the region, or raise."""
         off = address - self.base

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Run shmem4py's released test suite against ucxpy's ``shmem``.
+
+The shmem4py source distribution is fetched from PyPI at run time with
+``pip download --no-deps --no-binary :all: shmem4py==VERSION`` into a cache
+directory outside the repository (``--cache``, default
+``$XDG_CACHE_HOME/ucxpy-conformance``); nothing from it is committed.  Its
+``test/test_*.py`` files run unchanged: ``adapter/`` is put first on
+``PYTHONPATH`` so ``from shmem4py import shmem`` resolves to our ``shmem``.
+Every file runs as a real job of 1, 2 and 4 PEs under the chosen launchers;
+each PE records per-test outcomes (see ``unittest_runner.py``) and a test
+passes when it passed on every PE.
+
+    python conformance/shmem/run.py                     # ucxpy-run, 1/2/4 PEs
+    python conformance/shmem/run.py --launcher both --np 1,2,4 --tls self,tcp
+    python conformance/shmem/run.py --files test_rma,test_amo -v
+
+Exit status: 0 when the pass rate (passed / (run - skipped)) reaches
+``--target`` percent (default 90), else 1.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+ADAPTER = os.path.join(HERE, "adapter")
+RUNNER = os.path.join(HERE, "unittest_runner.py")
+DEFAULT_VERSION = "1.0.0"
+
+
+def default_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ucxpy-conformance")
+
+
+def fetch_suite(version: str, cache: str) -> str:
+    """Directory holding shmem4py's ``test/`` files, downloading once."""
+    dest = os.path.join(cache, f"shmem4py-{version}")
+    tests = os.path.join(dest, "test")
+    if glob.glob(os.path.join(tests, "test_*.py")):
+        return tests
+    os.makedirs(cache, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               "-q", "-d", tmp, f"shmem4py=={version}"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        sdists = glob.glob(os.path.join(tmp, "shmem4py-*.tar.gz"))
+        if not sdists:
+            # pip may fail to *prepare* the sdist (no OpenSHMEM here) after
+            # saving it; only a missing archive is fatal
+            sys.exit(f"could not download shmem4py=={version}:\n{r.stdout}\n{r.stderr}")
+        with tarfile.open(sdists[0]) as tar:
+            top = f"shmem4py-{version}/"
+            members = [m for m in tar.getmembers()
+                       if m.name.startswith(top + "test/") and m.isfile()]
+            for m in members:
+                m.name = m.name[len(top):]
+            tar.extractall(dest, members=members, filter="data")
+    return tests
+
+
+def _pe_records(outdir: str) -> dict:
+    recs = {}
+    for path in glob.glob(os.path.join(outdir, "pe*.jsonl")):
+        pe = int(os.path.basename(path)[2:-6])
+        with open(path) as f:
+            recs[pe] = [json.loads(line) for line in f if line.strip()]
+    return recs
+
+
+def summarize(recs: dict, npes: int):
+    """Per-test outcome over all PEs: pass only if every PE passed."""
+    per_test, details = {}, {}
+    for pe in range(npes):
+        seen = {}
+        for r in recs.get(pe, []):
+            if r["event"] == "start":
+                seen[r["test"]] = "hang/crash"
+            elif r["event"] == "stop":
+                seen[r["test"]] = r["outcome"]
+            elif r["event"] == "detail":
+                details.setdefault(r["test"], f"PE {pe}: {r['error']}")
+            elif r["event"] == "import-error":
+                details.setdefault("<import>", f"PE {pe}: {r['error']}")
+        for tid, outcome in seen.items():
+            per_test.setdefault(tid, []).append(outcome)
+    result = {}
+    for tid, outs in per_test.items():
+        if len(outs) < npes and "hang/crash" not in outs:
+            outs = outs + ["hang/crash"]
+        if all(o == "skip" for o in outs):
+            result[tid] = "skip"
+        elif all(o in ("pass", "skip") for o in outs):
+            result[tid] = "pass"
+        elif "hang/crash" in outs:
+            result[tid] = "hang/crash"
+        else:
+            result[tid] = "error" if "error" in outs else "fail"
+    return result, details
+
+
+def run_file(path, npes, launcher, timeout, env):
+    outdir = tempfile.mkdtemp(prefix="shmemconf-")
+    try:
+        if launcher == "ucxpy-run":
+            cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", str(npes),
+                   "--timeout", str(timeout), sys.executable, RUNNER, path, outdir]
+        else:
+            cmd = ["mpiexec", "-n", str(npes), sys.executable, RUNNER, path, outdir]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(cmd, env=env, cwd=os.path.dirname(path),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout + 30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, _ = proc.communicate()
+            out += f"\n[run.py] killed after {timeout + 30} s"
+        result, details = summarize(_pe_records(outdir), npes)
+        return result, details, proc.returncode, out, time.monotonic() - t0
+    finally:
+        shutil.rmtree(outdir, ignore_errors=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--version", default=DEFAULT_VERSION, help="shmem4py release to test against")
+    ap.add_argument("--cache", default=default_cache(), help="download/extract directory")
+    ap.add_argument("--np", default="1,2,4", help="comma-separated PE counts")
+    ap.add_argument("--launcher", default="ucxpy-run",
+                    help="ucxpy-run, mpiexec, or both")
+    ap.add_argument("--files", default="", help="comma-separated test file names (default all)")
+    ap.add_argument("--tls", default="", help="UCXPY_TLS for the jobs (e.g. self,tcp)")
+    ap.add_argument("--timeout", type=int, default=300, help="seconds per job")
+    ap.add_argument("--target", type=float, default=90.0, help="required pass percentage")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print failing tests")
+    args = ap.parse_args(argv)
+
+    tests_dir = fetch_suite(args.version, args.cache)
+    files = sorted(glob.glob(os.path.join(tests_dir, "test_*.py")))
+    if args.files:
+        wanted = {f if f.endswith(".py") else f + ".py" for f in args.files.split(",")}
+        files = [f for f in files if os.path.basename(f) in wanted]
+    launchers = ["ucxpy-run", "mpiexec"] if args.launcher == "both" else args.launcher.split(",")
+    nps = [int(x) for x in args.np.split(",")]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([ADAPTER, ROOT] + [p for p in
+                                         env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    if args.tls:
+        env["UCXPY_TLS"] = args.tls
+
+    print(f"shmem4py {args.version} test suite against ucxpy shmem "
+          f"({', '.join(launchers)}; PEs {args.np}{'; tls ' + args.tls if args.tls else ''})")
+    print(f"{'file':<18}{'launcher':<11}{'PEs':>4}{'pass':>6}{'fail':>6}{'err':>5}"
+          f"{'hang':>6}{'skip':>6}{'secs':>7}")
+    totals = dict(passed=0, failed=0, errors=0, hung=0, skipped=0)
+    for launcher in launchers:
+        for npes in nps:
+            for path in files:
+                result, details, rc, out, secs = run_file(path, npes, launcher,
+                                                          args.timeout, env)
+                c = {k: sum(1 for v in result.values() if v == k)
+                     for k in ("pass", "fail", "error", "hang/crash", "skip")}
+                if not result:
+                    c["error"] = 1          # the file did not even start its tests
+                print(f"{os.path.basename(path)[:-3]:<18}{launcher:<11}{npes:>4}"
+                      f"{c['pass']:>6}{c['fail']:>6}{c['error']:>5}{c['hang/crash']:>6}"
+                      f"{c['skip']:>6}{secs:>7.1f}", flush=True)
+                totals["passed"] += c["pass"]
+                totals["failed"] += c["fail"]
+                totals["errors"] += c["error"]
+                totals["hung"] += c["hang/crash"]
+                totals["skipped"] += c["skip"]
+                if args.verbose:
+                    for tid, v in sorted(result.items()):
+                        if v not in ("pass", "skip"):
+                            print(f"    {v}: {tid}")
+                            if tid in details:
+                                print("      " + details[tid].strip().replace("\n", "\n      "))
+                    if not result:
+                        print("    " + (details.get("<import>") or out[-3000:]).replace(
+                            "\n", "\n    "))
+    ran = totals["passed"] + totals["failed"] + totals["errors"] + totals["hung"]
+    pct = 100.0 * totals["passed"] / ran if ran else 0.0
+    print(f"TOTAL: {totals['passed']}/{ran} passed ({pct:.1f}%), {totals['failed']} failed, "
+          f"{totals['errors']} errors, {totals['hung']} hung/crashed, "
+          f"{totals['skipped']} skipped")
+    return 0 if pct >= args.target else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
