@@ -208,3 +208,27 @@ def test_peer_abort_fails_dependent_receive():
             r.wait()
     finally:
         p.close()
+
+
+def test_rendezvous_falls_back_when_get_is_refused(monkeypatch):
+    """A refused one-sided read (e.g. CMA denied for one peer) falls back to
+    data frames instead of failing the transfer."""
+    from conftest import transport_available
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    from ucxpy.transports import shm
+
+    def refuse(self, *args, **kwargs):
+        raise ucxpy.RemoteAccessError("process_vm_readv: Operation not permitted")
+    monkeypatch.setattr(shm.ShmEndpoint, "get", refuse)
+    p = Pair("shm", rndv_thresh=0)
+    try:
+        a, b = p.workers
+        data = np.random.default_rng(3).integers(0, 255, (1 << 20) + 5, dtype=np.uint8)
+        out = np.zeros_like(data)
+        r = b.tag_recv_nb(out, 4)
+        s = p.eps[0][1].tag_send_nb(data, 4)
+        p.wait(r, s)
+        assert np.array_equal(out, data)
+    finally:
+        p.close()

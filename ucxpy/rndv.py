@@ -8,7 +8,9 @@ with process_vm_readv), the buffer's address and remote key.  Nothing moves
 until the receiver has matched the RTS to a receive buffer.  Then:
 
 * get path:  the receiver reads the sender's buffer straight into the receive
-  buffer (single copy) and answers ATS; the sender completes on ATS.
+  buffer (single copy) and answers ATS; the sender completes on ATS.  If the
+  read is refused (RemoteAccessError, e.g. CMA not permitted for this peer)
+  before anything moved, the receiver falls back to the data path.
 * data path: the receiver answers RTR with its receive id; the sender streams
   DATA frames from the user buffer (tcp: ``sendmsg`` from the buffer, received
   straight into the receive buffer through ``recv_dest``); the receiver
@@ -30,7 +32,7 @@ from __future__ import annotations
 import itertools
 
 from . import wire
-from .errors import ConnectionLost, ProtocolError
+from .errors import ConnectionLost, ProtocolError, RemoteAccessError
 from .transports.base import Caps
 
 
@@ -146,9 +148,12 @@ class RendezvousProtocol:
             try:
                 if rts.tep.get(dest, rts.raddr, rts.rkey, got):
                     got(None)
-            except Exception as e:   # remote buffer gone, CMA refused mid-run ...
+                return
+            except RemoteAccessError:
+                pass        # one-sided read refused for this peer: ask for data frames
+            except Exception as e:   # the sender is gone, ...
                 got(e)
-            return
+                return
         rreq_id = next(self._ids)
         self.recvs[rreq_id] = _Recv(dest, rts.size, req, result, ep)
         ep.send_frame(wire.AmId.RNDV_RTR, wire.RTR.pack(rts.sreq_id, rreq_id))

@@ -104,7 +104,6 @@ class Worker:
         self._progress_thread = None
         if self.config.progress_thread:
             self.start_progress_thread()
-        self._idle_checks = 0
 
     def __repr__(self) -> str:
         return f"<Worker {self.id} tls={[i.name for i in self.ifaces]}>"
