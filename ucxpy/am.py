@@ -143,26 +143,13 @@ class ActiveMessages:
 
 def am_send_nb(ep, am_id: int, header, data) -> Request:
     """See :meth:`ucxpy.Endpoint.am_send_nb`."""
-    from .endpoint import COMPLETED, send_view
+    from .endpoint import send_view
     if not (0 <= am_id <= MAX_AM_ID):
         raise ValueError(f"active message id {am_id} is outside 0..{MAX_AM_ID}")
     header = bytes(header)
     if len(header) > MAX_USER_HEADER:
         raise MessageTooLarge(f"active message header of {len(header)} bytes exceeds "
                               f"{MAX_USER_HEADER}")
-    mv = send_view(data)
-    tep = ep.transport_endpoint()
-    req = Request(ep.worker)
-    if mv.nbytes < ep.rndv_thresh:
-        if tep.send(wire.AmId.AM_EAGER, wire.AM.pack(am_id, len(header)) + header, mv, req._sent):
-            return COMPLETED
-        return req
-    rndv = ep.worker.rndv
-    sreq_id, raddr, rkey = rndv.post_send(ep, tep, mv, req)
-    try:
-        tep.send(wire.AmId.AM_RTS,
-                 wire.AM_RTS.pack(am_id, len(header), sreq_id, mv.nbytes, raddr) + header + rkey)
-    except BaseException:
-        rndv.sends.pop(sreq_id, None)
-        raise
-    return req
+    return ep.send_message(send_view(data), wire.AmId.AM_EAGER,
+                           wire.AM.pack(am_id, len(header)) + header,
+                           wire.AmId.AM_RTS, wire.AM_RTS, (am_id, len(header)), header)

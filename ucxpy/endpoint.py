@@ -86,25 +86,31 @@ class Endpoint:
     def tag_send_nb(self, buf, tag: int) -> Request:
         """Send ``buf`` with ``tag``; returns a Request (already done when the
         transport took a copy).  ``buf`` must not change until it completes."""
-        mv = send_view(buf)
-        tep = self._tep or self.transport_endpoint()
         tag &= 0xFFFF_FFFF_FFFF_FFFF
+        return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
+                                 wire.AmId.TAG_RTS, wire.RTS, (tag,))
+
+    def send_message(self, mv, eager_id, eager_header, rts_id, rts_struct, rts_prefix,
+                     rts_suffix=b"") -> Request:
+        """Send ``mv`` by the protocol its size selects: eager short (copied
+        now), eager copy (the transport copies or references it) or rendezvous
+        (an RTS of ``rts_struct.pack(*rts_prefix, sreq id, size, address)``
+        + ``rts_suffix`` + remote key; data moves once the receiver matched)."""
+        tep = self._tep or self.transport_endpoint()
         n = mv.nbytes
-        if n <= self.short_thresh and n < self.rndv_thresh:
-            # eager short: the bytes are taken now, the send is complete
-            tep.send(wire.AmId.TAG_EAGER, wire.EAGER.pack(tag), bytes(mv))
-            return COMPLETED
-        req = Request(self.worker)
         if n < self.rndv_thresh:
-            # eager copy: the transport copies or references the buffer
-            if tep.send(wire.AmId.TAG_EAGER, wire.EAGER.pack(tag), mv, req._sent):
+            if n <= self.short_thresh:
+                tep.send(eager_id, eager_header, bytes(mv))
+                return COMPLETED
+            req = Request(self.worker)
+            if tep.send(eager_id, eager_header, mv, req._sent):
                 return COMPLETED
             return req
+        req = Request(self.worker)
         rndv = self.worker.rndv
         sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
         try:
-            tep.send(wire.AmId.TAG_RTS,
-                     wire.RTS.pack(tag, sreq_id, mv.nbytes, raddr) + rkey)
+            tep.send(rts_id, rts_struct.pack(*rts_prefix, sreq_id, n, raddr) + rts_suffix + rkey)
         except BaseException:
             rndv.sends.pop(sreq_id, None)
             raise
