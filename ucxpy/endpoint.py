@@ -140,9 +140,10 @@ class Endpoint:
             raise req.exc
 
     # -- RMA and atomics -----------------------------------------------------------
-    def unpack_rkey(self, packed) -> "RemoteKey":
-        """Turn a peer's ``MemHandle.pack_rkey()`` bytes into a key usable on
-        this endpoint; raises RemoteAccessError if malformed or foreign."""
+    def unpack_rkey(self, packed):
+        """Turn a peer's ``MemHandle.pack_rkey()`` bytes into a
+        :class:`ucxpy.rma.RemoteKey` usable on this endpoint; raises
+        RemoteAccessError if malformed or foreign."""
         from .rma import RemoteKey
         return RemoteKey(self, packed)
 

@@ -48,6 +48,7 @@ import struct
 from . import wire
 from .errors import RemoteAccessError
 from .request import Request
+from .transports.liveness import pid_alive
 
 try:
     from ._native import ffi, lib
@@ -101,16 +102,6 @@ def buffer_address(view: memoryview) -> int:
         return int(ffi.cast("uintptr_t", p))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def _reap_stale_segments() -> None:
     """Unlink segments left by killed processes (their pid is in the name)."""
     for path in glob.glob(os.path.join(SHM_DIR, "ucxpy-r[tm]-*")):
@@ -118,7 +109,7 @@ def _reap_stale_segments() -> None:
             pid = int(os.path.basename(path).split("-")[2])
         except (IndexError, ValueError):
             continue
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             try:
                 os.unlink(path)
             except OSError:

@@ -82,12 +82,10 @@ Endpoint states::
 from __future__ import annotations
 
 import collections
-import errno
 import logging
 import mmap
 import os
 import random
-import select
 import socket
 import struct
 import time
@@ -96,6 +94,7 @@ from typing import Callable, Optional
 
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
+from .liveness import PidWatch
 from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
 
 try:
@@ -570,8 +569,7 @@ class OfiInterface(Interface):
         self._resend = []                 # (due time, send slot) to post again
         self._to_fail = []
         self.host_id = _local_host_id()
-        self._pidfds = {}                 # same-host peer pid -> pidfd (-1: none)
-        self._poller = select.poll()
+        self._peer_procs = PidWatch()     # same-host peer processes
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -750,11 +748,8 @@ class OfiInterface(Interface):
             del self._conns[ep.conn_id]
         self._pending.discard(ep)
         pid = ep.peer_pid
-        if pid in self._pidfds and not any(e.peer_pid == pid for e in self._live_eps()):
-            fd = self._pidfds.pop(pid)
-            if fd >= 0:
-                self._poller.unregister(fd)
-                os.close(fd)
+        if pid in self._peer_procs and not any(e.peer_pid == pid for e in self._live_eps()):
+            self._peer_procs.unwatch(pid)
 
     def _live_eps(self):
         return list(self._conns.values()) + list(self._accepted.values())
@@ -762,17 +757,10 @@ class OfiInterface(Interface):
     def _watch(self, ep: OfiEndpoint) -> None:
         """Watch a same-host peer's process through a pidfd."""
         pid = ep.peer_pid
-        if ep.peer["host_id"] != self.host_id or pid == os.getpid() or pid in self._pidfds:
+        if ep.peer["host_id"] != self.host_id or pid == os.getpid() or pid in self._peer_procs:
             return
-        try:
-            fd = os.pidfd_open(pid)
-        except (AttributeError, OSError) as e:
-            if isinstance(e, OSError) and e.errno == errno.ESRCH:
-                self._to_fail.append((ep, ConnectionLost(f"ofi peer process {pid} is gone")))
-            fd = -1
-        self._pidfds[pid] = fd
-        if fd >= 0:
-            self._poller.register(fd, select.POLLIN)
+        if not self._peer_procs.watch(pid):
+            self._to_fail.append((ep, ConnectionLost(f"ofi peer process {pid} is gone")))
 
     # -- data path -------------------------------------------------------------------
     def _post_recv(self, slot: int) -> None:
@@ -1061,11 +1049,7 @@ class OfiInterface(Interface):
         return n
 
     def _check_peers(self) -> int:
-        if not self._pidfds:
-            return 0
-        ready = {fd for fd, _ev in self._poller.poll(0)}
-        dead = {pid for pid, fd in self._pidfds.items()
-                if fd in ready or (fd < 0 and not _pid_alive(pid))}
+        dead = self._peer_procs.dead()
         if not dead:
             return 0
         self.progress_cq_only()     # deliver what the dead peer sent before dying
@@ -1101,7 +1085,7 @@ class OfiInterface(Interface):
     def wait_fds(self) -> list:
         if self._h is None:
             return []
-        fds = [self._wake_r.fileno()] + [fd for fd in self._pidfds.values() if fd >= 0]
+        fds = [self._wake_r.fileno()] + self._peer_procs.fds()
         busy = bool(self._pending or self._to_fail or self._bye_later or self._rma_ops
                     or self._resend)
         if self.fi.wait_fd >= 0 and not busy and lib.uxofi_trywait(self._h):
@@ -1157,19 +1141,8 @@ class OfiInterface(Interface):
             if p is not None:
                 ffi.release(p)
                 setattr(self, name, None)
-        for fd in getattr(self, "_pidfds", {}).values():
-            if fd >= 0:
-                os.close(fd)
+        if hasattr(self, "_peer_procs"):
+            self._peer_procs.close()
         if hasattr(self, "_wake_r"):
             self._wake_r.close()
             self._wake_w.close()
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -56,7 +56,6 @@ import mmap
 import os
 import re
 import secrets
-import select
 import socket
 import struct
 import time
@@ -66,6 +65,7 @@ from typing import Callable, Optional
 from .._native import ffi, lib
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
                       RemoteAccessError)
+from .liveness import PidWatch, pid_alive
 from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
 
 log = logging.getLogger("ucxpy.shm")
@@ -194,7 +194,7 @@ def reap_stale_segments(min_age: float = 60.0) -> int:
         pid = int(name.split("-")[2])
         path = os.path.join(SHM_DIR, name)
         try:
-            if pid == os.getpid() or now - os.stat(path).st_mtime < min_age or _pid_alive(pid):
+            if pid == os.getpid() or now - os.stat(path).st_mtime < min_age or pid_alive(pid):
                 continue
             os.unlink(path)
             removed += 1
@@ -579,8 +579,7 @@ class ShmInterface(Interface):
         self._pending: set = set()          # endpoints with queued frames
         self._to_fail: list = []            # (ep, exc) reported from progress
         self._ctl_out: deque = deque()      # control datagrams to retry
-        self._pidfds: dict = {}             # peer pid -> pidfd (or -1)
-        self._poller = select.poll()
+        self._peers = PidWatch()            # peer processes, for death detection
         self._armed = False
         self._closed = False
         now = time.monotonic()
@@ -648,18 +647,8 @@ class ShmInterface(Interface):
     def _add(self, ep: ShmEndpoint) -> None:
         self._set_eps(self._eps + (ep,))
         pid = ep._peer_pid
-        if pid not in self._pidfds:
-            try:
-                fd = os.pidfd_open(pid)
-            except AttributeError:
-                fd = -1
-            except OSError as e:
-                self._to_fail.append((ep, ConnectionLost(
-                    f"shm peer process {pid} is gone: {e.strerror}")))
-                return
-            self._pidfds[pid] = fd
-            if fd >= 0:
-                self._poller.register(fd, select.POLLIN)
+        if not self._peers.watch(pid):
+            self._to_fail.append((ep, ConnectionLost(f"shm peer process {pid} is gone")))
 
     def _send_ctl(self, dest: bytes, msg: bytes, ep: Optional[ShmEndpoint] = None) -> None:
         try:
@@ -748,10 +737,7 @@ class ShmInterface(Interface):
         self._pending.discard(ep)
         pid = ep._peer_pid
         if not any(e._peer_pid == pid for e in self._eps):
-            fd = self._pidfds.pop(pid, -1)
-            if fd is not None and fd >= 0:
-                self._poller.unregister(fd)
-                os.close(fd)
+            self._peers.unwatch(pid)
 
     # -- progress ----------------------------------------------------------------
     def progress(self) -> int:
@@ -795,15 +781,9 @@ class ShmInterface(Interface):
         return n
 
     def _check_peers(self) -> int:
-        if not self._pidfds:
+        dead = self._peers.dead()
+        if not dead:
             return 0
-        dead = set()
-        if self._poller is not None:
-            ready = {fd for fd, _ev in self._poller.poll(0)}
-            dead = {pid for pid, fd in self._pidfds.items() if fd in ready}
-        for pid, fd in self._pidfds.items():
-            if fd < 0 and not _pid_alive(pid):
-                dead.add(pid)
         n = 0
         for ep in [e for e in self._eps if e._peer_pid in dead]:
             while ep._exc is None and ep._poll():
@@ -831,7 +811,7 @@ class ShmInterface(Interface):
         self._next_housekeeping = self._next_liveness = 0.0
         if ready:
             self._wake(self._sock_name)     # make select() return at once
-        return [self._sock.fileno()] + [fd for fd in self._pidfds.values() if fd >= 0]
+        return [self._sock.fileno()] + self._peers.fds()
 
     def _disarm(self) -> None:
         self._armed = False
@@ -852,23 +832,5 @@ class ShmInterface(Interface):
             for _am, _h, _p, cb in queued:
                 if cb is not None:
                     cb(exc)
-        for fd in self._pidfds.values():
-            if fd >= 0:
-                os.close(fd)
-        self._pidfds.clear()
+        self._peers.close()
         self._sock.close()
-
-
-def _pid_alive(pid: int) -> bool:
-    """Fallback without pidfd: kill(0) plus a zombie check."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
