@@ -42,10 +42,13 @@ run: install
 test: install
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests
 
-## latency / bandwidth against mpi4py on MPICH (not part of CI)
+## latency / bandwidth / RMA / allreduce / shmem against mpi4py on MPICH and
+## shmem4py on Open MPI's OSHMEM, measured in the same run (not part of CI)
 bench: install
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) bench/run_bench.py --tls shm,tcp,ofi
+	@command -v oshcc >/dev/null && OSHCC=oshcc $(PY) -m pip install -q shmem4py \
+	  || echo "note: shmem4py not installed; the bench skips its column"
+	$(PY) bench/run_bench.py --tls shm,tcp,ofi --rma-tls shm,tcp --suites tag,rma,allreduce,shmem
 	$(PY) bench/fabtests_ref.py
 
 ## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)

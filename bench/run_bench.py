@@ -1,26 +1,43 @@
-"""Benchmark driver (``make bench``): ucxpy over shm and tcp against mpi4py
-and a raw TCP socket ping-pong.
+"""Benchmark driver (``make bench``): ucxpy, mpi_shim and shmem against
+mpi4py on MPICH, shmem4py on Open MPI's OSHMEM, and a raw TCP socket ping-pong.
 
-Runs, each with two ranks pinned to distinct CPUs:
+Every comparison is measured in the same run, two ranks pinned to distinct
+CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
 
-* ``ucxpy-perf`` under ``ucxpy-run`` with ``UCXPY_TLS=shm`` and ``UCXPY_TLS=tcp``;
-* ``ucxpy-perf --mpi4py`` under ``mpiexec -n 2`` (the reference);
-* a blocking Python TCP socket ping-pong (TCP_NODELAY), the floor for tcp.
+``tag``        ``tag_lat`` / ``tag_bw``: ucxpy over each of ``--tls``
+               (``UCXPY_TLS=shm``, ``tcp``, ``ofi``) under ``ucxpy-run``,
+               mpi_shim (``--mpi-shim`` under ``ucxpy-run``), mpi4py under
+               ``mpiexec``, and a blocking Python socket ping-pong (the
+               floor for tcp latency).
+``rma``        ``put_lat get_lat put_bw get_bw amo_lat``: ucxpy RMA over each of
+               ``--rma-tls`` (``mem_map`` + ``put_nb``/``get``/``flush``/
+               ``atomic_fetch``), mpi_shim and mpi4py ``MPI.Win.Allocate``
+               (``Lock``/``Put``/``Get``/``Fetch_and_op``/``Flush``).
+``allreduce``  ``MPI.Allreduce`` of float64 arrays, 2 and 4 ranks: mpi_shim vs mpi4py.
+``shmem``      the RMA tests through our ``shmem`` (``put``+``quiet``, ``get``,
+               ``put_nbi``/``get_nbi``+``quiet``, ``atomic_fetch_add``) next to
+               mpi_shim windows and shmem4py under ``oshrun`` (when shmem4py is
+               importable; ``OSHCC=oshcc pip install shmem4py``).
 
-Every run is repeated ``--repeat`` times and the best value per size is kept
+Every job is repeated ``--repeat`` times and the best value per size is kept
 (the machine is shared; the best run is the least disturbed one).  Prints one
-combined table per test, the project's targets as PASS/MISS (never fails),
-and saves ``bench/results/results.json`` and ``bench/results/bench.png``.
+table per test with ratios (latency: ours/reference, lower is better;
+bandwidth: ours/reference, higher is better), the project's targets as
+PASS/MISS (never fails), and saves ``bench/results/results.json`` and
+``bench/results/bench.png``.  Figures only ever come from this driver.
 
 Usage::
 
-    python bench/run_bench.py [--quick] [--repeat N] [--max-time S] [--tls shm,tcp]
+    python bench/run_bench.py [--quick] [--repeat N] [--max-time S]
+                              [--tls shm,tcp,ofi] [--rma-tls shm,tcp]
+                              [--suites tag,rma,allreduce,shmem]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
@@ -36,6 +53,20 @@ SHM_LAT_FACTOR = 3.0     # ucxpy-shm small-message latency <= 3x mpi4py
 TCP_LAT_FACTOR = 1.5     # ucxpy-tcp small-message latency <= 1.5x raw socket
 BIG = 1 << 20            # bandwidth target applies from this size up
 SMALL = 8                # "small message" size for the latency targets
+
+SUITES = ("tag", "rma", "allreduce", "shmem")
+TAG_TESTS = ("tag_lat", "tag_bw")
+RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
+AR_RANKS = (2, 4)
+#: sizes of --quick, per family
+QUICK_SIZES = {"tag": [8, 1024, 64 << 10, 1 << 20, 4 << 20],
+               "rma": [8, 1024, 64 << 10, 1 << 20],
+               "allreduce": [8, 1024, 64 << 10, 1 << 20]}
+#: Open MPI's library, preloaded for shmem4py: a shmem4py built next to the
+#: mpich wheel links both libmpi.so.12 and .40, and MPICH's MPI_* would win
+OMPI_LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"
+OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 
 
 def _say(msg: str) -> None:
@@ -53,7 +84,9 @@ def _clean_env(**extra) -> dict:
 
 
 def run_perf(label: str, cmd: list, env: dict, timeout: float) -> dict:
-    """Run one ucxpy-perf job; returns its JSON results or ``{"error": ...}``."""
+    """Run one ucxpy-perf job; returns its JSON results or ``{"error": ...}``.
+    A job that wrote its results and then failed (in finalize) keeps its
+    results, with a warning."""
     from ucxpy.tools.perf import parse_table
     os.makedirs(RESULTS, exist_ok=True)
     out = os.path.join(RESULTS, f"{label}.json")
@@ -66,7 +99,8 @@ def run_perf(label: str, cmd: list, env: dict, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     took = time.monotonic() - t0
-    tail = " | ".join((cp.stderr or cp.stdout).strip().splitlines()[-3:])
+    lines = [ln for ln in (cp.stderr or cp.stdout).strip().splitlines() if ln.strip()]
+    tail = " | ".join(lines[-3:])
     if not os.path.exists(out):
         return {"error": f"exit {cp.returncode}: {tail}"}
     with open(out) as f:
@@ -74,7 +108,9 @@ def run_perf(label: str, cmd: list, env: dict, timeout: float) -> dict:
     if cp.returncode != 0:
         # rank 0 wrote its results before finalize: a teardown failure does not
         # invalidate the measurement, but it is reported
-        data["warning"] = f"exit {cp.returncode} after measuring: {tail}"
+        crash = next((ln.strip() for ln in lines if "Signal:" in ln), "")
+        data["warning"] = (f"exit {cp.returncode} after writing its results"
+                           + (f" ({crash})" if crash else f": {tail[-200:]}"))
     if not data.get("tests"):
         data["tests"] = parse_table(cp.stdout)
     data["seconds"] = took
@@ -85,19 +121,60 @@ def _report(run: dict) -> None:
     if "error" in run:
         _say(f"#   failed: {run['error']}")
     elif "warning" in run:
-        _say(f"#   warning: {run['warning']}")
+        _say(f"#   done in {run.get('seconds', 0):.0f} s; warning: {run['warning']}")
     else:
         _say(f"#   done in {run.get('seconds', 0):.0f} s")
 
 
-def ucxpy_cmd(perf_args: list, timeout: float) -> list:
-    return [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", "2", "--timeout",
-            str(int(timeout)), sys.executable, "-m", "ucxpy.tools.perf", "--pin"] + perf_args
+def perf_args(impl_flag: list, tests, sizes, max_time: float) -> list:
+    args = impl_flag + ["--pin", "-t", ",".join(tests), "--max-time", str(max_time)]
+    if sizes:
+        args += ["--sizes", ",".join(map(str, sizes))]
+    return args
 
 
-def mpi_cmd(perf_args: list) -> list:
-    return ["mpiexec", "-n", "2", sys.executable, "-m", "ucxpy.tools.perf", "--mpi4py",
-            "--pin"] + perf_args
+def ucxpy_cmd(args: list, timeout: float, n: int = 2) -> list:
+    return [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", str(n), "--timeout",
+            str(int(timeout)), sys.executable, "-m", "ucxpy.tools.perf"] + args
+
+
+def mpi_cmd(args: list, n: int = 2) -> list:
+    return ["mpiexec", "-n", str(n), sys.executable, "-m", "ucxpy.tools.perf"] + args
+
+
+def oshrun_cmd(args: list, n: int = 2) -> list:
+    return ["oshrun", "--oversubscribe", "--bind-to", "none", "-n", str(n),
+            "-x", "PYTHONPATH", "-x", "LD_PRELOAD",
+            sys.executable, "-m", "ucxpy.tools.perf"] + args
+
+
+def shmem4py_env() -> dict:
+    extra = dict(OMPI_ENV)
+    if os.path.exists(OMPI_LIBMPI):
+        extra["LD_PRELOAD"] = OMPI_LIBMPI
+    return _clean_env(**extra)
+
+
+def shmem4py_status() -> str:
+    """'' when shmem4py can run here, else why not."""
+    if shutil.which("oshrun") is None:
+        return "oshrun not found (apt-get install openmpi-bin)"
+    # only look for the package: loading OSHMEM outside oshrun may crash at exit
+    cp = subprocess.run([sys.executable, "-c", "import importlib.util as u, sys; "
+                         "sys.exit(u.find_spec('shmem4py') is None)"],
+                        capture_output=True, text=True, env=_clean_env(), timeout=60)
+    if cp.returncode != 0:
+        return "shmem4py is not installed (OSHCC=oshcc pip install shmem4py)"
+    return ""
+
+
+def _better(test: str, row: dict, cur) -> bool:
+    from ucxpy.tools.perf import LATENCY_TESTS
+    if cur is None:
+        return True
+    if test.split("@")[0] in LATENCY_TESTS:
+        return row["latency_us"] < cur["latency_us"]
+    return row["bandwidth_GBps"] > cur["bandwidth_GBps"]
 
 
 def best_of(runs: list) -> dict:
@@ -106,19 +183,33 @@ def best_of(runs: list) -> dict:
     if not ok:
         return {"error": runs[-1]["error"] if runs else "not run"}
     merged = {"meta": ok[0]["meta"], "tests": {}, "runs": len(ok),
-              "warnings": [r["warning"] for r in ok if "warning" in r]}
+              "warnings": sorted({r["warning"] for r in ok if "warning" in r})}
     for test in ok[0]["tests"]:
         by_size = {}
         for r in ok:
             for row in r["tests"].get(test, []):
-                cur = by_size.get(row["size"])
-                key = "latency_us" if test == "tag_lat" else "bandwidth_GBps"
-                better = (cur is None or
-                          (row[key] < cur[key] if key == "latency_us" else row[key] > cur[key]))
-                if better:
+                if _better(test, row, by_size.get(row["size"])):
                     by_size[row["size"]] = row
         merged["tests"][test] = [by_size[s] for s in sorted(by_size)]
     return merged
+
+
+def merge_into(impls: dict, errors: dict, label: str, data: dict, rename=None) -> None:
+    """Add one job's merged results to ``impls[label]`` (tests renamed by
+    ``rename``, e.g. allreduce -> allreduce@4); failures go to ``errors``."""
+    if "error" in data:
+        errors.setdefault(label, []).append(data["error"])
+        return
+    cur = impls.setdefault(label, {"meta": data["meta"], "tests": {}, "warnings": [],
+                                   "lanes": {}})
+    for test, rows in data["tests"].items():
+        name = rename(test) if rename else test
+        cur["tests"][name] = rows
+        cur["lanes"][name] = data["meta"].get("lane")
+        mode = (data["meta"].get("rma_modes") or {}).get(test)
+        if mode:
+            cur.setdefault("modes", {})[name] = mode
+    cur["warnings"] += [w for w in data.get("warnings", []) if w not in cur["warnings"]]
 
 
 # ------------------------------------------------------------------ raw socket reference
@@ -228,33 +319,43 @@ def _fmt(v, spec) -> str:
     return format(v, spec) if v is not None else "-"
 
 
-def combined_table(test: str, impls: dict) -> tuple:
-    """Text table and rows for one test.  impls: label -> merged run data."""
-    key = "latency_us" if test == "tag_lat" else "bandwidth_GBps"
-    unit = "latency us (lower is better)" if test == "tag_lat" else "bandwidth GB/s (higher is better)"
+def _short(label: str) -> str:
+    return label[len("ucxpy-"):] if label.startswith("ucxpy-") else label
+
+
+def combined_table(test: str, impls: dict, ratios=None, title=None) -> tuple:
+    """Text table and rows for one test.  impls: label -> merged run data (in
+    column order); ratios: ``[(label, reference label)]``, default every
+    ``ucxpy-*`` and ``mpi_shim`` column over ``mpi4py``."""
+    from ucxpy.tools.perf import LATENCY_TESTS
+    lat = test.split("@")[0] in LATENCY_TESTS
+    key = "latency_us" if lat else "bandwidth_GBps"
+    unit = ("latency us (lower is better)" if lat else "bandwidth GB/s (higher is better)")
     cols = {label: _col(d, test, key) for label, d in impls.items()}
     labels = [label for label in impls if cols[label]]
+    if ratios is None:
+        ratios = [(lb, "mpi4py") for lb in labels if lb.startswith("ucxpy-") or lb == "mpi_shim"]
+    ratios = [(a, b) for a, b in ratios if a in labels and b in labels]
     sizes = sorted({s for c in cols.values() for s in c})
-    ratio_of = [label for label in labels if label.startswith("ucxpy-")]
-    ref = "mpi4py" if "mpi4py" in labels else None
-    head = [f"{'size':>9}"] + [f"{label:>11}" for label in labels]
-    if ref:
-        head += [f"{label.split('-')[1] + '/mpi4py':>12}" for label in ratio_of]
-    lines = [f"== {test}: {unit}", " ".join(head)]
+    width = max([11] + [len(lb) for lb in labels])
+    head = [f"{'size':>9}"] + [f"{lb:>{width}}" for lb in labels]
+    rnames = [f"{_short(a)}/{_short(b)}" for a, b in ratios]
+    head += [f"{n:>{max(12, len(n))}}" for n in rnames]
+    lines = [f"== {title or test}: {unit}", " ".join(head)]
     rows = []
-    spec = ".2f" if test == "tag_lat" else ".4f"
+    spec = ".2f" if lat else ".4f"
     for s in sizes:
-        vals = {label: cols[label].get(s) for label in labels}
-        cells = [f"{s:>9}"] + [f"{_fmt(vals[label], spec):>11}" for label in labels]
+        vals = {lb: cols[lb].get(s) for lb in labels}
+        cells = [f"{s:>9}"] + [f"{_fmt(vals[lb], spec):>{width}}" for lb in labels]
         row = {"size": s, **vals}
-        if ref:
-            for label in ratio_of:
-                a, b = vals.get(label), vals.get(ref)
-                r = a / b if a is not None and b else None
-                row[f"{label}/mpi4py"] = r
-                cells.append(f"{_fmt(r, '.2f'):>12}")
+        for (a, b), n in zip(ratios, rnames):
+            r = vals[a] / vals[b] if vals.get(a) is not None and vals.get(b) else None
+            row[n] = r
+            cells.append(f"{_fmt(r, '.2f'):>{max(12, len(n))}}")
         lines.append(" ".join(cells))
         rows.append(row)
+    if not labels:
+        lines.append("  (no measurements)")
     return "\n".join(lines), rows
 
 
@@ -300,6 +401,10 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
     return out
 
 
+PLOT_PANELS = ("tag_lat", "tag_bw", "put_lat", "get_lat", "put_bw", "get_bw",
+               "allreduce@2", "allreduce@4")
+
+
 def plot(impls: dict, path: str) -> str:
     try:
         import matplotlib
@@ -307,121 +412,217 @@ def plot(impls: dict, path: str) -> str:
         import matplotlib.pyplot as plt
     except ImportError as e:
         return f"no plot: {e}"
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, test, key, ylabel in ((axes[0], "tag_lat", "latency_us", "latency (us, half round trip)"),
-                                  (axes[1], "tag_bw", "bandwidth_GBps", "bandwidth (GB/s)")):
+    from ucxpy.tools.perf import LATENCY_TESTS
+    panels = [t for t in PLOT_PANELS if any(_col(d, t, "latency_us") for d in impls.values())]
+    if not panels:
+        return "no plot: nothing measured"
+    ncol = min(4, len(panels))
+    nrow = (len(panels) + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4.6 * ncol, 3.8 * nrow), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    colors = {label: f"C{i % 10}" for i, label in enumerate(impls)}   # one per impl
+    for ax, test in zip(axes.flat, panels):
+        lat = test.split("@")[0] in LATENCY_TESTS
+        key = "latency_us" if lat else "bandwidth_GBps"
         for label, data in impls.items():
             col = _col(data, test, key)
             if col:
                 xs = sorted(col)
-                ax.plot(xs, [col[x] for x in xs], marker="o", label=label)
+                ax.plot(xs, [col[x] for x in xs], marker="o", ms=3, label=label,
+                        color=colors[label])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("message size (bytes)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(test)
+        ax.set_xlabel("bytes")
+        ax.set_ylabel("latency (us)" if lat else "bandwidth (GB/s)")
+        ax.set_title(test.replace("@", ", ranks="))
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.suptitle(f"ucxpy point-to-point, 2 ranks pinned, host {socket.gethostname()}")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"ucxpy vs mpi4py (MPICH) / shmem4py (OSHMEM), ranks pinned, "
+                 f"host {socket.gethostname()}")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=90)
     plt.close(fig)
     return path
 
 
 # ------------------------------------------------------------------ main
 
+def _repeat_job(label, tag, cmd_fn, env, repeat, timeout) -> dict:
+    runs = []
+    for i in range(repeat):
+        _say(f"# running {label} {tag} (run {i + 1}/{repeat}) ...")
+        runs.append(run_perf(f"{label}-{tag}-{i}".replace("@", "np"), cmd_fn(), env,
+                             timeout + 30))
+        _report(runs[-1])
+    return best_of(runs)
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description="ucxpy vs mpi4py vs raw sockets")
-    p.add_argument("--tls", default="shm,tcp", help="ucxpy transports to measure")
-    p.add_argument("--repeat", type=int, default=2, help="runs per configuration (best kept)")
-    p.add_argument("--max-time", type=float, default=1.0, help="seconds per size and run")
+    p = argparse.ArgumentParser(description="ucxpy / mpi_shim / shmem vs mpi4py, "
+                                            "shmem4py and raw sockets")
+    p.add_argument("--tls", default="shm,tcp,ofi", help="ucxpy transports for the tag suite")
+    p.add_argument("--rma-tls", default="shm,tcp", help="ucxpy transports for the rma suite")
+    p.add_argument("--suites", default=",".join(SUITES),
+                   help=f"comma-separated among {', '.join(SUITES)} (default: all)")
+    p.add_argument("--repeat", type=int, default=None,
+                   help="runs per job, best kept (default 2; 1 with --quick)")
+    p.add_argument("--max-time", type=float, default=0.4, help="seconds per size and run")
     p.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
     p.add_argument("--skip-mpi", action="store_true", help="do not run the mpi4py reference")
+    p.add_argument("--skip-shmem4py", action="store_true", help="do not run shmem4py")
     p.add_argument("--timeout", type=float, default=240, help="seconds per job")
     p.add_argument("--raw-peer", nargs=2, type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.raw_peer:
         raw_peer(*args.raw_peer)
         return 0
+    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    for s in suites:
+        if s not in SUITES:
+            p.error(f"unknown suite {s!r}; choose from {', '.join(SUITES)}")
 
     from ucxpy.config import Config
     from ucxpy.context import load_transport
     from ucxpy.tools.perf import DEFAULT_SIZES
 
     started = time.monotonic()
-    perf_args = ["--max-time", str(args.max_time)]
-    sizes = list(DEFAULT_SIZES)
-    if args.quick:
-        sizes = [8, 1024, 64 << 10, 1 << 20, 4 << 20]
-        perf_args = ["--max-time", str(min(args.max_time, 0.3)), "--sizes",
-                     ",".join(map(str, sizes))]
+    repeat = args.repeat or (1 if args.quick else 2)
+    max_time = min(args.max_time, 0.2) if args.quick else args.max_time
+    sizes = {fam: (QUICK_SIZES[fam] if args.quick else None) for fam in QUICK_SIZES}
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         _say("# note: fewer than 2 CPUs available; ranks share a core (numbers will suffer)")
-
+    T = args.timeout
     impls: dict = {}
-    errors = {}
-    for tl in [t.strip() for t in args.tls.split(",") if t.strip()]:
-        label = f"ucxpy-{tl}"
+    errors: dict = {}
+    notes = []
+
+    def job(label, tag, cmd_fn, env, rename=None):
+        merge_into(impls, errors, label, _repeat_job(label, tag, cmd_fn, env, repeat, T),
+                   rename)
+
+    def usable(tl) -> bool:
         cls, avail = load_transport(tl, Config.from_env({}))
         if cls is None or not avail.available:
-            errors[label] = f"transport unavailable: {avail.reason}"
-            _say(f"# {label}: skipped ({avail.reason})")
+            errors.setdefault(f"ucxpy-{tl}", []).append(f"transport unavailable: {avail.reason}")
+            _say(f"# ucxpy-{tl}: skipped ({avail.reason})")
+            return False
+        return True
+
+    tls = [t.strip() for t in args.tls.split(",") if t.strip()]
+    rma_tls = [t.strip() for t in args.rma_tls.split(",") if t.strip()]
+    # -- ucxpy's own API, per transport
+    for tl in dict.fromkeys((tls if "tag" in suites else []) +
+                            (rma_tls if "rma" in suites else [])):
+        if not usable(tl):
             continue
-        runs = []
-        for i in range(args.repeat):
-            _say(f"# running {label} (run {i + 1}/{args.repeat}) ...")
-            runs.append(run_perf(f"{label}-{i}", ucxpy_cmd(perf_args, args.timeout),
-                                 _clean_env(UCXPY_TLS=tl), args.timeout + 30))
-            _report(runs[-1])
-        impls[label] = best_of(runs)
+        env = _clean_env(UCXPY_TLS=tl)
+        if "tag" in suites and tl in tls:
+            a = perf_args([], TAG_TESTS, sizes["tag"], max_time)
+            job(f"ucxpy-{tl}", "tag", lambda a=a: ucxpy_cmd(a, T), env)
+        if "rma" in suites and tl in rma_tls:
+            a = perf_args([], RMA_TESTS, sizes["rma"], max_time)
+            job(f"ucxpy-{tl}", "rma", lambda a=a: ucxpy_cmd(a, T), env)
 
+    # -- the same mpi4py code: mpi_shim under ucxpy-run, mpi4py on MPICH under mpiexec
+    mpi_impls = [("mpi_shim", ["--mpi-shim"], lambda a, n: ucxpy_cmd(a, T, n), _clean_env())]
     if not args.skip_mpi:
-        runs = []
-        for i in range(args.repeat):
-            _say(f"# running mpi4py under mpiexec (run {i + 1}/{args.repeat}) ...")
-            runs.append(run_perf(f"mpi4py-{i}", mpi_cmd(perf_args), _clean_env(),
-                                 args.timeout + 30))
-            _report(runs[-1])
-        impls["mpi4py"] = best_of(runs)
+        mpi_impls.append(("mpi4py", ["--mpi4py"], lambda a, n: mpi_cmd(a, n), _clean_env()))
+    for label, flag, launch, env in mpi_impls:
+        if "tag" in suites:
+            a = perf_args(flag, TAG_TESTS, sizes["tag"], max_time)
+            job(label, "tag", lambda a=a: launch(a, 2), env)
+        if "rma" in suites or "shmem" in suites:
+            a = perf_args(flag, RMA_TESTS, sizes["rma"], max_time)
+            job(label, "rma", lambda a=a: launch(a, 2), env)
+        if "allreduce" in suites:
+            for n in AR_RANKS:
+                a = perf_args(flag, ["allreduce"], sizes["allreduce"], max_time)
+                job(label, f"allreduce@{n}", lambda a=a, n=n: launch(a, n), env,
+                    rename=lambda t, n=n: f"{t}@{n}")
 
-    _say("# running raw TCP socket ping-pong ...")
-    raw_runs, raw_by_pin = [], {}
-    for _ in range(args.repeat):
-        for pin in (True, False):
-            try:
-                rows = raw_tcp_pingpong(sizes, args.max_time, cpus, pin)
-                raw_runs.append({"meta": {"impl": "raw-tcp", "lane": "socket"},
-                                 "tests": {"tag_lat": rows}})
-                for r in rows:
-                    k = ("pinned" if pin else "unpinned", r["size"])
-                    raw_by_pin[k] = min(raw_by_pin.get(k, float("inf")), r["latency_us"])
-            except (OSError, ConnectionError) as e:
-                raw_runs.append({"error": f"{type(e).__name__}: {e}"})
-    impls["raw-tcp"] = best_of(raw_runs)
+    # -- OpenSHMEM: ours, and shmem4py on Open MPI's OSHMEM
+    if "shmem" in suites:
+        a = perf_args(["--shmem"], RMA_TESTS, sizes["rma"], max_time)
+        job("shmem", "rma", lambda a=a: ucxpy_cmd(a, T), _clean_env())
+        why = "skipped (--skip-shmem4py)" if args.skip_shmem4py else shmem4py_status()
+        if why:
+            notes.append(f"shmem4py: {why}; its column is left out")
+            _say(f"# {notes[-1]}")
+        else:
+            a = perf_args(["--shmem4py"], RMA_TESTS, sizes["rma"], max_time)
+            job("shmem4py", "rma", lambda a=a: oshrun_cmd(a), shmem4py_env())
+            if any("after writing" in w for w in impls.get("shmem4py", {}).get("warnings", [])):
+                notes.append("shmem4py: Open MPI's OSHMEM crashed in shmem_finalize after "
+                             "the results were written; the figures (printed before the "
+                             "crash) are valid")
 
-    for label, d in impls.items():
-        if "error" in d:
-            errors[label] = d["error"]
+    # -- raw socket floor for tcp latency
+    raw_by_pin = {}
+    if "tag" in suites and "tcp" in tls:
+        _say("# running raw TCP socket ping-pong ...")
+        raw_runs = []
+        raw_sizes = sizes["tag"] or list(DEFAULT_SIZES)
+        for _ in range(repeat):
+            for pin in (True, False):
+                try:
+                    rows = raw_tcp_pingpong(raw_sizes, max_time, cpus, pin)
+                    raw_runs.append({"meta": {"impl": "raw-tcp", "lane": "socket"},
+                                     "tests": {"tag_lat": rows}})
+                    for r in rows:
+                        k = ("pinned" if pin else "unpinned", r["size"])
+                        raw_by_pin[k] = min(raw_by_pin.get(k, float("inf")), r["latency_us"])
+                except (OSError, ConnectionError) as e:
+                    raw_runs.append({"error": f"{type(e).__name__}: {e}"})
+        merge_into(impls, errors, "raw-tcp", best_of(raw_runs))
+
+    # -- tables
     print()
     tables = {}
-    for test in ("tag_lat", "tag_bw"):
-        text, rows = combined_table(test, {k: v for k, v in impls.items()
-                                           if not (test == "tag_bw" and k == "raw-tcp")})
-        tables[test] = rows
+
+    def show(key, test, labels, ratios=None, title=None):
+        text, rows = combined_table(test, {lb: impls[lb] for lb in labels if lb in impls},
+                                    ratios, title)
+        tables[key] = rows
         print(text + "\n")
-    lanes = {k: v.get("meta", {}).get("lane") for k, v in impls.items() if "error" not in v}
-    print("# lanes: " + ", ".join(f"{k}={v}" for k, v in lanes.items() if v))
+
+    ucx_tag = [f"ucxpy-{t}" for t in tls]
+    ucx_rma = [f"ucxpy-{t}" for t in rma_tls]
+    if "tag" in suites:
+        show("tag_lat", "tag_lat", ucx_tag + ["mpi_shim", "mpi4py", "raw-tcp"])
+        show("tag_bw", "tag_bw", ucx_tag + ["mpi_shim", "mpi4py"])
+    if "rma" in suites:
+        for t in RMA_TESTS:
+            show(t, t, ucx_rma + ["mpi_shim", "mpi4py"],
+                 title=f"{t} (ucxpy RMA / MPI.Win, rank 0 -> passive rank 1)")
+    if "allreduce" in suites:
+        for n in AR_RANKS:
+            show(f"allreduce@{n}", f"allreduce@{n}", ["mpi_shim", "mpi4py"],
+                 title=f"allreduce float64, {n} ranks")
+    if "shmem" in suites:
+        for t in RMA_TESTS:
+            show(f"shmem {t}", t, ["shmem", "mpi_shim", "shmem4py"],
+                 [("shmem", "mpi_shim"), ("shmem", "shmem4py")],
+                 title=f"shmem {t} (shmem / mpi_shim windows / shmem4py on OSHMEM)")
+
+    for label, d in impls.items():
+        lanes = sorted({v for v in d.get("lanes", {}).values() if v})
+        modes = sorted(set(d.get("modes", {}).values()))
+        print(f"# {label}: lane {', '.join(lanes) or '?'}"
+              + (f"; RMA access {', '.join(modes)}" if modes else ""))
     if raw_by_pin:
         print(f"# raw-tcp = best of pinned and unpinned blocking ping-pong; {SMALL} B: " +
               ", ".join(f"{how} {raw_by_pin[(how, SMALL)]:.2f} us"
                         for how in ("pinned", "unpinned") if (how, SMALL) in raw_by_pin))
-    for label, err in errors.items():
-        print(f"# {label}: {err}")
+    for label, errs in errors.items():
+        for e in errs:
+            print(f"# {label}: {e}")
     for label, d in impls.items():
         for w in d.get("warnings", []):
             print(f"# {label}: warning: {w}")
+    for n in notes:
+        print(f"# note: {n}")
     print("\n== targets")
     targets = check_targets(impls, raw_by_pin)
     for name, verdict, detail in targets:
@@ -429,15 +630,17 @@ def main(argv=None) -> int:
 
     os.makedirs(RESULTS, exist_ok=True)
     summary = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": socket.gethostname(),
-               "cpus": len(cpus), "repeat": args.repeat, "max_time": args.max_time,
-               "impls": impls, "tables": tables, "errors": errors,
+               "cpus": len(cpus), "repeat": repeat, "max_time": max_time, "quick": args.quick,
+               "suites": suites, "impls": impls, "tables": tables, "errors": errors,
+               "notes": notes,
                "raw_tcp_by_pinning": {f"{h}/{sz}": v for (h, sz), v in raw_by_pin.items()},
                "targets": [{"name": n, "verdict": v, "detail": d} for n, v, d in targets]}
     jpath = os.path.join(RESULTS, "results.json")
     with open(jpath, "w") as f:
         json.dump(summary, f, indent=1)
     ppath = plot(impls, os.path.join(RESULTS, "bench.png"))
-    print(f"\n# saved {os.path.relpath(jpath, ROOT)} and {os.path.relpath(ppath, ROOT) if os.path.isabs(ppath) else ppath}"
+    print(f"\n# saved {os.path.relpath(jpath, ROOT)} and "
+          f"{os.path.relpath(ppath, ROOT) if os.path.isabs(ppath) else ppath}"
           f"  ({time.monotonic() - started:.0f} s)")
     return 0
 

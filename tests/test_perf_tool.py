@@ -1,30 +1,44 @@
-"""ucxpy-perf smoke test: two ranks, two sizes, few iterations; output parses.
-Never asserts on timing."""
+"""ucxpy-perf smoke tests: two (or four) ranks, tiny sizes, few iterations;
+the output parses and every implementation runs every test it offers.
+Never asserts on timing: figures come from ``make bench`` only."""
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import shutil
+import subprocess
 import sys
 
 import pytest
 
-from conftest import run_job, transport_available
+from conftest import ROOT, run_job, transport_available
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(150)
 
 SIZES = (8, 65536)
+RMA = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
+PERF = [sys.executable, "-m", "ucxpy.tools.perf"]
+SMOKE = ["--sizes", ",".join(map(str, SIZES)), "--iters", "5", "--window", "4"]
 
 
-def _check_tables(stdout):
+def _check_tables(stdout, tests=("tag_lat", "tag_bw")):
     from ucxpy.tools.perf import parse_table
     tables = parse_table(stdout)
-    assert set(tables) == {"tag_lat", "tag_bw"}, stdout
-    for rows in tables.values():
-        assert [r["size"] for r in rows] == list(SIZES)
+    assert set(tables) == set(tests), stdout
+    for test, rows in tables.items():
+        want = [8] if test == "amo_lat" else list(SIZES)
+        assert [r["size"] for r in rows] == want, (test, stdout)
         for r in rows:
             assert r["iters"] == 5
             assert r["latency_us"] > 0 and r["bandwidth_GBps"] >= 0
     return tables
+
+
+def _need_mpiexec():
+    pytest.importorskip("mpi4py")
+    if shutil.which("mpiexec") is None:
+        pytest.skip("no mpiexec")
 
 
 @pytest.mark.parametrize("tl", ["tcp", "shm"])
@@ -32,9 +46,8 @@ def test_perf_two_ranks(tl, tmp_path):
     if not transport_available(tl):
         pytest.skip(f"transport {tl} unavailable")
     out = tmp_path / "perf.json"
-    cp = run_job([sys.executable, "-m", "ucxpy.tools.perf", "-t", "tag_lat,tag_bw",
-                  "--sizes", ",".join(map(str, SIZES)), "--iters", "5", "--window", "4",
-                  "--json", str(out)], 2, timeout=90, env={"UCXPY_TLS": tl})
+    cp = run_job(PERF + ["-t", "tag_lat,tag_bw"] + SMOKE + ["--json", str(out)], 2,
+                 timeout=90, env={"UCXPY_TLS": tl})
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert f"lane={tl}" in cp.stdout
     tables = _check_tables(cp.stdout)
@@ -43,20 +56,121 @@ def test_perf_two_ranks(tl, tmp_path):
     assert [r["size"] for r in data["tests"]["tag_lat"]] == [r["size"] for r in tables["tag_lat"]]
 
 
+@pytest.mark.parametrize("tl,mode", [("tcp", "am"), ("shm", "mapped")])
+def test_perf_rma_two_ranks(tl, mode, tmp_path):
+    """put/get/amo from rank 0 into rank 1's mem_map region; over tcp the
+    passive target progresses from its barrier (AM mode)."""
+    if not transport_available(tl):
+        pytest.skip(f"transport {tl} unavailable")
+    out = tmp_path / "perf.json"
+    cp = run_job(PERF + ["-t", ",".join(RMA)] + SMOKE + ["--json", str(out)], 2,
+                 timeout=90, env={"UCXPY_TLS": tl})
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    _check_tables(cp.stdout, RMA)
+    assert f"mode={mode}" in cp.stdout, cp.stdout
+    data = json.loads(out.read_text())
+    assert data["meta"]["rma_modes"]["put_lat"] == mode
+
+
+def test_perf_rma_with_a_third_rank():
+    """Window creation is collective; rank 2 only joins it and the barriers."""
+    cp = run_job(PERF + ["-t", "put_lat,amo_lat"] + SMOKE, 3, timeout=90)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    _check_tables(cp.stdout, ("put_lat", "amo_lat"))
+
+
 def test_perf_mpi4py_reference():
-    pytest.importorskip("mpi4py")
-    if shutil.which("mpiexec") is None:
-        pytest.skip("no mpiexec")
-    cp = run_job([sys.executable, "-m", "ucxpy.tools.perf", "--mpi4py",
-                  "--sizes", ",".join(map(str, SIZES)), "--iters", "5", "--window", "4"],
-                 2, timeout=90, launcher="mpiexec")
+    _need_mpiexec()
+    cp = run_job(PERF + ["--mpi4py"] + SMOKE, 2, timeout=90, launcher="mpiexec")
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "impl=mpi4py" in cp.stdout
     _check_tables(cp.stdout)
 
 
+def test_perf_mpi4py_rma_and_allreduce():
+    _need_mpiexec()
+    tests = RMA + ("allreduce",)
+    cp = run_job(PERF + ["--mpi4py", "-t", ",".join(tests)] + SMOKE, 2, timeout=90,
+                 launcher="mpiexec")
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    _check_tables(cp.stdout, tests)
+
+
+@pytest.mark.parametrize("tl", ["shm", "tcp"])
+def test_perf_mpi_shim(tl):
+    """The mpi4py code path with ``from mpi_shim import MPI`` under ucxpy-run."""
+    if not transport_available(tl):
+        pytest.skip(f"transport {tl} unavailable")
+    tests = ("tag_lat", "tag_bw") + RMA + ("allreduce",)
+    cp = run_job(PERF + ["--mpi-shim", "-t", ",".join(tests)] + SMOKE, 2, timeout=120,
+                 env={"UCXPY_TLS": tl})
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "impl=mpi_shim" in cp.stdout and f"lane=ucxpy-{tl}" in cp.stdout
+    _check_tables(cp.stdout, tests)
+
+
+def test_perf_mpi_shim_allreduce_four_ranks():
+    cp = run_job(PERF + ["--mpi-shim", "-t", "allreduce"] + SMOKE, 4, timeout=120)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "ranks=4" in cp.stdout
+    _check_tables(cp.stdout, ("allreduce",))
+
+
+@pytest.mark.parametrize("tl", ["shm", "tcp"])
+def test_perf_shmem(tl):
+    if not transport_available(tl):
+        pytest.skip(f"transport {tl} unavailable")
+    cp = run_job(PERF + ["--shmem", "-t", ",".join(RMA)] + SMOKE, 2, timeout=120,
+                 env={"UCXPY_TLS": tl})
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "impl=shmem " in cp.stdout
+    _check_tables(cp.stdout, RMA)
+
+
+def test_perf_shmem4py_on_oshmem():
+    """shmem4py under Open MPI's oshrun, when installed.  OSHMEM may crash in
+    shmem_finalize after the tables were printed: the output still counts."""
+    if importlib.util.find_spec("shmem4py") is None:
+        pytest.skip("shmem4py not installed (OSHCC=oshcc pip install shmem4py)")
+    if shutil.which("oshrun") is None:
+        pytest.skip("no oshrun")
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import run_bench
+    env = run_bench.shmem4py_env()
+    cmd = run_bench.oshrun_cmd(["--shmem4py", "-t", "put_lat,amo_lat"] + SMOKE)
+    cp = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "impl=shmem4py" in cp.stdout, cp.stdout + cp.stderr
+    _check_tables(cp.stdout, ("put_lat", "amo_lat"))
+
+
 def test_perf_needs_two_ranks():
-    cp = run_job([sys.executable, "-m", "ucxpy.tools.perf", "--sizes", "8", "--iters", "2"],
-                 1, timeout=60)
+    cp = run_job(PERF + ["--sizes", "8", "--iters", "2"], 1, timeout=60)
     assert cp.returncode != 0
     assert "at least 2 ranks" in cp.stderr
+
+
+@pytest.mark.parametrize("args,msg", [(["--shmem", "-t", "tag_lat"], "not available"),
+                                      (["-t", "allreduce"], "not available"),
+                                      (["-t", "nope"], "unknown test")])
+def test_perf_rejects_unsupported_tests(args, msg):
+    cp = subprocess.run(PERF + args, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert cp.returncode == 2 and msg in cp.stderr, cp.stderr
+
+
+def test_bench_tables_ratios_and_best_of():
+    """The bench driver's merging and ratio columns (numbers made up)."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import run_bench
+
+    def run(lat, bw):
+        return {"meta": {"lane": "x"}, "tests": {
+            "put_lat": [{"size": 8, "iters": 1, "latency_us": lat, "bandwidth_GBps": 0}],
+            "put_bw": [{"size": 8, "iters": 1, "latency_us": 0, "bandwidth_GBps": bw}]}}
+    best = run_bench.best_of([run(4.0, 1.0), run(2.0, 0.5), {"error": "x"}])
+    assert best["tests"]["put_lat"][0]["latency_us"] == 2.0
+    assert best["tests"]["put_bw"][0]["bandwidth_GBps"] == 1.0
+    impls = {"shmem": best, "mpi4py": run(1.0, 2.0)}
+    text, rows = run_bench.combined_table("put_lat", impls, [("shmem", "mpi4py")])
+    assert rows[0]["shmem/mpi4py"] == 2.0 and "shmem/mpi4py" in text
+    _, rows = run_bench.combined_table("put_bw", impls, [("shmem", "mpi4py")])
+    assert rows[0]["shmem/mpi4py"] == 0.5

@@ -156,7 +156,12 @@ class RendezvousProtocol:
                 return
         rreq_id = next(self._ids)
         self.recvs[rreq_id] = _Recv(dest, rts.size, req, result, ep)
-        ep.send_frame(wire.AmId.RNDV_RTR, wire.RTR.pack(rts.sreq_id, rreq_id))
+        try:
+            ep.send_frame(wire.AmId.RNDV_RTR, wire.RTR.pack(rts.sreq_id, rreq_id))
+        except ConnectionLost as e:
+            # The sender is gone: this receive fails, the caller's post does not.
+            del self.recvs[rreq_id]
+            req.complete(exc=e)
 
     def drop(self, rts: RtsInfo) -> None:
         """Decline an offer (truncation, cancelled probe): the sender completes."""

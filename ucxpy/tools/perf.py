@@ -1,22 +1,53 @@
-"""``ucxpy-perf``: point-to-point latency and bandwidth, like ``ucx_perftest``.
+"""``ucxpy-perf``: latency and bandwidth, like ``ucx_perftest`` / the OSU tests.
 
-An SPMD program for (at least) two ranks; ranks 0 and 1 measure, others wait::
+An SPMD program for (at least) two ranks; ranks 0 and 1 measure, others wait
+(``allreduce`` uses every rank)::
 
     ucxpy-run -n 2 ucxpy-perf -t tag_lat,tag_bw --pin
-    python -m ucxpy.bootstrap.launcher -n 2 python -m ucxpy.tools.perf
-    mpiexec -n 2 python -m ucxpy.tools.perf --mpi4py      # the reference peer
+    ucxpy-run -n 2 ucxpy-perf -t put_lat,get_lat,put_bw,get_bw,amo_lat
+    mpiexec -n 2 python -m ucxpy.tools.perf --mpi4py          # the reference
+    ucxpy-run -n 4 python -m ucxpy.tools.perf --mpi-shim -t allreduce
+    ucxpy-run -n 2 python -m ucxpy.tools.perf --shmem -t put_lat,amo_lat
+    oshrun -n 2 python -m ucxpy.tools.perf --shmem4py -t put_lat   # Open MPI OSHMEM
 
-Tests
------
-``tag_lat``  ping-pong; latency is half the round trip, bandwidth size/latency.
-``tag_bw``   rank 0 posts a window of non-blocking sends, rank 1 a window of
-             receives, then rank 1 answers a 1-byte ack; bandwidth is bytes of
-             the window over the time per window, latency the time per message.
+Implementations (one per run): ucxpy's own API (default); ``--mpi4py`` and
+``--mpi-shim`` run the same mpi4py code, with ``from mpi4py import MPI`` or
+``from mpi_shim import MPI``; ``--shmem`` / ``--shmem4py`` run the OpenSHMEM
+code with our ``shmem`` or shmem4py (RMA tests only).
 
-For every size one message is first echoed and compared (``--no-check`` skips
-it), then warm-up iterations run untimed; their duration lets rank 0 shrink
-the iteration count so that one size takes about ``--max-time`` seconds (rank
-0 tells rank 1 the count).  ``--iters`` fixes the count instead.
+Tests (``latency_us`` is per operation, ``bandwidth_GBps`` is size / latency)
+------------------------------------------------------------------------------
+``tag_lat``   ping-pong; latency is half the round trip.
+``tag_bw``    rank 0 posts a window of non-blocking sends, rank 1 a window of
+              receives, then rank 1 answers a 1-byte ack; latency is the time
+              per message.
+``put_lat``   rank 0 writes ``size`` bytes into rank 1's registered region and
+              waits for remote completion; latency is the time of one
+              put + flush (ucxpy ``put_nb`` + ``Endpoint.flush``; MPI ``Put`` +
+              ``Flush(peer)`` inside one ``Lock(peer, SHARED)`` epoch; shmem
+              ``put`` + ``quiet``).
+``get_lat``   one blocking read of ``size`` bytes (ucxpy ``get``; MPI ``Get`` +
+              ``Flush``; shmem ``get``).
+``put_bw``    a window of non-blocking puts, then one flush (MPI: Puts then
+              ``Flush``; shmem: ``put_nbi`` then ``quiet``); time per put.
+``get_bw``    the same with gets.
+``amo_lat``   one fetching atomic add on an 8-byte word (ucxpy
+              ``atomic_fetch("add")``; MPI ``Fetch_and_op(SUM)`` + ``Flush``;
+              shmem ``atomic_fetch_add``); reported at size 8 only.
+``allreduce`` ``Allreduce`` of float64 arrays of ``size`` bytes on all ranks
+              (mpi4py / mpi_shim only); latency is the slowest rank's mean
+              time per call, as the OSU benchmark reports.
+
+RMA tests are one-sided: rank 1 is a passive target that waits in a barrier
+(a blocking call, so it progresses where the access needs the target: ucxpy
+AM mode over tcp, mpi_shim's lock manager and accumulates).  Only rank 0
+times them; the window (ucxpy ``mem_map(length=...)``, ``MPI.Win.Allocate``,
+symmetric arrays) is created once per test by every rank.
+
+For every size the data is first checked (an echoed message, or a put read
+back with a get; ``--no-check`` skips it), then warm-up iterations run
+untimed; their duration lets rank 0 shrink the iteration count so that one
+size takes about ``--max-time`` seconds.  ``--iters`` fixes the count.
 
 Rank 0 prints one table per test (lines starting with ``#`` are comments; data
 rows are ``size iters latency_us bandwidth_GB/s``) and writes ``--json``.
@@ -27,14 +58,25 @@ import argparse
 import json
 import os
 import socket
+import struct
 import sys
 import time
 
 import numpy as np
 
-TESTS = ("tag_lat", "tag_bw")
+TAG_TESTS = ("tag_lat", "tag_bw")
+RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
+COLL_TESTS = ("allreduce",)
+TESTS = TAG_TESTS + RMA_TESTS + COLL_TESTS
+#: tests whose figure of merit is latency (lower is better); the others bandwidth
+LATENCY_TESTS = ("tag_lat", "put_lat", "get_lat", "amo_lat", "allreduce")
+
 DEFAULT_SIZES = (8, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10,
                  1 << 20, 4 << 20)
+#: defaults per family when --sizes is not given
+RMA_SIZES = (8, 64, 1 << 10, 16 << 10, 256 << 10, 1 << 20)
+ALLREDUCE_SIZES = (8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20)
+AMO_SIZE = 8
 
 TAG_LAT, TAG_BW, TAG_ACK, TAG_CTRL, TAG_CHECK = 0x10, 0x11, 0x12, 0x13, 0x14
 
@@ -46,6 +88,10 @@ BW_BYTES, BW_MIN, BW_MAX = 1 << 30, 3, 1000
 def parse_sizes(text: str) -> list:
     from ..config import _parse_size
     return [_parse_size(t) for t in text.split(",") if t.strip()]
+
+
+def _pattern(size: int) -> np.ndarray:
+    return ((np.arange(size, dtype=np.int64) * 7 + size) % 251).astype(np.uint8)
 
 
 # ------------------------------------------------------------------ comms
@@ -88,17 +134,25 @@ class UcxpyComm:
         lane = self.world.ep(peer).lane
         return lane.name if lane is not None else "?"
 
+    def rma_window(self, sizes) -> "UcxpyRma":
+        return UcxpyRma(self, sizes)
+
     def finalize(self):
         self.world.finalize()
 
 
 class Mpi4pyComm:
-    """The same pattern over mpi4py buffer calls (the reference)."""
+    """The same pattern over mpi4py buffer calls (the reference), or over
+    ``mpi_shim`` (``shim=True``), whose ``MPI`` is a drop-in for mpi4py's."""
 
     impl = "mpi4py"
 
-    def __init__(self):
-        from mpi4py import MPI
+    def __init__(self, shim: bool = False):
+        if shim:
+            from mpi_shim import MPI
+            self.impl = "mpi_shim"
+        else:
+            from mpi4py import MPI
         self.MPI = MPI
         self.comm = MPI.COMM_WORLD
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
@@ -126,11 +180,222 @@ class Mpi4pyComm:
         self.comm.Barrier()
 
     def lane(self, peer: int) -> str:
+        if self.impl == "mpi_shim":
+            try:
+                from mpi_shim.request import ENGINE
+                lane = ENGINE.world.ep(peer).lane
+                return f"ucxpy-{lane.name if lane is not None else '?'}"
+            except Exception:       # internals moved: the lane is informational only
+                return "ucxpy"
         words = self.MPI.Get_library_version().split("\n")[0].split()
         return f"{words[0]}-{words[-1]}" if words else "mpi"
 
+    def rma_window(self, sizes) -> "MpiRma":
+        return MpiRma(self, sizes)
+
+    def bcast_int(self, value: int) -> int:
+        buf = np.array([value], np.int64)
+        self.comm.Bcast(buf, 0)
+        return int(buf[0])
+
+    def max_float(self, value: float) -> float:
+        out = np.zeros(1, np.float64)
+        self.comm.Allreduce(np.array([value], np.float64), out, op=self.MPI.MAX)
+        return float(out[0])
+
     def finalize(self):
         pass
+
+
+class ShmemComm:
+    """OpenSHMEM: our ``shmem`` or shmem4py's (``module="shmem4py"``); RMA only."""
+
+    def __init__(self, module: str = "shmem"):
+        if module == "shmem4py":
+            from shmem4py import shmem
+        else:
+            import shmem
+        self.impl = module
+        self.shmem = shmem
+        shmem.init()
+        self.rank, self.size = shmem.my_pe(), shmem.n_pes()
+
+    def barrier(self):
+        self.shmem.barrier_all()
+
+    def lane(self, peer: int) -> str:
+        if self.impl == "shmem":
+            tls = os.environ.get("UCXPY_TLS", "")
+            mode = self.shmem.heap_info()["modes"][peer]
+            return f"{tls or 'default'}/{mode}"
+        try:
+            return "oshmem-" + ".".join(map(str, self.shmem.info_get_version()))
+        except Exception:         # the lane is informational only
+            return "oshmem"
+
+    def rma_window(self, sizes) -> "ShmemRma":
+        return ShmemRma(self, sizes)
+
+    def finalize(self):
+        self.shmem.finalize()
+
+
+# ------------------------------------------------------------------ RMA windows
+#
+# ``bind(size)`` returns the operations of one size as closures with every
+# argument prepared, so the loop measures the library call and nothing else:
+# ``(put, get, put_nb, get_nb, flush, fetch_add)`` where put = put + remote
+# completion, get = blocking read, *_nb issue only, flush completes them.
+# ``begin()`` / ``end()`` open and close an access epoch (MPI passive target).
+
+class UcxpyRma:
+    def __init__(self, comm: UcxpyComm, sizes):
+        w = comm.world
+        self.peer = 1 - comm.rank if comm.rank < 2 else 0
+        self.ctr_off = (max(sizes) + 7) // 8 * 8
+        self.mh = w.worker.mem_map(length=self.ctr_off + 8)
+        blobs = w.bootstrap.allgather(struct.pack("<Q", self.mh.address) + self.mh.pack_rkey())
+        self.ep = w.ep(self.peer)
+        self.addr = struct.unpack_from("<Q", blobs[self.peer])[0]
+        self.rkey = self.ep.unpack_rkey(blobs[self.peer][8:])
+        self.mode = self.rkey.mode
+
+    def begin(self):
+        pass
+
+    def end(self):
+        pass
+
+    def bind(self, size: int):
+        ep, addr, rkey = self.ep, self.addr, self.rkey
+        ep_put_nb, ep_get, ep_get_nb, ep_flush = ep.put_nb, ep.get, ep.get_nb, ep.flush
+        ctr = addr + self.ctr_off
+
+        def put(buf):
+            ep_put_nb(buf, addr, rkey)
+            ep_flush()
+
+        def get(buf):
+            ep_get(buf, addr, rkey)
+
+        def put_nb(buf):
+            ep_put_nb(buf, addr, rkey)
+
+        def get_nb(buf):
+            ep_get_nb(buf, addr, rkey)
+
+        def fetch_add():
+            return ep.atomic_fetch("add", 1, ctr, rkey, 8)
+        return put, get, put_nb, get_nb, ep_flush, fetch_add
+
+    def close(self):
+        self.mh.unmap()
+
+
+class MpiRma:
+    def __init__(self, comm: Mpi4pyComm, sizes):
+        MPI = self.MPI = comm.MPI
+        self.peer = 1 - comm.rank if comm.rank < 2 else 0
+        self.ctr_off = (max(sizes) + 7) // 8 * 8
+        self.win = MPI.Win.Allocate(self.ctr_off + 8, 1, comm=comm.comm)
+        # The window exists at every rank once all passed this barrier; MPI
+        # does not require it, but it keeps the measurement off creation races.
+        comm.comm.Barrier()
+        self.mode = "Win.Allocate"
+        if comm.impl == "mpi_shim":
+            try:      # informational: the ucxpy access mode under the window
+                self.mode += "/" + self.win._impl().rkeys[self.peer].mode
+            except Exception:
+                pass
+
+    def begin(self):
+        self.win.Lock(self.peer, self.MPI.LOCK_SHARED)
+
+    def end(self):
+        self.win.Unlock(self.peer)
+
+    def bind(self, size: int):
+        win, peer, MPI = self.win, self.peer, self.MPI
+        Put, Get, Flush = win.Put, win.Get, win.Flush
+        one = np.ones(1, np.int64)
+        old = np.zeros(1, np.int64)
+        ctr = self.ctr_off
+
+        def put(buf):
+            Put(buf, peer)
+            Flush(peer)
+
+        def get(buf):
+            Get(buf, peer)
+            Flush(peer)
+
+        def put_nb(buf):
+            Put(buf, peer)
+
+        def get_nb(buf):
+            Get(buf, peer)
+
+        def flush():
+            Flush(peer)
+
+        def fetch_add():
+            win.Fetch_and_op(one, old, peer, ctr, MPI.SUM)
+            Flush(peer)
+            return int(old[0])
+        return put, get, put_nb, get_nb, flush, fetch_add
+
+    def close(self):
+        self.win.Free()
+
+
+class ShmemRma:
+    def __init__(self, comm: ShmemComm, sizes):
+        sh = self.shmem = comm.shmem
+        self.peer = 1 - comm.rank if comm.rank < 2 else 0
+        # one symmetric array per size: whole arrays take every library's
+        # plain path (slices may be checked, or refused, by some)
+        self.targets = {s: sh.zeros(s, dtype="u1") for s in sorted(set(sizes))}
+        self.ctr = sh.zeros(1, dtype="i8")
+        sh.barrier_all()
+        self.mode = "symmetric heap"
+
+    def begin(self):
+        pass
+
+    def end(self):
+        pass
+
+    def bind(self, size: int):
+        sh, peer, target, ctr = self.shmem, self.peer, self.targets[size], self.ctr
+        sh_put, sh_get, sh_put_nbi, sh_get_nbi, quiet = (sh.put, sh.get, sh.put_nbi,
+                                                         sh.get_nbi, sh.quiet)
+        afa = sh.atomic_fetch_add
+
+        def put(buf):
+            sh_put(target, buf, peer)
+            quiet()
+
+        def get(buf):
+            sh_get(buf, target, peer)
+
+        def put_nb(buf):
+            sh_put_nbi(target, buf, peer)
+
+        def get_nb(buf):
+            sh_get_nbi(buf, target, peer)
+
+        def fetch_add():
+            return int(afa(ctr, 1, peer))
+        return put, get, put_nb, get_nb, quiet, fetch_add
+
+    def close(self):
+        sh = self.shmem
+        sh.barrier_all()
+        for a in list(self.targets.values()) + [self.ctr]:
+            try:
+                sh.free(a)
+            except Exception:     # freeing is best effort at the end of a test
+                pass
 
 
 # ------------------------------------------------------------------ patterns
@@ -148,7 +413,7 @@ def _agree(comm, send, recv, value: int) -> int:
 
 def _check(comm, send, recv, size: int) -> None:
     """Echo one patterned message and compare: catches corruption before timing."""
-    pattern = ((np.arange(size, dtype=np.int64) * 7 + size) % 251).astype(np.uint8)
+    pattern = _pattern(size)
     buf = np.zeros(size, np.uint8)
     if comm.rank == 0:
         send(pattern, TAG_CHECK)
@@ -161,11 +426,12 @@ def _check(comm, send, recv, size: int) -> None:
         send(buf, TAG_CHECK)
 
 
-def _plan(comm, send, recv, run, default: int, lo: int, fixed, max_time: float) -> int:
-    """Warm up (untimed for the result) and agree on the timed iteration count."""
+def _plan(run, default: int, lo: int, fixed, max_time: float, agree=int) -> int:
+    """Warm up (untimed for the result) and agree on the timed iteration count
+    (``agree`` maps rank 0's count to every participant's)."""
     if fixed:
         run(max(1, fixed // 10))
-        return _agree(comm, send, recv, fixed)
+        return agree(fixed)
     warm = max(2, min(default // 10, 200))
     t0 = time.perf_counter()
     run(warm)
@@ -173,7 +439,21 @@ def _plan(comm, send, recv, run, default: int, lo: int, fixed, max_time: float) 
     n = default
     if per_iter > 0:
         n = min(default, max(lo, int(max_time / per_iter)))
-    return _agree(comm, send, recv, n)
+    return agree(n)
+
+
+def _row(size: int, n: int, per_op: float) -> dict:
+    return {"size": size, "iters": n, "latency_us": per_op * 1e6,
+            "bandwidth_GBps": size / per_op / 1e9 if per_op > 0 else 0.0}
+
+
+def _lat_default(size: int, opts) -> int:
+    return max(1, int(min(LAT_MAX, max(LAT_MIN, LAT_BYTES // max(size, 1))) * opts.scale))
+
+
+def _bw_default(size: int, opts) -> int:
+    return max(1, int(min(BW_MAX, max(BW_MIN, BW_BYTES // max(size * opts.window, 1)))
+                      * opts.scale))
 
 
 def tag_lat(comm, size: int, opts) -> dict:
@@ -189,14 +469,11 @@ def tag_lat(comm, size: int, opts) -> dict:
             for _ in range(n):
                 recv(buf, TAG_LAT)
                 send(buf, TAG_LAT)
-    default = int(min(LAT_MAX, max(LAT_MIN, LAT_BYTES // max(size, 1))) * opts.scale)
-    n = _plan(comm, send, recv, run, max(default, 1), LAT_MIN, opts.iters, opts.max_time)
+    n = _plan(run, _lat_default(size, opts), LAT_MIN, opts.iters, opts.max_time,
+              lambda v: _agree(comm, send, recv, v))
     t0 = time.perf_counter()
     run(n)
-    elapsed = time.perf_counter() - t0
-    half_rtt = elapsed / n / 2
-    return {"size": size, "iters": n, "latency_us": half_rtt * 1e6,
-            "bandwidth_GBps": size / half_rtt / 1e9}
+    return _row(size, n, (time.perf_counter() - t0) / n / 2)
 
 
 def tag_bw(comm, size: int, opts) -> dict:
@@ -215,14 +492,111 @@ def tag_bw(comm, size: int, opts) -> dict:
             for _ in range(n):
                 waitall([irecv(buf, TAG_BW) for _ in range(window)])
                 send(ack, TAG_ACK)
-    default = int(min(BW_MAX, max(BW_MIN, BW_BYTES // max(size * window, 1))) * opts.scale)
-    n = _plan(comm, send, recv, run, max(default, 1), BW_MIN, opts.iters, opts.max_time)
+    n = _plan(run, _bw_default(size, opts), BW_MIN, opts.iters, opts.max_time,
+              lambda v: _agree(comm, send, recv, v))
     t0 = time.perf_counter()
     run(n)
-    elapsed = time.perf_counter() - t0
-    per_msg = elapsed / (n * window)
-    return {"size": size, "iters": n, "latency_us": per_msg * 1e6,
-            "bandwidth_GBps": size / per_msg / 1e9}
+    return _row(size, n, (time.perf_counter() - t0) / (n * window))
+
+
+def _rma_check(win, size: int) -> None:
+    """Put a pattern, read it back: catches corruption before timing."""
+    put, get, *_ = win.bind(size)
+    pattern = _pattern(size)
+    back = np.zeros(size, np.uint8)
+    put(pattern)
+    get(back)
+    if not np.array_equal(back, pattern):
+        bad = int(np.argmax(back != pattern))
+        raise RuntimeError(f"{size}-byte put/get corrupted at byte {bad}")
+
+
+def rma_test(win, test: str, size: int, opts) -> dict:
+    """One RMA test at one size, run by the initiator (rank 0) alone."""
+    put, get, put_nb, get_nb, flush, fetch_add = win.bind(size)
+    buf = np.zeros(size, np.uint8)
+    window = opts.window
+    if test == "put_lat":
+        def run(n):
+            for _ in range(n):
+                put(buf)
+    elif test == "get_lat":
+        def run(n):
+            for _ in range(n):
+                get(buf)
+    elif test == "put_bw":
+        def run(n):
+            for _ in range(n):
+                for _ in range(window):
+                    put_nb(buf)
+                flush()
+    elif test == "get_bw":
+        def run(n):
+            for _ in range(n):
+                for _ in range(window):
+                    get_nb(buf)
+                flush()
+    elif test == "amo_lat":
+        def run(n):
+            for _ in range(n):
+                fetch_add()
+    else:
+        raise ValueError(test)
+    bw = test.endswith("_bw")
+    default = _bw_default(size, opts) if bw else _lat_default(size, opts)
+    n = _plan(run, default, BW_MIN if bw else LAT_MIN, opts.iters, opts.max_time)
+    t0 = time.perf_counter()
+    run(n)
+    return _row(size, n, (time.perf_counter() - t0) / (n * (window if bw else 1)))
+
+
+def run_rma(comm, test: str, sizes, opts) -> list:
+    """Collective: every rank creates the window; rank 0 measures while rank 1
+    waits in the closing barrier (which progresses its side)."""
+    sizes = [AMO_SIZE] if test == "amo_lat" else sizes
+    win = comm.rma_window(sizes)
+    rows = []
+    comm.barrier()
+    if comm.rank == 0:
+        for size in sizes:
+            win.begin()
+            try:
+                if not opts.no_check and test != "amo_lat":
+                    _rma_check(win, size)
+                rows.append(rma_test(win, test, size, opts))
+            finally:
+                win.end()
+    comm.barrier()
+    comm.rma_mode = win.mode
+    win.close()
+    return rows
+
+
+def allreduce(comm, size: int, opts) -> dict:
+    """Collective ``Allreduce(SUM)`` of ``size // 8`` float64 on every rank."""
+    MPI, c = comm.MPI, comm.comm
+    count = max(1, size // 8)
+    if not opts.no_check:
+        src = np.arange(count, dtype=np.float64) + comm.rank
+        out = np.zeros(count)
+        c.Allreduce(src, out, op=MPI.SUM)
+        want = np.arange(count, dtype=np.float64) * comm.size + comm.size * (comm.size - 1) / 2
+        if not np.array_equal(out, want):
+            raise RuntimeError(f"Allreduce of {count} float64 returned a wrong sum")
+    sbuf = np.ones(count, np.float64)
+    rbuf = np.zeros(count, np.float64)
+    Allreduce, SUM = c.Allreduce, MPI.SUM
+
+    def run(n):
+        for _ in range(n):
+            Allreduce(sbuf, rbuf, op=SUM)
+    n = _plan(run, _lat_default(size, opts), LAT_MIN, opts.iters, opts.max_time,
+              comm.bcast_int)
+    c.Barrier()
+    t0 = time.perf_counter()
+    run(n)
+    per = comm.max_float((time.perf_counter() - t0) / n)
+    return _row(count * 8, n, per)
 
 
 PATTERNS = {"tag_lat": tag_lat, "tag_bw": tag_bw}
@@ -233,8 +607,10 @@ PATTERNS = {"tag_lat": tag_lat, "tag_bw": tag_bw}
 def format_table(test: str, rows, meta: dict) -> str:
     head = (f"# ucxpy-perf {test}  impl={meta['impl']}  lane={meta['lane']}  "
             f"ranks={meta['ranks']}  pinned={'yes' if meta['pinned'] else 'no'}")
-    if test == "tag_bw":
+    if test in ("tag_bw", "put_bw", "get_bw"):
         head += f"  window={meta['window']}"
+    if test in RMA_TESTS and meta.get("rma_mode"):
+        head += f"  mode={meta['rma_mode'].replace(' ', '_')}"
     lines = [head, f"# {'size':>10} {'iters':>8} {'latency_us':>12} {'bandwidth_GB/s':>15}"]
     for r in rows:
         lines.append(f"  {r['size']:>10} {r['iters']:>8} {r['latency_us']:>12.3f} "
@@ -269,14 +645,23 @@ def pin_self(rank: int) -> int:
 
 # ------------------------------------------------------------------ main
 
+IMPLS = {"ucxpy": (UcxpyComm, {}), "mpi4py": (Mpi4pyComm, {}),
+         "mpi_shim": (Mpi4pyComm, {"shim": True}), "shmem": (ShmemComm, {}),
+         "shmem4py": (ShmemComm, {"module": "shmem4py"})}
+#: the tests each implementation runs
+SUPPORTS = {"ucxpy": TAG_TESTS + RMA_TESTS, "mpi4py": TESTS, "mpi_shim": TESTS,
+            "shmem": RMA_TESTS, "shmem4py": RMA_TESTS}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="ucxpy-perf",
-                                description="ucxpy point-to-point latency / bandwidth")
-    p.add_argument("-t", "--test", default=",".join(TESTS),
-                   help=f"comma-separated tests among {', '.join(TESTS)} (default: both)")
+                                description="ucxpy latency / bandwidth (tag, RMA, allreduce)")
+    p.add_argument("-t", "--test", default=",".join(TAG_TESTS),
+                   help=f"comma-separated tests among {', '.join(TESTS)} "
+                        "(default: tag_lat,tag_bw)")
     p.add_argument("-s", "--sizes", type=parse_sizes, default=None,
-                   help="comma-separated message sizes, e.g. 8,1K,4M "
-                        "(default: 8 B, then powers of 4 from 64 B to 4 MiB)")
+                   help="comma-separated message sizes, e.g. 8,1K,4M (default per test "
+                        "family: tag 8 B..4 MiB, RMA 8 B..1 MiB, allreduce 8 B..1 MiB)")
     p.add_argument("--max-size", type=lambda s: parse_sizes(s)[0], default=None,
                    help="drop default sizes above this")
     p.add_argument("-n", "--iters", type=int, default=0,
@@ -285,50 +670,80 @@ def main(argv=None) -> int:
                    help="multiply the default iteration counts")
     p.add_argument("--max-time", type=float, default=1.0,
                    help="target seconds per size when iterations are not fixed")
-    p.add_argument("-w", "--window", type=int, default=64, help="tag_bw window (default 64)")
+    p.add_argument("-w", "--window", type=int, default=64,
+                   help="window of the *_bw tests (default 64)")
     p.add_argument("--pin", action="store_true", help="pin each rank to its own CPU")
     p.add_argument("--json", metavar="FILE", help="rank 0 writes the results here")
-    p.add_argument("--mpi4py", action="store_true",
-                   help="run the same pattern over mpi4py (launch with mpiexec)")
+    impl = p.add_mutually_exclusive_group()
+    impl.add_argument("--mpi4py", dest="impl", action="store_const", const="mpi4py",
+                      help="mpi4py (the reference; launch with mpiexec)")
+    impl.add_argument("--mpi-shim", dest="impl", action="store_const", const="mpi_shim",
+                      help="the mpi4py code path with `from mpi_shim import MPI` "
+                           "(launch with ucxpy-run or mpiexec)")
+    impl.add_argument("--shmem", dest="impl", action="store_const", const="shmem",
+                      help="our OpenSHMEM layer (RMA tests)")
+    impl.add_argument("--shmem4py", dest="impl", action="store_const", const="shmem4py",
+                      help="shmem4py on the OpenSHMEM it was built for (launch with oshrun)")
     p.add_argument("--no-check", action="store_true", help="skip the per-size data check")
+    p.set_defaults(impl="ucxpy")
     opts = p.parse_args(argv)
     tests = [t.strip() for t in opts.test.split(",") if t.strip()]
     for t in tests:
-        if t not in PATTERNS:
+        if t not in TESTS:
             p.error(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
-    sizes = opts.sizes or [s for s in DEFAULT_SIZES
-                           if opts.max_size is None or s <= opts.max_size]
+        if t not in SUPPORTS[opts.impl]:
+            p.error(f"test {t!r} is not available with {opts.impl} "
+                    f"(it runs {', '.join(SUPPORTS[opts.impl])})")
     if opts.window < 1:
         p.error("--window must be >= 1")
 
-    comm = Mpi4pyComm() if opts.mpi4py else UcxpyComm()
+    def sizes_for(test):
+        if opts.sizes:
+            return opts.sizes
+        base = (RMA_SIZES if test in RMA_TESTS else
+                ALLREDUCE_SIZES if test in COLL_TESTS else DEFAULT_SIZES)
+        return [s for s in base if opts.max_size is None or s <= opts.max_size]
+
+    cls, kwargs = IMPLS[opts.impl]
+    comm = cls(**kwargs)
     if comm.size < 2:
         sys.stderr.write("ucxpy-perf: needs at least 2 ranks "
                          "(ucxpy-run -n 2 ucxpy-perf ... or mpiexec -n 2 ...)\n")
         return 2
     cpu = pin_self(comm.rank) if opts.pin else None
-    results, lane = {}, "?"
+    results, modes, lane = {}, {}, "?"
     comm.barrier()
-    if comm.rank < 2:
-        for test in tests:
+    for test in tests:
+        if test in RMA_TESTS:
+            rows = run_rma(comm, test, sizes_for(test), opts)
+            modes[test] = comm.rma_mode
+        elif test in COLL_TESTS:
+            rows = [allreduce(comm, size, opts) for size in sizes_for(test)]
+        elif comm.rank < 2:
             rows = []
-            for size in sizes:
+            for size in sizes_for(test):
                 if not opts.no_check:
                     send, recv, _, _ = comm.bind(1 - comm.rank)
                     _check(comm, send, recv, size)
                 rows.append(PATTERNS[test](comm, size, opts))
-            results[test] = rows
+        else:
+            rows = []
+        results[test] = rows
+    if comm.rank < 2:
         lane = comm.lane(1 - comm.rank)
     comm.barrier()
     if comm.rank == 0:
         meta = {"impl": comm.impl, "lane": lane, "ranks": comm.size,
                 "pinned": cpu is not None, "window": opts.window,
-                "tls": os.environ.get("UCXPY_TLS", "") if comm.impl == "ucxpy" else "",
+                "tls": os.environ.get("UCXPY_TLS", "") if comm.impl != "mpi4py" else "",
+                "rma_modes": modes,
                 "host": socket.gethostname(), "python": sys.version.split()[0],
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
         for test in tests:
-            print(format_table(test, results[test], meta), flush=True)
+            print(format_table(test, results[test], dict(meta, rma_mode=modes.get(test))),
+                  flush=True)
         if opts.json:
+            # written before finalize: some OpenSHMEMs crash in shmem_finalize
             with open(opts.json, "w") as f:
                 json.dump({"meta": meta, "tests": results}, f, indent=1)
     comm.finalize()
