@@ -210,25 +210,32 @@ def test_peer_abort_fails_dependent_receive():
         p.close()
 
 
-def test_rendezvous_falls_back_when_get_is_refused(monkeypatch):
-    """A refused one-sided read (e.g. CMA denied for one peer) falls back to
-    data frames instead of failing the transfer."""
+@pytest.mark.parametrize("refuse", [None, "get", "put", "get+put"])
+@pytest.mark.parametrize("split", ["0", "inf"], ids=["split", "nosplit"])
+def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
+    """get, split (sender puts the first half while the receiver gets the
+    rest), and the fall back to data frames when a one-sided copy is refused
+    (e.g. CMA denied for one peer): the data always arrives intact."""
     from conftest import transport_available
     if not transport_available("shm"):
         pytest.skip("shm unavailable")
     from ucxpy.transports import shm
 
-    def refuse(self, *args, **kwargs):
+    def refused(self, *args, **kwargs):
         raise ucxpy.RemoteAccessError("process_vm_readv: Operation not permitted")
-    monkeypatch.setattr(shm.ShmEndpoint, "get", refuse)
-    p = Pair("shm", rndv_thresh=0)
+    for op in (refuse or "").split("+"):
+        if op:
+            monkeypatch.setattr(shm.ShmEndpoint, op, refused)
+    p = Pair("shm", rndv_thresh=0, rndv_split_thresh=split)
     try:
         a, b = p.workers
-        data = np.random.default_rng(3).integers(0, 255, (1 << 20) + 5, dtype=np.uint8)
-        out = np.zeros_like(data)
-        r = b.tag_recv_nb(out, 4)
-        s = p.eps[0][1].tag_send_nb(data, 4)
-        p.wait(r, s)
-        assert np.array_equal(out, data)
+        for n in (1, 4096, 8191, (1 << 20) + 5):
+            data = np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
+            out = np.zeros(n + 3, np.uint8)
+            r = b.tag_recv_nb(out, 4)
+            s = p.eps[0][1].tag_send_nb(data, 4)
+            info, _ = p.wait(r, s)
+            assert info.length == n and np.array_equal(out[:n], data)
+            assert not b.rndv.recvs and not a.rndv.sends
     finally:
         p.close()

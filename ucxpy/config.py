@@ -46,6 +46,9 @@ class Config:
     #: messages of at least this many bytes use rendezvous (-1 = auto: above the
     #: transport's eager-copy limit; 0 = always rendezvous)
     rndv_thresh: int = -1
+    #: rendezvous messages of at least this size are copied by both sides at once
+    #: (the sender puts the first part while the receiver gets the rest)
+    rndv_split_thresh: int = 512 * 1024
     #: payloads up to this size use the eager-short path (-1 = transport default)
     short_thresh: int = -1
     #: seconds a blocking call waits before raising TimeoutError (0 = forever)
@@ -69,6 +72,7 @@ class Config:
         "tls": lambda s: tuple(x.strip() for x in s.split(",") if x.strip()),
         "rndv_thresh": _parse_size,
         "short_thresh": _parse_size,
+        "rndv_split_thresh": _parse_size,
         "timeout": float,
         "peer_timeout": float,
         "tcp_iface": str,

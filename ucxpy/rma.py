@@ -43,6 +43,7 @@ import glob
 import itertools
 import mmap
 import os
+import re
 import struct
 
 from . import wire
@@ -70,6 +71,8 @@ TABLE_SLOTS = 4096
 SHM_DIR = "/dev/shm"
 _RKEY = struct.Struct("<4sQQQQIIBBH")
 _RKEY_MAGIC = b"URK1"
+_TABLE_NAME = re.compile(r"\Aucxpy-rt-[0-9]+-[0-9a-f]+\Z")
+_SEG_NAME = re.compile(r"\Aucxpy-rm-[0-9]+-[0-9a-f]+-[0-9]+\Z")
 _MASK = {4: 0xFFFF_FFFF, 8: 0xFFFF_FFFF_FFFF_FFFF}
 
 
@@ -205,6 +208,13 @@ class RemoteKey:
         self.table = packed[off:off + tlen].decode("ascii", "replace")
         self.segment = packed[off + tlen:off + tlen + slen].decode("ascii", "replace")
         self.host_id = packed[off + tlen + slen:]
+        # The names are opened under /dev/shm and the slot indexes the peer's
+        # table mapping: anything else would map an arbitrary file or read
+        # past the table.
+        if (self.table and not _TABLE_NAME.match(self.table)) or \
+                (self.segment and not _SEG_NAME.match(self.segment)) or \
+                self.slot >= TABLE_SLOTS:
+            raise RemoteAccessError("malformed remote key (segment name or slot)")
         if uuid != ep.remote.uuid:
             raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
         self.ep = ep

@@ -5,26 +5,35 @@ Theory of operation
 The sender posts the message and sends a request-to-send (RTS) carrying the
 size and, when its lane can be read one-sidedly (``Caps.GET_ZCOPY``, e.g. shm
 with process_vm_readv), the buffer's address and remote key.  Nothing moves
-until the receiver has matched the RTS to a receive buffer.  Then:
+until the receiver has matched the RTS to a receive buffer.  Then one of:
 
-* get path:  the receiver reads the sender's buffer straight into the receive
-  buffer (single copy) and answers ATS; the sender completes on ATS.  If the
-  read is refused (RemoteAccessError, e.g. CMA not permitted for this peer)
-  before anything moved, the receiver falls back to the data path.
-* data path: the receiver answers RTR with its receive id; the sender streams
-  DATA frames from the user buffer (tcp: ``sendmsg`` from the buffer, received
-  straight into the receive buffer through ``recv_dest``); the receiver
-  completes when every byte arrived, the sender when its frames left.
+* get:   the receiver reads the sender's buffer straight into the receive
+  buffer (single copy) and answers ATS.
+* split: for messages of at least ``UCXPY_RNDV_SPLIT_THRESH`` bytes on a lane
+  that can also write one-sidedly, both processes copy at once: the receiver
+  sends RTP with the key of the first part of its buffer, which the sender
+  puts (then FIN), while the receiver gets the rest (then ATS).  Two cores
+  copy instead of one.
+* data:  the receiver answers RTR(offset, length); the sender streams DATA
+  frames of that range from the user buffer (tcp: ``sendmsg`` from the
+  buffer, received straight into the receive buffer through ``recv_dest``).
 
-Truncation or cancellation on the receiver answers ATS(DROPPED): the sender
-completes normally (as in MPI, the error belongs to the receiver).
+A refused one-sided copy (RemoteAccessError, e.g. CMA not permitted for this
+peer) falls back to data frames for that part, on either side.  The receiver
+completes when every byte has landed (its get, FIN, DATA frames).  The sender
+completes when the receiver no longer reads its buffer (ATS, or an RTR which
+means "send it to me instead") and its own part is out (put done, frames
+sent).  Truncation or cancellation on the receiver answers ATS(DROPPED): the
+sender completes normally (as in MPI, the error belongs to the receiver).
 
 Transition table (sender / receiver)::
 
-    sender    POSTED --RTS sent--> WAIT --ATS--------------------> DONE
-                                     \\--RTR--> SENDING --last frame sent--> DONE
-    receiver  MATCHED --get issued--> GETTING --get done, ATS sent--> DONE
-                      \\--RTR sent--> RECEIVING --all bytes in--> DONE
+    sender    POSTED --RTS--> WAIT --ATS--------------------------------> DONE
+                               |--RTR(range)--> SENDING --frames out----> DONE
+                               '--RTP--> PUTTING --put+FIN, then ATS---> DONE
+    receiver  MATCHED --get--> GETTING --done, ATS-----------------------> DONE
+                      |--RTR(0, size)--> RECEIVING --all bytes in--------> DONE
+                      '--RTP, get rest--> SPLIT --own get + FIN in-------> DONE
     any state --peer failure--> DONE(ConnectionLost)
 """
 from __future__ import annotations
@@ -50,19 +59,27 @@ class RtsInfo:
 
 
 class _Send:
-    __slots__ = ("ep", "mv", "req", "frames_left")
+    """``reading``: the receiver may still read our buffer (until ATS or RTR);
+    ``busy``: our own parts (put, data frames) not yet out."""
+
+    __slots__ = ("ep", "mv", "req", "reading", "busy")
 
     def __init__(self, ep, mv, req):
         self.ep = ep
         self.mv = mv
         self.req = req
-        self.frames_left = 0
+        self.reading = True
+        self.busy = 0
 
 
 class _Recv:
-    __slots__ = ("dest", "size", "received", "req", "result", "ep")
+    """``exposed``: the part of ``dest`` published to the sender for its put,
+    kept alive until completion (transports tie registrations to the view)."""
+
+    __slots__ = ("dest", "size", "received", "req", "result", "ep", "exposed")
 
     def __init__(self, dest, size, req, result, ep):
+        self.exposed = None
         self.dest = dest
         self.size = size
         self.received = 0
@@ -90,78 +107,144 @@ class RendezvousProtocol:
             raddr, rkey = tep.pack_local_key(mv)
         return sreq_id, raddr, rkey
 
-    def on_rtr(self, tep, header, payload):
-        sreq_id, rreq_id = wire.RTR.unpack(header)
+    def _send_of(self, sreq_id, what):
         s = self.sends.get(sreq_id)
         if s is None:
-            raise ProtocolError(f"RTR for unknown send {sreq_id}")
+            raise ProtocolError(f"{what} for unknown send {sreq_id}")
+        return s
+
+    def _settle(self, sreq_id, s, exc=None):
+        """Complete the send when nothing of it is outstanding any more."""
+        if exc is not None or (not s.reading and s.busy == 0):
+            if self.sends.pop(sreq_id, None) is not None:
+                s.req.complete(exc=exc)
+
+    def on_rtr(self, tep, header, payload):
+        sreq_id, rreq_id, off, length = wire.RTR.unpack(header)
+        s = self._send_of(sreq_id, "RTR")
+        if off + length > s.mv.nbytes:
+            raise ProtocolError(f"RTR asks for [{off}, {off + length}) of a {s.mv.nbytes}-byte send")
+        s.reading = False           # the receiver wants frames instead of reading
+        self._send_frames(sreq_id, s, rreq_id, off, length)
+
+    def _send_frames(self, sreq_id, s, rreq_id, start, length):
         out = s.ep.transport_endpoint()
         frag = out.iface.attrs.max_frame
-        mv, size = s.mv, s.mv.nbytes
-        offsets = range(0, size, frag) if size else ()
-        s.frames_left = len(offsets) + 1     # +1 guards completion until all are posted
-        for off in offsets:
-            done = out.send(wire.AmId.RNDV_DATA, wire.DATA.pack(rreq_id, off),
-                            mv[off:off + frag], lambda exc, s=s, i=sreq_id: self._frame_sent(i, s, exc))
-            if done:
-                s.frames_left -= 1
-        self._frame_sent(sreq_id, s, None)
+        s.busy += 1                 # guards completion until every frame is posted
+        for off in range(start, start + length, frag):
+            s.busy += 1
+            n = min(frag, start + length - off)
+            if out.send(wire.AmId.RNDV_DATA, wire.DATA.pack(rreq_id, off), s.mv[off:off + n],
+                        lambda exc, s=s, i=sreq_id: self._part_done(i, s, exc)):
+                s.busy -= 1
+        self._part_done(sreq_id, s, None)
 
-    def _frame_sent(self, sreq_id, s, exc):
-        if exc is not None:
-            self.sends.pop(sreq_id, None)
-            s.req.complete(exc=exc)
-            return
-        s.frames_left -= 1
-        if s.frames_left == 0 and self.sends.pop(sreq_id, None) is not None:
-            s.req.complete()
+    def _part_done(self, sreq_id, s, exc):
+        s.busy -= 1
+        self._settle(sreq_id, s, exc)
+
+    def on_rtp(self, tep, header, payload):
+        n = wire.RTP.size
+        sreq_id, rreq_id, length, raddr = wire.RTP.unpack(header[:n])
+        rkey = bytes(header[n:])
+        s = self._send_of(sreq_id, "RTP")
+        if length > s.mv.nbytes:
+            raise ProtocolError(f"RTP asks for {length} bytes of a {s.mv.nbytes}-byte send")
+        out = s.ep.transport_endpoint()
+        if out.iface.attrs.caps & Caps.PUT_ZCOPY:
+            s.busy += 1
+
+            part = s.mv[:length]
+
+            def put_done(exc, s=s, i=sreq_id, part=part):
+                if exc is None:
+                    s.ep.send_frame(wire.AmId.RNDV_FIN, wire.FIN.pack(rreq_id, length))
+                self._part_done(i, s, exc)
+            try:
+                if out.put(part, raddr, rkey, put_done):
+                    put_done(None)
+                return
+            except RemoteAccessError:
+                s.busy -= 1         # refused: send the part as frames instead
+            except Exception as e:
+                s.busy -= 1
+                self._settle(sreq_id, s, e)
+                return
+        self._send_frames(sreq_id, s, rreq_id, 0, length)
 
     def on_ats(self, tep, header, payload):
         sreq_id, status = wire.ATS.unpack(header)
-        s = self.sends.pop(sreq_id, None)
-        if s is None:
-            raise ProtocolError(f"ATS for unknown send {sreq_id}")
+        s = self._send_of(sreq_id, "ATS")
+        s.reading = False
+        exc = None
         if status == wire.ATS_ERROR:
-            s.req.complete(exc=ConnectionLost("receiver failed to read the message",
-                                              peer=s.ep.remote_id))
-        else:
-            s.req.complete()
+            exc = ConnectionLost("receiver failed to read the message", peer=s.ep.remote_id)
+        self._settle(sreq_id, s, exc)
 
     # -- receiver ----------------------------------------------------------
     def start_recv(self, rts: RtsInfo, dest, req, result) -> None:
         """Pull the offered message into ``dest`` (at least ``rts.size`` bytes)
         and complete ``req`` with ``result``."""
         ep = rts.tep.owner_ep
-        if rts.size == 0:
+        size = rts.size
+        if size == 0:
             self._ack(ep, rts.sreq_id, wire.ATS_OK)
             req.complete(result)
             return
-        dest = dest[:rts.size]
-        if rts.rkey and rts.tep.iface.attrs.caps & Caps.GET_ZCOPY:
-            def got(exc, ep=ep, rts=rts):
-                if exc is None:
-                    self._ack(ep, rts.sreq_id, wire.ATS_OK)
-                    req.complete(result)
-                else:
-                    self._ack(ep, rts.sreq_id, wire.ATS_ERROR)
-                    req.complete(exc=exc)
-            try:
-                if rts.tep.get(dest, rts.raddr, rts.rkey, got):
-                    got(None)
-                return
-            except RemoteAccessError:
-                pass        # one-sided read refused for this peer: ask for data frames
-            except Exception as e:   # the sender is gone, ...
-                got(e)
-                return
+        dest = dest[:size]
         rreq_id = next(self._ids)
-        self.recvs[rreq_id] = _Recv(dest, rts.size, req, result, ep)
+        r = self.recvs[rreq_id] = _Recv(dest, size, req, result, ep)
+        caps = rts.tep.iface.attrs.caps
+        start = 0
         try:
-            ep.send_frame(wire.AmId.RNDV_RTR, wire.RTR.pack(rts.sreq_id, rreq_id))
-        except ConnectionLost as e:
-            # The sender is gone: this receive fails, the caller's post does not.
-            del self.recvs[rreq_id]
-            req.complete(exc=e)
+            if rts.rkey and caps & Caps.GET_ZCOPY:
+                if caps & Caps.PUT_ZCOPY and size >= self.worker.config.rndv_split_thresh:
+                    start = (size // 2) & ~4095     # page-aligned halves
+                if start:
+                    r.exposed = dest[:start]
+                    laddr, lkey = rts.tep.pack_local_key(r.exposed)
+                    ep.send_frame(wire.AmId.RNDV_RTP,
+                                  wire.RTP.pack(rts.sreq_id, rreq_id, start, laddr) + lkey)
+                if self._get(rts, rreq_id, r, start):
+                    return
+            ep.send_frame(wire.AmId.RNDV_RTR, wire.RTR.pack(rts.sreq_id, rreq_id, start, size - start))
+        except Exception as e:   # the sender is gone, ...
+            self._ack(ep, rts.sreq_id, wire.ATS_ERROR)
+            self._fail_recv(rreq_id, e)
+
+    def _get(self, rts, rreq_id, r, start) -> bool:
+        """Read ``[start, size)`` of the sender's buffer; False if refused
+        before anything moved (the caller asks for data frames instead)."""
+        def got(exc):
+            if exc is None:
+                self._ack(r.ep, rts.sreq_id, wire.ATS_OK)
+                self._landed(rreq_id, r, r.size - start)
+            else:
+                self._ack(r.ep, rts.sreq_id, wire.ATS_ERROR)
+                self._fail_recv(rreq_id, exc)
+        try:
+            if rts.tep.get(r.dest[start:], rts.raddr + start, rts.rkey, got):
+                got(None)
+        except RemoteAccessError:
+            return False
+        return True
+
+    def _landed(self, rreq_id, r, nbytes) -> None:
+        r.received += nbytes
+        if r.received == r.size and self.recvs.pop(rreq_id, None) is not None:
+            r.req.complete(r.result)
+
+    def _fail_recv(self, rreq_id, exc) -> None:
+        r = self.recvs.pop(rreq_id, None)
+        if r is not None:
+            r.req.complete(exc=exc)
+
+    def on_fin(self, tep, header, payload):
+        rreq_id, nbytes = wire.FIN.unpack(header)
+        r = self.recvs.get(rreq_id)
+        if r is None or r.received + nbytes > r.size:
+            raise ProtocolError(f"FIN of {nbytes} bytes for unknown or smaller receive {rreq_id}")
+        self._landed(rreq_id, r, nbytes)
 
     def drop(self, rts: RtsInfo) -> None:
         """Decline an offer (truncation, cancelled probe): the sender completes."""
@@ -191,10 +274,7 @@ class RendezvousProtocol:
                                 f"or smaller receive {rreq_id}")
         if not (isinstance(payload, memoryview) and payload.obj is r.dest.obj):
             r.dest[off:off + n] = payload
-        r.received += n
-        if r.received == r.size:
-            del self.recvs[rreq_id]
-            r.req.complete(r.result)
+        self._landed(rreq_id, r, n)
 
     # -- failure -----------------------------------------------------------
     def fail_peer(self, ep, exc) -> None:

@@ -15,7 +15,7 @@ class AmId(enum.IntEnum):
     WIREUP = 1        # header: packed WorkerAddress of the sender
     TAG_EAGER = 2     # header: tag                          payload: message
     TAG_RTS = 3       # header: tag, sreq id, size, rkey addr, rkey len + rkey
-    RNDV_RTR = 4      # header: sreq id, rreq id (receiver wants data frames)
+    RNDV_RTR = 4      # header: sreq id, rreq id, range (receiver wants data frames)
     RNDV_DATA = 5     # header: rreq id, offset              payload: fragment
     RNDV_ATS = 6      # header: sreq id, status (receiver is done with sender's buffer)
     CLOSE = 7         # header: empty (peer closes gracefully)
@@ -27,6 +27,8 @@ class AmId(enum.IntEnum):
     RMA_GET_REP = 13  # header: RMA_ACK                        payload: data
     RMA_AMO = 14      # header: RMA_AMO
     RMA_AMO_REP = 15  # header: RMA_AMO_REP
+    RNDV_RTP = 16     # header: RTP + rkey of the receive buffer (sender puts a part)
+    RNDV_FIN = 17     # header: FIN (the sender's part has landed)
     USER = 32         # first id available to active-message users
 
 
@@ -34,10 +36,14 @@ class AmId(enum.IntEnum):
 EAGER = struct.Struct("<Q")
 #: ``tag, sreq_id, size, remote address`` followed by the remote key bytes
 RTS = struct.Struct("<QQQQ")
-#: ``sreq_id, rreq_id``
-RTR = struct.Struct("<QQ")
+#: ``sreq_id, rreq_id, offset, length``
+RTR = struct.Struct("<QQQQ")
 #: ``rreq_id, offset``
 DATA = struct.Struct("<QQ")
+#: ``sreq_id, rreq_id, length, receive buffer address`` followed by its key
+RTP = struct.Struct("<QQQQ")
+#: ``rreq_id, bytes written``
+FIN = struct.Struct("<QQ")
 #: ``sreq_id, status`` (0 ok, 1 truncated/dropped by receiver, 2 receiver error)
 ATS = struct.Struct("<QB")
 

@@ -79,7 +79,8 @@ class Worker:
                          (AmId.TAG_RTS, self._on_tag_rts), (AmId.RNDV_RTR, self.rndv.on_rtr),
                          (AmId.RNDV_DATA, self.rndv.on_data), (AmId.RNDV_ATS, self.rndv.on_ats),
                          (AmId.CLOSE, self._on_close), (AmId.AM_EAGER, self.am.on_eager),
-                         (AmId.AM_RTS, self.am.on_rts)):
+                         (AmId.AM_RTS, self.am.on_rts), (AmId.RNDV_RTP, self.rndv.on_rtp),
+                         (AmId.RNDV_FIN, self.rndv.on_fin)):
             self._handlers[am_id] = h
         for am_id, h in self.rma.handlers.items():
             self._handlers[am_id] = h
@@ -252,6 +253,10 @@ class Worker:
             h(tep, header, payload)
         except (ProtocolError, struct.error, ValueError, UnicodeDecodeError) as e:
             self._bad_frame(tep, e)
+        except ConnectionLost:
+            # A handler's reply (RMA ack, RTR, data) found the way back to the
+            # peer broken: conn_failed reports that; progress() must not raise.
+            pass
 
     def recv_dest(self, tep, am_id, header, length):
         try:

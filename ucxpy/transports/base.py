@@ -137,8 +137,15 @@ class TransportEndpoint(abc.ABC):
         :meth:`send`."""
         raise NotImplementedError(f"{type(self).__name__} has no get_zcopy")
 
+    def put(self, local: memoryview, remote_addr: int, rkey: bytes,
+            on_complete: Callable[[Optional[BaseException]], None]) -> bool:
+        """One-sided write of ``local`` to ``remote_addr`` described by ``rkey``
+        (``Caps.PUT_ZCOPY``).  Same return convention as :meth:`send`."""
+        raise NotImplementedError(f"{type(self).__name__} has no put_zcopy")
+
     def pack_local_key(self, buf: memoryview) -> tuple[int, bytes]:
-        """Describe ``buf`` for a peer's :meth:`get`: returns ``(address, rkey)``."""
+        """Describe ``buf`` for a peer's :meth:`get` or :meth:`put`: returns
+        ``(address, rkey)``."""
         raise NotImplementedError(f"{type(self).__name__} has no get_zcopy")
 
     @property

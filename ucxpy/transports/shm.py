@@ -456,6 +456,19 @@ class ShmEndpoint(TransportEndpoint):
 
     def get(self, local, remote_addr: int, rkey: bytes,
             on_complete: Callable[[Optional[BaseException]], None]) -> bool:
+        """Read the peer's registered memory into ``local`` (process_vm_readv)."""
+        self._cma(lib.ucxpy_cma_read, local, remote_addr, rkey)
+        return True
+
+    def put(self, local, remote_addr: int, rkey: bytes,
+            on_complete: Callable[[Optional[BaseException]], None]) -> bool:
+        """Write ``local`` into the peer's registered memory (process_vm_writev)."""
+        self._cma(lib.ucxpy_cma_write, local, remote_addr, rkey)
+        return True
+
+    def _cma(self, fn, local, remote_addr: int, rkey: bytes) -> None:
+        """One synchronous cross-memory copy between ``local`` and the peer's
+        region described by ``rkey`` (from the peer's ``pack_local_key``)."""
         if self._exc is not None:
             raise self._exc
         try:
@@ -465,24 +478,24 @@ class ShmEndpoint(TransportEndpoint):
         if magic != _RKEY_MAGIC or pid != self._peer_pid:
             raise RemoteAccessError("remote key does not belong to this peer")
         try:
-            dst = _from_buffer(local, require_writable=True)
+            buf = _from_buffer(local, require_writable=fn is lib.ucxpy_cma_read)
         except TypeError as e:
-            raise InvalidBuffer(f"get destination must be a writable buffer: {e}") from None
-        n = len(dst)
+            raise InvalidBuffer(f"local buffer of a one-sided copy: {e}") from None
+        n = len(buf)
         if remote_addr < base or remote_addr + n > base + length:
-            raise RemoteAccessError(f"get of {n} bytes at {remote_addr:#x} outside the "
+            raise RemoteAccessError(f"access of {n} bytes at {remote_addr:#x} outside the "
                                     f"registered region {base:#x}+{length}")
         if not self.cma_ok():
             raise RemoteAccessError("CMA to the peer process is not permitted")
-        got = lib.ucxpy_cma_read(pid, dst, remote_addr, n)
-        if got == n:
-            return True
-        if got == -errno.ESRCH:
+        done = fn(pid, buf, remote_addr, n)
+        if done == n:
+            return
+        if done == -errno.ESRCH:
             exc = ConnectionLost(f"shm peer process {pid} is gone")
             self._fail(exc)
             raise exc
-        why = os.strerror(-got) if got < 0 else f"short read of {got}/{n} bytes"
-        raise RemoteAccessError(f"process_vm_readv from pid {pid}: {why}")
+        why = os.strerror(-done) if done < 0 else f"short copy of {done}/{n} bytes"
+        raise RemoteAccessError(f"cross-memory copy with pid {pid}: {why}")
 
     def cma_ok(self) -> bool:
         """Does CMA to this peer work?  (probed once)"""
@@ -506,6 +519,11 @@ class ShmEndpoint(TransportEndpoint):
             self.iface._wake(self._peer_sock)
         if self._exc is None:
             self._exc = ConnectionLost("shm endpoint is closed")
+            if self._seg is not None:
+                # The peer may not have mapped the segment yet (our CONNECT is
+                # still in its socket): leave the name for it to map, drain and
+                # unlink; reap_stale_segments removes it if it never does.
+                self._seg.owner = False
         self._release_resources()
 
     def _fail(self, exc: BaseException) -> None:
@@ -556,7 +574,7 @@ class ShmInterface(Interface):
         if config.shm_cma:
             usable, self.cma_reason = _cma_status()
             if usable:
-                caps |= Caps.GET_ZCOPY
+                caps |= Caps.GET_ZCOPY | Caps.PUT_ZCOPY
         max_frame = max_frame_for(self.ring_size)
         self.attrs = TransportAttrs(
             caps=caps, max_short=256, max_bcopy=min(8192, max_frame), max_frame=max_frame,
@@ -773,6 +791,8 @@ class ShmInterface(Interface):
                 self._send_ctl(dest, msg, ep)
         while self._to_fail:
             ep, exc = self._to_fail.pop(0)
+            while ep._exc is None and ep._poll():
+                pass        # deliver what the peer published before it went away
             ep._fail(exc)
             n += 1
         if now >= self._next_liveness:
