@@ -41,7 +41,13 @@ class RecvRequest(Request):
     __slots__ = ("buf", "capacity", "source", "tag", "mask", "seq")
 
     def __init__(self, worker, buf, source, tag, mask, cancel):
-        super().__init__(worker, cancel)
+        # Request.__init__ inlined: this runs once per posted receive
+        self.worker = worker
+        self.done = False
+        self.exc = None
+        self.result = None
+        self._callbacks = None
+        self._cancel = cancel
         self.buf = buf
         self.capacity = len(buf)
         self.source = source

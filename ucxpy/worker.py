@@ -319,6 +319,12 @@ class Worker:
         req = self.matcher.match_posted(src, tag)
         if req is None:
             self.matcher.unexpected.append(UnexpectedMessage(src, tag, len(payload), bytes(payload)))
+            return
+        n = len(payload)
+        if n <= req.capacity:       # the common case of deliver_eager, inlined
+            if n:
+                req.buf[:n] = payload
+            req.complete(TagInfo(src, tag, n))
         else:
             deliver_eager(req, src, tag, payload)
 
@@ -351,6 +357,8 @@ class Worker:
 
     @staticmethod
     def _source_id(source) -> int:
+        if type(source) is int:
+            return source
         if isinstance(source, Endpoint):
             return source.remote_id
         return ANY_SOURCE if source is None else int(source)
