@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev
 
-.PHONY: install deps run test bench conformance-mpi conformance-shmem clean
+.PHONY: install deps run test test-hosts bench conformance-mpi conformance-shmem clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -41,6 +41,11 @@ run: install
 ## the test suite (real multi-process runs, each with a hard timeout)
 test: install
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests
+
+## multi-host tests on network namespaces (root + CAP_NET_ADMIN; they skip otherwise;
+## `make test` runs them too)
+test-hosts: install
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests/hosts
 
 ## latency / bandwidth / RMA / allreduce / shmem against mpi4py on MPICH and
 ## shmem4py on Open MPI's OSHMEM, measured in the same run (not part of CI)

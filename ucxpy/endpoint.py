@@ -81,14 +81,27 @@ class Endpoint:
     # -- sending -------------------------------------------------------------
     def send_frame(self, am_id, header, payload=b"", on_complete=None) -> bool:
         """Send one core frame in order (see ``TransportEndpoint.send``)."""
-        return (self._tep or self.transport_endpoint()).send(am_id, header, payload, on_complete)
+        try:
+            return (self._tep or self.transport_endpoint()).send(am_id, header, payload,
+                                                                 on_complete)
+        except ConnectionLost as e:
+            raise self._named(e)
+
+    def _named(self, exc: ConnectionLost) -> ConnectionLost:
+        """Name this endpoint's peer in a transport's ConnectionLost."""
+        if exc.peer is None:
+            exc.peer = self.remote_id
+        return exc
 
     def tag_send_nb(self, buf, tag: int) -> Request:
         """Send ``buf`` with ``tag``; returns a Request (already done when the
         transport took a copy).  ``buf`` must not change until it completes."""
         tag &= 0xFFFF_FFFF_FFFF_FFFF
-        return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
-                                 wire.AmId.TAG_RTS, wire.RTS, (tag,))
+        try:
+            return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
+                                     wire.AmId.TAG_RTS, wire.RTS, (tag,))
+        except ConnectionLost as e:
+            raise self._named(e)
 
     def send_message(self, mv, eager_id, eager_header, rts_id, rts_struct, rts_prefix,
                      rts_suffix=b"") -> Request:

@@ -102,8 +102,12 @@ class World:
             return
         self.finalized = True
         try:
+            # Twice: the first barrier may open connections; after the second,
+            # every rank's last frames travelled on established connections,
+            # so a peer closing cannot overtake frames still being accepted.
             self.barrier(timeout)
             self.worker.flush(timeout)
+            self.barrier(timeout)
         finally:
             self.worker.close()
             self.bootstrap.close()

@@ -1,0 +1,57 @@
+"""Faults on one machine (no namespaces needed): a rank SIGKILLed in the
+middle of rendezvous transfers, over tcp and over shm, with and without the
+launcher's failure notices.  Survivors get ConnectionLost / PeerFailure on
+the requests that depend on the dead rank within a bounded time, keep
+exchanging verified messages with each other, and nothing hangs.
+Link cuts, delay and loss need separate hosts: tests/hosts/."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PROGS, ROOT, transport_available
+
+DETECTED = re.compile(r"DETECTED (\d+) peer=(\d+) op=(\w+) exc=(\w+) wall=([\d.]+)")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("notices", [True, False], ids=["launcher", "transport-only"])
+@pytest.mark.parametrize("tls", ["tcp", "shm"])
+def test_rank_killed_mid_transfer(tls, notices):
+    if not transport_available(tls):
+        pytest.skip(f"{tls} unavailable")
+    env = dict(os.environ, UCXPY_TLS=tls, UCXPY_PEER_TIMEOUT="3", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    args = [] if notices else ["--no-launcher-notices"]
+    p = subprocess.Popen([sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", "3",
+                          "--timeout", "90", "--grace", "60", "--tag-output",
+                          sys.executable, os.path.join(PROGS, "rel_cut.py"), "1", *args],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
+                         text=True)
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from hosts.netns import finish, lines_until
+    try:
+        out = []
+        while sum("ARMED" in l for l in out) < 3:
+            out += lines_until(p, "ARMED", 60)
+        pids = dict(re.findall(r"ARMED (\d+) (\d+)", "".join(out)))
+        t0 = time.time()
+        os.kill(int(pids["1"]), signal.SIGKILL)
+        text = "".join(out) + finish(p, 60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    found = {}
+    for rank, peer, _op, exc, wall in DETECTED.findall(text):
+        found.setdefault((int(rank), int(peer)), (exc, float(wall) - t0))
+    assert set(found) == {(0, 1), (2, 1)}, text
+    for exc, secs in found.values():
+        assert exc in ("ConnectionLost", "PeerFailure") and secs < 2.0, text
+    assert "SURVIVED 0" in text and "SURVIVED 2" in text and "Traceback" not in text, text

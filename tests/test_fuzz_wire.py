@@ -1,0 +1,456 @@
+"""Property-based fuzzing of everything ucxpy parses from a peer.
+
+Inputs: raw bytes to a TcpInterface (before and after a valid handshake),
+core frames with garbage headers over real tcp and shm connections, corrupt
+bytes written into a shm ring's shared memory, malformed worker addresses
+(``WorkerAddress.unpack`` / ``Worker.connect``) and remote keys
+(``Endpoint.unpack_rkey``).  Property: the victim worker raises nothing out
+of ``progress()`` (a bad peer costs that peer its connection:
+ProtocolError / ConnectionLost / RemoteAccessError), never crashes or hangs,
+and keeps serving a healthy peer afterwards.
+
+Examples are bounded (``FUZZ_EXAMPLES``, default small enough for CI: the
+whole file runs in well under a minute); set e.g. FUZZ_EXAMPLES=2000 for a
+longer run.  Addresses that survive mutation are only ever connected to when
+they point at loopback or at an abstract unix socket.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+import time
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import ucxpy
+from ucxpy import wire
+from ucxpy.address import WorkerAddress
+from ucxpy.errors import ProtocolError, RemoteAccessError, TransportUnavailable, UcxpyError
+from ucxpy.transports import tcp as tcp_mod
+
+from conftest import transport_available
+
+N = int(os.environ.get("FUZZ_EXAMPLES", "60"))
+FUZZ = settings(max_examples=N, deadline=None, derandomize=False, database=None,
+                suppress_health_check=list(HealthCheck))
+pytestmark = pytest.mark.timeout(240)
+
+_ids = itertools.count(1000)
+
+
+def make_worker(tls, wid=None, **cfg):
+    ctx = ucxpy.Context(ucxpy.Config.from_env({}, tls=tls, **cfg))
+    return ctx.create_worker(worker_id=next(_ids) if wid is None else wid)
+
+
+def drive(workers, cond=lambda: False, seconds=0.3):
+    """Progress ``workers`` until cond() or ``seconds`` pass.  Any exception
+    escaping progress() is exactly what this file looks for: it propagates."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for w in workers:
+            w.progress()
+        if cond():
+            return True
+    return cond()
+
+
+def close_worker(w):
+    for ep in list(w.endpoints.values()):
+        ep.abort()
+    w.close()
+
+
+class Victim:
+    """A worker under attack plus a healthy peer that must keep getting answers."""
+
+    def __init__(self, tls):
+        self.tls = tls
+        self.w = make_worker(tls, wid=1)
+        self.friend = make_worker(tls, wid=2)
+        self.ep = self.friend.connect(self.w.address_bytes)
+        self.rounds = 0
+
+    def still_serves(self):
+        self.rounds += 1
+        tag = 0x77000000 + self.rounds
+        buf = bytearray(64)
+        r = self.w.tag_recv_nb(buf, tag=tag, source=2)
+        s = self.ep.tag_send_nb(b"%064d" % self.rounds, tag)
+        assert drive([self.w, self.friend], lambda: r.done and s.done, 10), \
+            "victim stopped serving its healthy peer"
+        info = r.wait(0)
+        assert info.length == 64 and bytes(buf) == b"%064d" % self.rounds
+
+    def close(self):
+        close_worker(self.friend)
+        close_worker(self.w)
+
+
+@pytest.fixture(scope="module")
+def tcp_victim():
+    v = Victim("tcp")
+    yield v
+    v.close()
+
+
+@pytest.fixture(scope="module")
+def shm_victim():
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    v = Victim("shm")
+    yield v
+    v.close()
+
+
+# ----------------------------------------------------------------- raw tcp bytes
+
+def tcp_port_nonce(w):
+    _ips, port, nonce = tcp_mod.unpack_address(w.address.transport("tcp"))
+    return port, nonce
+
+
+def raw_connect(w, hello=True):
+    port, nonce = tcp_port_nonce(w)
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if hello:
+        s.sendall(tcp_mod._HELLO.pack(tcp_mod.HELLO_MAGIC, tcp_mod.HELLO_VERSION,
+                                      tcp_mod.ROLE_CONNECTOR, nonce))
+    return s
+
+
+def tcp_frame(am_id, header, payload=b""):
+    return tcp_mod.PREFIX.pack(tcp_mod.FRAME_MAGIC, am_id, 0, len(header), len(payload)) \
+        + header + payload
+
+
+def fake_address(wid, tls_addrs=()):
+    return WorkerAddress(wid, 12345 + wid, os.getpid(), b"fuzz-host", tuple(tls_addrs)).pack()
+
+
+def feed(victim, sock, data):
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass        # the victim already closed this connection: allowed
+    drive([victim.w], seconds=0.05)
+
+
+@FUZZ
+@given(junk=st.binary(max_size=300), hello=st.booleans())
+def test_tcp_raw_bytes(tcp_victim, junk, hello):
+    """Arbitrary bytes, with or without a valid hello first."""
+    s = raw_connect(tcp_victim.w, hello=hello)
+    try:
+        feed(tcp_victim, s, junk)
+    finally:
+        s.close()
+    drive([tcp_victim.w], seconds=0.02)
+    tcp_victim.still_serves()
+
+
+frame_st = st.tuples(st.integers(0, 255), st.binary(max_size=80), st.binary(max_size=200))
+
+
+@FUZZ
+@given(frames=st.lists(frame_st, max_size=6), flip=st.booleans(),
+       cut=st.integers(0, 40))
+def test_tcp_frames_after_wireup(tcp_victim, frames, flip, cut):
+    """Valid hello + WIREUP, then well-framed frames with any am_id, header
+    and payload, optionally truncated or with a corrupted prefix."""
+    s = raw_connect(tcp_victim.w)
+    try:
+        stream = tcp_frame(wire.AmId.WIREUP, b"", fake_address(next(_ids)))
+        body = b"".join(tcp_frame(a, h, p) for a, h, p in frames)
+        if flip and body:
+            i = cut % len(body)
+            body = body[:i] + bytes([body[i] ^ 0x5A]) + body[i + 1:]
+        elif cut and body:
+            body = body[:-min(cut, len(body))]
+        feed(tcp_victim, s, stream + body)
+    finally:
+        s.close()
+    drive([tcp_victim.w], seconds=0.02)
+    tcp_victim.still_serves()
+
+
+@FUZZ
+@given(hlen=st.integers(0, 0xFFFF), plen=st.integers(0, (1 << 64) - 1), am=st.integers(0, 255))
+def test_tcp_oversized_lengths(tcp_victim, hlen, plen, am):
+    """Prefixes announcing huge headers/payloads are refused before any
+    allocation of that size (or wait for bytes that never come, until close)."""
+    s = raw_connect(tcp_victim.w)
+    try:
+        prefix = tcp_mod.PREFIX.pack(tcp_mod.FRAME_MAGIC, am, 0, hlen, plen)
+        feed(tcp_victim, s, tcp_frame(wire.AmId.WIREUP, b"", fake_address(next(_ids))) + prefix
+             + b"\0" * 64)
+    finally:
+        s.close()
+    drive([tcp_victim.w], seconds=0.02)
+    tcp_victim.still_serves()
+
+
+# ------------------------------------------- core headers over a real connection
+
+CORE_IDS = [int(a) for a in wire.AmId if a != wire.AmId.WIREUP] + [16, 31, 200]
+STRUCTS = {wire.AmId.TAG_EAGER: wire.EAGER, wire.AmId.TAG_RTS: wire.RTS,
+           wire.AmId.RNDV_RTR: wire.RTR, wire.AmId.RNDV_DATA: wire.DATA,
+           wire.AmId.RNDV_ATS: wire.ATS, wire.AmId.AM_EAGER: wire.AM,
+           wire.AmId.AM_RTS: wire.AM_RTS, wire.AmId.RMA_PUT: wire.RMA_PUT,
+           wire.AmId.RMA_ACK: wire.RMA_ACK, wire.AmId.RMA_GET: wire.RMA_GET,
+           wire.AmId.RMA_GET_REP: wire.RMA_ACK, wire.AmId.RMA_AMO: wire.RMA_AMO,
+           wire.AmId.RMA_AMO_REP: wire.RMA_AMO_REP}
+u64 = st.one_of(st.integers(0, 8), st.integers(0, (1 << 64) - 1), st.just((1 << 64) - 1))
+
+
+@st.composite
+def core_frame(draw, victim_mem):
+    am_id = draw(st.sampled_from(CORE_IDS))
+    s = STRUCTS.get(am_id)
+    kind = draw(st.sampled_from(["garbage", "struct", "struct+extra", "short"]))
+    if s is None or kind == "garbage":
+        header = draw(st.binary(max_size=120))
+    else:
+        vals = []
+        for code in s.format[1:]:
+            if code == "Q":
+                # sometimes aim at the victim's real registered region
+                vals.append(draw(st.one_of(u64, st.sampled_from(victim_mem))))
+            elif code == "B":
+                vals.append(draw(st.integers(0, 255)))
+            else:   # H
+                vals.append(draw(st.integers(0, 0xFFFF)))
+        header = s.pack(*vals)
+        if kind == "struct+extra":
+            header += draw(st.binary(max_size=80))
+        elif kind == "short":
+            header = header[:draw(st.integers(0, max(len(header) - 1, 0)))]
+    payload = draw(st.one_of(st.binary(max_size=64), st.integers(0, 70000).map(bytes)))
+    return am_id, header, payload
+
+
+def _fuzz_core(victim, data):
+    w = victim.w
+    if not hasattr(victim, "mem"):
+        victim.mh = w.mem_map(bytearray(4096))
+        victim.mem = [victim.mh.mem_id, victim.mh.address, victim.mh.address + 4088, 4096, 8]
+    frames = data.draw(st.lists(core_frame(victim.mem), min_size=1, max_size=5))
+    g = make_worker(victim.tls)
+    try:
+        ep = g.connect(w.address_bytes)
+        tep = ep.transport_endpoint()
+        for am_id, header, payload in frames:
+            try:
+                tep.send(am_id, header, payload)
+            except UcxpyError:
+                break       # our connection was already closed by the victim: fine
+            drive([w, g], seconds=0.01)
+        drive([w, g], seconds=0.05)
+        # the attacker may have lost its connection; nothing else did
+    finally:
+        close_worker(g)
+    drive([w], seconds=0.02)
+    victim.still_serves()
+
+
+@FUZZ
+@given(data=st.data())
+def test_core_headers_over_tcp(tcp_victim, data):
+    _fuzz_core(tcp_victim, data)
+
+
+@FUZZ
+@given(data=st.data())
+def test_core_headers_over_shm(shm_victim, data):
+    _fuzz_core(shm_victim, data)
+
+
+# --------------------------------------------------------------- shm ring memory
+
+RING_FIELDS = [0, 8, 128, 136, 140, 256, 384]    # magic, capacity, head, closed, waiting, tail, sleeping
+
+
+@FUZZ
+@given(writes=st.lists(st.tuples(st.one_of(st.sampled_from(RING_FIELDS), st.integers(0, 8192)),
+                                 st.binary(min_size=1, max_size=16)), min_size=1, max_size=6),
+       traffic=st.integers(0, 3))
+def test_shm_ring_corruption(shm_victim, writes, traffic):
+    """Corrupt the shared control block and data area of the ring a peer
+    produces into: the victim reports ProtocolError/ConnectionLost on that
+    connection and nothing else."""
+    w = shm_victim.w
+    g = make_worker("shm", shm_ring_size=4096)
+    try:
+        ep = g.connect(w.address_bytes)
+        ep.tag_send(b"hello", 5, timeout=5)
+        drive([w, g], seconds=0.02)
+        tep = ep.transport_endpoint()
+        seg = tep._seg
+        assume(seg is not None)
+        ring_mem = seg.ring_mem            # ring 0: g -> victim
+        for off, data in writes:
+            off = min(off, ring_mem - len(data))
+            seg.mm[off:off + len(data)] = data
+        for i in range(traffic):
+            try:
+                ep.tag_send_nb(bytes(100 * i), 6)
+            except UcxpyError:
+                break
+            drive([w, g], seconds=0.01)
+        drive([w, g], seconds=0.05)
+    finally:
+        close_worker(g)
+    drive([w], seconds=0.02)
+    # drop what the attacker left in the unexpected queue
+    while w.tag_probe_nb(5, source=ucxpy.ANY_SOURCE, remove=True) or \
+            w.tag_probe_nb(6, source=ucxpy.ANY_SOURCE, remove=True):
+        pass
+    shm_victim.still_serves()
+
+
+# ------------------------------------------------------------ worker addresses
+
+def mutations(valid: bytes):
+    return st.one_of(
+        st.binary(max_size=200),
+        st.integers(0, len(valid)).map(lambda n: valid[:n]),
+        st.binary(min_size=1, max_size=40).map(lambda b: valid + b),
+        st.tuples(st.integers(0, len(valid) - 1), st.integers(1, 255)).map(
+            lambda t: valid[:t[0]] + bytes([valid[t[0]] ^ t[1]]) + valid[t[0] + 1:]),
+    )
+
+
+@pytest.fixture(scope="module")
+def addr_worker():
+    w = make_worker("shm,tcp" if transport_available("shm") else "tcp")
+    yield w
+    close_worker(w)
+
+
+@FUZZ
+@given(data=st.data())
+def test_worker_address_unpack(addr_worker, data):
+    blob = data.draw(mutations(addr_worker.address_bytes))
+    try:
+        a = WorkerAddress.unpack(blob)
+    except ProtocolError:
+        return
+    assert WorkerAddress.unpack(a.pack()) == a
+
+
+def _loopback_only(addr: WorkerAddress) -> bool:
+    """Would connecting touch anything but this machine's loopback / unix sockets?"""
+    raw = addr.transport("tcp")
+    if raw is None:
+        return True
+    try:
+        ips, _port, _nonce = tcp_mod.unpack_address(raw)
+    except TransportUnavailable:
+        return True
+    return all(ip.startswith("127.") for ip in ips)
+
+
+@FUZZ
+@given(data=st.data())
+def test_worker_connect_malformed(addr_worker, data):
+    """Worker.connect + first use on a mutated address: a clean UcxpyError
+    (ProtocolError, TransportUnavailable, ConnectionLost), or a connection
+    that fails later through conn_failed -- never another exception."""
+    w = addr_worker
+    good = WorkerAddress.unpack(w.address_bytes)
+    tls = tuple((n, a) for n, a in good.transports if n != "tcp") + \
+        (("tcp", tcp_mod.pack_address(["127.0.0.1"], tcp_port_nonce(w)[0], 1)),)
+    loop_good = WorkerAddress(77, 4242, good.pid, good.host_id, tls).pack()
+    blob = data.draw(mutations(loop_good))
+    try:
+        addr = WorkerAddress.unpack(blob)
+    except ProtocolError:
+        with pytest.raises(ProtocolError):
+            w.connect(blob)
+        return
+    assume(_loopback_only(addr) and addr.worker_id != w.id)
+    try:
+        ep = w.connect(blob)
+        ep.tag_send_nb(b"x" * 10, 1)
+    except UcxpyError:
+        pass
+    drive([w], seconds=0.05)
+    for ep in list(w.endpoints.values()):
+        ep.abort()
+    drive([w], seconds=0.02)
+
+
+# ------------------------------------------------------------------ remote keys
+
+@pytest.fixture(scope="module", params=["tcp", "shm"])
+def rkey_pair(request):
+    tls = request.param
+    if tls == "shm" and not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    a, b = make_worker(tls, wid=11), make_worker(tls, wid=12)
+    ep = a.connect(b.address_bytes)
+    b.connect(a.address_bytes)
+    mh = b.mem_map(length=8192)
+    yield a, b, ep, mh
+    close_worker(a)
+    close_worker(b)
+
+
+@FUZZ
+@given(data=st.data())
+def test_unpack_rkey_malformed(rkey_pair, data):
+    """Any bytes -> RemoteAccessError or a key; using a key that unpacked
+    only ever raises RemoteAccessError / completes with it, and never
+    touches memory outside what the key's owner registered."""
+    a, b, ep, mh = rkey_pair
+    valid = mh.pack_rkey()
+    blob = data.draw(mutations(valid))
+    try:
+        key = ep.unpack_rkey(blob)
+    except RemoteAccessError:
+        return
+    addr = data.draw(st.one_of(st.just(mh.address), st.integers(0, (1 << 64) - 1),
+                               st.integers(mh.address - 16, mh.address + 8200)))
+    n = data.draw(st.integers(0, 64))
+    for op in ("put", "get", "amo"):
+        try:
+            if op == "put":
+                req = ep.put_nb(bytes(n), addr, key)
+            elif op == "get":
+                req = ep.get_nb(bytearray(n), addr, key)
+            else:
+                req = ep.atomic_fetch_nb("add", 1, addr, key, size=8)
+        except RemoteAccessError:
+            continue
+        drive([a, b], lambda: req.done, 5)
+        assert req.done, "RMA with a fuzzed key hung"
+        if req.exc is not None:
+            assert isinstance(req.exc, (RemoteAccessError, ProtocolError)), repr(req.exc)
+
+
+@pytest.mark.timeout(30)
+def test_rkey_names_and_slot_are_validated(rkey_pair):
+    """Regression: a key naming a file outside /dev/shm's ucxpy segments, or
+    a registration-table slot past the table, is refused when unpacked (it
+    used to map the named file, or read past the table mapping)."""
+    from ucxpy import rma
+    a, b, ep, mh = rkey_pair
+    f = list(rma._RKEY.unpack_from(mh.pack_rkey()))
+    off = rma._RKEY.size
+    tail = mh.pack_rkey()[off:]
+    tlen, slen, hlen = f[7], f[8], f[9]
+    table, seg, host = tail[:tlen], tail[tlen:tlen + slen], tail[tlen + slen:]
+    for t, s in ((b"../../etc/passwd", seg), (table, b"../../tmp/x"), (table, b"ucxpy-rm-1-/x")):
+        g = list(f)
+        g[7], g[8] = len(t), len(s)
+        with pytest.raises(RemoteAccessError):
+            ep.unpack_rkey(rma._RKEY.pack(*g) + t + s + host)
+    g = list(f)
+    g[6] = rma.TABLE_SLOTS + 5
+    with pytest.raises(RemoteAccessError):
+        ep.unpack_rkey(rma._RKEY.pack(*g) + tail)
