@@ -97,11 +97,8 @@ class Endpoint:
         """Send ``buf`` with ``tag``; returns a Request (already done when the
         transport took a copy).  ``buf`` must not change until it completes."""
         tag &= 0xFFFF_FFFF_FFFF_FFFF
-        try:
-            return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
-                                     wire.AmId.TAG_RTS, wire.RTS, (tag,))
-        except ConnectionLost as e:
-            raise self._named(e)
+        return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
+                                 wire.AmId.TAG_RTS, wire.RTS, (tag,))
 
     def send_message(self, mv, eager_id, eager_header, rts_id, rts_struct, rts_prefix,
                      rts_suffix=b"") -> Request:
@@ -109,25 +106,28 @@ class Endpoint:
         now), eager copy (the transport copies or references it) or rendezvous
         (an RTS of ``rts_struct.pack(*rts_prefix, sreq id, size, address)``
         + ``rts_suffix`` + remote key; data moves once the receiver matched)."""
-        tep = self._tep or self.transport_endpoint()
-        n = mv.nbytes
-        if n < self.rndv_thresh:
-            if n <= self.short_thresh:
-                tep.send(eager_id, eager_header, bytes(mv))
-                return COMPLETED
-            req = Request(self.worker)
-            if tep.send(eager_id, eager_header, mv, req._sent):
-                return COMPLETED
-            return req
-        req = Request(self.worker)
-        rndv = self.worker.rndv
-        sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
         try:
-            tep.send(rts_id, rts_struct.pack(*rts_prefix, sreq_id, n, raddr) + rts_suffix + rkey)
-        except BaseException:
-            rndv.sends.pop(sreq_id, None)
-            raise
-        return req
+            tep = self._tep or self.transport_endpoint()
+            n = mv.nbytes
+            if n < self.rndv_thresh:
+                if n <= self.short_thresh:
+                    tep.send(eager_id, eager_header, bytes(mv))
+                    return COMPLETED
+                req = Request(self.worker)
+                if tep.send(eager_id, eager_header, mv, req._sent):
+                    return COMPLETED
+                return req
+            req = Request(self.worker)
+            rndv = self.worker.rndv
+            sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
+            try:
+                tep.send(rts_id, rts_struct.pack(*rts_prefix, sreq_id, n, raddr) + rts_suffix + rkey)
+            except BaseException:
+                rndv.sends.pop(sreq_id, None)
+                raise
+            return req
+        except ConnectionLost as e:
+            raise self._named(e)
 
     def tag_send(self, buf, tag: int, timeout: Optional[float] = None) -> None:
         """Blocking :meth:`tag_send_nb`."""
