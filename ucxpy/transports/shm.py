@@ -87,6 +87,8 @@ _ADDR_MAGIC = b"USHM"
 #: len(segment name); then segment name and the connector's socket name
 _REQ = struct.Struct("<4sBBIQQH")
 _REQ_MAGIC = b"UCRQ"
+#: seconds a closed connector keeps a segment its peer has not mapped yet
+_ORPHAN_GRACE = 10.0
 _NACK = b"N"            # + segment name: the peer refused the connection
 _WAKE = b"W"
 #: remote key: magic, pid, base address, length
@@ -519,11 +521,13 @@ class ShmEndpoint(TransportEndpoint):
             self.iface._wake(self._peer_sock)
         if self._exc is None:
             self._exc = ConnectionLost("shm endpoint is closed")
-            if self._seg is not None:
-                # The peer may not have mapped the segment yet (our CONNECT is
-                # still in its socket): leave the name for it to map, drain and
-                # unlink; reap_stale_segments removes it if it never does.
-                self._seg.owner = False
+            seg = self._seg
+            if seg is not None and seg.owner and os.path.exists(seg.path):
+                # The peer has not mapped the segment yet (our CONNECT is still
+                # in its socket): leave the name for it to map, drain and unlink
+                # for a grace period; the interface unlinks it after that.
+                seg.owner = False
+                self.iface._orphans.append((time.monotonic() + _ORPHAN_GRACE, seg.path))
         self._release_resources()
 
     def _fail(self, exc: BaseException) -> None:
@@ -598,6 +602,7 @@ class ShmInterface(Interface):
         self._to_fail: list = []            # (ep, exc) reported from progress
         self._ctl_out: deque = deque()      # control datagrams to retry
         self._peers = PidWatch()            # peer processes, for death detection
+        self._orphans: list = []            # (deadline, path) of closed, unmapped segments
         self._armed = False
         self._closed = False
         now = time.monotonic()
@@ -853,4 +858,7 @@ class ShmInterface(Interface):
                 if cb is not None:
                     cb(exc)
         self._peers.close()
+        for _deadline, path in self._orphans:
+            _unlink_quiet(path)
+        self._orphans.clear()
         self._sock.close()
