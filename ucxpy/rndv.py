@@ -107,11 +107,11 @@ class RendezvousProtocol:
             raddr, rkey = tep.pack_local_key(mv)
         return sreq_id, raddr, rkey
 
-    def _send_of(self, sreq_id, what):
-        s = self.sends.get(sreq_id)
-        if s is None:
-            raise ProtocolError(f"{what} for unknown send {sreq_id}")
-        return s
+    def _send_of(self, sreq_id):
+        """The send a reply is about, or None: a send already completed with
+        an error (its peer's connection broke, a one-sided copy failed) may
+        still receive the replies its peer sent before; they are dropped."""
+        return self.sends.get(sreq_id)
 
     def _settle(self, sreq_id, s, exc=None):
         """Complete the send when nothing of it is outstanding any more."""
@@ -121,7 +121,9 @@ class RendezvousProtocol:
 
     def on_rtr(self, tep, header, payload):
         sreq_id, rreq_id, off, length = wire.RTR.unpack(header)
-        s = self._send_of(sreq_id, "RTR")
+        s = self._send_of(sreq_id)
+        if s is None:
+            return
         if off + length > s.mv.nbytes:
             raise ProtocolError(f"RTR asks for [{off}, {off + length}) of a {s.mv.nbytes}-byte send")
         s.reading = False           # the receiver wants frames instead of reading
@@ -147,7 +149,9 @@ class RendezvousProtocol:
         n = wire.RTP.size
         sreq_id, rreq_id, length, raddr = wire.RTP.unpack(header[:n])
         rkey = bytes(header[n:])
-        s = self._send_of(sreq_id, "RTP")
+        s = self._send_of(sreq_id)
+        if s is None:
+            return
         if length > s.mv.nbytes:
             raise ProtocolError(f"RTP asks for {length} bytes of a {s.mv.nbytes}-byte send")
         out = s.ep.transport_endpoint()
@@ -174,7 +178,9 @@ class RendezvousProtocol:
 
     def on_ats(self, tep, header, payload):
         sreq_id, status = wire.ATS.unpack(header)
-        s = self._send_of(sreq_id, "ATS")
+        s = self._send_of(sreq_id)
+        if s is None:
+            return
         s.reading = False
         exc = None
         if status == wire.ATS_ERROR:

@@ -248,8 +248,12 @@ class Worker:
         try:
             if h is None:
                 raise ProtocolError(f"frame with unknown active-message id {am_id}")
-            if tep.owner_ep is None and am_id != AmId.WIREUP:
-                raise ProtocolError(f"frame {am_id} before wire-up")
+            ep = tep.owner_ep
+            if ep is None:
+                if am_id != AmId.WIREUP:
+                    raise ProtocolError(f"frame {am_id} before wire-up")
+            elif ep.failed is not None:
+                return      # late frames of a peer already declared failed: nothing waits
             h(tep, header, payload)
         except (ProtocolError, struct.error, ValueError, UnicodeDecodeError) as e:
             self._bad_frame(tep, e)
