@@ -56,6 +56,10 @@ bench: install
 	$(PY) bench/run_bench.py --tls shm,tcp,ofi --rma-tls shm,tcp --suites tag,rma,allreduce,shmem
 	$(PY) bench/fabtests_ref.py
 
+## mpi4py's released test suite against mpi_shim (sdist fetched at run time, never committed)
+conformance-mpi: install
+	$(PY) conformance/mpi/run.py --np 1,2,4 -v
+
 ## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)
 conformance-shmem: install
 	$(PY) conformance/shmem/run.py --launcher both --np 1,2,4

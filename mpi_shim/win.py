@@ -1,0 +1,648 @@
+"""One-sided communication (``MPI.Win``) on ucxpy RMA.
+
+Put/Get use ucxpy's put/get on registered memory (mapped shared memory for
+``Allocate``, user buffers through CMA or active messages for ``Create``).
+The accumulate family runs at the target as an active message handler
+(numpy ops on the window memory), which serializes concurrent updates to
+one window; every one is acknowledged, so ``Flush`` waits for all of them.
+Passive target locks are granted by a lock manager at the target, PSCW
+uses post/complete notifications; Fence is flush + barrier.
+"""
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import pickle
+
+import numpy as np
+
+import ucxpy
+
+from .comm import Comm
+from .datatype import BYTE, Datatype, Msg, _BY_NAME, byte_view, parse
+from .exceptions import ERR_ARG, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_WIN, Exception, translate
+from .group import Group
+from .info import (ERRORS_RETURN, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL,
+                   WIN_SIZE, Errhandler, Info)
+from .op import NO_OP, REPLACE, SUM, Op, _by_name
+from .request import ENGINE, DoneOp, Request
+from .status import PROC_NULL
+
+AM_ACC, AM_REPLY = 0x4D50, 0x4D51
+FLAVOR_CREATE, FLAVOR_ALLOCATE, FLAVOR_DYNAMIC, FLAVOR_SHARED = 1, 2, 3, 4
+WIN_UNIFIED = 2
+LOCK_EXCLUSIVE, LOCK_SHARED = 234, 235
+_WINS = {}              # window id -> WinImpl
+_pending = {}           # reply id -> callback(data)
+_ids = iter(range(1, 1 << 62))
+
+
+def _setup():
+    if getattr(_setup, "done", False):
+        return
+    _setup.done = True
+    ENGINE.worker.set_am_handler(AM_ACC, _on_request)
+    ENGINE.worker.set_am_handler(AM_REPLY, _on_reply)
+
+
+def _addr_of(view) -> int:
+    if view.nbytes == 0:
+        return 0
+    return np.frombuffer(view, np.uint8).__array_interface__["data"][0]
+
+
+class WinImpl:
+    def __init__(self, comm: Comm, view, disp_unit, flavor, mh=None, keep=None):
+        _setup()
+        self.comm = comm                 # private duplicate: window control traffic
+        c = comm._c
+        self.id = c.ctx
+        self.view, self.disp_unit, self.flavor = view, disp_unit, flavor
+        self.mh, self.keep = mh, keep
+        self.base = _addr_of(view)
+        self.rank, self.size = c.rank, c.size
+        self.ranks = c.ranks
+        self.name, self.info, self.attrs, self.errhandler = "", {}, {}, ERRORS_RETURN
+        self.reqs = {}                   # target -> [ucxpy requests / pending markers]
+        self.after = []                  # unpack closures run at flush
+        self.inflight = {}               # target -> number of unacknowledged AM ops
+        self.lock_state = [0, 0]         # exclusive holder count, shared count
+        self.lock_queue = []             # (origin world rank, reply id, type)
+        self.posts, self.completes = {}, {}
+        self.start_group = self.post_group = None
+        # registered before the exchange below: once a peer has our entry it
+        # may send lock or accumulate requests at once
+        _WINS[self.id] = self
+        me = (self.base, view.nbytes, disp_unit, mh.pack_rkey() if mh else b"")
+        self.peers = comm.allgather(me)
+        self.rkeys = []
+        for r, (addr, n, du, rk) in enumerate(self.peers):
+            ep = c.eps[r]
+            self.rkeys.append(ep.unpack_rkey(rk) if rk and r != self.rank else None)
+
+    # -- targets ------------------------------------------------------------
+    def _target(self, origin: Msg, target_rank, target):
+        if target is None:
+            disp, count, dtype = 0, origin.count, origin.dtype
+        elif isinstance(target, int):
+            disp, count, dtype = target, origin.count, origin.dtype
+        else:
+            t = list(target) + [None] * (3 - len(target))
+            disp, count, dtype = t[0] or 0, t[1], t[2]
+            dtype = origin.dtype if dtype is None else dtype
+            count = origin.count * origin.dtype.size // max(dtype.size, 1) if count is None \
+                else count
+        if not (0 <= target_rank < self.size):
+            from .exceptions import ERR_RANK
+            raise Exception(ERR_RANK, f"invalid target rank {target_rank}")
+        du = self.peers[target_rank][2]
+        return disp * du, count, dtype
+
+    def _track(self, target, req):
+        if not req.done:
+            self.reqs.setdefault(target, []).append(req)
+
+    def put(self, origin, target_rank, target):
+        o = parse(origin)
+        off, count, dtype = self._target(o, target_rank, target)
+        data = o.pack()
+        for roff, piece in _blocks(dtype, count, off, data):
+            if target_rank == self.rank:
+                self.view[roff:roff + len(piece)] = piece
+            else:
+                rk = self.rkeys[target_rank]
+                self._track(target_rank, self.comm._c.eps[target_rank].put_nb(
+                    piece, self.peers[target_rank][0] + roff, rk))
+
+    def get(self, origin, target_rank, target):
+        o = parse(origin, writable=True)
+        off, count, dtype = self._target(o, target_rank, target)
+        c = o.contig()
+        buf = c if c is not None else memoryview(bytearray(o.nbytes))
+        pos = 0
+        for roff, n in _blocks(dtype, count, off, None):
+            dst = buf[pos:pos + n]
+            if target_rank == self.rank:
+                dst[:] = self.view[roff:roff + n]
+            else:
+                self._track(target_rank, self.comm._c.eps[target_rank].get_nb(
+                    dst, self.peers[target_rank][0] + roff, self.rkeys[target_rank]))
+            pos += n
+        if c is None:
+            self.after.append(lambda: o.unpack(bytes(buf)))
+
+    def acc(self, kind, origin, result, target_rank, target, op, compare=None):
+        """Accumulate-family operation executed at the target."""
+        o = parse(origin) if origin is not None else None
+        r = parse(result, writable=True) if result is not None else None
+        ref = o if o is not None else r
+        off, count, dtype = self._target(ref, target_rank, target)
+        if dtype.np_dtype is None or not dtype.contiguous:
+            raise Exception(ERR_ARG, "accumulate needs a contiguous predefined target type")
+        data = bytes(o.pack()) if o is not None and op is not NO_OP else b""
+        cmp = bytes(parse(compare).pack()) if compare is not None else b""
+        hdr = (self.id, kind, op.name, dtype.name, off, count, cmp)
+        if target_rank == self.rank:
+            old = _apply(self, hdr, data)
+            if r is not None:
+                _store(r, old)
+            return
+        rid = next(_ids)
+        self.inflight[target_rank] = self.inflight.get(target_rank, 0) + 1
+
+        def done(payload, target_rank=target_rank):
+            self.inflight[target_rank] -= 1
+            if r is not None:
+                _store(r, payload)
+        _pending[rid] = done
+        ep = self.comm._c.eps[target_rank]
+        ep.am_send_nb(AM_ACC, pickle.dumps((rid, hdr)), data)
+
+    # -- completion -----------------------------------------------------------
+    def flush(self, target=None):
+        targets = list(self.reqs) if target is None else [target]
+        for t in targets:
+            for req in self.reqs.pop(t, ()):
+                req.wait()
+        if target is None:
+            ENGINE.wait_until(lambda: not any(self.inflight.values()))
+        else:
+            ENGINE.wait_until(lambda: not self.inflight.get(target))
+        after, self.after = self.after, []
+        for fn in after:
+            fn()
+
+    # -- control messages -------------------------------------------------------
+    def ctrl(self, target, kind, arg=None, wait=False):
+        """Send a control message; with ``wait`` block until the target replies."""
+        got = []
+        rid = next(_ids)
+        if wait:
+            _pending[rid] = got.append
+        hdr = (self.id, kind, arg, self.rank)
+        if target == self.rank:
+            _ctrl(self, rid if wait else 0, ENGINE.world.rank, hdr)
+        else:
+            self.comm._c.eps[target].am_send_nb(AM_ACC, pickle.dumps((rid if wait else 0, hdr)))
+        if wait:
+            ENGINE.wait_until(lambda: bool(got))
+
+
+def _blocks(dtype, count, off, data):
+    """(remote offset, piece) per contiguous run of the target layout; pieces
+    are lengths when ``data`` is None."""
+    if dtype.contiguous:
+        n = count * dtype.size
+        yield off + dtype.lb, (n if data is None else data[:n])
+        return
+    pos = 0
+    for i in range(count):
+        for bo, bn in dtype.blocks:
+            yield off + i * dtype.extent + bo, (bn if data is None else data[pos:pos + bn])
+            pos += bn
+
+
+def _store(msg, payload):
+    c = msg.contig()
+    n = len(payload)
+    if c is not None:
+        c[:n] = payload
+    else:
+        msg.unpack(payload, n)
+
+
+def _apply(win, hdr, data):
+    """Run an accumulate-family operation on this process's window memory."""
+    _, kind, opname, tname, off, count, cmp = hdr
+    dt = _BY_NAME[tname].np_dtype
+    n = count * dt.itemsize
+    if off < 0 or off + n > win.view.nbytes:
+        raise Exception(ERR_ARG, "RMA target range outside the window")
+    mem = np.frombuffer(win.view[off:off + n], dt)
+    old = mem.tobytes()
+    if kind == "cas":
+        if mem[0] == np.frombuffer(cmp, dt)[0]:
+            mem[0] = np.frombuffer(data, dt)[0]
+    elif opname != "NO_OP":
+        op = _by_name(opname)
+        new = np.frombuffer(data, dt, count)
+        mem[:] = op.combine(mem.copy(), new, None)
+    return old if kind in ("get_acc", "fetch", "cas") else b""
+
+
+def _payload(msg, then):
+    """Call ``then(bytes)`` with the message's data (now, or when a
+    rendezvous payload arrived); returns the handler's keep flag."""
+    if not msg.is_rndv:
+        then(bytes(msg.data) if msg.data is not None else b"")
+        return False
+    buf = bytearray(msg.length)
+    msg.receive(buf).add_done_callback(lambda r: then(buf))
+    return True
+
+
+def _on_request(msg):
+    rid, hdr = pickle.loads(msg.header)
+    win = _WINS.get(hdr[0])
+    if win is None:
+        return False
+    if hdr[1] in ("acc", "get_acc", "fetch", "cas"):
+        src = msg.source
+
+        def serve(data):
+            old = _apply(win, hdr, data)
+            ENGINE.eps[src].am_send_nb(AM_REPLY, pickle.dumps(rid), old)
+        return _payload(msg, serve)
+    _ctrl(win, rid, msg.source, hdr)
+    return False
+
+
+def _reply(win, rid, world):
+    if not rid:
+        return
+    if world == ENGINE.world.rank:
+        _pending.pop(rid)(b"")
+    else:
+        ENGINE.eps[world].am_send_nb(AM_REPLY, pickle.dumps(rid), b"")
+
+
+def _ctrl(win, rid, world, hdr):
+    """Lock manager and PSCW bookkeeping at the target."""
+    _, kind, arg, origin = hdr
+    st = win.lock_state
+    if kind == "lock":
+        win.lock_queue.append((rid, world, arg))
+        _grant(win)
+    elif kind == "unlock":
+        if arg == LOCK_EXCLUSIVE:
+            st[0] -= 1
+        else:
+            st[1] -= 1
+        _grant(win)
+        _reply(win, rid, world)
+    elif kind == "post":
+        win.posts[origin] = win.posts.get(origin, 0) + 1
+    elif kind == "complete":
+        win.completes[origin] = win.completes.get(origin, 0) + 1
+
+
+def _grant(win):
+    st, q = win.lock_state, win.lock_queue
+    while q:
+        rid, world, typ = q[0]
+        if typ == LOCK_EXCLUSIVE and st[0] == 0 and st[1] == 0:
+            st[0] += 1
+        elif typ != LOCK_EXCLUSIVE and st[0] == 0:
+            st[1] += 1
+        else:
+            return
+        q.pop(0)
+        _reply(win, rid, world)
+
+
+def _on_reply(msg):
+    cb = _pending.pop(pickle.loads(msg.header), None)
+    return _payload(msg, cb) if cb is not None else False
+
+
+# -- the public class ----------------------------------------------------------------
+def _shared_segment(n):
+    name = f"/dev/shm/mpi_shim-{os.getpid()}-{next(_ids)}"
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, max(n, 1))
+        m = mmap.mmap(fd, max(n, 1))
+    finally:
+        os.close(fd)
+    return name, m
+
+
+class Win:
+    """An RMA window (``MPI.Win``)."""
+
+    __slots__ = ("_w", "__weakref__")
+
+    def __init__(self, win=None):
+        if win is None:
+            self._w = None
+        elif isinstance(win, Win):
+            self._w = win._w
+        else:
+            raise TypeError("expected a Win")
+
+    def __eq__(self, other):
+        if not isinstance(other, Win):
+            return NotImplemented
+        return self._w is other._w
+
+    def __ne__(self, other):
+        r = self.__eq__(other)
+        return r if r is NotImplemented else not r
+
+    def __hash__(self):
+        return id(self._w)
+
+    def __bool__(self):
+        return self._w is not None
+
+    def __reduce__(self):
+        if self is WIN_NULL:
+            return "WIN_NULL"
+        raise ValueError("cannot pickle a window")
+
+    def _impl(self) -> WinImpl:
+        if self._w is None:
+            raise Exception(ERR_WIN, "invalid window (WIN_NULL)")
+        return self._w
+
+    @classmethod
+    def _make(cls, impl):
+        w = cls()
+        w._w = impl
+        return w
+
+    # -- creation ---------------------------------------------------------------
+    @classmethod
+    def Create(cls, memory, disp_unit=1, info=None, comm=None):
+        from .comm import COMM_WORLD
+        comm = (comm or COMM_WORLD).Dup()
+        view = byte_view(memory, writable=True)[0] if memory is not None else \
+            memoryview(bytearray(0))
+        mh = ENGINE.worker.mem_map(view) if view.nbytes else None
+        return cls._make(WinImpl(comm, view, disp_unit, FLAVOR_CREATE, mh, memory))
+
+    @classmethod
+    def Allocate(cls, size, disp_unit=1, info=None, comm=None):
+        from .comm import COMM_WORLD
+        comm = (comm or COMM_WORLD).Dup()
+        if size > 0:
+            mh = ENGINE.worker.mem_map(length=size)
+            view = mh.buf[:size]
+        else:
+            mh, view = None, memoryview(bytearray(0))
+        return cls._make(WinImpl(comm, view, disp_unit, FLAVOR_ALLOCATE, mh))
+
+    @classmethod
+    def Allocate_shared(cls, size, disp_unit=1, info=None, comm=None):
+        from .comm import COMM_WORLD
+        comm = (comm or COMM_WORLD).Dup()
+        name, m = _shared_segment(size)
+        view = memoryview(m)[:size]
+        mh = ENGINE.worker.mem_map(memoryview(m)) if size else None
+        w = WinImpl(comm, view, disp_unit, FLAVOR_SHARED, mh, m)
+        names = comm.allgather(name)
+        w.shared = []
+        for r, nm in enumerate(names):
+            if r == w.rank:
+                w.shared.append(view)
+                continue
+            with open(nm, "r+b") as f:
+                pm = mmap.mmap(f.fileno(), 0)
+            w.shared.append(memoryview(pm)[:w.peers[r][1]])
+        comm.Barrier()
+        os.unlink(name)
+        return cls._make(w)
+
+    @classmethod
+    def Create_dynamic(cls, info=None, comm=None):
+        from .comm import COMM_WORLD
+        comm = (comm or COMM_WORLD).Dup()
+        return cls._make(WinImpl(comm, memoryview(bytearray(0)), 1, FLAVOR_DYNAMIC))
+
+    def Attach(self, memory):
+        self._impl().attrs.setdefault("attached", []).append(memory)
+
+    def Detach(self, memory):
+        lst = self._impl().attrs.get("attached", [])
+        for i, m in enumerate(lst):
+            if m is memory:
+                del lst[i]
+                break
+
+    def Free(self):
+        w = self._impl()
+        w.flush()
+        w.comm.Barrier()
+        if w.mh is not None:
+            w.mh.unmap()
+        _WINS.pop(w.id, None)
+        w.comm.Free()
+        self._w = None
+
+    # -- queries -------------------------------------------------------------------
+    def Get_group(self):
+        return self._impl().comm.Get_group()
+
+    group = property(Get_group)
+    group_size = property(lambda self: self._impl().size)
+    group_rank = property(lambda self: self._impl().rank)
+
+    def Get_attr(self, keyval):
+        w = self._impl()
+        return {WIN_BASE: w.base, WIN_SIZE: w.view.nbytes, WIN_DISP_UNIT: w.disp_unit,
+                WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: WIN_UNIFIED}.get(keyval,
+                                                                         w.attrs.get(keyval))
+
+    def Set_attr(self, keyval, value):
+        self._impl().attrs[keyval] = value
+
+    def Delete_attr(self, keyval):
+        self._impl().attrs.pop(keyval, None)
+
+    @property
+    def attrs(self):
+        w = self._impl()
+        return (w.base, w.view.nbytes, w.disp_unit)
+
+    flavor = property(lambda self: self._impl().flavor)
+    model = property(lambda self: WIN_UNIFIED)
+
+    def tomemory(self):
+        from .datatype import buffer
+        return buffer.over(self._impl().view)
+
+    def Shared_query(self, rank):
+        w = self._impl()
+        if rank == PROC_NULL:
+            rank = 0
+        from .datatype import buffer
+        if w.flavor != FLAVOR_SHARED:
+            return buffer.allocate(0), w.disp_unit
+        return buffer.over(w.shared[rank]), w.peers[rank][2]
+
+    def Get_info(self):
+        return Info.Create(dict(self._impl().info))
+
+    def Set_info(self, info):
+        if info:
+            self._impl().info.update(info.items())
+
+    info = property(Get_info, Set_info)
+
+    def Get_name(self):
+        return "MPI_WIN_NULL" if self._w is None else self._w.name
+
+    def Set_name(self, name):
+        self._impl().name = name
+
+    name = property(Get_name, Set_name)
+
+    def Get_errhandler(self):
+        return Errhandler(self._impl().errhandler)
+
+    def Set_errhandler(self, errhandler):
+        self._impl().errhandler = Errhandler(errhandler)
+
+    # -- communication -----------------------------------------------------------------
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except ucxpy.UcxpyError as e:
+            raise translate(e) from None
+
+    def Put(self, origin, target_rank, target=None):
+        if target_rank != PROC_NULL:
+            self._call(self._impl().put, origin, target_rank, target)
+
+    def Get(self, origin, target_rank, target=None):
+        if target_rank != PROC_NULL:
+            self._call(self._impl().get, origin, target_rank, target)
+
+    def Accumulate(self, origin, target_rank, target=None, op=SUM):
+        if target_rank != PROC_NULL:
+            self._call(self._impl().acc, "acc", origin, None, target_rank, target, op)
+
+    def Get_accumulate(self, origin, result, target_rank, target=None, op=SUM):
+        if target_rank != PROC_NULL:
+            self._call(self._impl().acc, "get_acc", origin, result, target_rank, target, op)
+
+    def Fetch_and_op(self, origin, result, target_rank, target_disp=0, op=SUM):
+        o, r = parse(origin), parse(result, writable=True)
+        if o.count != 1 or r.count != 1 or o.dtype != r.dtype:
+            raise ValueError("Fetch_and_op needs one element of one datatype")
+        if target_rank != PROC_NULL:
+            self._call(self._impl().acc, "fetch", origin, result, target_rank,
+                       (target_disp, 1, r.dtype), op)
+
+    def Compare_and_swap(self, origin, compare, result, target_rank, target_disp=0):
+        o, r, c = parse(origin), parse(result, writable=True), parse(compare)
+        if o.count != 1 or r.count != 1 or c.count != 1 or not (o.dtype == r.dtype == c.dtype):
+            raise ValueError("Compare_and_swap needs one element of one datatype")
+        if target_rank != PROC_NULL:
+            self._call(self._impl().acc, "cas", origin, result, target_rank,
+                       (target_disp, 1, r.dtype), REPLACE, compare)
+
+    def _rma_req(self, fn, *args):
+        fn(*args)
+        self.Flush_local_all()
+        return Request._from(DoneOp())
+
+    def Rput(self, origin, target_rank, target=None):
+        return self._rma_req(self.Put, origin, target_rank, target)
+
+    def Rget(self, origin, target_rank, target=None):
+        return self._rma_req(self.Get, origin, target_rank, target)
+
+    def Raccumulate(self, origin, target_rank, target=None, op=SUM):
+        return self._rma_req(self.Accumulate, origin, target_rank, target, op)
+
+    def Rget_accumulate(self, origin, result, target_rank, target=None, op=SUM):
+        return self._rma_req(self.Get_accumulate, origin, result, target_rank, target, op)
+
+    # -- synchronization -----------------------------------------------------------------
+    def Fence(self, assertion=0):
+        w = self._impl()
+        self._call(w.flush)
+        w.comm.Barrier()
+
+    def Flush(self, rank):
+        if rank != PROC_NULL:
+            self._call(self._impl().flush, rank)
+
+    def Flush_all(self):
+        self._call(self._impl().flush)
+
+    Flush_local = Flush
+    Flush_local_all = Flush_all
+
+    def Sync(self):
+        self._impl()
+
+    def Lock(self, rank, lock_type=LOCK_EXCLUSIVE, assertion=0):
+        if rank != PROC_NULL:
+            self._call(self._impl().ctrl, rank, "lock", lock_type, True)
+            self._impl().attrs.setdefault("_locks", {})[rank] = lock_type
+
+    def Unlock(self, rank):
+        if rank == PROC_NULL:
+            return
+        w = self._impl()
+        typ = w.attrs.get("_locks", {}).pop(rank, None)
+        if typ is None:
+            raise Exception(ERR_RMA_SYNC, f"window is not locked at rank {rank}")
+        self._call(w.flush, rank)
+        self._call(w.ctrl, rank, "unlock", typ, True)
+
+    def Lock_all(self, assertion=0):
+        w = self._impl()
+        for r in range(w.size):
+            self.Lock(r, LOCK_SHARED)
+
+    def Unlock_all(self):
+        w = self._impl()
+        for r in range(w.size):
+            self.Unlock(r)
+
+    def Post(self, group, assertion=0):
+        w = self._impl()
+        w.post_group = self._ranks_of(group)
+        for r in w.post_group:
+            w.ctrl(r, "post")
+
+    def Start(self, group, assertion=0):
+        w = self._impl()
+        w.start_group = self._ranks_of(group)
+        ENGINE.wait_until(lambda: all(w.posts.get(r, 0) > 0 for r in w.start_group))
+        for r in w.start_group:
+            w.posts[r] -= 1
+
+    def Complete(self):
+        w = self._impl()
+        if w.start_group is None:
+            raise Exception(ERR_RMA_SYNC, "Complete without Start")
+        self._call(w.flush)
+        for r in w.start_group:
+            w.ctrl(r, "complete")
+        w.start_group = None
+
+    def _wait_done(self, w):
+        return all(w.completes.get(r, 0) > 0 for r in w.post_group)
+
+    def Wait(self):
+        w = self._impl()
+        if w.post_group is None:
+            raise Exception(ERR_RMA_SYNC, "Wait without Post")
+        ENGINE.wait_until(lambda: self._wait_done(w))
+        for r in w.post_group:
+            w.completes[r] -= 1
+        w.post_group = None
+
+    def Test(self):
+        w = self._impl()
+        if w.post_group is None:
+            raise Exception(ERR_RMA_SYNC, "Test without Post")
+        ENGINE.progress()
+        if not self._wait_done(w):
+            return False
+        self.Wait()
+        return True
+
+    def _ranks_of(self, group):
+        """Window ranks of ``group``'s members."""
+        w = self._impl()
+        idx = {wr: i for i, wr in enumerate(w.ranks)}
+        return [idx[x] for x in group._check()]
+
+
+WIN_NULL = Win()

@@ -1,0 +1,131 @@
+"""mpi_shim collectives spec: results against numpy for every standard op,
+IN_PLACE, v-variants, nonblocking overlap, non-commutative user ops, and
+isolation from point-to-point traffic.  Prints 'MPI-COLL OK <rank> ok'."""
+import faulthandler
+import sys
+
+import numpy as np
+
+from mpi_shim import MPI
+
+faulthandler.dump_traceback_later(250, exit=True, file=sys.stderr)
+comm = MPI.COMM_WORLD
+rank, size = comm.rank, comm.size
+rng = np.random.default_rng(42)
+data = [rng.integers(-50, 50, 17).astype("i8") for _ in range(size)]
+mine = data[rank]
+allv = np.stack(data)
+
+# an ANY_TAG receive posted first must not catch collective traffic
+stray = comm.irecv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
+
+REF = {MPI.SUM: allv.sum(0), MPI.PROD: allv.prod(0), MPI.MAX: allv.max(0),
+       MPI.MIN: allv.min(0), MPI.BAND: np.bitwise_and.reduce(allv),
+       MPI.BOR: np.bitwise_or.reduce(allv), MPI.BXOR: np.bitwise_xor.reduce(allv),
+       MPI.LAND: np.logical_and.reduce(allv).astype("i8"),
+       MPI.LOR: np.logical_or.reduce(allv).astype("i8"),
+       MPI.LXOR: (np.count_nonzero(allv, 0) % 2).astype("i8")}
+for op, ref in REF.items():
+    if size == 1 and op in (MPI.LAND, MPI.LOR, MPI.LXOR):
+        ref = mine          # one operand: copied as is, not normalized
+    out = np.empty_like(mine)
+    comm.Allreduce(mine, out, op)
+    assert np.array_equal(out, ref), (op, out, ref)
+    for root in {0, size - 1}:
+        out = np.zeros_like(mine)
+        comm.Reduce(mine, out, op, root)
+        if rank == root:
+            assert np.array_equal(out, ref), op
+inp = mine.copy()
+comm.Allreduce(MPI.IN_PLACE, inp, MPI.SUM)
+assert np.array_equal(inp, allv.sum(0))
+out = np.empty_like(mine)
+comm.Scan(mine, out)
+assert np.array_equal(out, allv[:rank + 1].sum(0))
+out[:] = 7
+comm.Exscan(mine, out)
+if rank:
+    assert np.array_equal(out, allv[:rank].sum(0))
+
+# MAXLOC/MINLOC on pairs
+pairs = np.array([(float(rank % 3), rank)], dtype=MPI.DOUBLE_INT.np_dtype if False else
+                 np.dtype([("v", "f8"), ("i", "i4")], align=True))
+res = np.empty_like(pairs)
+comm.Allreduce([pairs, MPI.DOUBLE_INT], [res, MPI.DOUBLE_INT], MPI.MAXLOC)
+best = max(r % 3 for r in range(size))
+assert res["v"][0] == best and res["i"][0] == min(r for r in range(size) if r % 3 == best)
+assert comm.allreduce((rank % 2, rank), MPI.MINLOC) == (0, 0)
+
+# a non-commutative (associative) user op must combine in rank order:
+# digit concatenation, a op b = a * 10**digits(b) + b
+def _concat(a, b, dt):
+    x, y = np.frombuffer(a, "i8"), np.frombuffer(b, "i8", count=len(np.frombuffer(a, "i8")))
+    out = np.frombuffer(b, "i8")
+    out[:] = [int(f"{p}{q}") for p, q in zip(x, y)]
+
+
+concat = MPI.Op.Create(_concat, commute=False)
+x = np.array([rank + 1], "i8")
+y = np.zeros(1, "i8")
+comm.Allreduce(x, y, op=concat)
+ref = int("".join(str(r + 1) for r in range(size)))
+assert y[0] == ref, (y, ref)
+for root in range(size):
+    y[:] = 0
+    comm.Reduce(x, y, op=concat, root=root)
+    assert rank != root or y[0] == ref, (y, ref, root)
+y[:] = 0
+comm.Scan(x, y, op=concat)
+assert y[0] == int("".join(str(r + 1) for r in range(rank + 1))), y
+assert comm.allreduce([rank], op=MPI.SUM) == list(range(size))   # list concatenation order
+concat.Free()
+
+# bcast / gather / scatter / allgather / alltoall, buffer and v forms
+for root in range(size):
+    buf = np.arange(1000, dtype="f4") if rank == root else np.zeros(1000, "f4")
+    comm.Bcast(buf, root)
+    assert np.array_equal(buf, np.arange(1000, dtype="f4"))
+rbuf = np.zeros((size, 3), "i") if rank == 0 else None
+comm.Gather(np.full(3, rank, "i"), rbuf, root=0)
+if rank == 0:
+    assert (rbuf == np.arange(size)[:, None]).all()
+counts = [r + 1 for r in range(size)]
+displs = list(np.cumsum([0] + counts[:-1]))
+allg = np.zeros(sum(counts), "i")
+comm.Allgatherv(np.full(rank + 1, rank, "i"), [allg, counts, displs, MPI.INT])
+assert np.array_equal(allg, np.repeat(np.arange(size), counts))
+sc = np.zeros(rank + 1, "i")
+comm.Scatterv([np.repeat(np.arange(size), counts).astype("i"), counts, displs, MPI.INT]
+              if rank == 0 else None, sc, root=0)
+assert (sc == rank).all()
+a2a = np.zeros(size, "i")
+comm.Alltoall(np.arange(size, dtype="i") + 100 * rank, a2a)
+assert np.array_equal(a2a, np.arange(size) * 100 + rank)
+rs = np.zeros(2, "i8")
+comm.Reduce_scatter_block(np.tile(np.array([rank, 1], "i8"), size), rs)
+assert list(rs) == [sum(range(size)), size]
+
+# nonblocking collectives overlap with each other and with p2p
+r1 = comm.Ibarrier()
+big = np.full(300000, rank, "f8")
+outb = np.empty_like(big)
+r2 = comm.Iallreduce(big, outb, MPI.SUM)
+other = comm.Dup()        # (comm has the wildcard receive `stray` pending)
+other.send(rank, (rank + 1) % size, tag=77)
+got = other.recv(source=(rank - 1) % size, tag=77)
+MPI.Request.Waitall([r1, r2])
+assert got == (rank - 1) % size and (outb == sum(range(size))).all()
+
+# lowercase forms
+assert comm.bcast({"k": rank}, root=size - 1) == {"k": size - 1}
+assert comm.gather(rank, root=0) == (list(range(size)) if rank == 0 else None)
+assert comm.allgather(str(rank)) == [str(r) for r in range(size)]
+assert comm.alltoall([(rank, d) for d in range(size)]) == [(s, rank) for s in range(size)]
+assert comm.scan(rank) == sum(range(rank + 1))
+
+# the stray receive saw no collective message; satisfy it now
+comm.send("p2p", rank, tag=3)
+assert stray.wait() == "p2p"
+other.Free()
+sys.stdout.write(f"MPI-COLL OK {rank} ok\n")
+sys.stdout.flush()

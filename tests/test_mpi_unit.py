@@ -1,0 +1,68 @@
+"""mpi_shim objects that need no peers (run in a one-rank job per test file
+would be slow; these import mpi_shim.MPI in-process as a singleton job)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+pytestmark = pytest.mark.timeout(120)
+
+SNIPPET = r'''
+import pickle
+import numpy as np
+from mpi_shim import MPI
+
+# environment
+assert MPI.Is_initialized() and not MPI.Is_finalized()
+assert MPI.Get_version() >= (3, 0) and isinstance(MPI.Get_library_version(), str)
+assert MPI.Wtime() > 0 and 0 < MPI.Wtick() < 1 and MPI.Get_processor_name()
+assert MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) >= 32767
+# datatypes
+assert MPI.INT.Get_size() == 4 and MPI.DOUBLE.Get_extent() == (0, 8)
+t = MPI.INT.Create_contiguous(3).Commit()
+assert t.Get_size() == 12 and t.Get_extent() == (0, 12)
+v = MPI.DOUBLE.Create_vector(2, 1, 2).Commit()
+assert v.Get_size() == 16 and v.Get_extent() == (0, 24)
+t.Free(); v.Free()
+assert MPI.Datatype.fromcode("d") == MPI.DOUBLE
+# errors
+e = MPI.Exception(MPI.ERR_TRUNCATE)
+assert e.Get_error_class() == MPI.ERR_TRUNCATE and e == MPI.ERR_TRUNCATE
+assert "TRUNCATE" in e.Get_error_string()
+# groups
+g = MPI.COMM_WORLD.Get_group()
+assert g.size == 1 and g.rank == 0
+assert MPI.Group.Compare(g, g.Incl([0])) == MPI.IDENT
+assert g.Excl([0]).size == 0 and g.Translate_ranks([0], g) == [0]
+assert g.Union(g).size == 1 and g.Intersection(MPI.GROUP_EMPTY).size == 0
+# requests, status
+assert MPI.REQUEST_NULL.Wait() is True and MPI.Request().test() == (True, None)
+s = MPI.Status(); assert (s.source, s.tag, s.error) == (MPI.ANY_SOURCE, MPI.ANY_TAG, 0)
+# ops
+assert MPI.SUM(2, 3) == 5 and MPI.MAXLOC((1, 5), (1, 2)) == (1, 2)
+a = np.array([1, 2], "i"); b = np.array([3, 1], "i")
+MPI.MAX.Reduce_local(a, b); assert list(b) == [3, 2]
+# derived type through a self send
+c = MPI.COMM_SELF
+src = np.arange(6, dtype="d"); dst = np.zeros(6)
+vt = MPI.DOUBLE.Create_vector(3, 1, 2).Commit()
+c.Sendrecv([src, 1, vt], 0, 0, [dst, 1, vt], 0, 0)
+assert list(dst) == [0, 0, 2, 0, 4, 0]
+# pickling of predefined handles
+assert pickle.loads(pickle.dumps(MPI.COMM_WORLD)) is MPI.COMM_WORLD
+assert pickle.loads(pickle.dumps(MPI.SUM)) == MPI.SUM
+print("UNIT OK")
+'''
+
+
+def test_mpi_unit_objects():
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-c", SNIPPET], env=env, capture_output=True,
+                          text=True, timeout=100, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "UNIT OK" in proc.stdout
