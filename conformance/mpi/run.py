@@ -43,9 +43,11 @@ def fetch(version: str, cache: str) -> str:
     if not os.path.exists(sdist):
         # --no-binary for mpi4py only: the source release, while its build
         # backend (needed by pip to read the metadata) may come as wheels.
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                        "--no-binary", "mpi4py", f"mpi4py=={version}", "-d", cache],
-                       check=True, stdout=subprocess.DEVNULL)
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                            "--no-binary", "mpi4py", f"mpi4py=={version}", "-d", cache],
+                           capture_output=True, text=True)
+        if r.returncode:
+            sys.exit(f"could not download mpi4py=={version}:\n{r.stdout}\n{r.stderr}")
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers()
                    if m.name.startswith(f"mpi4py-{version}/test/") and m.isfile()]
