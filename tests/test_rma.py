@@ -17,6 +17,22 @@ def pair(tl):
     p.close()
 
 
+def test_rdma_lane_uses_one_sided_ops(tl):
+    """On a lane that moves registered memory itself (ofi) RMA goes by
+    fi_write/fi_read; shm maps or uses CMA; tcp is served by the target."""
+    p = Pair(tl)
+    try:
+        a, b = p.workers
+        mh = b.mem_map(np.zeros(1 << 16, np.uint8))
+        rkey = p.eps[0][1].unpack_rkey(mh.pack_rkey())
+        assert rkey.mode == {"ofi": "rdma", "shm": "am", "tcp": "am"}[tl]   # same pid: no CMA
+        p.wait(p.eps[0][1].put_nb(b"rdma!", mh.address + 7, rkey))
+        assert bytes(mh.buf[7:12]) == b"rdma!"
+        mh.unmap()
+    finally:
+        p.close()
+
+
 @pytest.fixture(params=["shared", "user"])
 def region(pair, request):
     """(MemHandle on worker 1, RemoteKey on worker 0's endpoint to it)."""
@@ -94,7 +110,10 @@ def test_stale_key_after_unmap(pair, region):
     mh, rkey = region
     ep = pair.eps[0][1]
     mh.unmap()
-    with pytest.raises(ucxpy.RemoteAccessError, match="stale|unmapped"):
+    # mapped/CMA/AM check the registration themselves; on an RDMA lane the
+    # revoked registration makes the provider refuse the access
+    match = None if rkey.mode == "rdma" else "stale|unmapped"
+    with pytest.raises(ucxpy.RemoteAccessError, match=match):
         r = ep.put_nb(b"late", mh.address, rkey)
         pair.wait(r)
     with pytest.raises(ucxpy.RemoteAccessError):

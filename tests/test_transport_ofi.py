@@ -311,3 +311,5 @@ def test_spmd_suites_over_ofi(provider, prog):
                  env={"UCXPY_TLS": "ofi", "UCXPY_OFI_PROVIDER": provider})
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert cp.stdout.count("SUITE OK") == 2, cp.stdout
+    if prog == "rma_suite.py":      # put/get by fi_write/fi_read, not active messages
+        assert cp.stdout.count("rdma") == 2, cp.stdout

@@ -10,6 +10,9 @@ access mode when unpacked, from the endpoint's lane:
 =========  ======================================  ==============================
 mode       when                                    put / get / atomics
 =========  ======================================  ==============================
+RDMA       lane reads and writes registered        fi_write / fi_read (ofi),
+           memory by itself (ofi, verbs); the      RDMA WRITE / READ (verbs);
+           key carries the lane's registration     atomics as in AM mode
 MAPPED     lane is shm and the memory was          memcpy into the peer's shared
            allocated by ``mem_map(length=n)``      segment; native C11 atomics
 CMA        lane is shm, user buffer registered,    process_vm_writev/readv;
@@ -49,6 +52,7 @@ import struct
 from . import wire
 from .errors import RemoteAccessError
 from .request import Request
+from .transports.base import Caps
 from .transports.liveness import pid_alive
 
 try:
@@ -66,7 +70,9 @@ OK, STALE, RANGE, ALIGN, BADOP = range(5)
 _STATUS = {STALE: "stale or unknown remote key", RANGE: "access outside the registered region",
            ALIGN: "misaligned atomic", BADOP: "bad atomic operation"}
 
-MAPPED, CMA, AM = "mapped", "cma", "am"
+MAPPED, CMA, RDMA, AM = "mapped", "cma", "rdma", "am"
+#: a lane that moves registered memory by itself (RDMA) serves RMA directly
+RDMA_CAPS = Caps.GET_ZCOPY | Caps.PUT_ZCOPY
 TABLE_SLOTS = 4096
 SHM_DIR = "/dev/shm"
 _RKEY = struct.Struct("<4sQQQQIIBBH")
@@ -159,6 +165,8 @@ class MemHandle:
         self.length = view.nbytes
         self.segment = segment
         self.slot = -1
+        self._tl_keys = None
+        self._rdma_view = None
         self.mapped = True
 
     def __repr__(self) -> str:
@@ -175,7 +183,27 @@ class MemHandle:
         host = w.address.host_id
         return _RKEY.pack(_RKEY_MAGIC, w.uuid, self.mem_id, self.address, self.length,
                           os.getpid(), max(self.slot, 0), len(table), len(seg), len(host)) \
-            + table + seg + host
+            + table + seg + host + self._transport_keys()
+
+    def _transport_keys(self) -> bytes:
+        """``n u8 | n x (name len u8 | name | key len u16 | key)``: the region
+        registered with every interface that reads and writes one-sidedly by
+        itself (RDMA: ofi, verbs), so peers on those lanes put/get directly.
+        Registered once, through a view of our own: the transports tie a
+        registration to the view it was made for, so dropping that view in
+        ``unmap`` revokes the key."""
+        if self._tl_keys is None:
+            keys = []
+            for iface in self.rma.worker.ifaces:
+                if iface.attrs.caps & RDMA_CAPS == RDMA_CAPS and \
+                        hasattr(iface, "pack_local_key") and self.length:
+                    if self._rdma_view is None:
+                        self._rdma_view = self.buf[:]
+                    _addr, key = iface.pack_local_key(self._rdma_view)
+                    keys.append((iface.name.encode(), bytes(key)))
+            self._tl_keys = bytes([len(keys)]) + b"".join(
+                bytes([len(n)]) + n + len(k).to_bytes(2, "little") + k for n, k in keys)
+        return self._tl_keys
 
     def unmap(self) -> None:
         """Unregister (idempotent); later remote accesses raise RemoteAccessError."""
@@ -189,11 +217,34 @@ class MemHandle:
                     self.rma.unregister(self)
 
 
+def _unpack_transport_keys(packed: bytes, off: int) -> dict:
+    """Inverse of ``MemHandle._transport_keys``: {transport name: key}."""
+    keys = {}
+    try:
+        count = packed[off]
+        off += 1
+        for _ in range(count):
+            n = packed[off]
+            name = packed[off + 1:off + 1 + n].decode("ascii")
+            off += 1 + n
+            k = int.from_bytes(packed[off:off + 2], "little")
+            key = packed[off + 2:off + 2 + k]
+            if len(name) != n or len(key) != k:
+                raise IndexError
+            keys[name] = key
+            off += 2 + k
+    except (IndexError, UnicodeDecodeError):
+        raise RemoteAccessError("malformed remote key (transport keys)") from None
+    if off != len(packed):
+        raise RemoteAccessError("malformed remote key (trailing bytes)")
+    return keys
+
+
 class RemoteKey:
     """A peer's registered region as seen through one endpoint."""
 
     __slots__ = ("ep", "mem_id", "base", "length", "pid", "slot", "table", "segment",
-                 "host_id", "mode", "_local_base", "_table_addr")
+                 "host_id", "tl_keys", "mode", "_local_base", "_table_addr")
 
     def __init__(self, ep, packed):
         packed = bytes(packed)
@@ -203,11 +254,13 @@ class RemoteKey:
         except struct.error:
             raise RemoteAccessError("malformed remote key (too short)") from None
         off = _RKEY.size
-        if magic != _RKEY_MAGIC or len(packed) != off + tlen + slen + hlen:
+        if magic != _RKEY_MAGIC or len(packed) < off + tlen + slen + hlen + 1:
             raise RemoteAccessError("malformed remote key")
         self.table = packed[off:off + tlen].decode("ascii", "replace")
         self.segment = packed[off + tlen:off + tlen + slen].decode("ascii", "replace")
-        self.host_id = packed[off + tlen + slen:]
+        off += tlen + slen
+        self.host_id = packed[off:off + hlen]
+        self.tl_keys = _unpack_transport_keys(packed, off + hlen)
         # The names are opened under /dev/shm and the slot indexes the peer's
         # table mapping: anything else would map an arbitrary file or read
         # past the table.
@@ -315,6 +368,7 @@ class RmaEngine:
 
     def unregister(self, mh: MemHandle) -> None:
         self.registry.pop(mh.mem_id, None)
+        mh._rdma_view = None        # revokes the RDMA registrations made for it
         if mh.slot > 0 and self.table is not None:
             lib.ucxpy_atomic_store64(ffi.cast("void *", self.table.address + mh.slot * 8), 0)
             self._free_slots.append(mh.slot)
@@ -331,6 +385,8 @@ class RmaEngine:
     # -- access mode -----------------------------------------------------------
     def access_mode(self, ep, rkey: RemoteKey) -> str:
         ep.transport_endpoint()
+        if ep.lane.name in rkey.tl_keys and ep.lane.attrs.caps & RDMA_CAPS == RDMA_CAPS:
+            return RDMA
         same_host = (ep.lane.name in ("shm", "self") and lib is not None
                      and rkey.host_id == self.worker.address.host_id and rkey.table)
         if not same_host:
@@ -347,7 +403,6 @@ class RmaEngine:
                 raise RemoteAccessError(f"stale remote key: segment {rkey.segment} is gone") from None
             rkey._local_base = seg.address
             return MAPPED
-        from .transports.base import Caps
         if rkey.pid != os.getpid() and ep.lane.attrs.caps & Caps.GET_ZCOPY:
             return CMA
         return AM
@@ -387,6 +442,8 @@ class RmaEngine:
         if rkey.mode == CMA:
             self._cma(lib.ucxpy_cma_write, rkey, mv, address)
             return COMPLETED
+        if rkey.mode == RDMA:
+            return self._rdma(ep, "put", mv, address, rkey)
         return self._fragmented(ep, mv, lambda piece, at: self._post(
             ep, AmId.RMA_PUT, lambda i: wire.RMA_PUT.pack(i, rkey.mem_id, at), piece), address)
 
@@ -402,6 +459,8 @@ class RmaEngine:
         if rkey.mode == CMA:
             self._cma(lib.ucxpy_cma_read, rkey, mv, address)
             return COMPLETED
+        if rkey.mode == RDMA:
+            return self._rdma(ep, "get", mv, address, rkey)
         return self._fragmented(ep, mv, lambda piece, at: self._post(
             ep, AmId.RMA_GET, lambda i: wire.RMA_GET.pack(i, rkey.mem_id, at, piece.nbytes),
             dest=piece), address)
@@ -425,6 +484,28 @@ class RmaEngine:
         for off in offsets:
             post_one(mv[off:off + frag], address + off).add_done_callback(one_done)
         return parent
+
+    def _rdma(self, ep, op: str, mv, address: int, rkey: RemoteKey) -> Request:
+        """One-sided put/get by the lane itself (fi_write / fi_read, RDMA
+        WRITE / READ); tracked so ``flush`` and ``fence`` wait for it."""
+        from .endpoint import COMPLETED
+        if not mv.nbytes:
+            return COMPLETED
+        tep = ep.transport_endpoint()
+        req = Request(self.worker)
+        op_id = next(self._op_ids)
+        self.ops[op_id] = _Op(ep, req)
+
+        def done(exc, op_id=op_id, mv=mv):
+            if self.ops.pop(op_id, None) is not None:
+                req.complete(exc=exc)
+        try:
+            if getattr(tep, op)(mv, address, rkey.tl_keys[ep.lane.name], done):
+                done(None)
+        except BaseException:
+            self.ops.pop(op_id, None)
+            raise
+        return req
 
     @staticmethod
     def _cma(fn, rkey, mv, address):
