@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from ucxpy.transports.liveness import pid_alive
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROGS = os.path.join(ROOT, "tests", "progs")
 NETNS_DIR = "/var/run/netns"
@@ -110,16 +112,6 @@ def tap_available() -> bool:
     return os.path.exists("/dev/net/tun") and not skip_reason()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _kill_netns_pids(name: str) -> None:
     p = sh("ip", "netns", "pids", name, check=False)
     for tok in p.stdout.split():
@@ -138,7 +130,7 @@ def reap_stale() -> int:
         return 0
     for name in names:
         m = _NAME_RE.match(name) or re.match(r"^ucxpyh-(\d+)-[0-9a-f]+-probe$", name)
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             _kill_netns_pids(name)
             sh("ip", "netns", "del", name, check=False)
             n += 1

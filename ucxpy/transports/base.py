@@ -52,6 +52,21 @@ from typing import Callable, ClassVar, Optional, Protocol
 MAX_HEADER = 1024
 
 
+def byte_view(buf):
+    """A payload with a byte length: bytes/bytearray as they are, anything
+    else as a flat unsigned-byte memoryview (InvalidBuffer if not contiguous)."""
+    if type(buf) is bytes or type(buf) is bytearray:
+        return buf
+    mv = memoryview(buf)
+    if mv.format != "B" or mv.ndim != 1:
+        try:
+            mv = mv.cast("B")
+        except TypeError:
+            from ..errors import InvalidBuffer
+            raise InvalidBuffer("payload must be a contiguous buffer") from None
+    return mv
+
+
 class Caps(enum.IntFlag):
     """Capability flags, like ``UCT_IFACE_FLAG_*``."""
 

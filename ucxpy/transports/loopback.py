@@ -15,22 +15,11 @@ import collections
 import os
 from typing import Callable, Optional
 
-from ..errors import ConnectionLost, InvalidBuffer, MessageTooLarge, TransportUnavailable
-from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+from ..errors import ConnectionLost, MessageTooLarge, TransportUnavailable
+from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs,
+                   TransportEndpoint, byte_view)
 
 _TAG = b"SELF"
-
-
-def _byte_view(buf):
-    if type(buf) is bytes:
-        return buf
-    mv = memoryview(buf)
-    if mv.format != "B" or mv.ndim != 1:
-        try:
-            mv = mv.cast("B")
-        except TypeError:
-            raise InvalidBuffer("payload must be a contiguous buffer") from None
-    return mv
 
 
 class SelfEndpoint(TransportEndpoint):
@@ -47,8 +36,8 @@ class SelfEndpoint(TransportEndpoint):
             raise ConnectionLost("self endpoint is closed")
         if len(header) > MAX_HEADER:
             raise MessageTooLarge(f"header of {len(header)} B exceeds {MAX_HEADER} B")
-        payload = _byte_view(payload)
-        plen = len(payload) if type(payload) is bytes else payload.nbytes
+        payload = byte_view(payload)
+        plen = len(payload)         # a flat byte view: len is its size
         if plen > iface.attrs.max_frame:
             raise MessageTooLarge(f"payload of {plen} B exceeds self max_frame")
         done = True

@@ -63,8 +63,9 @@ import time
 from itertools import islice
 from typing import Callable, Optional
 
-from ..errors import ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError, TransportUnavailable
-from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+from ..errors import ConnectionLost, MessageTooLarge, ProtocolError, TransportUnavailable
+from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs,
+                   TransportEndpoint, byte_view)
 
 log = logging.getLogger(__name__)
 
@@ -158,20 +159,6 @@ def unpack_address(data) -> tuple:
 
 # ----------------------------------------------------------------- endpoint
 
-def _byte_view(buf):
-    """``buf`` as something with a byte length: bytes/bytearray as is, else a
-    flat unsigned-byte memoryview (raises InvalidBuffer if not contiguous)."""
-    if type(buf) is bytes or type(buf) is bytearray:
-        return buf
-    mv = memoryview(buf)
-    if mv.format != "B" or mv.ndim != 1:
-        try:
-            mv = mv.cast("B")
-        except TypeError:
-            raise InvalidBuffer("payload must be a contiguous buffer") from None
-    return mv
-
-
 class TcpEndpoint(TransportEndpoint):
     """One TCP connection (created by ``connect`` or by accepting)."""
 
@@ -237,7 +224,7 @@ class TcpEndpoint(TransportEndpoint):
             raise self._exc or ConnectionLost("tcp endpoint is closed")
         if type(header) is not bytes:
             header = bytes(header)
-        payload = _byte_view(payload)
+        payload = byte_view(payload)
         plen = len(payload) if type(payload) is not memoryview else payload.nbytes
         hlen = len(header)
         if hlen > MAX_HEADER:
