@@ -66,3 +66,19 @@ def test_mpi_unit_objects():
                           text=True, timeout=100, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "UNIT OK" in proc.stdout
+
+
+def test_pytest_mpi_markers_under_the_launcher():
+    """pytest-mpi style markers: marked tests run with --with-mpi under
+    ucxpy-run, min_size is honoured, and without --with-mpi they skip."""
+    import re
+    from conftest import PROGS, run_job
+    prog = os.path.join(PROGS, "mpi_marked_tests.py")
+    common = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+              "mpi_shim.pytest_plugin", prog]
+    proc = run_job(common + ["--with-mpi"], 2, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert len(re.findall(r"4 passed, 1 skipped", proc.stdout)) == 2, proc.stdout
+    proc = run_job(common, 1, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed, 3 skipped" in proc.stdout, proc.stdout
