@@ -210,7 +210,7 @@ def test_peer_abort_fails_dependent_receive():
         p.close()
 
 
-@pytest.mark.parametrize("refuse", [None, "get", "put", "get+put"])
+@pytest.mark.parametrize("refuse", [None, "get", "put", "get+put", "get-fails-later"])
 @pytest.mark.parametrize("split", ["0", "inf"], ids=["split", "nosplit"])
 def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
     """get, split (sender puts the first half while the receiver gets the
@@ -223,9 +223,16 @@ def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
 
     def refused(self, *args, **kwargs):
         raise ucxpy.RemoteAccessError("process_vm_readv: Operation not permitted")
-    for op in (refuse or "").split("+"):
-        if op:
-            monkeypatch.setattr(shm.ShmEndpoint, op, refused)
+
+    def fails_later(self, local, remote_addr, rkey, on_complete):
+        on_complete(ucxpy.RemoteAccessError("provider: Operation canceled"))
+        return False
+    if refuse == "get-fails-later":
+        monkeypatch.setattr(shm.ShmEndpoint, "get", fails_later)
+    else:
+        for op in (refuse or "").split("+"):
+            if op:
+                monkeypatch.setattr(shm.ShmEndpoint, op, refused)
     p = Pair("shm", rndv_thresh=0, rndv_split_thresh=split)
     try:
         a, b = p.workers

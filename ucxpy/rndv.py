@@ -18,8 +18,9 @@ until the receiver has matched the RTS to a receive buffer.  Then one of:
   frames of that range from the user buffer (tcp: ``sendmsg`` from the
   buffer, received straight into the receive buffer through ``recv_dest``).
 
-A refused one-sided copy (RemoteAccessError, e.g. CMA not permitted for this
-peer) falls back to data frames for that part, on either side.  The receiver
+A refused or failed one-sided copy (RemoteAccessError, e.g. CMA not
+permitted for this peer, a provider error) falls back to data frames for
+that part, on either side.  The receiver
 completes when every byte has landed (its get, FIN, DATA frames).  The sender
 completes when the receiver no longer reads its buffer (ATS, or an RTR which
 means "send it to me instead") and its own part is out (put done, frames
@@ -225,6 +226,13 @@ class RendezvousProtocol:
             if exc is None:
                 self._ack(r.ep, rts.sreq_id, wire.ATS_OK)
                 self._landed(rreq_id, r, r.size - start)
+            elif isinstance(exc, RemoteAccessError) and rreq_id in self.recvs:
+                # the read failed but the peer is there: ask for data frames
+                try:
+                    r.ep.send_frame(wire.AmId.RNDV_RTR,
+                                    wire.RTR.pack(rts.sreq_id, rreq_id, start, r.size - start))
+                except ConnectionLost as e:
+                    self._fail_recv(rreq_id, e)
             else:
                 self._ack(r.ep, rts.sreq_id, wire.ATS_ERROR)
                 self._fail_recv(rreq_id, exc)

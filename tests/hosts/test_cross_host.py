@@ -28,16 +28,21 @@ def transport_ok(name):
     return transport_available(name)
 
 
+# tcp;ofi_rxm sometimes cancels a cross-host fi_read ('Operation canceled
+# (Transport endpoint is not connected)', about 1 run in 10 before the
+# rendezvous learned to fall back to data frames on a failed read; 20 of 20
+# runs passed after).  Kept non-strict until many CI runs confirm it.
 OFI_FLAKE = pytest.mark.xfail(
-    strict=False, reason="known bug: ofi tcp;ofi_rxm cross-host rendezvous get fails about "
-    "1 run in 10 with 'Operation canceled (Transport endpoint is not connected)'")
+    strict=False, reason="guard: ofi tcp;ofi_rxm cross-host fi_read may be cancelled by the "
+    "provider (now recovered by falling back to data frames)")
 
 
 @pytest.mark.parametrize("tls,lane", [("shm,tcp", "tcp"),
                                       pytest.param("shm,ofi", "ofi", marks=OFI_FLAKE)])
 def test_tag_am_rma_cross_host_lanes(make_cluster, tls, lane):
     """2 hosts x 2 ranks: same-host pairs on shm (mapped RMA), cross-host
-    pairs on tcp/ofi (AM-mode RMA); tag, AM (eager + rendezvous), put/get,
+    pairs on tcp (AM-mode RMA) or ofi (RDMA-mode RMA); tag, AM (eager +
+    rendezvous), put/get,
     atomics with every peer."""
     if not transport_ok(lane):
         pytest.skip(f"transport {lane} unavailable")
@@ -51,7 +56,9 @@ def test_tag_am_rma_cross_host_lanes(make_cluster, tls, lane):
         for peer, l in lanes.items():
             same = int(peer) // 2 == rank // 2
             assert l == ("shm" if same else lane), line
-            assert modes[peer] == ("mapped" if same else "am"), line
+            # RDMA lanes put/get one-sidedly; tcp is served by the target
+            assert modes[peer] == ("mapped" if same else
+                                   "rdma" if lane == "ofi" else "am"), line
 
 
 def test_tag_suite_cross_host(make_cluster):
