@@ -214,7 +214,7 @@ class RendezvousProtocol:
                                   wire.RTP.pack(rts.sreq_id, rreq_id, start, laddr) + lkey)
                 if self._get(rts, rreq_id, r, start):
                     return
-            ep.send_frame(wire.AmId.RNDV_RTR, wire.RTR.pack(rts.sreq_id, rreq_id, start, size - start))
+            self._ask_frames(rts, rreq_id, r, start)
         except Exception as e:   # the sender is gone, ...
             self._ack(ep, rts.sreq_id, wire.ATS_ERROR)
             self._fail_recv(rreq_id, e)
@@ -227,12 +227,7 @@ class RendezvousProtocol:
                 self._ack(r.ep, rts.sreq_id, wire.ATS_OK)
                 self._landed(rreq_id, r, r.size - start)
             elif isinstance(exc, RemoteAccessError) and rreq_id in self.recvs:
-                # the read failed but the peer is there: ask for data frames
-                try:
-                    r.ep.send_frame(wire.AmId.RNDV_RTR,
-                                    wire.RTR.pack(rts.sreq_id, rreq_id, start, r.size - start))
-                except ConnectionLost as e:
-                    self._fail_recv(rreq_id, e)
+                self._ask_frames(rts, rreq_id, r, start)   # failed, but the peer is there
             else:
                 self._ack(r.ep, rts.sreq_id, wire.ATS_ERROR)
                 self._fail_recv(rreq_id, exc)
@@ -242,6 +237,14 @@ class RendezvousProtocol:
         except RemoteAccessError:
             return False
         return True
+
+    def _ask_frames(self, rts, rreq_id, r, start) -> None:
+        """Ask the sender to stream ``[start, size)`` as data frames (RTR)."""
+        try:
+            r.ep.send_frame(wire.AmId.RNDV_RTR,
+                            wire.RTR.pack(rts.sreq_id, rreq_id, start, r.size - start))
+        except ConnectionLost as e:
+            self._fail_recv(rreq_id, e)
 
     def _landed(self, rreq_id, r, nbytes) -> None:
         r.received += nbytes
