@@ -215,13 +215,17 @@ def test_ring_full_back_pressure_keeps_order(peers, local):
     rng = random.Random(11)
     sent, done, results = [], [], []
     big = iface.attrs.max_bcopy + 1000
-    for i in range(5000):
-        n = big if i % 50 == 0 else rng.randrange(0, 3000)
-        payload = bytearray(rng.randbytes(n))
-        hdr = struct.pack("<I", i)
-        results.append(ep.send(AM_DATA, hdr, payload, on_complete=done.append))
-        sent.append((hdr, bytes(payload)))
-    assert ep.pending > 1000                     # nothing was progressed: queued
+    os.kill(peer.proc.pid, signal.SIGSTOP)       # the peer cannot drain the ring meanwhile
+    try:
+        for i in range(5000):
+            n = big if i % 50 == 0 else rng.randrange(0, 3000)
+            payload = bytearray(rng.randbytes(n))
+            hdr = struct.pack("<I", i)
+            results.append(ep.send(AM_DATA, hdr, payload, on_complete=done.append))
+            sent.append((hdr, bytes(payload)))
+        assert ep.pending > 1000                 # the ring filled up: the rest is queued
+    finally:
+        os.kill(peer.proc.pid, signal.SIGCONT)
     assert False in results                      # large payloads queued by reference
     assert results.count(False) == sum(1 for i in range(5000)
                                        if i % 50 == 0 and not results[i])

@@ -6,6 +6,7 @@ run an echo peer (``CHILD`` below) in a subprocess.  Run this file directly
 """
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -300,6 +301,57 @@ def test_candidate_addresses_tried_in_turn():
         ep.send(1, b"hi")
         drive([a, b], lambda: ob.frames)
         assert ob.frames[0][2] == b"hi" and not oa.failed
+    finally:
+        a.close()
+        b.close()
+
+
+def _unreachable_first(iface, failures):
+    """Make ``iface``'s next ``failures`` connects fail with EHOSTUNREACH, as a
+    lossy link does when the ARP request or reply is lost three times."""
+    left = [failures]
+    real = iface._new_socket
+
+    class Flaky(socket.socket):
+        def connect_ex(self, addr):
+            if left[0] > 0:
+                left[0] -= 1
+                return errno.EHOSTUNREACH
+            return super().connect_ex(addr)
+
+    def new_socket():
+        s = real()
+        f = Flaky(fileno=s.detach())
+        f.setblocking(False)
+        return f
+
+    iface._new_socket = new_socket
+    return left
+
+
+@pytest.mark.timeout(20)
+def test_no_route_is_retried_with_backoff(pair):
+    a, oa, b, ob = pair
+    left = _unreachable_first(a, 3)
+    ep = a.connect(b.address())
+    assert ep.send(1, b"queued", b"while unreachable") is True
+    drive([a, b], lambda: ob.frames, timeout=10)
+    assert left[0] == 0 and not oa.failed
+    assert ob.frames[0][2:] == (b"queued", b"while unreachable")
+
+
+@pytest.mark.timeout(20)
+def test_no_route_gives_up_after_peer_timeout():
+    oa, ob = FakeOwner(), FakeOwner()
+    a = TcpInterface(oa, make_config(peer_timeout=0.6))
+    b = TcpInterface(ob, make_config())
+    try:
+        _unreachable_first(a, 10 ** 6)
+        ep = a.connect(b.address())
+        drive([a, b], lambda: oa.failed, timeout=10)
+        exc = oa.failed[0][1]
+        assert oa.failed[0][0] is ep and isinstance(exc, ConnectionLost)
+        assert "No route to host" in str(exc) and str(exc).count("No route") <= 6
     finally:
         a.close()
         b.close()

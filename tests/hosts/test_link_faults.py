@@ -50,6 +50,27 @@ def test_stream_completes_and_verifies_under_delay_and_loss(make_cluster, delay,
           f"in {time.monotonic() - t0:.1f} s; link {c.link_stats(0)}")
 
 
+def test_wire_up_retries_while_the_route_is_missing(make_cluster):
+    """Each host has no route to the other for the first seconds (an
+    'unreachable' route: connect fails at once with EHOSTUNREACH, as it does
+    when a lossy link eats the ARP exchange).  tcp retries with backoff
+    within UCXPY_PEER_TIMEOUT instead of failing, so the job completes and
+    verifies once the route appears."""
+    c = make_cluster(2)
+    for h in range(2):
+        netns.sh("ip", "-n", c.hosts[h], "route", "add", "unreachable", f"{c.ip(1 - h)}/32")
+    p = c.start_job("rel_stream.py", ["--count", 20, "--fanout", 1, "--window", 4,
+                                      "--timeout", 60], per_host=1, timeout=90,
+                    env={"UCXPY_PEER_TIMEOUT": "20"})
+    time.sleep(3)
+    for h in range(2):
+        netns.sh("ip", "-n", c.hosts[h], "route", "del", "unreachable", f"{c.ip(1 - h)}/32")
+    out = netns.finish(p, 80)
+    rows = stream_totals(out)
+    assert p.returncode == 0 and len(rows) == 2, out[-3000:]
+    assert all(r[1] == r[2] == r[3] == 20 for r in rows), rows
+
+
 def run_fault(cluster, action, victim=1, args=(), env=None):
     """Start rel_cut.py on every host, wait until all ranks are ARMED, apply
     ``action(pids)``; returns (wall time of the action, full output, exit code)."""

@@ -42,6 +42,9 @@ state          event                        next
 =============  ===========================  ==================================
 CONNECTING     socket writable, no error    HANDSHAKE (hello sent)
 CONNECTING     error / timeout              CONNECTING (next IP) or FAILED
+CONNECTING     all IPs failed, some only    CONNECTING after a backoff (0.05 s
+               transiently (no route: ARP   doubling to 1 s), until
+               lost on a lossy link)        peer_timeout since connect()
 HANDSHAKE      valid peer hello             ESTABLISHED (queued frames flow)
 HANDSHAKE      bad hello / EOF (connector)  CONNECTING (next IP) or FAILED
 ESTABLISHED    EOF, reset, malformed frame  FAILED (owner.conn_failed once)
@@ -88,6 +91,11 @@ _IN, _OUT = select.POLLIN, select.POLLOUT
 
 CONNECTING, HANDSHAKE, ESTABLISHED, DRAINING, FAILED, CLOSED = range(6)
 _GONE = (FAILED, CLOSED)
+#: connect errors worth retrying: the route or the neighbour (ARP) entry may come
+#: back; refused / reset mean nobody listens there any more and fail at once
+_RETRY_ERRNOS = frozenset((errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ETIMEDOUT,
+                           errno.EAGAIN))
+RETRY_FIRST, RETRY_MAX = 0.05, 1.0
 _LOST_ERRNOS = (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDOUT,
                 errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ECONNREFUSED, errno.ENOTCONN)
 
@@ -177,6 +185,10 @@ class TcpEndpoint(TransportEndpoint):
         self._port = port
         self._nonce = nonce           # connector: the nonce we expect from the listener
         self._tried = []
+        self._retry = []              # IPs that failed transiently: tried again later
+        self._backoff = RETRY_FIRST
+        self._waiting = False         # CONNECTING, no socket, until _deadline (backoff)
+        self._connect_by = 0.0        # give up retrying after this (set by connect())
         # send side: entries [buffer, on_complete or None, frames ending in it]
         self._sendq = collections.deque()
         self._qframes = 0
@@ -392,8 +404,19 @@ class TcpEndpoint(TransportEndpoint):
         iface = self.iface
         if self.sock is not None:
             iface._forget(self)
+        if not self._candidates and self._retry:
+            now = time.monotonic()
+            if now + self._backoff < self._connect_by:
+                self._candidates, self._retry = self._retry, []
+                self._state = CONNECTING
+                self._waiting = True
+                self._deadline = now + self._backoff
+                self._backoff = min(2 * self._backoff, RETRY_MAX)
+                iface._timed.add(self)
+                return
         if not self._candidates:
             self._state = HANDSHAKE    # so that _fail goes through
+            del self._tried[:-6]       # the last attempts say enough
             self._fail(ConnectionLost("tcp: cannot connect to peer: " + "; ".join(self._tried)))
             return
         ip = self._candidates.pop(0)
@@ -412,16 +435,20 @@ class TcpEndpoint(TransportEndpoint):
         if err == 0:
             self._connected()
         elif err not in (errno.EINPROGRESS, errno.EAGAIN, errno.EALREADY):
-            self._tried.append(f"{ip}:{self._port}: {os.strerror(err)}")
-            self._connect_next()
+            self._connect_failed(err)
 
     def _finish_connect(self) -> None:
         err = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
         if err:
-            self._tried.append(f"{self._addr[0]}:{self._port}: {os.strerror(err)}")
-            self._connect_next()
+            self._connect_failed(err)
         else:
             self._connected()
+
+    def _connect_failed(self, err: int) -> None:
+        self._tried.append(f"{self._addr[0]}:{self._port}: {os.strerror(err)}")
+        if err in _RETRY_ERRNOS:
+            self._retry.append(self._addr[0])
+        self._connect_next()
 
     def _connected(self) -> None:
         self.iface._timed.discard(self)
@@ -682,6 +709,7 @@ class TcpInterface(Interface):
         # same-host IPs first; they always route, and the nonce check rejects impostors
         ips = sorted(ips, key=lambda ip: ip not in self._local_ips)
         ep = TcpEndpoint(self, candidates=ips, port=port, nonce=nonce)
+        ep._connect_by = time.monotonic() + self.peer_timeout
         ep._connect_next()
         return ep
 
@@ -788,7 +816,10 @@ class TcpInterface(Interface):
     def _check_deadlines(self) -> None:
         now = time.monotonic()
         for ep in [ep for ep in self._timed if ep._deadline < now]:
-            if ep._state == CONNECTING:
+            if ep._state == CONNECTING and ep._waiting:
+                ep._waiting = False
+                ep._connect_next()
+            elif ep._state == CONNECTING:
                 ep._tried.append(f"{ep._addr[0]}:{ep._port}: connect timed out")
                 ep._connect_next()
             elif ep._state == DRAINING:
