@@ -19,10 +19,10 @@ import pickle
 
 import numpy as np
 
-from .datatype import IN_PLACE, Msg, parse, parse_v, sub
-from .exceptions import ERR_ARG, ERR_ROOT, ERR_TRUNCATE, Exception
-from .op import SUM, store, typed
-from .request import ENGINE, FULL, GenOp, Request, run
+from .datatype import Msg, sub
+from .exceptions import ERR_ROOT, ERR_TRUNCATE, Exception
+from .request import ENGINE, FULL, run
+from ucxpy.schedules import binomial_tree, recursive_doubling
 
 
 # -- transport helpers ----------------------------------------------------------
@@ -79,28 +79,16 @@ def g_bcast(c, data, root, tag=None):
     """Binomial tree.  ``data``: writable bytes (buffer) or None (pickle:
     root passes the bytes, others receive any size).  Returns the bytes."""
     tag = c.coll_tag() if tag is None else tag
-    n = c.size
-    vr = (c.rank - root) % n
-    mask = 1
-    while mask < n:
-        if vr & mask:
-            src = (vr - mask + root) % n
-            if data is None:
-                r = _rcv_any(c, src, tag)
-                yield [r]
-                data = r.result
-            else:
-                yield [_rcv(c, src, data, tag)]
-            break
-        mask <<= 1
-    mask >>= 1
-    reqs = []
-    while mask > 0:
-        if vr + mask < n:
-            reqs.append(_snd(c, (vr + mask + root) % n, data, tag))
-        mask >>= 1
-    if reqs:
-        yield reqs
+    parent, children = binomial_tree(c.rank, c.size, root)
+    if parent is not None:
+        if data is None:
+            r = _rcv_any(c, parent, tag)
+            yield [r]
+            data = r.result
+        else:
+            yield [_rcv(c, parent, data, tag)]
+    if children:
+        yield [_snd(c, child, data, tag) for child in children]
     return data
 
 
@@ -142,39 +130,29 @@ def _combine(op, codec, left, right):
 
 def g_allreduce(c, x, op, codec):
     """Recursive doubling; ranks beyond the largest power of two fold first."""
-    tag, n, rank = c.coll_tag(), c.size, c.rank
-    pof2 = 1
-    while pof2 * 2 <= n:
-        pof2 *= 2
-    rem = n - pof2
+    tag, rank = c.coll_tag(), c.rank
+    plan = recursive_doubling(rank, c.size)
     acc = x
-    if rank < 2 * rem:
-        if rank % 2 == 0:
-            yield [_snd(c, rank + 1, codec.enc(acc), tag)]
-            newrank = -1
+    if plan.fold is not None:
+        kind, peer = plan.fold
+        if kind == "send":
+            yield [_snd(c, peer, codec.enc(acc), tag)]
         else:
-            r, buf = codec.recv(c, rank - 1, tag)
+            r, buf = codec.recv(c, peer, tag)
             yield [r]
             acc = _combine(op, codec, codec.dec(r, buf), acc)
-            newrank = rank // 2
-    else:
-        newrank = rank - rem
-    if newrank != -1:
-        mask, rnd = 1, 1
-        while mask < pof2:
-            nd = newrank ^ mask
-            dst = nd * 2 + 1 if nd < rem else nd + rem
-            r, buf = codec.recv(c, dst, tag | rnd)
-            yield [_snd(c, dst, codec.enc(acc), tag | rnd), r]
-            other = codec.dec(r, buf)
-            acc = _combine(op, codec, other, acc) if dst < rank else \
-                _combine(op, codec, acc, other)
-            mask, rnd = mask * 2, rnd + 1
-    if rank < 2 * rem:
-        if rank % 2:
-            yield [_snd(c, rank - 1, codec.enc(acc), tag | 0xFF)]
+    for rnd, peer in enumerate(plan.partners, 1):
+        r, buf = codec.recv(c, peer, tag | rnd)
+        yield [_snd(c, peer, codec.enc(acc), tag | rnd), r]
+        other = codec.dec(r, buf)
+        acc = _combine(op, codec, other, acc) if peer < rank else \
+            _combine(op, codec, acc, other)
+    if plan.unfold is not None:
+        kind, peer = plan.unfold
+        if kind == "send":
+            yield [_snd(c, peer, codec.enc(acc), tag | 0xFF)]
         else:
-            r, buf = codec.recv(c, rank + 1, tag | 0xFF)
+            r, buf = codec.recv(c, peer, tag | 0xFF)
             yield [r]
             acc = codec.dec(r, buf)
     return acc

@@ -33,6 +33,7 @@ from . import runtime
 from .errors import DtypeMismatch, InvalidArray, InvalidPE
 from .rma import _flat
 from .team import team_state
+from ucxpy.schedules import binomial_tree, recursive_doubling
 from ucxpy.tag import FULL_MASK
 
 
@@ -90,21 +91,10 @@ def bcast_local(ts, buf: np.ndarray, root: int) -> None:
     tag = ts.next_tag()
     if n == 1 or not buf.nbytes:
         return
-    vr = (ts.me - root) % n
-    mask = 1
-    while mask < n:
-        if vr & mask:
-            parent = ts.pes[(vr - mask + root) % n]
-            rt.wait_requests([_recv(rt, parent, buf, tag)], "broadcast")
-            break
-        mask <<= 1
-    mask >>= 1
-    reqs = []
-    while mask > 0:
-        if vr + mask < n:
-            reqs.append(_send(rt, ts.pes[(vr + mask + root) % n], buf, tag))
-        mask >>= 1
-    rt.wait_requests(reqs, "broadcast")
+    parent, children = binomial_tree(ts.me, n, root)
+    if parent is not None:
+        rt.wait_requests([_recv(rt, ts.pes[parent], buf, tag)], "broadcast")
+    rt.wait_requests([_send(rt, ts.pes[child], buf, tag) for child in children], "broadcast")
 
 
 def ring_allgather(ts, buf: np.ndarray, offsets) -> None:
@@ -137,44 +127,36 @@ def alltoall_local(ts, send: np.ndarray, recv: np.ndarray, block: int) -> None:
 
 
 def allreduce_local(ts, buf: np.ndarray, op) -> None:
-    """In-place allreduce of the 1-D array ``buf`` over team ``ts``."""
+    """In-place allreduce of the 1-D array ``buf`` over team ``ts``
+    (recursive doubling, see :func:`ucxpy.schedules.recursive_doubling`)."""
     fn = _reduce_fn(op, buf.dtype)
-    rt, n, r = ts.rt, ts.n, ts.me
+    rt, n, me, pes = ts.rt, ts.n, ts.me, ts.pes
     tag = ts.next_tag()
     if n == 1 or not buf.size:
         return
-    pes = ts.pes
+    plan = recursive_doubling(me, n)
     tmp = np.empty_like(buf)
-    p2 = 1 << (n.bit_length() - 1)
-    rem = n - p2
-    if r < 2 * rem:
-        if r % 2:
-            rt.wait_requests([_send(rt, pes[r - 1], buf, tag | 1)], "reduce")
-            newr = -1
+    if plan.fold is not None:
+        kind, peer = plan.fold
+        if kind == "send":
+            rt.wait_requests([_send(rt, pes[peer], buf, tag | 1)], "reduce")
         else:
-            rt.wait_requests([_recv(rt, pes[r + 1], tmp, tag | 1)], "reduce")
-            fn(buf, tmp, out=buf)
-            newr = r // 2
-    else:
-        newr = r - rem
-    step, mask = 2, 1
-    while newr >= 0 and mask < p2:
-        pn = newr ^ mask
-        partner = pn * 2 if pn < rem else pn + rem
-        rt.wait_requests([_recv(rt, pes[partner], tmp, tag | step),
-                          _send(rt, pes[partner], buf, tag | step)], "reduce")
-        if newr < pn:
-            fn(buf, tmp, out=buf)
-        else:
+            rt.wait_requests([_recv(rt, pes[peer], tmp, tag | 1)], "reduce")
             fn(tmp, buf, out=buf)
-        mask <<= 1
-        step += 1
-    step = 2 + (p2.bit_length() - 1)
-    if r < 2 * rem:
-        if r % 2:
-            rt.wait_requests([_recv(rt, pes[r - 1], buf, tag | step)], "reduce")
+    for step, peer in enumerate(plan.partners, 2):
+        rt.wait_requests([_recv(rt, pes[peer], tmp, tag | step),
+                          _send(rt, pes[peer], buf, tag | step)], "reduce")
+        if peer < me:
+            fn(tmp, buf, out=buf)
         else:
-            rt.wait_requests([_send(rt, pes[r + 1], buf, tag | step)], "reduce")
+            fn(buf, tmp, out=buf)
+    last = 2 + (n.bit_length() - 1)
+    if plan.unfold is not None:
+        kind, peer = plan.unfold
+        if kind == "send":
+            rt.wait_requests([_send(rt, pes[peer], buf, tag | last)], "reduce")
+        else:
+            rt.wait_requests([_recv(rt, pes[peer], buf, tag | last)], "reduce")
 
 
 def _reduce_fn(op, dtype):
