@@ -5,7 +5,6 @@ Launchers: ucxpy-run with --host-agent 'ip netns exec ...', and mpiexec
 from __future__ import annotations
 
 import os
-import re
 import shutil
 
 import pytest
@@ -29,16 +28,13 @@ def transport_ok(name):
 
 
 # tcp;ofi_rxm sometimes cancels a cross-host fi_read ('Operation canceled
-# (Transport endpoint is not connected)', about 1 run in 10 before the
-# rendezvous learned to fall back to data frames on a failed read; 20 of 20
-# runs passed after).  Kept non-strict until many CI runs confirm it.
-OFI_FLAKE = pytest.mark.xfail(
-    strict=False, reason="guard: ofi tcp;ofi_rxm cross-host fi_read may be cancelled by the "
-    "provider (now recovered by falling back to data frames)")
+# (Transport endpoint is not connected)'); the rendezvous then falls back to
+# data frames.  This test failed about 1 run in 10 before that fallback and
+# has passed every run since (40+ local runs, every CI run), so it is strict.
 
 
 @pytest.mark.parametrize("tls,lane", [("shm,tcp", "tcp"),
-                                      pytest.param("shm,ofi", "ofi", marks=OFI_FLAKE)])
+                                      ("shm,ofi", "ofi")])
 def test_tag_am_rma_cross_host_lanes(make_cluster, tls, lane):
     """2 hosts x 2 ranks: same-host pairs on shm (mapped RMA), cross-host
     pairs on tcp (AM-mode RMA) or ofi (RDMA-mode RMA); tag, AM (eager +
