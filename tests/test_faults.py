@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import PROGS, ROOT, transport_available
+from conftest import PROGS, ROOT, run_job, transport_available
 
 DETECTED = re.compile(r"DETECTED (\d+) peer=(\d+) op=(\w+) exc=(\w+) wall=([\d.]+)")
 
@@ -55,3 +55,18 @@ def test_rank_killed_mid_transfer(tls, notices):
     for exc, secs in found.values():
         assert exc in ("ConnectionLost", "PeerFailure") and secs < 2.0, text
     assert "SURVIVED 0" in text and "SURVIVED 2" in text and "Traceback" not in text, text
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("tls,mode", [("shm", "close"), ("shm", "exit"), ("tcp", "close")])
+def test_frames_of_a_peer_that_left_are_delivered(tls, mode):
+    """A peer's first frames on a new connection, sent right before it
+    closed (or died), arrive although its other connection closed first:
+    the worker waits a short grace for the connection being accepted, and
+    shm keeps the unmapped segment for the peer (regression: ConnectionLost)."""
+    if not transport_available(tls):
+        pytest.skip(f"{tls} unavailable")
+    r = run_job(["python", os.path.join(PROGS, "close_race.py"), mode], 2, timeout=40,
+                env={"UCXPY_TLS": tls})
+    assert "RACE OK hello" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -429,3 +429,30 @@ def test_stale_segments_of_dead_processes_are_reaped():
         for f in (path, young):
             if os.path.exists(f):
                 os.unlink(f)
+
+
+def test_unaccepted_segment_outlives_its_closed_connector(local):
+    """The connector closes before the peer accepted: the segment (with the
+    frames in it) stays for the peer, which delivers them; a peer that closes
+    without accepting unlinks it."""
+    (oa, a), (ob, b) = local(), local()
+    ep = a.connect(b.address())
+    ep.send(AM_DATA, b"last", b"words")
+    a.close()
+    assert len(_segments(os.getpid())) == 1          # b is listening: kept for it
+    drive(b, lambda: ob.frames)
+    assert ob.frames[0][1:] == (AM_DATA, b"last", b"words")
+    assert _segments(os.getpid()) == []              # b mapped and unlinked it
+
+    (oc, c), (od, d) = local(), local()
+    c.connect(d.address()).send(AM_DATA, b"", b"never read")
+    c.close()
+    assert len(_segments(os.getpid())) == 1
+    d.close()                                         # without accepting: unlinks it
+    assert _segments(os.getpid()) == []
+
+    (oe, e), (of, f) = local(), local()
+    e.connect(f.address()).send(AM_DATA, b"", b"")
+    f.close()                                         # unlinks the request's segment
+    e.close()                                         # the peer is gone: keeps nothing
+    assert _segments(os.getpid()) == []

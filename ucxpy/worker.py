@@ -22,6 +22,10 @@ from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
 
 AmId = wire.AmId
 COLD_EVERY = 16     # power of two
+#: a peer's last connection closed: wait this long (and two full progress
+#: passes) for a connection of its that is still being accepted before
+#: failing what depends on it (see Worker.conn_failed)
+CLOSE_GRACE = 0.25
 
 
 def recv_view(buf) -> memoryview:
@@ -73,6 +77,7 @@ class Worker:
         self.am = ActiveMessages(self)
         self.rma = RmaEngine(self)
         self.endpoints = {}                  # remote worker id -> Endpoint
+        self._failing = {}                   # Endpoint -> (deadline, tick, exc): see conn_failed
         self.bootstrap = None                # set by ucxpy.spmd: reports dead ranks
         self._handlers: list = [None] * 256
         for am_id, h in ((AmId.WIREUP, self._on_wireup), (AmId.TAG_EAGER, self._on_tag_eager),
@@ -125,6 +130,21 @@ class Worker:
         if not self._tick & (COLD_EVERY - 1):
             for fn in self._cold:
                 n += fn()
+        if self._failing:
+            n += self._fail_closed_peers()
+        return n
+
+    def _fail_closed_peers(self) -> int:
+        """Fail the endpoints whose grace (see conn_failed) is over, unless a
+        connection from the peer turned up meanwhile."""
+        now, n = time.monotonic(), 0
+        for ep, (deadline, tick, exc) in list(self._failing.items()):
+            if ep.incoming or ep.failed is not None:
+                del self._failing[ep]
+            elif now >= deadline and self._tick >= tick:
+                del self._failing[ep]
+                ep.fail(exc)
+                n += 1
         return n
 
     def _mark_hot(self, iface) -> None:
@@ -278,19 +298,22 @@ class Worker:
         """A transport connection died.  While the peer's incoming connection
         still delivers, nothing fails yet: a peer that finished and closed may
         have replies (ATS, RMA acks, data) in flight to us, and sending on the
-        dead direction raises by itself.  The endpoint fails when no incoming
-        connection remains."""
+        dead direction raises by itself.  When no incoming connection remains,
+        the endpoint fails after a short grace (``CLOSE_GRACE`` and two full
+        progress passes): a peer that sent on a brand-new connection and then
+        left may have that connection still waiting to be accepted, and what
+        it carries must be delivered, not dropped."""
         ep = tep.owner_ep
         if ep is None:
             return
         if isinstance(exc, ConnectionLost) and exc.peer is None:
             exc.peer = ep.remote_id
         ep.incoming.discard(tep)
-        if ep.incoming:
+        if ep.incoming or ep.failed is not None or ep in self._failing:
             return
         if ep.peer_closed:
             exc = ConnectionLost(f"worker {ep.remote_id} closed its endpoint", peer=ep.remote_id)
-        ep.fail(exc)
+        self._failing[ep] = (time.monotonic() + CLOSE_GRACE, self._tick + 2 * COLD_EVERY, exc)
 
     def _bad_frame(self, tep, e):
         exc = e if isinstance(e, ProtocolError) else ProtocolError(f"malformed frame: {e}")
@@ -473,6 +496,7 @@ class Worker:
             return
         self.stop_progress_thread()
         self.closed = True
+        self._failing.clear()
         for ep in list(self.endpoints.values()):
             try:
                 ep.close(timeout=5.0)

@@ -205,6 +205,14 @@ def reap_stale_segments(min_age: float = 60.0) -> int:
     return removed
 
 
+def _creds(ancillary) -> Optional[tuple]:
+    """(pid, uid, gid) the kernel stamped on a datagram, or None."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+            return struct.unpack("<iII", data[:12])
+    return None
+
+
 def _unlink_quiet(path: str) -> None:
     try:
         os.unlink(path)
@@ -527,7 +535,8 @@ class ShmEndpoint(TransportEndpoint):
                 # in its socket): leave the name for it to map, drain and unlink
                 # for a grace period; the interface unlinks it after that.
                 seg.owner = False
-                self.iface._orphans.append((time.monotonic() + _ORPHAN_GRACE, seg.path))
+                self.iface._orphans.append((time.monotonic() + _ORPHAN_GRACE, seg.path,
+                                            self._peer_sock))
         self._release_resources()
 
     def _fail(self, exc: BaseException) -> None:
@@ -602,7 +611,7 @@ class ShmInterface(Interface):
         self._to_fail: list = []            # (ep, exc) reported from progress
         self._ctl_out: deque = deque()      # control datagrams to retry
         self._peers = PidWatch()            # peer processes, for death detection
-        self._orphans: list = []            # (deadline, path) of closed, unmapped segments
+        self._orphans: list = []            # (deadline, path, peer socket) of closed, unmapped segments
         self._armed = False
         self._closed = False
         now = time.monotonic()
@@ -705,12 +714,8 @@ class ShmInterface(Interface):
             if msg[:1] == _WAKE or not msg:
                 continue
             n += 1
-            cred = None
-            for level, kind, data in anc:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                    cred = struct.unpack("<iII", data[:12])
             if msg[:4] == _REQ_MAGIC:
-                self._accept(msg, cred)
+                self._accept(msg, _creds(anc))
             elif msg[:1] == _NACK:
                 self._nacked(msg[1:].decode("ascii", "replace"))
 
@@ -838,6 +843,36 @@ class ShmInterface(Interface):
             self._wake(self._sock_name)     # make select() return at once
         return [self._sock.fileno()] + self._peers.fds()
 
+    def _peer_listening(self, peer_sock: bytes) -> bool:
+        try:
+            self._sock.sendto(_WAKE, b"\0" + peer_sock)
+        except BlockingIOError:
+            return True                 # its queue is full: it exists
+        except OSError:
+            return False                # ECONNREFUSED: that interface is closed
+        return True
+
+    def _unlink_unaccepted(self) -> None:
+        """Closing: unlink the segments of connection requests still in our
+        socket (their connectors may have closed already, leaving the names
+        for us); only names of the sender's own pid and uid are touched."""
+        while True:
+            try:
+                msg, anc, _f, _a = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
+            except OSError:
+                return
+            if msg[:4] != _REQ_MAGIC:
+                continue
+            cred = _creds(anc)
+            try:
+                _m, _v, _fl, pid, _cap, _probe, nlen = _REQ.unpack_from(msg)
+                name = msg[_REQ.size:_REQ.size + nlen].decode("ascii")
+            except (struct.error, UnicodeDecodeError):
+                continue
+            if cred is not None and cred[0] == pid and cred[1] == os.getuid() and \
+                    _SEG_RE.match(name) and name.split("-")[2] == str(pid):
+                _unlink_quiet(os.path.join(SHM_DIR, name))
+
     def _disarm(self) -> None:
         self._armed = False
         for ep in self._eps:
@@ -858,7 +893,14 @@ class ShmInterface(Interface):
                 if cb is not None:
                     cb(exc)
         self._peers.close()
-        for _deadline, path in self._orphans:
-            _unlink_quiet(path)
+        # An orphan whose peer interface still exists stays: our CONNECT is in
+        # its socket and our frames in the ring; the peer unlinks the name when
+        # it maps it, or when it closes without having accepted it (below).
+        # A process that dies first leaves it to reap_stale_segments.
+        now = time.monotonic()
+        for deadline, path, peer_sock in self._orphans:
+            if now >= deadline or not self._peer_listening(peer_sock):
+                _unlink_quiet(path)
         self._orphans.clear()
+        self._unlink_unaccepted()
         self._sock.close()
