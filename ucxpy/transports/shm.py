@@ -532,8 +532,8 @@ class ShmEndpoint(TransportEndpoint):
             seg = self._seg
             if seg is not None and seg.owner and os.path.exists(seg.path):
                 # The peer has not mapped the segment yet (our CONNECT is still
-                # in its socket): leave the name for it to map, drain and unlink
-                # for a grace period; the interface unlinks it after that.
+                # in its socket): leave the name for it to map, drain and
+                # unlink (see ShmInterface.close for what happens to it then).
                 seg.owner = False
                 self.iface._orphans.append((time.monotonic() + _ORPHAN_GRACE, seg.path,
                                             self._peer_sock))
