@@ -204,8 +204,12 @@ def test_peer_abort_fails_dependent_receive():
         a.close()
         p.workers = [b]
         p.drive(lambda: r.done, 10)
-        with pytest.raises(ucxpy.ConnectionLost):
+        with pytest.raises(ucxpy.ConnectionLost) as ei:
             r.wait()
+        assert ei.value.peer == 0
+        with pytest.raises(ucxpy.ConnectionLost) as ei:   # raised by the post itself
+            p.eps[1][0].tag_send_nb(b"late", 3)
+        assert ei.value.peer == 0
     finally:
         p.close()
 

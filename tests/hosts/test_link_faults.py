@@ -19,9 +19,6 @@ pytestmark = pytest.mark.timeout(180)
 
 PEER_TIMEOUT = 3.0
 DETECTED = re.compile(r"DETECTED (\d+) peer=(\d+) op=(\w+) exc=(\w+) wall=([\d.]+) peer_attr=(\S+)")
-# A send posted after the connection broke raises ConnectionLost at once; that
-# exception does not name the peer yet (exc.peer is None): see docs/failure-model.md.
-SYNC_SEND_PEER = "None"
 
 
 def stream_totals(out: str):
@@ -104,8 +101,6 @@ def detections(out, t0):
     """{(rank, peer): (seconds after the fault, exception name, exc.peer)}"""
     d = {}
     for rank, peer, op, exc, wall, attr in DETECTED.findall(out):
-        if op == "send" and attr == SYNC_SEND_PEER:
-            attr = peer
         d.setdefault((int(rank), int(peer)), (float(wall) - t0, exc, attr))
     return d
 
