@@ -199,18 +199,20 @@ class Endpoint:
                                    timeout, "fence")
 
     # -- completion / teardown -------------------------------------------------
+    def flushed(self) -> bool:
+        """True once every send posted on this endpoint has left and every RMA
+        operation completed at the target; raises the endpoint's failure."""
+        if self.failed is not None:
+            raise self.failed
+        tep = self._tep
+        if tep is not None and tep.pending:
+            return False
+        return not (any(s.ep is self for s in self.worker.rndv.sends.values())
+                    or self.worker.rma.outstanding(self))
+
     def flush(self, timeout: Optional[float] = None) -> None:
-        """Wait until every send posted on this endpoint has left and every RMA
-        operation completed at the target."""
-        def idle():
-            if self.failed is not None:
-                raise self.failed
-            tep = self._tep
-            if tep is not None and tep.pending:
-                return False
-            return not (any(s.ep is self for s in self.worker.rndv.sends.values())
-                        or self.worker.rma.outstanding(self))
-        self.worker.wait_until(idle, timeout, f"flush of {self!r}")
+        """Wait until :meth:`flushed`."""
+        self.worker.wait_until(self.flushed, timeout, f"flush of {self!r}")
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush, tell the peer, then close the transport endpoint (idempotent)."""

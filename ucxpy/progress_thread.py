@@ -20,7 +20,7 @@ WORKER_API = ("progress", "wait_until", "connect", "tag_recv_nb", "tag_recv", "t
               "_cancel_recv")
 ENDPOINT_API = ("tag_send_nb", "tag_send", "am_send_nb", "am_send", "unpack_rkey", "put_nb",
                 "get_nb", "put", "get", "atomic_post", "atomic_fetch_nb", "atomic_fetch",
-                "fence", "flush", "close", "abort", "send_frame", "transport_endpoint")
+                "fence", "flush", "flushed", "close", "abort", "send_frame", "transport_endpoint")
 
 
 def make_thread_safe(obj, names, lock) -> None:
