@@ -12,7 +12,7 @@ import pytest
 
 import ucxpy
 from ucxpy import aio
-from conftest import PROGS, Pair, run_job
+from conftest import ROOT, Pair, run_job
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -182,7 +182,7 @@ def test_handler_exception_reaches_the_awaiting_coroutine():
 
 
 def test_async_pingpong_job():
-    r = run_job(["python", os.path.join(PROGS, "..", "..", "examples", "async_pingpong.py")], 2,
+    r = run_job(["python", os.path.join(ROOT, "examples", "async_pingpong.py")], 2,
                 timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "async pingpong: 2 ranks OK" in r.stdout, r.stdout
