@@ -1,0 +1,235 @@
+"""The rendezvous service ``ucxpy-run`` serves to its ranks: a key-value store,
+collectives (barrier, allgather, bcast) and failure notices, over zmq.
+
+The wire protocol is described in :mod:`ucxpy.bootstrap.zmq_boot` (the rank
+side); the launcher (:mod:`ucxpy.bootstrap.launcher`) owns one
+:class:`RendezvousService`, feeds it the ranks' exits and polls its sockets.
+"""
+from __future__ import annotations
+
+import signal
+import time
+
+import zmq
+
+from .zmq_boot import PROTOCOL_VERSION, decode_header, encode_header
+
+#: a rank that exited 0 is treated as gone from collectives after this long
+CLEAN_EXIT_SETTLE = 1.0
+
+
+def describe_exit(code: int) -> str:
+    """-9 -> 'code -9 (SIGKILL)', 3 -> 'code 3'."""
+    if code < 0:
+        try:
+            return f"code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"code {code} (signal {-code})"
+    return f"code {code}"
+
+
+class Collective:
+    """Contributions to the collective with one sequence number."""
+
+    __slots__ = ("seq", "kind", "root", "parts", "waiters", "error")
+
+    def __init__(self, seq: int, kind: str, root: int):
+        self.seq, self.kind, self.root = seq, kind, root
+        self.parts: dict = {}      # rank -> data frame (or None)
+        self.waiters: dict = {}    # rank -> (identity, req_id)
+        self.error = None          # (status, header) once failed
+
+
+class RendezvousService:
+    """The KV and collective service ranks reach at ``UCXPY_RUN_ADDR``."""
+
+    def __init__(self, size: int, job_id: str, bind_host: str = "*"):
+        self.size, self.job_id = size, job_id
+        self.ctx = zmq.Context()
+        self.router = self.ctx.socket(zmq.ROUTER)
+        self.pub = self.ctx.socket(zmq.PUB)
+        for s in (self.router, self.pub):
+            s.setsockopt(zmq.LINGER, 0)
+            s.setsockopt(zmq.IPV6, 1)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        bind = f"tcp://{'[' + bind_host + ']' if ':' in bind_host else bind_host}"
+        self.port = self.router.bind_to_random_port(bind)
+        self.pub_port = self.pub.bind_to_random_port(bind)
+        self.kv: dict = {}
+        self.pending_gets: dict = {}    # key -> [(identity, req_id)]
+        self.colls: dict = {}           # seq -> Collective
+        self.done_seqs: set = set()
+        self.identities: dict = {}      # identity -> rank
+        self.connected: set = set()
+        self.gone: dict = {}            # rank -> (code, message, fatal, time)
+        self.notices: list = []         # published PUB messages, re-sent periodically
+        self.abort_request = None       # (rank, message, errorcode)
+
+    def close(self):
+        self.router.close()
+        self.pub.close()
+        self.ctx.term()
+
+    # -- replies -----------------------------------------------------------
+    def _reply(self, ident, req_id, status=b"OK", header=None, frames=()):
+        try:
+            self.router.send_multipart(
+                [ident, req_id, status, encode_header(header or {}), *frames], copy=False)
+        except zmq.ZMQError:
+            pass    # the rank is gone; nothing to tell it
+
+    def _error(self, ident, req_id, message):
+        self._reply(ident, req_id, b"ERR", {"message": message})
+
+    # -- requests ----------------------------------------------------------
+    def serve_pending(self, max_messages: int = 1000) -> None:
+        """Handle whatever requests have arrived, without blocking."""
+        for _ in range(max_messages):
+            try:
+                frames = self.router.recv_multipart(zmq.NOBLOCK, copy=True)
+            except zmq.Again:
+                return
+            if len(frames) < 4:
+                continue
+            ident, req_id, op = frames[0], frames[1], frames[2]
+            try:
+                header = decode_header(frames[3])
+                self._dispatch(ident, req_id, op, header, frames[4:])
+            except Exception as e:     # noqa: BLE001 - a bad request must not kill the job
+                self._error(ident, req_id, f"bad {op[:16]!r} request: {e}")
+
+    def _dispatch(self, ident, req_id, op, hdr, payload):
+        if op == b"HELLO":
+            rank = int(hdr["rank"])
+            if hdr.get("job_id") != self.job_id:
+                return self._error(ident, req_id,
+                                   f"job id {hdr.get('job_id')!r} is not this job's ({self.job_id})")
+            if not 0 <= rank < self.size or int(hdr.get("size", -1)) != self.size:
+                return self._error(ident, req_id, f"rank {rank}/{hdr.get('size')} does "
+                                   f"not fit a job of {self.size}")
+            if int(hdr.get("version", 0)) != PROTOCOL_VERSION:
+                return self._error(ident, req_id, "bootstrap protocol version mismatch")
+            self.identities[ident] = rank
+            self.connected.add(rank)
+            failed = {str(r): g[1] for r, g in self.gone.items() if g[2]}
+            return self._reply(ident, req_id, header={"pub_port": self.pub_port,
+                                                      "failed": failed})
+        rank = self.identities.get(ident)
+        if rank is None:
+            return self._error(ident, req_id, "request before HELLO")
+        if op == b"COLL":
+            return self._collective(rank, ident, req_id, hdr, payload)
+        if op == b"PUT":
+            key = str(hdr["key"])
+            self.kv[key] = payload[0] if payload else b""
+            self._reply(ident, req_id)
+            for waiter in self.pending_gets.pop(key, ()):
+                self._reply(*waiter, frames=[self.kv[key]])
+            return None
+        if op == b"GET":
+            key = str(hdr["key"])
+            if key in self.kv:
+                return self._reply(ident, req_id, frames=[self.kv[key]])
+            self.pending_gets.setdefault(key, []).append((ident, req_id))
+            return None
+        if op == b"QUERY":
+            coll = self.colls.get(int(hdr["seq"]))
+            if coll is None:
+                missing = [] if int(hdr["seq"]) in self.done_seqs else list(range(self.size))
+            else:
+                missing = [r for r in range(self.size) if r not in coll.parts]
+            return self._reply(ident, req_id, header={"missing": missing})
+        if op == b"ABORT":
+            if self.abort_request is None:
+                self.abort_request = (rank, str(hdr.get("message", "")),
+                                      int(hdr.get("errorcode", 1)))
+            return self._reply(ident, req_id)
+        return self._error(ident, req_id, f"unknown operation {op[:16]!r}")
+
+    def _collective(self, rank, ident, req_id, hdr, payload):
+        seq, kind, root = int(hdr["seq"]), str(hdr["kind"]), int(hdr.get("root", -1))
+        if seq in self.done_seqs:
+            return self._error(ident, req_id, f"{kind} #{seq} already completed")
+        coll = self.colls.get(seq)
+        if coll is None:
+            coll = self.colls[seq] = Collective(seq, kind, root)
+        if coll.error is not None:
+            return self._reply(ident, req_id, *coll.error)
+        if (kind, root) != (coll.kind, coll.root):
+            self._fail(coll, b"ERR", {"message": (
+                f"collective mismatch at #{seq}: rank {rank} called {kind}"
+                f"(root={root}) but another rank called {coll.kind}(root={coll.root})")})
+            return self._reply(ident, req_id, *coll.error)
+        if rank in coll.parts:
+            return self._error(ident, req_id, f"rank {rank} joined {kind} #{seq} twice")
+        if kind == "bcast" and rank == root and not payload:
+            return self._error(ident, req_id, "bcast root sent no data")
+        coll.parts[rank] = payload[0] if payload else None
+        coll.waiters[rank] = (ident, req_id)
+        if len(coll.parts) == self.size:
+            return self._complete(coll)
+        self._check_dead(coll, time.monotonic())
+        return None
+
+    def _complete(self, coll):
+        if coll.kind == "allgather":
+            frames = [coll.parts[r] or b"" for r in range(self.size)]
+        elif coll.kind == "bcast":
+            frames = [coll.parts[coll.root] or b""]
+        else:
+            frames = []
+        for ident, req_id in coll.waiters.values():
+            self._reply(ident, req_id, frames=frames)
+        del self.colls[coll.seq]
+        self.done_seqs.add(coll.seq)
+
+    def _fail(self, coll, status, header):
+        coll.error = (status, header)
+        for ident, req_id in coll.waiters.values():
+            self._reply(ident, req_id, status, header)
+        coll.waiters.clear()
+
+    def _check_dead(self, coll, now):
+        """Fail ``coll`` if a rank it still waits for can never join."""
+        if coll.error is not None:
+            return
+        for r in range(self.size):
+            if r in coll.parts or r not in self.gone:
+                continue
+            code, message, fatal, when = self.gone[r]
+            if fatal or now - when >= CLEAN_EXIT_SETTLE:
+                if not fatal:
+                    message = (f"rank {r} exited with {describe_exit(code)} without "
+                               f"joining {coll.kind} #{coll.seq}")
+                self._fail(coll, b"PEERFAIL", {"rank": r, "code": code, "message": message})
+                return
+
+    # -- failures ----------------------------------------------------------
+    def rank_gone(self, rank: int, code: int, message: str, fatal: bool) -> None:
+        """Record that ``rank`` exited; fatal exits are announced on PUB."""
+        self.gone[rank] = (code, message, fatal, time.monotonic())
+        if fatal:
+            self.publish(b"FAIL", {"rank": rank, "code": code, "message": message})
+        self.expire()
+
+    def publish(self, topic: bytes, header: dict) -> None:
+        msg = [topic, encode_header(header)]
+        self.notices.append(msg)
+        self.pub.send_multipart(msg)
+
+    def republish(self) -> None:
+        for msg in self.notices:
+            self.pub.send_multipart(msg)
+
+    def expire(self) -> None:
+        now = time.monotonic()
+        for coll in list(self.colls.values()):
+            self._check_dead(coll, now)
+
+    def next_settle_deadline(self):
+        """When a clean exit next becomes final for waiting collectives."""
+        now = time.monotonic()
+        pending = [g[3] + CLEAN_EXIT_SETTLE for g in self.gone.values()
+                   if not g[2] and g[3] + CLEAN_EXIT_SETTLE > now]
+        waiting = any(c.error is None for c in self.colls.values())
+        return min(pending) if pending and waiting else None
