@@ -187,3 +187,96 @@ def test_oob_messages():
                 verbs.pack_oob(verbs.OOB_REP, 5, 1, 1, 1, 9, False, gid)):         # bad mtu
         with pytest.raises(ProtocolError):
             verbs.unpack_oob(bad)
+
+
+# -- endpoint lifecycle and error paths, with a stand-in interface -------------------
+
+class _FakeIface:
+    """What VerbsEndpoint's queueing, failure and close paths use of its
+    interface (no device, no QP: ``qp`` stays None)."""
+
+    def __init__(self, caps=0):
+        from ucxpy.transports.base import Caps, TransportAttrs
+        self.attrs = TransportAttrs(Caps(caps), 256, 8192, 65536, 1e-6, 1e9)
+        self._pending = set()
+        self.forgotten, self.failed_rma, self.reported = [], [], []
+        self.owner = self
+
+    def _forget(self, ep):
+        self.forgotten.append(ep)
+
+    def _fail_rma_of(self, ep, exc):
+        self.failed_rma.append((ep, exc))
+
+    def conn_failed(self, ep, exc):
+        self.reported.append((ep, exc))
+
+
+def _endpoint(iface, uuid=77):
+    ep = verbs.VerbsEndpoint.__new__(verbs.VerbsEndpoint)    # skips QP creation
+    ep.iface, ep.index, ep.sock, ep.peer_uuid, ep.accepted = iface, 0, None, uuid, False
+    ep.peer = {"uuid": uuid}
+    ep.state, ep._exc, ep._closing = verbs.CONNECTING, None, False
+    ep._queue, ep._rma_queue = verbs.collections.deque(), verbs.collections.deque()
+    ep.qp, ep.qp_state, ep._rx_mr = None, None, None
+    return ep
+
+
+def test_endpoint_queues_until_established_and_fails_everything_once():
+    from ucxpy.errors import ConnectionLost, MessageTooLarge
+    from ucxpy.transports.base import ChunkedOp
+    iface = _FakeIface()
+    ep = _endpoint(iface)
+    done, rma_done, released = [], [], []
+    assert ep.send(1, b"h", b"small") is True                    # copied into the queue
+    assert ep.send(1, b"h", bytearray(9000), done.append) is False   # by reference
+    op = ChunkedOp(rma_done.append, 2, "get", release=lambda: released.append(1))
+    ep._rma_queue.extend([(op, "piece 1"), (op, "piece 2")])
+    assert ep.pending == 4 and ep in iface._pending
+    with pytest.raises(MessageTooLarge):
+        ep.send(1, b"h", bytes(65537))
+    with pytest.raises(ValueError):
+        ep.send(256, b"", b"")
+    exc = ConnectionLost("peer gone")
+    ep._fail(exc)
+    ep._fail(ConnectionLost("again"))                              # once only
+    assert done == [exc] and rma_done == [exc] and released == [1]
+    assert iface.reported == [(ep, exc)] and iface.failed_rma == [(ep, exc)]
+    assert ep.state == verbs.FAILED and ep.pending == 0 and iface.forgotten == [ep]
+    with pytest.raises(ConnectionLost, match="peer gone"):
+        ep.send(1, b"", b"")
+
+
+def test_endpoint_close_is_graceful_and_not_a_failure():
+    from ucxpy.errors import ConnectionLost
+    iface = _FakeIface()
+    ep = _endpoint(iface)
+    ep.send(1, b"", b"queued")
+    ep.close()
+    ep.close()                                                     # idempotent
+    assert ep.state == verbs.CONNECTING and ep._closing           # waits for the queue
+    with pytest.raises(ConnectionLost):
+        ep.send(1, b"", b"after close")
+    ep._queue.clear()
+    ep._shutdown()
+    assert ep.state == verbs.CLOSED and iface.reported == []
+    ep._fail(ConnectionLost("late"))                               # closed: nobody is told
+    assert iface.reported == []
+
+
+def test_one_sided_bad_input_raises_before_touching_the_device():
+    iface = _FakeIface()
+    ep = _endpoint(iface, uuid=5)
+    key = verbs.pack_rkey(5, 0x1234, 0x10000, 4096)
+    with pytest.raises(RemoteAccessError, match="outside"):
+        ep.get(bytearray(16), 0x10000 + 4090, key, None)
+    with pytest.raises(RemoteAccessError, match="outside"):
+        ep.put(b"x", 0xFFFF, key, None)
+    with pytest.raises(RemoteAccessError, match="another interface"):
+        ep.get(bytearray(8), 0x10000, verbs.pack_rkey(6, 1, 0x10000, 4096), None)
+    with pytest.raises(RemoteAccessError, match="no atomics"):
+        ep.atomic64("add", 0x10000, key, 1, 0, lambda *a: None)
+    iface.attrs.caps |= verbs.Caps.ATOMIC64
+    with pytest.raises(RemoteAccessError, match="misaligned"):
+        ep.atomic64("cswap", 0x10004, key, 1, 0, lambda *a: None)
+    assert ep.get(bytearray(0), 0x10000, key, None) is True         # nothing to move

@@ -211,3 +211,46 @@ class Interface(abc.ABC):
 
     def close(self) -> None:
         """Release every resource (idempotent)."""
+
+
+# -- helpers for transports that queue work (ofi, verbs) --------------------------------
+class ChunkedOp:
+    """One one-sided operation posted as ``nchunks`` pieces: ``release()``
+    (free a local registration, ...) and then ``on_complete(exc)`` run once
+    when the last piece finished; the first error is the one reported."""
+
+    __slots__ = ("on_complete", "left", "exc", "what", "release", "keep")
+
+    def __init__(self, on_complete, nchunks: int, what: str = "operation", release=None,
+                 keep=None):
+        self.on_complete = on_complete
+        self.left = nchunks
+        self.exc = None
+        self.what = what              # "get", "put", ... for error messages
+        self.release = release
+        self.keep = keep              # an object to keep alive until then (the buffer)
+
+    def chunk_done(self, exc) -> None:
+        if exc is not None and self.exc is None:
+            self.exc = exc
+        self.left -= 1
+        if self.left:
+            return
+        release, self.release = self.release, None
+        if release is not None:
+            release()
+        cb, self.on_complete = self.on_complete, None
+        self.keep = None
+        if cb is not None:
+            cb(self.exc)
+
+
+def fail_queued(frames, pieces, exc: BaseException) -> None:
+    """Complete an endpoint's queued frames (tuples ending in their
+    ``on_complete`` or None) and queued one-sided pieces (tuples starting
+    with their :class:`ChunkedOp`) with ``exc``."""
+    for frame in frames:
+        if frame[-1] is not None:
+            frame[-1](exc)
+    for piece in pieces:
+        piece[0].chunk_done(exc)

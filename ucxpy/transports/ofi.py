@@ -95,7 +95,8 @@ from typing import Callable, Optional
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .liveness import PidWatch
-from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
+                   TransportEndpoint, fail_queued)
 
 try:
     from .._ofi import ffi, lib
@@ -271,31 +272,6 @@ class RegistrationTable:
 
 # ----------------------------------------------------------------- endpoint
 
-class _RmaOp:
-    """One get/put split into chunks; completes when every chunk did."""
-
-    __slots__ = ("ep", "on_complete", "left", "exc", "what", "reg")
-
-    def __init__(self, ep, on_complete, nchunks, what, reg=None):
-        self.ep = ep
-        self.reg = reg                  # local registration (FI_MR_LOCAL), closed when done
-        self.on_complete = on_complete
-        self.left = nchunks
-        self.exc = None
-        self.what = what
-
-    def chunk_done(self, exc) -> None:
-        if exc is not None and self.exc is None:
-            self.exc = exc
-        self.left -= 1
-        if self.left == 0 and self.reg is not None:
-            self.ep.iface.regs.dead.append(self.reg)
-            self.reg = None
-        if self.left == 0 and self.on_complete is not None:
-            cb, self.on_complete = self.on_complete, None
-            cb(self.exc)
-
-
 class OfiEndpoint(TransportEndpoint):
     """Frames to one peer interface over the shared RDM endpoint."""
 
@@ -429,7 +405,9 @@ class OfiEndpoint(TransportEndpoint):
         raddr = remote_addr if virt else off
         chunk = iface.max_rma
         offsets = range(0, n, chunk)
-        op = _RmaOp(self, on_complete, len(offsets), "get" if is_read else "put", reg)
+        dead = iface.regs.dead
+        op = ChunkedOp(on_complete, len(offsets), "get" if is_read else "put",
+                       release=(lambda: dead.append(reg)) if reg is not None else None)
         for o in offsets:
             piece = (op, is_read, address + o, min(chunk, n - o), desc, raddr + o, key)
             if self._rma_queue or not self.iface._post_rma(self, *piece):
@@ -465,11 +443,7 @@ class OfiEndpoint(TransportEndpoint):
         queued, self._queue = self._queue, collections.deque()
         rq, self._rma_queue = self._rma_queue, collections.deque()
         self.iface._forget(self)
-        for _k, _a, _h, _p, cb in queued:
-            if cb is not None:
-                cb(exc)
-        for piece in rq:
-            piece[0].chunk_done(exc)
+        fail_queued(queued, rq, exc)
         self.iface._fail_inflight_rma(self, exc)
         if notify and was_open:
             self.iface.owner.conn_failed(self, exc)
@@ -830,7 +804,7 @@ class OfiInterface(Interface):
         for slot, (op, e, _piece, _tries) in list(self._rma_ops.items()):
             if e is ep:
                 op.chunk_done(exc)
-                self._rma_ops[slot] = (_RmaOp(None, None, 1, "orphan"), None, None, 0)
+                self._rma_ops[slot] = (ChunkedOp(None, 1, "orphan"), None, None, 0)
 
     def progress(self) -> int:
         h = self._h
@@ -1109,11 +1083,7 @@ class OfiInterface(Interface):
             rq, ep._rma_queue = ep._rma_queue, collections.deque()
             if ep._exc is None and not ep._closed:
                 ep._shutdown()
-            for _k, _a, _h, _p, cb in queued:
-                if cb is not None:
-                    cb(exc)
-            for piece in rq:
-                piece[0].chunk_done(exc)
+            fail_queued(queued, rq, exc)
         if hasattr(self, "_tx_owner"):
             # let the BYEs leave: rxm/tcp deliver only while we progress
             deadline = time.monotonic() + 0.2

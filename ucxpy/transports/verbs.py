@@ -75,7 +75,8 @@ from typing import Callable, Optional
 
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
-from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
+                   TransportEndpoint, fail_queued)
 
 try:
     from .._verbs import ffi, lib
@@ -564,7 +565,9 @@ class VerbsEndpoint(TransportEndpoint):
         reg = self.iface._register(mv)
         chunk = self.iface.max_msg
         offsets = range(0, n, chunk)
-        op = _RmaOp(self.iface, on_complete, len(offsets), reg, mv)
+        iface = self.iface
+        op = ChunkedOp(on_complete, len(offsets), "rdma", release=lambda: iface._deregister(reg),
+                       keep=mv)
         for o in offsets:
             piece = (op, opcode, reg.address + o, min(chunk, n - o), reg.lkey,
                      remote_addr + o, key, compare_add, swap)
@@ -597,11 +600,7 @@ class VerbsEndpoint(TransportEndpoint):
         queued, self._queue = self._queue, collections.deque()
         rq, self._rma_queue = self._rma_queue, collections.deque()
         self._release()
-        for *_x, cb in queued:
-            if cb is not None:
-                cb(exc)
-        for piece in rq:
-            piece[0].chunk_done(exc)
+        fail_queued(queued, rq, exc)
         self.iface._fail_rma_of(self, exc)
         if notify:
             self.iface.owner.conn_failed(self, exc)
@@ -626,23 +625,6 @@ class VerbsEndpoint(TransportEndpoint):
                 pass
             self.sock.close()
             self.sock = None
-
-
-class _RmaOp:
-    __slots__ = ("iface", "cb", "left", "exc", "reg", "keep")
-
-    def __init__(self, iface, cb, n, reg, keep):
-        self.iface, self.cb, self.left, self.exc, self.reg, self.keep = iface, cb, n, None, reg, keep
-
-    def chunk_done(self, exc) -> None:
-        if exc is not None and self.exc is None:
-            self.exc = exc
-        self.left -= 1
-        if self.left == 0:
-            self.iface._deregister(self.reg)
-            cb, self.cb = self.cb, None
-            if cb is not None:
-                cb(self.exc)
 
 
 class _Reg:
@@ -986,10 +968,9 @@ class VerbsInterface(Interface):
         exc = ConnectionLost("verbs interface closed")
         for ep in list(getattr(self, "_eps", {}).values()):
             queued, ep._queue = ep._queue, collections.deque()
+            rq, ep._rma_queue = ep._rma_queue, collections.deque()
             ep._shutdown()
-            for *_x, cb in queued:
-                if cb is not None:
-                    cb(exc)
+            fail_queued(queued, rq, exc)
         for op, _ep in list(getattr(self, "_rma_ops", {}).values()):
             op.chunk_done(exc)
         for _ref, reg in list(getattr(self, "_regs", {}).values()):
