@@ -213,6 +213,27 @@ def _creds(ancillary) -> Optional[tuple]:
     return None
 
 
+def _parse_request(msg: bytes) -> Optional[tuple]:
+    """``(pid, capacity, probe, segment name, reply socket)`` of a CONNECT
+    datagram, or None if it is malformed, of another version, or names a
+    segment that is not the sender pid's."""
+    try:
+        _magic, ver, _flags, pid, capacity, probe, nlen = _REQ.unpack_from(msg)
+        name = msg[_REQ.size:_REQ.size + nlen].decode("ascii")
+    except (struct.error, UnicodeDecodeError):
+        return None
+    peer_sock = msg[_REQ.size + nlen:]
+    if ver != _VERSION or not _SEG_RE.match(name) or not peer_sock or \
+            name.split("-")[2] != str(pid):
+        return None
+    return pid, capacity, probe, name, peer_sock
+
+
+def _own_user(cred, pid: int) -> bool:
+    """The kernel-stamped credentials say: process ``pid`` of our own uid."""
+    return cred is not None and cred[0] == pid and cred[1] == os.getuid()
+
+
 def _unlink_quiet(path: str) -> None:
     try:
         os.unlink(path)
@@ -720,18 +741,12 @@ class ShmInterface(Interface):
                 self._nacked(msg[1:].decode("ascii", "replace"))
 
     def _accept(self, msg: bytes, cred) -> None:
-        try:
-            magic, ver, _flags, pid, capacity, probe, nlen = _REQ.unpack_from(msg)
-            name = msg[_REQ.size:_REQ.size + nlen].decode("ascii")
-            peer_sock = msg[_REQ.size + nlen:]
-        except (struct.error, UnicodeDecodeError):
+        req = _parse_request(msg)
+        if req is None:
             log.warning("shm: malformed connection request ignored")
             return
-        if ver != _VERSION or not _SEG_RE.match(name) or not peer_sock or \
-                name.split("-")[2] != str(pid):
-            log.warning("shm: bad connection request ignored")
-            return
-        if cred is None or cred[0] != pid or cred[1] != os.getuid():
+        pid, capacity, probe, name, peer_sock = req
+        if not _own_user(cred, pid):
             log.warning("shm: connection request from pid %s uid %s refused",
                         cred and cred[0], cred and cred[1])
             self._send_ctl(peer_sock, _NACK + name.encode())
@@ -861,17 +876,9 @@ class ShmInterface(Interface):
                 msg, anc, _f, _a = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
             except OSError:
                 return
-            if msg[:4] != _REQ_MAGIC:
-                continue
-            cred = _creds(anc)
-            try:
-                _m, _v, _fl, pid, _cap, _probe, nlen = _REQ.unpack_from(msg)
-                name = msg[_REQ.size:_REQ.size + nlen].decode("ascii")
-            except (struct.error, UnicodeDecodeError):
-                continue
-            if cred is not None and cred[0] == pid and cred[1] == os.getuid() and \
-                    _SEG_RE.match(name) and name.split("-")[2] == str(pid):
-                _unlink_quiet(os.path.join(SHM_DIR, name))
+            req = _parse_request(msg) if msg[:4] == _REQ_MAGIC else None
+            if req is not None and _own_user(_creds(anc), req[0]):
+                _unlink_quiet(os.path.join(SHM_DIR, req[3]))
 
     def _disarm(self) -> None:
         self._armed = False
