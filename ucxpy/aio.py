@@ -214,18 +214,16 @@ class AsyncProgress:
             self._demand(-1)
 
 
-_DRIVERS: "dict[tuple, AsyncProgress]" = {}
-
-
 def driver(worker) -> AsyncProgress:
-    """The :class:`AsyncProgress` of ``worker`` on the running event loop."""
+    """The :class:`AsyncProgress` of ``worker`` on the running event loop
+    (kept in ``worker.aio_drivers``, one per loop)."""
     loop = asyncio.get_running_loop()
-    key = (id(loop), id(worker))
-    d = _DRIVERS.get(key)
-    if d is None or d.loop is not loop or d.worker is not worker:
-        for k in [k for k, v in _DRIVERS.items() if v.loop.is_closed() or v.worker.closed]:
-            del _DRIVERS[k]
-        d = _DRIVERS[key] = AsyncProgress(worker, loop)
+    drivers = worker.aio_drivers
+    d = drivers.get(loop)
+    if d is None:
+        for old in [lp for lp in drivers if lp.is_closed()]:
+            del drivers[old]
+        d = drivers[loop] = AsyncProgress(worker, loop)
     return d
 
 

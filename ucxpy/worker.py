@@ -107,6 +107,7 @@ class Worker:
                                      tuple((i.name, i.address()) for i in self.ifaces))
         self.address_bytes = self.address.pack()
         self.lock = None                     # set when a progress thread runs
+        self.aio_drivers = {}                # asyncio loop -> ucxpy.aio.AsyncProgress
         self._progress_thread = None
         if self.config.progress_thread:
             self.start_progress_thread()
