@@ -2,9 +2,22 @@
 
 Put/Get use ucxpy's put/get on registered memory (mapped shared memory for
 ``Allocate``, user buffers through CMA or active messages for ``Create``).
-The accumulate family runs at the target as an active message handler
-(numpy ops on the window memory), which serializes concurrent updates to
-one window; every one is acknowledged, so ``Flush`` waits for all of them.
+
+The accumulate family: on 4- and 8-byte integers with SUM, REPLACE, NO_OP,
+BAND, BOR or BXOR (what hardware atomics cover) every element is updated
+with a word atomic (ucxpy's C11 atomics), wherever the update runs, so that
+all of them are atomic with respect to each other (MPI's default
+``accumulate_ops=same_op_no_op``).  A single element (``Fetch_and_op``,
+``Compare_and_swap``, one-element accumulates) goes straight to ucxpy's
+``atomic_fetch``/``atomic_post``: a direct atomic instruction on mapped
+memory, else one small RMA frame served by ucxpy at the target.  Everything
+else (other types and ops, several elements) runs at the target in an
+active message handler (numpy ops on the window memory, or the same word
+atomics where they apply), which serializes concurrent updates; each one is
+acknowledged, so ``Flush`` waits for all of them.  A single-element atomic
+is not issued while accumulates of this origin are still in flight to that
+target, which keeps MPI's accumulate ordering.
+
 Passive target locks are granted by a lock manager at the target, PSCW
 uses post/complete notifications; Fence is flush + barrier.
 """
@@ -28,6 +41,7 @@ from .info import (ERRORS_RETURN, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WI
 from .op import NO_OP, REPLACE, SUM, Op, _by_name
 from .request import ENGINE, DoneOp, Request
 from .status import PROC_NULL
+from ucxpy.rma import ATOMIC_OPS, POST_OPS, apply_atomic
 
 AM_ACC, AM_REPLY = 0x4D50, 0x4D51
 FLAVOR_CREATE, FLAVOR_ALLOCATE, FLAVOR_DYNAMIC, FLAVOR_SHARED = 1, 2, 3, 4
@@ -36,6 +50,18 @@ LOCK_EXCLUSIVE, LOCK_SHARED = 234, 235
 _WINS = {}              # window id -> WinImpl
 _pending = {}           # reply id -> callback(data)
 _ids = iter(range(1, 1 << 62))
+
+
+#: accumulate ops that word atomics implement (NO_OP: a fetch-and-add of 0)
+_ATOMIC_OP = {"SUM": "add", "REPLACE": "swap", "NO_OP": "add", "BAND": "and", "BOR": "or",
+              "BXOR": "xor"}
+
+
+def _atomic_width(np_dtype, opname: str, kind: str) -> int:
+    """Element size when this accumulate runs as word atomics, else 0."""
+    if np_dtype is None or np_dtype.kind not in "iu" or np_dtype.itemsize not in (4, 8):
+        return 0
+    return np_dtype.itemsize if kind == "cas" or opname in _ATOMIC_OP else 0
 
 
 def _setup():
@@ -142,6 +168,12 @@ class WinImpl:
             raise Exception(ERR_ARG, "accumulate needs a contiguous predefined target type")
         data = bytes(o.pack()) if o is not None and op is not NO_OP else b""
         cmp = bytes(parse(compare).pack()) if compare is not None else b""
+        size = _atomic_width(dtype.np_dtype, op.name, kind)
+        rk = self.rkeys[target_rank] if target_rank != self.rank else None
+        if size and count == 1 and rk is not None and not self.inflight.get(target_rank) \
+                and (self.peers[target_rank][0] + off) % size == 0:
+            self._word_atomic(kind, op.name, target_rank, off, size, data, cmp, r)
+            return
         hdr = (self.id, kind, op.name, dtype.name, off, count, cmp)
         if target_rank == self.rank:
             old = _apply(self, hdr, data)
@@ -158,6 +190,26 @@ class WinImpl:
         _pending[rid] = done
         ep = self.comm._c.eps[target_rank]
         ep.am_send_nb(AM_ACC, pickle.dumps((rid, hdr)), data)
+
+    def _word_atomic(self, kind, opname, target_rank, off, size, data, cmp, result):
+        """One element through ucxpy's atomics (see the module docstring)."""
+        if kind == "acc" and opname == "NO_OP":
+            return
+        udt = np.dtype(f"u{size}")
+        value = int(np.frombuffer(data, udt)[0]) if data else 0
+        ep, rk = self.comm._c.eps[target_rank], self.rkeys[target_rank]
+        addr = self.peers[target_rank][0] + off
+        if kind == "cas":
+            compare = int(np.frombuffer(cmp, udt)[0])
+            req = ep.atomic_fetch_nb("cswap", value, addr, rk, size, compare)
+        elif kind == "acc" and _ATOMIC_OP[opname] in POST_OPS:
+            req = ep.atomic_post(_ATOMIC_OP[opname], value, addr, rk, size)
+        else:
+            req = ep.atomic_fetch_nb(_ATOMIC_OP[opname], value, addr, rk, size)
+        if result is not None:
+            req.add_done_callback(
+                lambda q: q.exc is None and _store(result, np.array([q.result], udt).tobytes()))
+        self._track(target_rank, req)
 
     # -- completion -----------------------------------------------------------
     def flush(self, target=None):
@@ -219,6 +271,10 @@ def _apply(win, hdr, data):
     n = count * dt.itemsize
     if off < 0 or off + n > win.view.nbytes:
         raise Exception(ERR_ARG, "RMA target range outside the window")
+    size = _atomic_width(dt, opname, kind)
+    if size and (win.base + off) % size == 0:
+        old = _word_atomics(win.base + off, dt, kind, opname, count, data, cmp)
+        return old if kind in ("get_acc", "fetch", "cas") else b""
     mem = np.frombuffer(win.view[off:off + n], dt)
     old = mem.tobytes()
     if kind == "cas":
@@ -229,6 +285,23 @@ def _apply(win, hdr, data):
         new = np.frombuffer(data, dt, count)
         mem[:] = op.combine(mem.copy(), new, None)
     return old if kind in ("get_acc", "fetch", "cas") else b""
+
+
+def _word_atomics(addr, dt, kind, opname, count, data, cmp) -> bytes:
+    """Apply an accumulate element by element with word atomics at ``addr``
+    (this process's window memory); returns the old elements."""
+    size = dt.itemsize
+    udt = np.dtype(f"u{size}")
+    old = np.empty(count, udt)
+    if kind == "cas":
+        old[0] = apply_atomic(addr, ATOMIC_OPS["cswap"], size, int(np.frombuffer(data, udt)[0]),
+                              int(np.frombuffer(cmp, udt)[0]))
+        return old.tobytes()
+    code = ATOMIC_OPS[_ATOMIC_OP[opname]]
+    values = np.frombuffer(data, udt, count) if opname != "NO_OP" else np.zeros(count, udt)
+    for i in range(count):
+        old[i] = apply_atomic(addr + i * size, code, size, int(values[i]), 0)
+    return old.tobytes()
 
 
 def _payload(msg, then):

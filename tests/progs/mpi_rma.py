@@ -62,6 +62,37 @@ for flavor in ("create", "allocate"):
     win.Unlock(0)
     winners = comm.allgather(int(res[0]) == 10 * size)
     assert sum(winners) == 1, winners
+    # contention across the accumulate paths on rank 0's words 7..9: one-element
+    # Fetch_and_op (ucxpy word atomics), three-element Accumulate (the AM
+    # handler, word atomics at the target), rank 0 on its own memory; all
+    # atomic together, so nothing is lost
+    win.Lock(0, MPI.LOCK_EXCLUSIVE)
+    win.Put(np.zeros(3, "i8"), 0, (7, 3, MPI.INT64_T)) if rank == 0 else None
+    win.Unlock(0)
+    comm.Barrier()
+    K, K2 = 100, 2000
+    win.Lock_all()
+    one, old, peek = np.ones(1, "i8"), np.zeros(1, "i8"), np.zeros(1, "i8")
+    for i in range(K2):     # rank 0 updates its own words while the others hit word 7
+        if rank == 0:
+            win.Accumulate(np.ones(3, "i8"), 0, (7, 3, MPI.INT64_T), MPI.SUM)
+        else:
+            win.Fetch_and_op(one, old, 0, 7, MPI.SUM)
+    win.Flush(0)
+    comm.Barrier()
+    for i in range(K):
+        win.Fetch_and_op(one, old, 0, 7, MPI.SUM)
+        win.Accumulate(np.ones(3, "i8"), 0, (7, 3, MPI.INT64_T), MPI.SUM)
+        if i % 10 == 0:
+            win.Get_accumulate(one, peek, 0, (8, 1, MPI.INT64_T), MPI.NO_OP)
+            win.Flush(0)
+            assert K2 <= peek[0] <= size * K + K2, peek
+    win.Unlock_all()
+    comm.Barrier()
+    if rank == 0:
+        assert list(mem[7:10]) == [2 * size * K + size * K2, size * K + K2, size * K + K2], \
+            mem[7:10]
+    comm.Barrier()
     # PSCW ring: each rank exposes to its left neighbour, accesses its right one
     comm.Barrier()
     grp = comm.Get_group()
@@ -75,5 +106,27 @@ for flavor in ("create", "allocate"):
     grp.Free()
     comm.Barrier()
     win.Free()
+
+# 32-bit words: a signed counter driven below zero by Fetch_and_op, bits set
+# with BOR and swapped with REPLACE, every path mixed as above
+win = MPI.Win.Allocate(4 * 4, 4, comm=comm)
+mem = np.frombuffer(win.tomemory(), "i4")
+mem[:] = 0
+comm.Barrier()
+win.Lock_all()
+old = np.zeros(1, "i4")
+for i in range(50):
+    win.Fetch_and_op(np.array([-1], "i4"), old, 0, 0, MPI.SUM)
+    win.Accumulate(np.array([-1, 0], "i4"), 0, (0, 2, MPI.INT32_T), MPI.SUM)
+win.Fetch_and_op(np.array([1 << (rank % 31)], "i4"), old, 0, 2, MPI.BOR)
+win.Fetch_and_op(np.array([rank + 1], "i4"), old, 0, 3, MPI.REPLACE)
+win.Unlock_all()
+comm.Barrier()
+if rank == 0:
+    assert mem[0] == -100 * size and mem[1] == 0, mem
+    assert mem[2] == sum({1 << (r % 31) for r in range(size)}), mem
+    assert 1 <= mem[3] <= size, mem
+comm.Barrier()
+win.Free()
 sys.stdout.write(f"MPI-RMA OK {rank} ok\n")
 sys.stdout.flush()
