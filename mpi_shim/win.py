@@ -23,7 +23,6 @@ uses post/complete notifications; Fence is flush + barrier.
 """
 from __future__ import annotations
 
-import ctypes
 import mmap
 import os
 import pickle
@@ -33,12 +32,11 @@ import numpy as np
 import ucxpy
 
 from .comm import Comm
-from .datatype import BYTE, Datatype, Msg, _BY_NAME, byte_view, parse
-from .exceptions import ERR_ARG, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_WIN, Exception, translate
-from .group import Group
+from .datatype import Msg, _BY_NAME, byte_view, parse
+from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
 from .info import (ERRORS_RETURN, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL,
                    WIN_SIZE, Errhandler, Info)
-from .op import NO_OP, REPLACE, SUM, Op, _by_name
+from .op import NO_OP, REPLACE, SUM, _by_name
 from .request import ENGINE, DoneOp, Request
 from .status import PROC_NULL
 from ucxpy.rma import ATOMIC_OPS, POST_OPS, apply_atomic
