@@ -56,6 +56,15 @@ class Pair:
             w.close()
 
 
+@pytest.fixture
+def pair(tl):
+    """A :class:`Pair` on each transport (files that force protocol
+    thresholds define their own)."""
+    p = Pair(tl)
+    yield p
+    p.close()
+
+
 @pytest.fixture(params=["tcp", "shm", "ofi"])
 def tl(request):
     if not transport_available(request.param):

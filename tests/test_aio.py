@@ -19,13 +19,6 @@ pytestmark = pytest.mark.timeout(60)
 SIZES = [0, 8, 300, 9000, 70_000, 1 << 20, 8 << 20]
 
 
-@pytest.fixture
-def pair(tl):
-    p = Pair(tl)
-    yield p
-    p.close()
-
-
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, 40))
 

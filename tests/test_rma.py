@@ -10,13 +10,6 @@ from conftest import Pair
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-def pair(tl):
-    p = Pair(tl)
-    yield p
-    p.close()
-
-
 def test_rdma_lane_uses_one_sided_ops(tl):
     """On a lane that moves registered memory itself (ofi) RMA goes by
     fi_write/fi_read; shm maps or uses CMA; tcp is served by the target."""
