@@ -1,6 +1,8 @@
 """Run one mpi4py test module against mpi_shim, on every rank of the job.
 
-Usage: runner.py TESTDIR MODULE OUTDIR.  Each rank writes OUTDIR/MODULE.<rank>.json
+Usage: runner.py IMPL TESTDIR MODULE OUTDIR, IMPL being ``shim`` (mpi4py is
+the adapter over mpi_shim) or ``ref`` (the installed mpi4py).  Each rank
+writes OUTDIR/MODULE.<rank>.json
 mapping test id -> "pass" | "fail" | "error" | "skip" (a test with a failing
 subtest counts as failed).
 """
@@ -12,14 +14,16 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-testdir, module, outdir = sys.argv[1:4]
-sys.path[:0] = [os.path.join(ROOT, "tests", "mpi4py_adapter"), ROOT, testdir]
+impl, testdir, module, outdir = sys.argv[1:5]
+if impl == "shim":
+    sys.path[:0] = [os.path.join(ROOT, "tests", "mpi4py_adapter"), ROOT]
+sys.path.insert(0, testdir)
 
 if os.environ.get("CONFORMANCE_TRACE_AFTER"):     # debugging hangs
     import faulthandler
     faulthandler.dump_traceback_later(float(os.environ["CONFORMANCE_TRACE_AFTER"]), exit=True)
 
-from mpi4py import MPI  # noqa: E402  (the adapter: mpi_shim.MPI)
+from mpi4py import MPI  # noqa: E402  (shim: the adapter over mpi_shim.MPI)
 
 rank = MPI.COMM_WORLD.Get_rank()
 outcome = {}
