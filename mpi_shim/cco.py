@@ -1,338 +1,626 @@
-"""Collective methods of ``Comm`` (blocking, nonblocking, buffer and pickle
-forms) on top of the generators in :mod:`.coll`."""
+"""Collective methods of ``Comm``: blocking, nonblocking (``I*``), persistent
+(``*_init``), buffer and pickle forms, on intra- and intercommunicators.
+
+Each operation is written once as a generator method (``_g_<Name>``) over the
+algorithms in :mod:`.coll`; the blocking call runs it to completion, the
+nonblocking call wraps it in a request that advances from ucxpy completion
+callbacks, and the persistent call builds a request whose ``Start`` runs a
+fresh generator each time.  Argument errors raise before any message leaves,
+the same way on every rank.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 from . import coll as G
 from .datatype import IN_PLACE, Msg, parse, parse_v, sub
-from .exceptions import ERR_ARG, ERR_BUFFER, Exception
+from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_OP, Exception
 from .op import SUM, store, typed
-from .request import GenOp, Request, run
+from .ops import GenOp, run
+
+ROOT, PROC_NULL = G.ROOT, G.PROC_NULL
 
 
 def _req(gen):
+    from .request import Request
     return Request._from(GenOp(gen))
 
 
-def _lock(comm, name):
-    locks = comm._impl().locks
-    if name not in locks:
-        import threading
-        locks[name] = threading.Lock()
+def _preq(factory):
+    from .request import make_prequest
+    return make_prequest(lambda: GenOp(factory()))
 
 
-def _root(c, root):
-    G._check_root(c, root)
+def _operand(sendbuf, recvbuf):
+    """(numpy operand, result Msg or None, codec) of a reduction."""
+    rm = parse(recvbuf, writable=True) if recvbuf is not None else None
+    if sendbuf is IN_PLACE:
+        if rm is None:
+            raise Exception(ERR_BUFFER, "IN_PLACE needs a receive buffer")
+        sm = rm
+    else:
+        sm = parse(sendbuf)
+    x = np.array(typed(sm), copy=True)
+    if rm is not None and sendbuf is not IN_PLACE and rm.count != sm.count and \
+            rm.dtype.size == sm.dtype.size:
+        raise ValueError(f"mismatch in send count {sm.count} and receive count {rm.count}")
+    return x, rm, G.Codec(x.dtype, len(x))
 
 
-def _msg_v(spec, size, writable, inplace_ok=False):
-    return parse_v(spec, size, writable)
+def _check_op(op):
+    from .op import Op
+    if not isinstance(op, Op):
+        raise TypeError(f"expected an Op, got {type(op).__name__}")
+    if not op:
+        raise Exception(ERR_OP, "invalid operation (OP_NULL)")
 
 
 class Coll:
-    """Collective communication of an intracommunicator."""
+    """Collective communication (mixin of ``Comm``)."""
 
     __slots__ = ()
 
-    # -- barrier / bcast --------------------------------------------------------
-    def _g_barrier(self):
-        return G.g_barrier(self._impl())
+    # -- barrier ---------------------------------------------------------------
+    def _g_Barrier(self):
+        c = self._impl()
+        return G.g_inter_barrier(c) if c.remote is not None else G.g_barrier(c)
 
-    def Barrier(self):
-        run(self._g_barrier())
+    def Barrier(self) -> None:
+        """Barrier synchronization."""
+        run(self._g_Barrier())
 
     def Ibarrier(self):
-        return _req(self._g_barrier())
+        """Nonblocking barrier synchronization."""
+        return _req(self._g_Barrier())
 
-    def barrier(self):
-        run(self._g_barrier())
+    def Barrier_init(self, info=None):
+        """Persistent barrier."""
+        self._impl()
+        return _preq(self._g_Barrier)
+
+    def barrier(self) -> None:
+        """Barrier synchronization."""
+        run(self._g_Barrier())
 
     def ibarrier(self):
-        return self.Ibarrier()
+        """Nonblocking barrier synchronization."""
+        return _req(self._g_Barrier())
 
+    # -- broadcast -----------------------------------------------------------------
     def _g_Bcast(self, buf, root):
         c = self._impl()
-        _root(c, root)
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            if root == PROC_NULL:
+                return (yield from G.g_inter_bcast(c, None, root))
+            m = parse(buf, writable=root != ROOT)
+            if root == ROOT:
+                return (yield from G.g_inter_bcast(c, m.pack(), root))
+            d = G._Dst(m)
+            yield from G.g_inter_bcast(c, d.buf, root)
+            d.done()
+            return
+        G.check_root(c, root)
         m = parse(buf, writable=c.rank != root)
-        d = G._Dst(m)
         if c.rank == root:
             yield from G.g_bcast(c, m.pack(), root)
         else:
+            d = G._Dst(m)
             yield from G.g_bcast(c, d.buf, root)
             d.done()
 
-    def Bcast(self, buf, root=0):
+    def Bcast(self, buf, root: int = 0) -> None:
+        """Broadcast data from one process to all other processes."""
         run(self._g_Bcast(buf, root))
 
-    def Ibcast(self, buf, root=0):
+    def Ibcast(self, buf, root: int = 0):
+        """Nonblocking broadcast."""
         return _req(self._g_Bcast(buf, root))
+
+    def Bcast_init(self, buf, root: int = 0, info=None):
+        """Persistent broadcast."""
+        self._impl()
+        return _preq(lambda: self._g_Bcast(buf, root))
 
     def _g_bcast(self, obj, root):
         c = self._impl()
-        _root(c, root)
-        if c.rank == root:
-            yield from G.g_bcast(c, G.pickle.dumps(obj, G.pickle.HIGHEST_PROTOCOL), root)
-            return obj
-        data = yield from G.g_bcast(c, None, root)
-        return G.pickle.loads(data)
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            return (yield from G.g_inter_bcast_obj(c, obj, root))
+        G.check_root(c, root)
+        return (yield from G.g_bcast_obj(c, obj, root))
 
-    def bcast(self, obj, root=0):
-        _lock(self, "bcast")
-        return run(self._g_bcast(obj, root))
+    def bcast(self, obj, root: int = 0):
+        """Broadcast a Python object from one process to all other processes."""
+        from .compat import _comm_lock
+        with _comm_lock(self, "bcast"):
+            return run(self._g_bcast(obj, root))
 
-    def ibcast(self, obj, root=0):
+    def ibcast(self, obj, root: int = 0):
+        """Nonblocking broadcast of a Python object."""
         return _req(self._g_bcast(obj, root))
 
     # -- reductions ---------------------------------------------------------------
-    def _operand(self, sendbuf, recvbuf, use_recv):
-        """(numpy operand, result Msg or None, codec)."""
-        rm = parse(recvbuf, writable=True) if recvbuf is not None else None
-        if sendbuf is IN_PLACE:
-            if rm is None:
-                raise Exception(ERR_BUFFER, "IN_PLACE needs a receive buffer")
-            sm = rm
-        else:
-            sm = parse(sendbuf)
-        x = np.array(typed(sm), copy=True)
-        return x, rm, G._Codec(x.dtype, len(x))
-
     def _g_Reduce(self, sendbuf, recvbuf, op, root):
         c = self._impl()
-        _root(c, root)
-        x, rm, codec = self._operand(sendbuf, recvbuf if c.rank == root else None, False)
+        _check_op(op)
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            if root == PROC_NULL:
+                return (yield from G.g_inter_reduce(c, None, op, root, G.Codec()))
+            if root == ROOT:
+                rm = parse(recvbuf, writable=True)
+                x = typed(rm)
+                res = yield from G.g_inter_reduce(c, None, op, root, G.Codec(x.dtype, len(x)))
+                store(rm, res)
+                return
+            x, _, codec = _operand(sendbuf, None)
+            return (yield from G.g_inter_reduce(c, x, op, root, codec))
+        G.check_root(c, root)
+        x, rm, codec = _operand(sendbuf, recvbuf if c.rank == root else None)
         res = yield from G.g_reduce(c, x, op, root, codec)
         if c.rank == root:
             store(rm, res)
 
-    def Reduce(self, sendbuf, recvbuf, op=SUM, root=0):
+    def Reduce(self, sendbuf, recvbuf, op=SUM, root: int = 0) -> None:
+        """Reduce to root."""
         run(self._g_Reduce(sendbuf, recvbuf, op, root))
 
-    def Ireduce(self, sendbuf, recvbuf, op=SUM, root=0):
+    def Ireduce(self, sendbuf, recvbuf, op=SUM, root: int = 0):
+        """Nonblocking reduce to root."""
         return _req(self._g_Reduce(sendbuf, recvbuf, op, root))
+
+    def Reduce_init(self, sendbuf, recvbuf, op=SUM, root: int = 0, info=None):
+        """Persistent reduce to root."""
+        self._impl()
+        return _preq(lambda: self._g_Reduce(sendbuf, recvbuf, op, root))
 
     def _g_Allreduce(self, sendbuf, recvbuf, op):
         c = self._impl()
-        x, rm, codec = self._operand(sendbuf, recvbuf, True)
+        _check_op(op)
+        if c.remote is not None:
+            if sendbuf is IN_PLACE:
+                raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
+            x, _, codec = _operand(sendbuf, None)
+            rm = parse(recvbuf, writable=True)
+            res = yield from G.g_inter_allreduce(c, x, op, codec)
+            store(rm, res)
+            return
+        x, rm, codec = _operand(sendbuf, recvbuf)
         res = yield from G.g_allreduce(c, x, op, codec)
         store(rm, res)
 
-    def Allreduce(self, sendbuf, recvbuf, op=SUM):
+    def Allreduce(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Reduce to all processes."""
         run(self._g_Allreduce(sendbuf, recvbuf, op))
 
     def Iallreduce(self, sendbuf, recvbuf, op=SUM):
+        """Nonblocking reduce to all processes."""
         return _req(self._g_Allreduce(sendbuf, recvbuf, op))
+
+    def Allreduce_init(self, sendbuf, recvbuf, op=SUM, info=None):
+        """Persistent reduce to all processes."""
+        self._impl()
+        return _preq(lambda: self._g_Allreduce(sendbuf, recvbuf, op))
 
     def _g_Scan(self, sendbuf, recvbuf, op, exclusive):
         c = self._impl()
-        x, rm, codec = self._operand(sendbuf, recvbuf, True)
+        if c.remote is not None:
+            raise Exception(ERR_COMM, "scans are not defined on intercommunicators")
+        _check_op(op)
+        x, rm, codec = _operand(sendbuf, recvbuf)
         res = yield from G.g_scan(c, x, op, codec, exclusive)
         if res is not None:
             store(rm, res)
 
-    def Scan(self, sendbuf, recvbuf, op=SUM):
+    def Scan(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Inclusive scan."""
         run(self._g_Scan(sendbuf, recvbuf, op, False))
 
     def Iscan(self, sendbuf, recvbuf, op=SUM):
+        """Nonblocking inclusive scan."""
         return _req(self._g_Scan(sendbuf, recvbuf, op, False))
 
-    def Exscan(self, sendbuf, recvbuf, op=SUM):
+    def Scan_init(self, sendbuf, recvbuf, op=SUM, info=None):
+        """Persistent inclusive scan."""
+        self._impl()
+        return _preq(lambda: self._g_Scan(sendbuf, recvbuf, op, False))
+
+    def Exscan(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Exclusive scan."""
         run(self._g_Scan(sendbuf, recvbuf, op, True))
 
     def Iexscan(self, sendbuf, recvbuf, op=SUM):
+        """Nonblocking exclusive scan."""
         return _req(self._g_Scan(sendbuf, recvbuf, op, True))
 
-    def _g_Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op):
+    def Exscan_init(self, sendbuf, recvbuf, op=SUM, info=None):
+        """Persistent exclusive scan."""
+        self._impl()
+        return _preq(lambda: self._g_Scan(sendbuf, recvbuf, op, True))
+
+    def _g_Reduce_scatter(self, sendbuf, recvbuf, recvcounts, op, block):
         c = self._impl()
+        _check_op(op)
         rm = parse(recvbuf, writable=True)
+        n = c.size
+        if block:
+            counts = [rm.count // n if sendbuf is IN_PLACE else rm.count] * n
+        elif recvcounts is None:
+            raise Exception(ERR_ARG, "Reduce_scatter needs recvcounts")
+        else:
+            counts = [int(x) for x in recvcounts]
+            if len(counts) != n:
+                raise ValueError(f"recvcounts: expected {n} counts, got {len(counts)}")
+        if c.remote is not None:
+            if sendbuf is IN_PLACE:
+                raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
+            full = np.array(typed(parse(sendbuf)), copy=True)
+            if block:
+                counts = [rm.count] * n
+            yield from G.g_inter_reduce_scatter(c, full, op, G.Codec(full.dtype, len(full)),
+                                                rm, counts)
+            return
         if sendbuf is IN_PLACE:
-            full = np.array(typed(Msg(rm.view, sum(recvcounts), rm.dtype, rm.offset)), copy=True)
+            full = np.array(typed(Msg(rm.view, sum(counts), rm.dtype, rm.offset)), copy=True)
         else:
             full = np.array(typed(parse(sendbuf)), copy=True)
-        codec = G._Codec(full.dtype, len(full))
+        if len(full) < sum(counts):
+            raise ValueError(f"send buffer holds {len(full)} elements, fewer than the "
+                             f"{sum(counts)} the receive counts add up to")
+        full = full[:sum(counts)]
+        codec = G.Codec(full.dtype, len(full))
         res = yield from G.g_allreduce(c, full, op, codec)
-        start = sum(recvcounts[:c.rank])
-        store(Msg(rm.view, recvcounts[c.rank], rm.dtype, rm.offset),
-              res[start:start + recvcounts[c.rank]])
+        start = sum(counts[:c.rank])
+        store(Msg(rm.view, counts[c.rank], rm.dtype, rm.offset),
+              res[start:start + counts[c.rank]])
 
-    def _counts_block(self, recvbuf, sendbuf):
-        c = self._impl()
-        if sendbuf is IN_PLACE:
-            rm = parse(recvbuf)
-            return [rm.count // c.size] * c.size
-        return [parse(recvbuf).count] * c.size
-
-    def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
-        run(self._g_Reduce_scatter(sendbuf, recvbuf, self._counts_block(recvbuf, sendbuf), op))
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=SUM) -> None:
+        """Reduce-scatter (regular, non-vector version)."""
+        run(self._g_Reduce_scatter(sendbuf, _rs_block(self, sendbuf, recvbuf), None, op, True))
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=SUM):
-        return _req(self._g_Reduce_scatter(sendbuf, recvbuf,
-                                           self._counts_block(recvbuf, sendbuf), op))
+        """Nonblocking reduce-scatter (regular, non-vector version)."""
+        return _req(self._g_Reduce_scatter(sendbuf, _rs_block(self, sendbuf, recvbuf), None,
+                                           op, True))
 
-    def _rs_counts(self, recvbuf, recvcounts):
-        c = self._impl()
-        if recvcounts is None:
-            return [parse(recvbuf).count] * c.size if False else \
-                self.allgather(parse(recvbuf).count)
-        return list(recvcounts)
+    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=SUM, info=None):
+        """Persistent reduce-scatter (regular, non-vector version)."""
+        rb = _rs_block(self, sendbuf, recvbuf)
+        return _preq(lambda: self._g_Reduce_scatter(sendbuf, rb, None, op, True))
 
-    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
-        run(self._g_Reduce_scatter(sendbuf, recvbuf, self._rs_counts(recvbuf, recvcounts), op))
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM) -> None:
+        """Reduce-scatter (vector version)."""
+        run(self._g_Reduce_scatter(sendbuf, recvbuf, _rs_counts(self, recvbuf, recvcounts),
+                                   op, False))
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=SUM):
+        """Nonblocking reduce-scatter (vector version)."""
         return _req(self._g_Reduce_scatter(sendbuf, recvbuf,
-                                           self._rs_counts(recvbuf, recvcounts), op))
+                                           _rs_counts(self, recvbuf, recvcounts), op, False))
+
+    def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None, op=SUM, info=None):
+        """Persistent reduce-scatter (vector version)."""
+        counts = _rs_counts(self, recvbuf, recvcounts)
+        return _preq(lambda: self._g_Reduce_scatter(sendbuf, recvbuf, counts, op, False))
 
     def _g_reduce(self, obj, op, root):
         c = self._impl()
-        _root(c, root)
-        return (yield from G.g_reduce(c, obj, op, root, G._Codec()))
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            return (yield from G.g_inter_reduce(c, obj, op, root, G.Codec()))
+        G.check_root(c, root)
+        return (yield from G.g_reduce(c, obj, op, root, G.Codec()))
 
-    def reduce(self, sendobj, op=SUM, root=0):
+    def reduce(self, sendobj, op=SUM, root: int = 0):
+        """Reduce Python objects to root."""
         return run(self._g_reduce(sendobj, op, root))
 
+    def ireduce(self, sendobj, op=SUM, root: int = 0):
+        """Nonblocking reduce of Python objects to root."""
+        return _req(self._g_reduce(sendobj, op, root))
+
+    def _g_allreduce(self, obj, op):
+        c = self._impl()
+        if c.remote is not None:
+            return G.g_inter_allreduce(c, obj, op, G.Codec())
+        return G.g_allreduce(c, obj, op, G.Codec())
+
     def allreduce(self, sendobj, op=SUM):
-        return run(G.g_allreduce(self._impl(), sendobj, op, G._Codec()))
+        """Reduce Python objects to all processes."""
+        return run(self._g_allreduce(sendobj, op))
+
+    def iallreduce(self, sendobj, op=SUM):
+        """Nonblocking reduce of Python objects to all processes."""
+        return _req(self._g_allreduce(sendobj, op))
+
+    def _g_scan_obj(self, obj, op, exclusive):
+        c = self._impl()
+        if c.remote is not None:
+            raise Exception(ERR_COMM, "scans are not defined on intercommunicators")
+        return G.g_scan(c, obj, op, G.Codec(), exclusive)
 
     def scan(self, sendobj, op=SUM):
-        return run(G.g_scan(self._impl(), sendobj, op, G._Codec()))
+        """Inclusive scan of Python objects."""
+        return run(self._g_scan_obj(sendobj, op, False))
 
     def exscan(self, sendobj, op=SUM):
-        return run(G.g_scan(self._impl(), sendobj, op, G._Codec(), True))
+        """Exclusive scan of Python objects."""
+        return run(self._g_scan_obj(sendobj, op, True))
+
+    def iscan(self, sendobj, op=SUM):
+        """Nonblocking inclusive scan of Python objects."""
+        return _req(self._g_scan_obj(sendobj, op, False))
+
+    def iexscan(self, sendobj, op=SUM):
+        """Nonblocking exclusive scan of Python objects."""
+        return _req(self._g_scan_obj(sendobj, op, True))
 
     # -- gather / scatter ---------------------------------------------------------
-    def _g_Gatherv(self, sendbuf, recvbuf, root, vector):
+    def _g_Gatherv(self, sendbuf, recvbuf, root):
         c = self._impl()
-        _root(c, root)
-        inplace = sendbuf is IN_PLACE or (sendbuf is None and c.rank == root)
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            if root == ROOT:
+                rm, counts, displs = parse_v(recvbuf, len(c.remote), True)
+                return (yield from G.g_inter_gatherv(c, None, rm, counts, displs, root))
+            sm = parse(sendbuf) if root != PROC_NULL else None
+            return (yield from G.g_inter_gatherv(c, sm, None, None, None, root))
+        G.check_root(c, root)
         if c.rank == root:
+            inplace = sendbuf is IN_PLACE or sendbuf is None
             rm, counts, displs = parse_v(recvbuf, c.size, True)
-            if not vector and inplace is False:
-                pass
             sm = None if inplace else parse(sendbuf)
         else:
+            inplace = False
             rm = counts = displs = None
             sm = parse(sendbuf)
         yield from G.g_gatherv(c, sm, rm, counts, displs, root, inplace)
 
-    def Gather(self, sendbuf, recvbuf, root=0):
-        run(self._g_Gatherv(sendbuf, recvbuf, root, False))
+    def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather data to one process from all other processes."""
+        run(self._g_Gatherv(sendbuf, recvbuf, root))
 
-    def Igather(self, sendbuf, recvbuf, root=0):
-        return _req(self._g_Gatherv(sendbuf, recvbuf, root, False))
+    def Igather(self, sendbuf, recvbuf, root: int = 0):
+        """Nonblocking gather."""
+        return _req(self._g_Gatherv(sendbuf, recvbuf, root))
 
-    Gatherv, Igatherv = Gather, Igather
+    def Gather_init(self, sendbuf, recvbuf, root: int = 0, info=None):
+        """Persistent gather."""
+        self._impl()
+        return _preq(lambda: self._g_Gatherv(sendbuf, recvbuf, root))
+
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Gather vector data to one process."""
+        run(self._g_Gatherv(sendbuf, recvbuf, root))
+
+    def Igatherv(self, sendbuf, recvbuf, root: int = 0):
+        """Nonblocking gather of vector data."""
+        return _req(self._g_Gatherv(sendbuf, recvbuf, root))
+
+    def Gatherv_init(self, sendbuf, recvbuf, root: int = 0, info=None):
+        """Persistent gather of vector data."""
+        self._impl()
+        return _preq(lambda: self._g_Gatherv(sendbuf, recvbuf, root))
 
     def _g_Scatterv(self, sendbuf, recvbuf, root):
         c = self._impl()
-        _root(c, root)
-        inplace = recvbuf is IN_PLACE or (recvbuf is None and c.rank == root)
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            if root == ROOT:
+                sm, counts, displs = parse_v(sendbuf, len(c.remote), False)
+                return (yield from G.g_inter_scatterv(c, sm, counts, displs, None, root))
+            rm = parse(recvbuf, writable=True) if root != PROC_NULL else None
+            return (yield from G.g_inter_scatterv(c, None, None, None, rm, root))
+        G.check_root(c, root)
         if c.rank == root:
+            inplace = recvbuf is IN_PLACE or recvbuf is None
             sm, counts, displs = parse_v(sendbuf, c.size, False)
             rm = None if inplace else parse(recvbuf, writable=True)
         else:
+            inplace = False
             sm = counts = displs = None
             rm = parse(recvbuf, writable=True)
         yield from G.g_scatterv(c, sm, counts, displs, rm, root, inplace)
 
-    def Scatter(self, sendbuf, recvbuf, root=0):
+    def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Scatter data from one process to all other processes."""
         run(self._g_Scatterv(sendbuf, recvbuf, root))
 
-    def Iscatter(self, sendbuf, recvbuf, root=0):
+    def Iscatter(self, sendbuf, recvbuf, root: int = 0):
+        """Nonblocking scatter."""
         return _req(self._g_Scatterv(sendbuf, recvbuf, root))
 
-    Scatterv, Iscatterv = Scatter, Iscatter
+    def Scatter_init(self, sendbuf, recvbuf, root: int = 0, info=None):
+        """Persistent scatter."""
+        self._impl()
+        return _preq(lambda: self._g_Scatterv(sendbuf, recvbuf, root))
+
+    def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Scatter vector data from one process to all other processes."""
+        run(self._g_Scatterv(sendbuf, recvbuf, root))
+
+    def Iscatterv(self, sendbuf, recvbuf, root: int = 0):
+        """Nonblocking scatter of vector data."""
+        return _req(self._g_Scatterv(sendbuf, recvbuf, root))
+
+    def Scatterv_init(self, sendbuf, recvbuf, root: int = 0, info=None):
+        """Persistent scatter of vector data."""
+        self._impl()
+        return _preq(lambda: self._g_Scatterv(sendbuf, recvbuf, root))
 
     def _g_Allgatherv(self, sendbuf, recvbuf):
         c = self._impl()
+        if c.remote is not None:
+            if sendbuf is IN_PLACE:
+                raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
+            rm, counts, displs = parse_v(recvbuf, len(c.remote), True)
+            return (yield from G.g_inter_allgatherv(c, parse(sendbuf), rm, counts, displs))
         inplace = sendbuf is IN_PLACE
         rm, counts, displs = parse_v(recvbuf, c.size, True)
         sm = None if inplace else parse(sendbuf)
         yield from G.g_allgatherv(c, sm, rm, counts, displs, inplace)
 
-    def Allgather(self, sendbuf, recvbuf):
+    def Allgather(self, sendbuf, recvbuf) -> None:
+        """Gather to all processes."""
         run(self._g_Allgatherv(sendbuf, recvbuf))
 
     def Iallgather(self, sendbuf, recvbuf):
+        """Nonblocking gather to all processes."""
         return _req(self._g_Allgatherv(sendbuf, recvbuf))
 
-    Allgatherv, Iallgatherv = Allgather, Iallgather
+    def Allgather_init(self, sendbuf, recvbuf, info=None):
+        """Persistent gather to all processes."""
+        self._impl()
+        return _preq(lambda: self._g_Allgatherv(sendbuf, recvbuf))
+
+    def Allgatherv(self, sendbuf, recvbuf) -> None:
+        """Gather vector data to all processes."""
+        run(self._g_Allgatherv(sendbuf, recvbuf))
+
+    def Iallgatherv(self, sendbuf, recvbuf):
+        """Nonblocking gather of vector data to all processes."""
+        return _req(self._g_Allgatherv(sendbuf, recvbuf))
+
+    def Allgatherv_init(self, sendbuf, recvbuf, info=None):
+        """Persistent gather of vector data to all processes."""
+        self._impl()
+        return _preq(lambda: self._g_Allgatherv(sendbuf, recvbuf))
 
     def _g_Alltoallv(self, sendbuf, recvbuf):
         c = self._impl()
-        rm, rc, rd = parse_v(recvbuf, c.size, True)
+        n = len(c.peers)
+        rm, rc, rd = parse_v(recvbuf, n, True)
         if sendbuf is IN_PLACE:
-            copy = Msg(memoryview(bytearray(rm.view)), 0, rm.dtype, 0)
+            if c.remote is not None:
+                raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
+            copy = Msg(memoryview(bytearray(rm.view)), 0, rm.dtype, rm.offset)
             sm, sc, sd = copy, rc, rd
         else:
-            sm, sc, sd = parse_v(sendbuf, c.size, False)
-        sparts = [sub(sm, sc[i], sd[i]) for i in range(c.size)]
-        rparts = [sub(rm, rc[i], rd[i]) for i in range(c.size)]
+            sm, sc, sd = parse_v(sendbuf, n, False)
+        sparts = [sub(sm, sc[i], sd[i]) for i in range(n)]
+        rparts = [sub(rm, rc[i], rd[i]) for i in range(n)]
         yield from G.g_alltoallw(c, sparts, rparts)
 
-    def Alltoall(self, sendbuf, recvbuf):
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        """All to all scatter/gather."""
         run(self._g_Alltoallv(sendbuf, recvbuf))
 
     def Ialltoall(self, sendbuf, recvbuf):
+        """Nonblocking all to all scatter/gather."""
         return _req(self._g_Alltoallv(sendbuf, recvbuf))
 
-    Alltoallv, Ialltoallv = Alltoall, Ialltoall
+    def Alltoall_init(self, sendbuf, recvbuf, info=None):
+        """Persistent all to all scatter/gather."""
+        self._impl()
+        return _preq(lambda: self._g_Alltoallv(sendbuf, recvbuf))
+
+    def Alltoallv(self, sendbuf, recvbuf) -> None:
+        """All to all scatter/gather of vector data."""
+        run(self._g_Alltoallv(sendbuf, recvbuf))
+
+    def Ialltoallv(self, sendbuf, recvbuf):
+        """Nonblocking all to all scatter/gather of vector data."""
+        return _req(self._g_Alltoallv(sendbuf, recvbuf))
+
+    def Alltoallv_init(self, sendbuf, recvbuf, info=None):
+        """Persistent all to all scatter/gather of vector data."""
+        self._impl()
+        return _preq(lambda: self._g_Alltoallv(sendbuf, recvbuf))
 
     def _g_Alltoallw(self, sendbuf, recvbuf):
+        from .datatype import parse_w
         c = self._impl()
-
-        def parts(spec, writable):
-            buf, (counts, displs), types = spec[0], spec[1], spec[2]
-            if len(spec) == 4:
-                buf, counts, displs, types = spec
-            from .datatype import byte_view
-            view = byte_view(buf, writable)[0]
-            return [Msg(view, counts[i], types[i], displs[i]) for i in range(c.size)]
-        rparts = parts(recvbuf, True)
+        n = len(c.peers)
+        rparts = parse_w(recvbuf, n, True)
         if sendbuf is IN_PLACE:
+            if c.remote is not None:
+                raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
             sparts = [Msg(memoryview(bytearray(p.view)), p.count, p.dtype, p.offset)
                       for p in rparts]
         else:
-            sparts = parts(sendbuf, False)
+            sparts = parse_w(sendbuf, n, False)
         yield from G.g_alltoallw(c, sparts, rparts)
 
-    def Alltoallw(self, sendbuf, recvbuf):
+    def Alltoallw(self, sendbuf, recvbuf) -> None:
+        """Generalized all-to-all communication (per-peer datatypes)."""
         run(self._g_Alltoallw(sendbuf, recvbuf))
 
     def Ialltoallw(self, sendbuf, recvbuf):
+        """Nonblocking generalized all-to-all communication."""
         return _req(self._g_Alltoallw(sendbuf, recvbuf))
 
-    # -- pickle forms ---------------------------------------------------------------
-    def gather(self, sendobj, root=0):
-        c = self._impl()
-        _root(c, root)
-        return run(G.g_gather_obj(c, sendobj, root))
+    def Alltoallw_init(self, sendbuf, recvbuf, info=None):
+        """Persistent generalized all-to-all communication."""
+        self._impl()
+        return _preq(lambda: self._g_Alltoallw(sendbuf, recvbuf))
 
-    def scatter(self, sendobj, root=0):
+    # -- pickle forms ---------------------------------------------------------------
+    def _g_gather(self, obj, root):
         c = self._impl()
-        _root(c, root)
-        return run(G.g_scatter_obj(c, sendobj, root))
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            return G.g_inter_gather_obj(c, obj, root)
+        G.check_root(c, root)
+        return G.g_gather_obj(c, obj, root)
+
+    def _g_scatter(self, objs, root):
+        c = self._impl()
+        if c.remote is not None:
+            G.check_inter_root(c, root)
+            return G.g_inter_scatter_obj(c, objs, root)
+        G.check_root(c, root)
+        return G.g_scatter_obj(c, objs, root)
+
+    def _g_allgather(self, obj):
+        c = self._impl()
+        return G.g_inter_allgather_obj(c, obj) if c.remote is not None else \
+            G.g_allgather_obj(c, obj)
+
+    def _g_alltoall(self, objs):
+        return G.g_alltoall_obj(self._impl(), objs)
+
+    def gather(self, sendobj, root: int = 0):
+        """Gather Python objects to root."""
+        return run(self._g_gather(sendobj, root))
+
+    def scatter(self, sendobj, root: int = 0):
+        """Scatter Python objects from root."""
+        return run(self._g_scatter(sendobj, root))
 
     def allgather(self, sendobj):
-        return run(G.g_allgather_obj(self._impl(), sendobj))
+        """Gather Python objects to all processes."""
+        return run(self._g_allgather(sendobj))
 
     def alltoall(self, sendobj):
-        return run(G.g_alltoall_obj(self._impl(), sendobj))
+        """All to all exchange of Python objects."""
+        return run(self._g_alltoall(sendobj))
 
-    def igather(self, sendobj, root=0):
-        return _req(G.g_gather_obj(self._impl(), sendobj, root))
+    def igather(self, sendobj, root: int = 0):
+        """Nonblocking gather of Python objects."""
+        return _req(self._g_gather(sendobj, root))
 
-    def iscatter(self, sendobj, root=0):
-        return _req(G.g_scatter_obj(self._impl(), sendobj, root))
+    def iscatter(self, sendobj, root: int = 0):
+        """Nonblocking scatter of Python objects."""
+        return _req(self._g_scatter(sendobj, root))
 
     def iallgather(self, sendobj):
-        return _req(G.g_allgather_obj(self._impl(), sendobj))
+        """Nonblocking gather of Python objects to all processes."""
+        return _req(self._g_allgather(sendobj))
 
     def ialltoall(self, sendobj):
-        return _req(G.g_alltoall_obj(self._impl(), sendobj))
+        """Nonblocking all to all exchange of Python objects."""
+        return _req(self._g_alltoall(sendobj))
 
-    def ireduce(self, sendobj, op=SUM, root=0):
-        return _req(self._g_reduce(sendobj, op, root))
 
-    def iallreduce(self, sendobj, op=SUM):
-        return _req(G.g_allreduce(self._impl(), sendobj, op, G._Codec()))
+def _rs_block(comm, sendbuf, recvbuf):
+    return recvbuf
+
+
+def _rs_counts(comm, recvbuf, recvcounts):
+    c = comm._impl()
+    if recvcounts is None:
+        if c.remote is not None:
+            raise Exception(ERR_ARG, "Reduce_scatter on an intercommunicator needs recvcounts")
+        return comm.allgather(parse(recvbuf).count)
+    return list(recvcounts)

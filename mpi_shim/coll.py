@@ -1,17 +1,23 @@
-"""Collectives as generators over ucxpy requests.
+"""Collective algorithms as generators over ucxpy requests.
 
-Each algorithm is a generator that posts sends/receives and yields the list
-of ucxpy requests it needs before going on; :func:`.request.run` drives it to
-completion for the blocking call and :class:`.request.GenOp` from completion
-callbacks for the nonblocking one (so ``Ibarrier`` etc. progress whenever the
-process progresses).  Every call takes the communicator's next collective
-tag base (kind COLL, context id, 23-bit sequence number); the low 8 bits
-number the rounds.
+Each algorithm posts sends and receives and yields the list of ucxpy
+requests it needs before going on; :func:`run` drives it to completion for
+a blocking call and :class:`.ops.GenOp` from completion callbacks for a
+nonblocking one (so ``Ibarrier`` and friends progress whenever the process
+progresses).  Every call takes the communicator's next collective tag base
+(kind, context id, 23-bit sequence number); the low 8 bits number rounds.
 
-Algorithms: dissemination barrier; binomial-tree bcast and reduce (rooted at
-rank 0 then forwarded for non-commutative operations); recursive doubling
-allreduce (non-power-of-two ranks fold into a neighbour) and scan/exscan;
-ring allgather; gather/scatter/alltoall post every message at once.
+``c`` is a :class:`.comm.CommImpl`; ranks are ranks of ``c.peers`` (the
+group itself for an intracommunicator, the remote group for an
+intercommunicator, whose local phases run on ``c.local``).
+
+Intracommunicator algorithms: dissemination barrier; binomial-tree
+broadcast and reduce (rooted at rank 0 then forwarded for non-commutative
+operations); recursive-doubling allreduce (non-power-of-two sizes fold into
+a neighbour) and scan/exscan; ring allgather; gather, scatter and alltoall
+post every message at once.  Intercommunicator forms go through the two
+groups' leaders (barrier, bcast, reductions) or post every message between
+the groups directly (gather, scatter, allgather, alltoall).
 """
 from __future__ import annotations
 
@@ -19,10 +25,13 @@ import pickle
 
 import numpy as np
 
-from .datatype import Msg, sub
-from .exceptions import ERR_ROOT, ERR_TRUNCATE, Exception
-from .request import ENGINE, FULL, run
 from ucxpy.schedules import binomial_tree, recursive_doubling
+
+from .datatype import Msg, sub
+from .engine import ENGINE, FULL
+from .exceptions import ERR_ROOT, ERR_TRUNCATE, Exception
+
+ROOT, PROC_NULL = -3, -2
 
 
 # -- transport helpers ----------------------------------------------------------
@@ -31,22 +40,38 @@ def _snd(c, dst, data, tag):
 
 
 def _rcv(c, src, buf, tag):
-    return c.worker.tag_recv_nb(buf, tag, FULL, c.ranks[src])
+    return ENGINE.worker.tag_recv_nb(buf, tag, FULL, c.peers[src])
 
 
 def _rcv_any(c, src, tag):
-    return ENGINE.recv_anysize(c.ranks[src], tag)
+    return ENGINE.recv_anysize(c.peers[src], tag)
 
 
-class _Codec:
+def _dumps(obj):
+    return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+
+
+def obj_send_req(wid, tag, obj):
+    """Send a pickled object to process ``wid`` (a ucxpy request)."""
+    return ENGINE.ep(wid).tag_send_nb(_dumps(obj), tag)
+
+
+def obj_recv_req(wid, tag):
+    """Receive a pickle of any size from ``wid`` (request result: the bytes)."""
+    return ENGINE.recv_anysize(wid, tag)
+
+
+class Codec:
     """How reduction operands travel: numpy arrays of a fixed size, or pickles."""
+
+    __slots__ = ("dtype", "count")
 
     def __init__(self, dtype=None, count=0):
         self.dtype, self.count = dtype, count
 
     def enc(self, x):
         return memoryview(np.ascontiguousarray(x)).cast("B") if self.dtype is not None \
-            else pickle.dumps(x, pickle.HIGHEST_PROTOCOL)
+            else _dumps(x)
 
     def recv(self, c, src, tag):
         if self.dtype is None:
@@ -60,12 +85,23 @@ class _Codec:
         return np.frombuffer(buf, self.dtype)
 
 
-def _check_root(c, root):
+def check_root(c, root):
     if not (0 <= root < c.size):
         raise Exception(ERR_ROOT, f"invalid root {root}")
 
 
-# -- generators -------------------------------------------------------------------
+def check_inter_root(c, root):
+    if root not in (ROOT, PROC_NULL) and not (0 <= root < len(c.remote)):
+        raise Exception(ERR_ROOT, f"invalid root {root}")
+
+
+def run(gen):
+    """Run a collective generator to completion, blocking."""
+    from .ops import run as _run
+    return _run(gen)
+
+
+# -- intracommunicator generators ------------------------------------------------
 def g_barrier(c):
     tag, n = c.coll_tag(), c.size
     dist, rnd = 1, 0
@@ -92,6 +128,27 @@ def g_bcast(c, data, root, tag=None):
     return data
 
 
+def g_bcast_obj(c, obj, root):
+    data = yield from g_bcast(c, _dumps(obj) if c.rank == root else None, root)
+    return obj if c.rank == root else pickle.loads(data)
+
+
+def g_bcast_val(c, val, root, codec):
+    """Broadcast a reduction value (array of the codec's shape, or any object)."""
+    if codec.dtype is None:
+        return (yield from g_bcast_obj(c, val, root))
+    if c.rank == root:
+        yield from g_bcast(c, codec.enc(val), root)
+        return val
+    buf = bytearray(codec.count * codec.dtype.itemsize)
+    yield from g_bcast(c, buf, root)
+    return np.frombuffer(buf, codec.dtype)
+
+
+def _combine(op, codec, left, right):
+    return op(left, right) if codec.dtype is None else op.combine(left, right, None)
+
+
 def g_reduce(c, x, op, root, codec):
     """Binomial-tree reduce; returns the result at root, None elsewhere."""
     tag, n = c.coll_tag(), c.size
@@ -106,8 +163,7 @@ def g_reduce(c, x, op, root, codec):
             if child < n:
                 r, buf = codec.recv(c, (child + tree_root) % n, tag)
                 yield [r]
-                acc = op(acc, codec.dec(r, buf)) if codec.dtype is None else \
-                    op.combine(acc, codec.dec(r, buf), None)
+                acc = _combine(op, codec, acc, codec.dec(r, buf))
         else:
             yield [_snd(c, ((vr & ~mask) + tree_root) % n, codec.enc(acc), tag)]
             acc = None
@@ -122,10 +178,6 @@ def g_reduce(c, x, op, root, codec):
             yield [r]
             acc = codec.dec(r, buf)
     return acc
-
-
-def _combine(op, codec, left, right):
-    return op(left, right) if codec.dtype is None else op.combine(left, right, None)
 
 
 def g_allreduce(c, x, op, codec):
@@ -182,21 +234,27 @@ def g_scan(c, x, op, codec, exclusive=False):
 def g_gather_obj(c, obj, root):
     tag = c.coll_tag()
     if c.rank != root:
-        yield [_snd(c, root, pickle.dumps(obj, pickle.HIGHEST_PROTOCOL), tag)]
+        yield [_snd(c, root, _dumps(obj), tag)]
         return None
     reqs = {i: _rcv_any(c, i, tag) for i in range(c.size) if i != root}
     yield list(reqs.values())
     return [obj if i == root else pickle.loads(reqs[i].result) for i in range(c.size)]
 
 
+def _seq_of(objs, n, what):
+    if objs is None:
+        raise ValueError(f"{what}: expected a sequence of {n} objects, got None")
+    objs = list(objs)
+    if len(objs) != n:
+        raise ValueError(f"{what}: expected a sequence of {n} objects, got {len(objs)}")
+    return objs
+
+
 def g_scatter_obj(c, objs, root):
     tag = c.coll_tag()
     if c.rank == root:
-        if objs is None or len(objs) != c.size:
-            raise ValueError(f"scatter needs a sequence of {c.size} objects at the root")
-        objs = list(objs)
-        yield [_snd(c, i, pickle.dumps(objs[i], pickle.HIGHEST_PROTOCOL), tag)
-               for i in range(c.size) if i != root]
+        objs = _seq_of(objs, c.size, "scatter")
+        yield [_snd(c, i, _dumps(objs[i]), tag) for i in range(c.size) if i != root]
         return objs[root]
     r = _rcv_any(c, root, tag)
     yield [r]
@@ -207,7 +265,7 @@ def g_allgather_obj(c, obj):
     """Ring: each step forwards the pickle received in the step before."""
     tag, n, rank = c.coll_tag(), c.size, c.rank
     blocks = [None] * n
-    blocks[rank] = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+    blocks[rank] = _dumps(obj)
     right, left = (rank + 1) % n, (rank - 1) % n
     for s in range(n - 1):
         r = _rcv_any(c, left, tag | (s & 0xFF))
@@ -217,22 +275,17 @@ def g_allgather_obj(c, obj):
 
 
 def g_alltoall_obj(c, objs):
-    tag, n = c.coll_tag(), c.size
-    if objs is None or len(objs) != n:
-        raise ValueError(f"alltoall needs a sequence of {n} objects")
-    objs = list(objs)
-    reqs = {i: _rcv_any(c, i, tag) for i in range(n) if i != c.rank}
-    sends = [_snd(c, i, pickle.dumps(objs[i], pickle.HIGHEST_PROTOCOL), tag)
-             for i in range(n) if i != c.rank]
+    tag, n = c.coll_tag(), len(c.peers)
+    objs = _seq_of(objs, n, "alltoall")
+    inter = c.remote is not None
+    me = None if inter else c.rank
+    reqs = {i: _rcv_any(c, i, tag) for i in range(n) if i != me}
+    sends = [_snd(c, i, _dumps(objs[i]), tag) for i in range(n) if i != me]
     yield list(reqs.values()) + sends
-    return [objs[i] if i == c.rank else pickle.loads(reqs[i].result) for i in range(n)]
+    return [objs[i] if i == me else pickle.loads(reqs[i].result) for i in range(n)]
 
 
 # -- buffer block helpers -----------------------------------------------------------
-def _src_bytes(m: Msg):
-    return m.pack()
-
-
 class _Dst:
     """Receive target for a message part (staging when non-contiguous)."""
     __slots__ = ("m", "buf", "staged")
@@ -260,7 +313,7 @@ def _copy(dst: Msg, src: Msg):
 def g_gatherv(c, sm, rm, counts, displs, root, inplace):
     tag = c.coll_tag()
     if c.rank != root:
-        yield [_snd(c, root, _src_bytes(sm), tag)]
+        yield [_snd(c, root, sm.pack(), tag)]
         return
     dsts, reqs = [], []
     for i in range(c.size):
@@ -287,7 +340,7 @@ def g_scatterv(c, sm, counts, displs, rm, root, inplace):
                 if not inplace:
                     _copy(rm, part)
             else:
-                sends.append(_snd(c, i, _src_bytes(part), tag))
+                sends.append(_snd(c, i, part.pack(), tag))
         yield sends
         return
     d = _Dst(rm)
@@ -310,28 +363,215 @@ def g_allgatherv(c, sm, rm, counts, displs, inplace):
 
 
 def g_alltoallw(c, sparts, rparts):
-    """Every rank sends ``sparts[i]`` to rank i and receives ``rparts[i]``."""
-    tag, n, rank = c.coll_tag(), c.size, c.rank
-    _copy(rparts[rank], sparts[rank])
+    """Every rank sends ``sparts[i]`` to peer i and receives ``rparts[i]``
+    (peers: the remote group of an intercommunicator)."""
+    tag, n = c.coll_tag(), len(c.peers)
+    me = None if c.remote is not None else c.rank
+    if me is not None:
+        _copy(rparts[me], sparts[me])
     dsts, reqs = [], []
-    for k in range(1, n):
-        i = (rank - k) % n
+    order = range(n) if me is None else [(me - k) % n for k in range(1, n)]
+    for i in order:
         d = _Dst(rparts[i])
         dsts.append(d)
         reqs.append(_rcv(c, i, d.buf, tag))
-    for k in range(1, n):
-        i = (rank + k) % n
+    order = range(n) if me is None else [(me + k) % n for k in range(1, n)]
+    for i in order:
         reqs.append(_snd(c, i, sparts[i].pack(), tag))
     yield reqs
     for d in dsts:
         d.done()
 
 
-def allreduce_max(c, value: int) -> int:
-    """Blocking max of one int over ``c`` (used to agree on context ids)."""
-    return int(run(g_allreduce(c, value, _MAX, _Codec())))
+# -- intercommunicator generators -----------------------------------------------
+def leader_swap(c, obj):
+    """Every member gets the remote leader's ``obj`` (leaders exchange, then
+    broadcast in their group)."""
+    tag = c.coll_tag()
+    out = None
+    if c.rank == 0:
+        r = _rcv_any(c, 0, tag)
+        yield [_snd(c, 0, _dumps(obj), tag), r]
+        out = pickle.loads(r.result)
+    return (yield from g_bcast_obj(c.local, out, 0))
 
 
+def g_inter_barrier(c):
+    tag = c.coll_tag()
+    yield from g_barrier(c.local)
+    if c.rank == 0:
+        r = _rcv(c, 0, bytearray(0), tag)
+        yield [_snd(c, 0, b"", tag), r]
+    yield from g_bcast(c.local, bytearray(0), 0)
+
+
+def g_inter_bcast(c, data, root):
+    """``data``: bytes at ROOT, a writable buffer (or None: pickle) at receivers."""
+    tag = c.coll_tag()
+    if root == ROOT:
+        yield [_snd(c, 0, data, tag)]
+        return data
+    if root == PROC_NULL:
+        return None
+    if c.rank == 0:
+        if data is None:
+            r = _rcv_any(c, root, tag)
+            yield [r]
+            data = r.result
+        else:
+            yield [_rcv(c, root, data, tag)]
+    return (yield from g_bcast(c.local, data, 0))
+
+
+def g_inter_bcast_obj(c, obj, root):
+    if root == ROOT:
+        yield from g_inter_bcast(c, _dumps(obj), root)
+        return None
+    data = yield from g_inter_bcast(c, None, root)
+    return None if root == PROC_NULL else pickle.loads(data)
+
+
+def g_inter_gatherv(c, sm, rm, counts, displs, root):
+    tag = c.coll_tag()
+    if root == PROC_NULL:
+        return
+    if root != ROOT:
+        yield [_snd(c, root, sm.pack(), tag)]
+        return
+    dsts, reqs = [], []
+    for i in range(len(c.remote)):
+        d = _Dst(sub(rm, counts[i], displs[i]))
+        dsts.append(d)
+        reqs.append(_rcv(c, i, d.buf, tag))
+    yield reqs
+    for d in dsts:
+        d.done()
+
+
+def g_inter_scatterv(c, sm, counts, displs, rm, root):
+    tag = c.coll_tag()
+    if root == PROC_NULL:
+        return
+    if root == ROOT:
+        yield [_snd(c, i, sub(sm, counts[i], displs[i]).pack(), tag)
+               for i in range(len(c.remote))]
+        return
+    d = _Dst(rm)
+    yield [_rcv(c, root, d.buf, tag)]
+    d.done()
+
+
+def g_inter_allgatherv(c, sm, rm, counts, displs):
+    """Each process receives every remote process's block and sends its own."""
+    tag = c.coll_tag()
+    data = sm.pack()
+    dsts, reqs = [], []
+    for i in range(len(c.remote)):
+        d = _Dst(sub(rm, counts[i], displs[i]))
+        dsts.append(d)
+        reqs.append(_rcv(c, i, d.buf, tag))
+    reqs.extend(_snd(c, i, data, tag) for i in range(len(c.remote)))
+    yield reqs
+    for d in dsts:
+        d.done()
+
+
+def g_inter_gather_obj(c, obj, root):
+    tag = c.coll_tag()
+    if root == PROC_NULL:
+        return None
+    if root != ROOT:
+        yield [_snd(c, root, _dumps(obj), tag)]
+        return None
+    reqs = [_rcv_any(c, i, tag) for i in range(len(c.remote))]
+    yield reqs
+    return [pickle.loads(r.result) for r in reqs]
+
+
+def g_inter_scatter_obj(c, objs, root):
+    tag = c.coll_tag()
+    if root == PROC_NULL:
+        return None
+    if root == ROOT:
+        objs = _seq_of(objs, len(c.remote), "scatter")
+        yield [_snd(c, i, _dumps(objs[i]), tag) for i in range(len(c.remote))]
+        return None
+    r = _rcv_any(c, root, tag)
+    yield [r]
+    return pickle.loads(r.result)
+
+
+def g_inter_allgather_obj(c, obj):
+    tag = c.coll_tag()
+    data = _dumps(obj)
+    reqs = [_rcv_any(c, i, tag) for i in range(len(c.remote))]
+    yield reqs + [_snd(c, i, data, tag) for i in range(len(c.remote))]
+    return [pickle.loads(r.result) for r in reqs]
+
+
+def g_inter_reduce(c, x, op, root, codec):
+    """The non-root group reduces to its leader, which sends to the root."""
+    tag = c.coll_tag()
+    if root == PROC_NULL:
+        return None
+    if root == ROOT:
+        r, buf = codec.recv(c, 0, tag)
+        yield [r]
+        return codec.dec(r, buf)
+    acc = yield from g_reduce(c.local, x, op, 0, codec)
+    if c.rank == 0:
+        yield [_snd(c, root, codec.enc(acc), tag)]
+    return None
+
+
+def g_inter_allreduce(c, x, op, codec):
+    """Each group reduces to its leader; the leaders swap; each group gets
+    the other group's result."""
+    tag = c.coll_tag()
+    acc = yield from g_reduce(c.local, x, op, 0, codec)
+    res = None
+    if c.rank == 0:
+        r, buf = codec.recv(c, 0, tag)
+        yield [_snd(c, 0, codec.enc(acc), tag), r]
+        res = codec.dec(r, buf)
+    return (yield from g_bcast_val(c.local, res, 0, codec))
+
+
+def g_inter_reduce_scatter(c, x, op, codec, rm, counts):
+    """The other group's reduction of ``x``, scattered by ``counts`` (of the
+    local group) over the local group; stored into ``rm`` (a Msg)."""
+    from .op import store
+    tag = c.coll_tag()
+    acc = yield from g_reduce(c.local, x, op, 0, codec)
+    total = sum(counts)
+    res = None
+    if c.rank == 0:
+        rc = Codec(codec.dtype, total)
+        r, buf = rc.recv(c, 0, tag)
+        yield [_snd(c, 0, codec.enc(acc), tag), r]
+        res = rc.dec(r, buf)
+    loc = c.local
+    stag = loc.coll_tag()
+    start = sum(counts[:loc.rank])
+    mine = counts[loc.rank]
+    if loc.rank == 0:
+        sends, off = [], 0
+        for i, n in enumerate(counts):
+            if i:
+                sends.append(_snd(loc, i, memoryview(np.ascontiguousarray(res[off:off + n])).cast("B"),
+                                  stag))
+            off += n
+        if sends:
+            yield sends
+        store(rm, res[:mine])
+        return
+    buf = bytearray(mine * codec.dtype.itemsize)
+    yield [_rcv(loc, 0, buf, stag)]
+    store(rm, np.frombuffer(buf, codec.dtype))
+    _ = start
+
+
+# -- agreement used by communicator creation -------------------------------------------
 class _MaxOp:
     name = "MAX"
 
@@ -343,3 +583,19 @@ class _MaxOp:
 
 
 _MAX = _MaxOp()
+
+
+def agree_max(c, value: int) -> int:
+    """Max of ``value`` over every member of ``c`` (both groups when inter)."""
+    if c.remote is None:
+        return int(run(g_allreduce(c, value, _MAX, Codec())))
+    return int(run(_g_agree_inter(c, value)))
+
+
+def _g_agree_inter(c, value):
+    local = yield from g_allreduce(c.local, value, _MAX, Codec())
+    remote = yield from leader_swap(c, local)
+    return max(local, remote)
+
+
+allreduce_max = agree_max

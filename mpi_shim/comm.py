@@ -1,403 +1,647 @@
-"""Communicators: contexts, groups, creation and teardown.
+"""Communicators: groups of processes with a private communication context.
 
-Every communicator owns a *context id* (agreed collectively as the maximum
-of the members' next free id), so its point-to-point and collective
-traffic carry distinct ucxpy tags (see the layout in :mod:`.request`) and
-never match traffic of another communicator.  Communicators created by one
-``Split`` share the id: their members are disjoint.
+Every communicator owns a *context id*, agreed collectively as the maximum
+of the members' next free id, so its point-to-point and collective traffic
+carry distinct ucxpy tags (layout in :mod:`.engine`) and never match traffic
+of another communicator.  Communicators created by one ``Split`` share the
+id: their members are disjoint.
+
+A :class:`CommImpl` holds the local group (wids, see :mod:`.engine`), and
+for an intercommunicator the remote group; ``peers``/``eps`` are the group
+that ranks in point-to-point calls refer to (the local group of an
+intracommunicator, the remote group of an intercommunicator).  The Python
+classes follow mpi4py: ``Comm`` > ``Intracomm`` > ``Topocomm`` >
+``Cartcomm``/``Graphcomm``/``Distgraphcomm``, and ``Comm`` > ``Intercomm``.
 """
 from __future__ import annotations
 
+from . import attr
 from .cco import Coll
-from .coll import allreduce_max
+from .engine import CTX_BITS, CTX_SHIFT, ENGINE, KIND_CGRP, KIND_COLL, KIND_LOCAL, TAG_UB
+from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .exceptions import (ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL, ERR_OTHER,
                          ERR_UNSUPPORTED_OPERATION, Exception)
 from .group import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL, Group
-from .info import (ERRORS_ARE_FATAL, ERRORS_RETURN, INFO_NULL, APPNUM, HOST, IO,
-                   LASTUSEDCODE, TAG_UB_KEY, UNIVERSE_SIZE, WTIME_IS_GLOBAL, Errhandler,
-                   Info, new_keyval)
+from .handle import Handle
+from .info import INFO_NULL, Info
 from .p2p import P2P
-from .request import CTX_BITS, CTX_SHIFT, ENGINE, KIND_COLL, TAG_UB, Request
 
 COMM_TYPE_SHARED = 1
 COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED = 2, 3, 4
-KIND_CGRP = 3 << 60
+from .attr import APPNUM, HOST, IO, LASTUSEDCODE, TAG_UB_KEY, UNIVERSE_SIZE, WTIME_IS_GLOBAL  # noqa: E402
 _state = {"next_ctx": 2}
-_keyvals = {}          # keyval -> (copy_fn, delete_fn, nopython)
+_KIND_CLASS = {}        # impl kind -> natural Python class (filled below)
 
 
 class CommImpl:
-    """Shared state of one communicator handle."""
+    """Shared state of one communicator."""
 
-    def __init__(self, ctx, ranks, name=""):
+    __slots__ = ("ctx", "kind", "group", "rank", "size", "remote", "peers", "eps", "srcmap",
+                 "local", "p2p", "coll", "coll_seq", "ssend_seq", "name", "info", "attrs",
+                 "errhandler", "topo", "freed", "predefined", "revoked", "locks", "acked",
+                 "_hid", "__weakref__")
+
+    def __init__(self, ctx, group, remote=None, kind=None, name="", coll_kind=KIND_COLL):
         self.ctx = ctx
-        self.ranks = tuple(ranks)
-        self.size = len(self.ranks)
-        self.w2c = {w: i for i, w in enumerate(self.ranks)}
-        me = ENGINE.world.rank
-        self.rank = self.w2c.get(me, UNDEFINED)
-        self.eps = [ENGINE.eps[w] for w in self.ranks]
-        self.worker = ENGINE.worker
+        self.group = tuple(group)
+        self.size = len(self.group)
+        self.rank = self.group.index(ENGINE.me) if ENGINE.me in self.group else UNDEFINED
+        self.remote = None if remote is None else tuple(remote)
+        self.kind = kind or ("intra" if remote is None else "inter")
+        self.peers = self.group if remote is None else self.remote
+        self.eps = [ENGINE.ep(w) for w in self.peers]
+        self.srcmap = {w: i for i, w in enumerate(self.peers)}
+        self.local = None
         self.p2p = ctx << CTX_SHIFT
-        self.coll = KIND_COLL | (ctx << CTX_SHIFT)
+        self.coll = coll_kind | (ctx << CTX_SHIFT)
         self.coll_seq = 0
         self.ssend_seq = 0
         self.name = name
         self.info = {}
         self.attrs = {}
-        self.errhandler = ERRORS_ARE_FATAL if False else ERRORS_RETURN
+        self.errhandler = ERRORS_RETURN_IMPL
         self.topo = None
-        self.freed = False
+        self.freed = self.predefined = self.revoked = False
         self.locks = {}
+        self.acked = frozenset()
+        if remote is not None:
+            # the local group's own collectives (phases of intercommunicator
+            # collectives): same context, another traffic kind
+            self.local = CommImpl(ctx, group, coll_kind=KIND_LOCAL)
+
+    @property
+    def rsize(self) -> int:
+        return len(self.remote) if self.remote is not None else self.size
 
     def coll_tag(self) -> int:
         """Base tag of the next collective (all members call in one order)."""
         self.coll_seq = (self.coll_seq + 1) & 0x7FFFFF
         return self.coll | (self.coll_seq << 8)
 
+    def source_rank(self, wid) -> int:
+        return self.srcmap.get(wid, wid)
 
-def _new_ctx(parent: CommImpl) -> int:
-    ctx = allreduce_max(parent, _state["next_ctx"])
+
+def next_ctx_value() -> int:
+    return _state["next_ctx"]
+
+
+def claim_ctx(ctx: int) -> int:
+    """Record that context id ``ctx`` is taken here; returns it."""
     if ctx >= 1 << CTX_BITS:
         raise Exception(ERR_OTHER, "out of communicator context ids")
-    _state["next_ctx"] = ctx + 1
+    _state["next_ctx"] = max(_state["next_ctx"], ctx + 1)
     return ctx
 
 
-class Comm(P2P, Coll):
-    """Communication context (``MPI.Comm``)."""
+def new_ctx(c: CommImpl) -> int:
+    """A context id free at every member of ``c`` (both groups when inter)."""
+    from .coll import agree_max
+    return claim_ctx(agree_max(c, _state["next_ctx"]))
 
-    __slots__ = ("_c", "__weakref__")
 
-    def __init__(self, comm=None):
-        if comm is None:
-            self._c = None
-        elif isinstance(comm, Comm):
-            self._c = comm._c
-        else:
-            raise TypeError("expected a Comm")
+def _natural(impl):
+    return _KIND_CLASS[impl.kind] if impl is not None else None
+
+
+class Comm(Handle, P2P, Coll):
+    """Communication context."""
+
+    __slots__ = ()
+    _KINDS = ("intra", "inter", "cart", "graph", "dist_graph")
 
     @classmethod
-    def _wrap(cls, impl):
-        c = cls.__new__(cls)
-        c._c = impl
-        return c
+    def _accepts(cls, impl) -> bool:
+        return impl is None or impl.kind in cls._KINDS
+
+    @classmethod
+    def fromhandle(cls, handle: int):
+        """Communicator referring to integer ``handle``."""
+        from .handle import impl_of
+        impl = impl_of(handle)
+        nat = _natural(impl)
+        return (nat if nat is not None and issubclass(nat, cls) else cls)._wrap(impl)
+
+    @classmethod
+    def _new(cls, impl):
+        """Python object of the natural class for ``impl`` (None: COMM_NULL)."""
+        nat = _natural(impl)
+        return (nat or cls)._wrap(impl)
 
     def _impl(self) -> CommImpl:
-        c = self._c
+        c = self._h
         if c is None:
             raise Exception(ERR_COMM, "invalid communicator (COMM_NULL)")
         return c
 
-    def _rank_of_world(self, w):
-        return self._c.w2c.get(w, w)
+    @property
+    def _c(self):
+        return self._h
 
-    def __eq__(self, other):
-        if not isinstance(other, Comm):
-            return NotImplemented
-        return self._c is other._c
-
-    def __ne__(self, other):
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
-
-    def __hash__(self):
-        return id(self._c)
-
-    def __bool__(self):
-        return self._c is not None
+    def _source_rank(self, wid) -> int:
+        return self._h.srcmap.get(wid, wid)
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.Get_name()}>"
 
-    def __reduce__(self):
-        for name in ("COMM_NULL", "COMM_WORLD", "COMM_SELF"):
-            if self is globals().get(name):
-                return name
-        if self._c is None:
-            return (type(self), ())
-        for name in ("COMM_WORLD", "COMM_SELF"):
-            if self._c is globals()[name]._c:
-                return (_predefined_copy, (type(self), name))
-        raise ValueError("cannot pickle a communicator")
-
-    # -- basic queries -----------------------------------------------------------
+    # -- basic queries ---------------------------------------------------------
     def Get_size(self) -> int:
+        """Return the number of processes in the (local) group."""
         return self._impl().size
 
     def Get_rank(self) -> int:
+        """Return the rank of this process in the (local) group."""
         return self._impl().rank
 
-    size = property(Get_size)
-    rank = property(Get_rank)
+    size = property(Get_size, doc="Number of processes in the (local) group.")
+    rank = property(Get_rank, doc="Rank of this process in the (local) group.")
 
     def Get_group(self) -> Group:
-        return Group._of(self._impl().ranks)
+        """Access the (local) group of the communicator."""
+        return Group._of(self._impl().group)
 
-    group = property(Get_group)
+    group = property(Get_group, doc="Group of the communicator.")
 
     def Get_name(self) -> str:
-        return "MPI_COMM_NULL" if self._c is None else self._c.name
+        """Get the print name of the communicator."""
+        return "MPI_COMM_NULL" if self._h is None else self._h.name
 
     def Set_name(self, name: str) -> None:
-        self._impl().name = name
+        """Set the print name of the communicator."""
+        self._impl().name = str(name)
 
-    name = property(Get_name, Set_name)
+    name = property(Get_name, Set_name, doc="Print name of the communicator.")
 
     def Is_inter(self) -> bool:
-        self._impl()
-        return False
+        """Test whether the communicator is an intercommunicator."""
+        return self._impl().kind == "inter"
 
     def Is_intra(self) -> bool:
-        return not self.Is_inter()
+        """Test whether the communicator is an intracommunicator."""
+        return self._impl().kind != "inter"
 
-    is_inter = property(Is_inter)
-    is_intra = property(Is_intra)
+    is_inter = property(Is_inter, doc="Whether the communicator is an intercommunicator.")
+    is_intra = property(Is_intra, doc="Whether the communicator is an intracommunicator.")
 
-    def Get_topology(self):
-        self._impl()
-        return UNDEFINED
+    def Get_topology(self) -> int:
+        """Return the kind of topology attached to the communicator."""
+        from .topo import CART, DIST_GRAPH, GRAPH
+        return {"cart": CART, "graph": GRAPH, "dist_graph": DIST_GRAPH}.get(
+            self._impl().kind, UNDEFINED)
 
-    topology = property(Get_topology)
+    topology = property(Get_topology, doc="Kind of topology (UNDEFINED when none).")
+    is_topo = property(lambda self: self.Get_topology() != UNDEFINED,
+                       doc="Whether the communicator has a topology.")
 
     def Compare(self, comm) -> int:
+        """Compare two communicators (IDENT, CONGRUENT, SIMILAR or UNEQUAL)."""
         a, b = self._impl(), comm._impl()
         if a is b:
             return IDENT
-        if a.ranks == b.ranks:
+        if a.kind == "inter" or b.kind == "inter":
+            if (a.kind == "inter") != (b.kind == "inter"):
+                return UNEQUAL
+            if a.group == b.group and a.remote == b.remote:
+                return CONGRUENT
+            same = sorted(a.group) == sorted(b.group) and sorted(a.remote) == sorted(b.remote)
+            return SIMILAR if same else UNEQUAL
+        if a.group == b.group:
             return CONGRUENT
-        return SIMILAR if sorted(a.ranks) == sorted(b.ranks) else UNEQUAL
+        return SIMILAR if sorted(a.group) == sorted(b.group) else UNEQUAL
 
+    # -- info --------------------------------------------------------------
     def Get_info(self) -> Info:
+        """Return the current hints of the communicator."""
         return Info.Create(dict(self._impl().info))
 
     def Set_info(self, info: Info) -> None:
+        """Set new hints for the communicator."""
+        c = self._impl()
         if info:
-            self._impl().info.update(info.items())
+            c.info.update(info.items())
 
-    info = property(Get_info, Set_info)
+    info = property(Get_info, Set_info, doc="Hints of the communicator.")
 
+    # -- error handling ---------------------------------------------------------
     def Get_errhandler(self) -> Errhandler:
-        return Errhandler(self._impl().errhandler)
+        """Get the error handler of the communicator."""
+        return errhandler_of(self._impl().errhandler)
 
-    def Set_errhandler(self, errhandler) -> None:
-        self._impl().errhandler = Errhandler(errhandler)
+    def Set_errhandler(self, errhandler: Errhandler) -> None:
+        """Set the error handler of the communicator."""
+        c = self._impl()
+        c.errhandler = Errhandler._checked(errhandler, "comm")
 
-    def Call_errhandler(self, errorcode) -> None:
-        pass
+    def Call_errhandler(self, errorcode: int) -> None:
+        """Call the error handler installed on the communicator."""
+        raise_in(self, Exception(errorcode), call_only=True)
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn) -> Errhandler:
+        """Create a new error handler for communicators."""
+        return Errhandler._create(errhandler_fn, "comm")
 
     def Abort(self, errorcode: int = 0):
-        ENGINE.world.abort(f"MPI_Abort(errorcode={errorcode})")
+        """Terminate the MPI execution environment."""
         import os
-        os._exit(errorcode if 0 < errorcode < 256 else 1)
+        import sys
+        try:
+            sys.stderr.flush()
+            sys.stdout.flush()
+        except Exception:
+            pass
+        try:
+            ENGINE.world.abort(f"MPI_Abort(errorcode={errorcode})")
+        finally:
+            os._exit(errorcode if 0 < errorcode < 256 else 1)
 
-    # -- attributes ----------------------------------------------------------------
+    # -- attributes ---------------------------------------------------------------
     @classmethod
-    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython=False):
-        kv = new_keyval()
-        _keyvals[kv] = (copy_fn, delete_fn)
-        return kv
+    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython=False) -> int:
+        """Create a new attribute key for communicators."""
+        return attr.create_keyval("comm", copy_fn, delete_fn, nopython)
 
     @classmethod
-    def Free_keyval(cls, keyval):
-        _keyvals.pop(keyval, None)
-        return -1
+    def Free_keyval(cls, keyval: int) -> int:
+        """Free an attribute key for communicators."""
+        return attr.free_keyval("comm", keyval)
 
-    def Get_attr(self, keyval):
+    def Get_attr(self, keyval: int):
+        """Retrieve the attribute value cached under ``keyval``."""
         c = self._impl()
         if keyval == TAG_UB_KEY:
             return TAG_UB
-        if keyval in (HOST, IO):
-            return -1 if keyval == HOST else c.rank
+        if keyval == IO:
+            return c.rank if c.rank != UNDEFINED else -2
         if keyval == WTIME_IS_GLOBAL:
             return 0
+        if keyval == HOST:
+            return -2
         if keyval == UNIVERSE_SIZE:
-            return ENGINE.world.size
-        if keyval in (APPNUM, LASTUSEDCODE):
-            return None
-        return c.attrs.get(keyval)
+            from .dynproc import universe_size
+            return universe_size()
+        if keyval == APPNUM:
+            from .dynproc import appnum
+            return appnum()
+        if keyval == LASTUSEDCODE:
+            from .exceptions import last_used_code
+            return last_used_code()
+        return attr.get_attr("comm", c.attrs, keyval)
 
-    def Set_attr(self, keyval, attrval):
-        c = self._impl()
-        if keyval not in _keyvals:
-            raise Exception(ERR_KEYVAL, "invalid keyval")
-        self.Delete_attr(keyval) if keyval in c.attrs else None
-        c.attrs[keyval] = attrval
+    def Set_attr(self, keyval: int, attrval) -> None:
+        """Store an attribute value under ``keyval``."""
+        attr.set_attr("comm", self, self._impl().attrs, keyval, attrval)
 
-    def Delete_attr(self, keyval):
-        c = self._impl()
-        if keyval in c.attrs:
-            val = c.attrs.pop(keyval)
-            fn = _keyvals.get(keyval, (None, None))[1]
-            if fn is not None:
-                fn(self, keyval, val)
-
-    def _copy_attrs(self, new: CommImpl):
-        for kv, val in self._c.attrs.items():
-            fn = _keyvals.get(kv, (None, None))[0]
-            if fn is None or fn is False:
-                continue
-            if fn is True:
-                new.attrs[kv] = val
-            else:
-                out = fn(self, kv, val)
-                if out is not NotImplemented:
-                    new.attrs[kv] = out
+    def Delete_attr(self, keyval: int) -> None:
+        """Delete the attribute value cached under ``keyval``."""
+        attr.delete_attr("comm", self, self._impl().attrs, keyval)
 
     # -- creation -------------------------------------------------------------------
-    def Dup(self, info=None):
-        c = self._impl()
-        new = CommImpl(_new_ctx(c), c.ranks)
-        self._copy_attrs(new)
-        if info:
+    def _derive(self, c: CommImpl, new: CommImpl, info=None):
+        """Finish a communicator derived from ``c``: error handler, hints."""
+        new.errhandler = c.errhandler
+        if info is not None and info != INFO_NULL and info:
             new.info.update(info.items())
-        else:
-            new.info.update(c.info)
-        return type(self)._wrap(new)
+        return new
 
-    def Dup_with_info(self, info):
+    def Dup(self, info: Info = None):
+        """Duplicate the communicator (with its attributes and topology)."""
+        c = self._impl()
+        new = CommImpl(new_ctx(c), c.group, c.remote, c.kind)
+        new.topo = c.topo
+        new.attrs = attr.copy_attrs(self, c.attrs)
+        self._derive(c, new, info)
+        if info is None or info == INFO_NULL:
+            new.info.update(c.info)
+        return type(self)._new(new)
+
+    def Dup_with_info(self, info: Info):
+        """Duplicate the communicator with new hints."""
         return self.Dup(info)
 
-    def Idup(self, info=None):
-        return self.Dup(info), Request()
+    def Idup(self, info: Info = None):
+        """Nonblocking duplicate: returns ``(comm, request)``."""
+        from .request import Request
+        return self.Dup(info), Request._done_request()
 
-    def Idup_with_info(self, info):
+    def Idup_with_info(self, info: Info):
+        """Nonblocking duplicate with new hints: returns ``(comm, request)``."""
         return self.Idup(info)
 
     def Clone(self):
+        """Clone an existing communicator (same as ``Dup``)."""
         return self.Dup()
 
-    def Free(self):
+    def Free(self) -> None:
+        """Free the communicator (its attributes are deleted first)."""
         c = self._impl()
-        if self is COMM_WORLD or self is COMM_SELF or c is _WORLD or c is _SELF:
+        if c.predefined:
             raise Exception(ERR_COMM, "cannot free a predefined communicator")
-        for kv in list(c.attrs):
-            self.Delete_attr(kv)
+        attr.delete_all(self, c.attrs)
         c.freed = True
-        self._c = None
+        self._h = None
 
-    def Disconnect(self):
+    def _release(self) -> None:
+        c = self._h
+        attr.delete_all(self, c.attrs)
+        c.freed = True
+
+    def Disconnect(self) -> None:
+        """Disconnect from a communicator (waits for pending traffic, then frees it)."""
+        c = self._impl()
+        if c.predefined:
+            raise Exception(ERR_COMM, "cannot disconnect a predefined communicator")
+        from .coll import run, g_barrier
+        run(g_barrier(c) if c.kind != "inter" else _inter_barrier(c))
         self.Free()
 
-    def free(self):
-        if self._c is not None and self._c not in (_WORLD, _SELF):
-            self.Free()
-
-    def Split(self, color=0, key=0):
+    def Create(self, group: Group):
+        """Create a communicator from a subgroup (collective over this communicator)."""
         c = self._impl()
-        ctx = _new_ctx(c)
-        table = self.allgather((color, key))
-        if color == UNDEFINED or color is None:
+        if c.kind == "inter":
+            from .intercomm import inter_create
+            return inter_create(self, group)
+        members = group._check()
+        ctx = new_ctx(c)
+        if ENGINE.me not in members:
             return Intracomm()
-        members = sorted((k, r) for r, (col, k) in enumerate(table) if col == color)
-        return Intracomm._wrap(CommImpl(ctx, [c.ranks[r] for _, r in members]))
+        return Intracomm._wrap(self._derive(c, CommImpl(ctx, members)))
 
-    def Split_type(self, split_type, key=0, info=None):
-        valid = split_type == COMM_TYPE_SHARED
-        if split_type in (COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
-            valid = bool(info) and info.get("mpi_hw_resource_type") == "mpi_shared_memory"
+    def Create_group(self, group: Group, tag: int = 0):
+        """Create a communicator from a group (collective over the group only)."""
+        c = self._impl()
+        members = group._check()
+        if ENGINE.me not in members:
+            raise Exception(ERR_GROUP, "calling process is not in the group")
+        if not (0 <= tag <= TAG_UB):
+            from .exceptions import ERR_TAG
+            raise Exception(ERR_TAG, f"invalid tag {tag}")
+        tmp = CommImpl(0, members, coll_kind=KIND_CGRP | (c.ctx << CTX_SHIFT))
+        tmp.coll_seq = tag & 0x3FFFFF
+        return Intracomm._wrap(self._derive(c, CommImpl(new_ctx(tmp), members)))
+
+    def Split(self, color: int = 0, key: int = 0):
+        """Split the communicator by color and key."""
+        c = self._impl()
+        if c.kind == "inter":
+            from .intercomm import inter_split
+            return inter_split(self, color, key)
+        ctx = new_ctx(c)
+        table = self.allgather((color, key))
+        if color == UNDEFINED:
+            return Intracomm()
+        if color < 0:
+            raise Exception(ERR_ARG, f"invalid color {color}")
+        members = sorted((k, r) for r, (col, k) in enumerate(table) if col == color)
+        return Intracomm._wrap(self._derive(c, CommImpl(ctx, [c.group[r] for _, r in members])))
+
+    def Split_type(self, split_type: int, key: int = 0, info: Info = INFO_NULL):
+        """Split the communicator by type (shared memory, hardware guided ...)."""
+        c = self._impl()
+        valid = split_type in (COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED)
+        if split_type == COMM_TYPE_HW_GUIDED:
+            valid = bool(info) and info.Get("mpi_hw_resource_type") == "mpi_shared_memory"
+        elif split_type == COMM_TYPE_RESOURCE_GUIDED:
+            valid = bool(info) and info.Get("mpi_hw_resource_type") == "mpi_shared_memory"
         elif split_type not in (UNDEFINED, COMM_TYPE_SHARED, COMM_TYPE_HW_UNGUIDED):
             raise Exception(ERR_ARG, f"unknown split type {split_type}")
         host = ENGINE.worker.address.host_id
-        hosts = self.allgather(host if valid else None)
+        if c.kind == "inter":
+            from .intercomm import local_comm
+            base = local_comm(self)
+        else:
+            base = self
+        hosts = base.allgather(host if valid else None)
+        if split_type == COMM_TYPE_HW_UNGUIDED:
+            # one level below the whole: the host, unless everyone is on one host
+            if len(set(hosts)) <= 1 and c.size > 1:
+                base.Split(UNDEFINED, key)
+                return Intracomm()
         if not valid:
-            self.Split(UNDEFINED, key)
+            base.Split(UNDEFINED, key)
             return Intracomm()
-        return self.Split(hosts.index(host), key)
-
-    def Create(self, group: Group):
-        c = self._impl()
-        ranks = group._check()
-        ctx = _new_ctx(c)
-        if ENGINE.world.rank not in ranks:
-            return Intracomm()
-        return Intracomm._wrap(CommImpl(ctx, ranks))
-
-    def Create_group(self, group: Group, tag: int = 0):
-        c = self._impl()
-        ranks = group._check()
-        if ENGINE.world.rank not in ranks:
-            raise Exception(ERR_GROUP, "calling process is not in the group")
-        tmp = CommImpl(0, ranks)
-        tmp.coll = KIND_CGRP | (c.ctx << CTX_SHIFT)
-        tmp.coll_seq = tag & 0x3FFFFF
-        ctx = allreduce_max(tmp, _state["next_ctx"])
-        _state["next_ctx"] = ctx + 1
-        return Intracomm._wrap(CommImpl(ctx, ranks))
-
-    @classmethod
-    def Create_from_group(cls, group, stringtag="org.mpi4py", info=None, errhandler=None):
-        ranks = group._check()
-        tmp = CommImpl(0, ranks)
-        tmp.coll = KIND_CGRP
-        tmp.coll_seq = sum(map(ord, stringtag)) & 0x3FFFFF
-        ctx = allreduce_max(tmp, _state["next_ctx"])
-        _state["next_ctx"] = ctx + 1
-        return Intracomm._wrap(CommImpl(ctx, ranks))
+        new = base.Split(hosts.index(host), key)
+        if split_type == COMM_TYPE_HW_UNGUIDED:
+            if info is not None and info != INFO_NULL:
+                info.Set("mpi_hw_resource_type", "mpi_shared_memory")
+            if new:
+                new.Set_info(Info.Create({"mpi_hw_resource_type": "mpi_shared_memory"}))
+        return new
 
     @classmethod
     def Get_parent(cls):
-        return Intercomm()
+        """Return the parent intercommunicator of a spawned process (or COMM_NULL)."""
+        from .dynproc import get_parent
+        return get_parent()
 
-    # -- bsend buffers -----------------------------------------------------------
-    def Attach_buffer(self, buf):
-        from . import MPI
-        MPI.Attach_buffer(buf)
+    @classmethod
+    def Join(cls, fd: int):
+        """Interconnect two processes connected by a socket."""
+        from .dynproc import join
+        return join(fd)
+
+    # -- bsend buffers -------------------------------------------------------
+    def Attach_buffer(self, buf) -> None:
+        """Attach a buffer used by this communicator's buffered sends."""
+        from .bsend import attach
+        attach(self._impl(), buf)
 
     def Detach_buffer(self):
-        from . import MPI
-        return MPI.Detach_buffer()
+        """Detach this communicator's buffer (waits for its messages to leave)."""
+        from .bsend import detach
+        return detach(self._impl())
 
-    def Flush_buffer(self):
-        pass
+    def Flush_buffer(self) -> None:
+        """Wait until every buffered send of this communicator has left."""
+        from .bsend import flush
+        flush(self._impl())
 
     def Iflush_buffer(self):
-        return Request()
+        """Nonblocking ``Flush_buffer``."""
+        from .bsend import iflush
+        return iflush(self._impl())
 
-    # -- misc -------------------------------------------------------------------
-    def py2f(self):
-        return id(self._c) if self._c else 0
+    # -- fault tolerance (ULFM) ---------------------------------------------------
+    def Revoke(self) -> None:
+        """Revoke the communicator: pending and future communication on it fails."""
+        from .ulfm import revoke
+        revoke(self._impl())
 
-    @property
-    def handle(self):
-        return self.py2f()
+    def Is_revoked(self) -> bool:
+        """Whether the communicator has been revoked."""
+        return self._impl().revoked
+
+    def Get_failed(self) -> Group:
+        """Group of the processes of the communicator known to have failed."""
+        from .ulfm import get_failed
+        return get_failed(self._impl())
+
+    def Ack_failed(self, num_to_ack=None) -> int:
+        """Acknowledge failures; returns the number of acknowledged failed processes."""
+        from .ulfm import ack_failed
+        return ack_failed(self._impl(), num_to_ack)
+
+    def Agree(self, flag: int) -> int:
+        """Agree on a flag (bitwise AND) among the surviving processes."""
+        from .ulfm import agree
+        return agree(self, flag)
+
+    def Iagree(self, flag):
+        """Nonblocking ``Agree``; ``flag`` is a one-element integer buffer."""
+        from .ulfm import iagree
+        return iagree(self, flag)
+
+    def Shrink(self):
+        """Create a communicator of the surviving processes."""
+        from .ulfm import shrink
+        return shrink(self)
+
+    def Ishrink(self):
+        """Nonblocking ``Shrink``: returns ``(comm, request)``."""
+        from .request import Request
+        return self.Shrink(), Request._done_request()
+
+    # -- partitioned point-to-point -------------------------------------------------
+    def Psend_init(self, buf, partitions: int, dest: int, tag: int = 0, info=INFO_NULL):
+        """Create a partitioned send request."""
+        from .part import psend_init
+        return psend_init(self, buf, partitions, dest, tag)
+
+    def Precv_init(self, buf, partitions: int, source: int = -1, tag: int = -1,
+                   info=INFO_NULL):
+        """Create a partitioned receive request."""
+        from .part import precv_init
+        return precv_init(self, buf, partitions, source, tag)
+
+
+def _inter_barrier(c):
+    from .coll import g_inter_barrier
+    return g_inter_barrier(c)
 
 
 class Intracomm(Comm):
+    """Intracommunicator."""
+
     __slots__ = ()
+    _KINDS = ("intra", "cart", "graph", "dist_graph")
 
-    def Create_intercomm(self, *args, **kwargs):
-        raise NotImplementedError("intercommunicators are not supported by mpi_shim")
+    def Create_intercomm(self, local_leader: int, peer_comm, remote_leader: int,
+                         tag: int = 0):
+        """Create an intercommunicator with the group of ``remote_leader`` (collective)."""
+        from .intercomm import create_intercomm
+        return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
 
-    def Create_cart(self, *args, **kwargs):
-        raise NotImplementedError("topologies are not supported by mpi_shim")
+    @classmethod
+    def Create_from_group(cls, group: Group, stringtag: str = "org.mpi4py",
+                          info: Info = INFO_NULL, errhandler=None):
+        """Create a communicator from a group (collective over the group, no parent)."""
+        members = group._check()
+        if ENGINE.me not in members:
+            raise Exception(ERR_GROUP, "calling process is not in the group")
+        tmp = CommImpl(0, members, coll_kind=KIND_CGRP)
+        tmp.coll_seq = _string_tag(stringtag)
+        new = CommImpl(new_ctx(tmp), members)
+        if errhandler is not None:
+            new.errhandler = Errhandler._checked(errhandler, "comm")
+        if info:
+            new.info.update(info.items())
+        return cls._wrap(new)
 
-    Create_graph = Create_dist_graph = Create_dist_graph_adjacent = Create_cart
+    # topologies (see .topo)
+    def Create_cart(self, dims, periods=None, reorder: bool = False):
+        """Create a communicator with Cartesian topology."""
+        from .topo import create_cart
+        return create_cart(self, dims, periods, reorder)
+
+    def Create_graph(self, index, edges, reorder: bool = False):
+        """Create a communicator with graph topology."""
+        from .topo import create_graph
+        return create_graph(self, index, edges, reorder)
+
+    def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None,
+                                   destweights=None, info=INFO_NULL, reorder: bool = False):
+        """Create a distributed graph communicator from each process's neighbors."""
+        from .topo import create_dist_graph_adjacent
+        return create_dist_graph_adjacent(self, sources, destinations, sourceweights,
+                                          destweights, reorder)
+
+    def Create_dist_graph(self, sources, degrees, destinations, weights=None,
+                          info=INFO_NULL, reorder: bool = False):
+        """Create a distributed graph communicator from arbitrary edge lists."""
+        from .topo import create_dist_graph
+        return create_dist_graph(self, sources, degrees, destinations, weights, reorder)
+
+    def Cart_map(self, dims, periods=None) -> int:
+        """Return an optimal placement of the calling process on a Cartesian topology."""
+        from .topo import cart_map
+        return cart_map(self, dims, periods)
+
+    def Graph_map(self, index, edges) -> int:
+        """Return an optimal placement of the calling process on a graph topology."""
+        from .topo import graph_map
+        return graph_map(self, index, edges)
+
+    # dynamic processes (see .dynproc)
+    def Spawn(self, command, args=None, maxprocs: int = 1, info=INFO_NULL, root: int = 0,
+              errcodes=None):
+        """Spawn instances of a single MPI application."""
+        from .dynproc import spawn
+        return spawn(self, [command], [args], [maxprocs], [info], root, errcodes)
+
+    def Spawn_multiple(self, command, args=None, maxprocs=None, info=INFO_NULL,
+                       root: int = 0, errcodes=None):
+        """Spawn instances of multiple MPI applications."""
+        from .dynproc import spawn_multiple
+        return spawn_multiple(self, command, args, maxprocs, info, root, errcodes)
+
+    def Accept(self, port_name: str, info=INFO_NULL, root: int = 0):
+        """Accept a request to form a new intercommunicator."""
+        from .dynproc import accept
+        return accept(self, port_name, root)
+
+    def Connect(self, port_name: str, info=INFO_NULL, root: int = 0):
+        """Request a connection to a server to form a new intercommunicator."""
+        from .dynproc import connect
+        return connect(self, port_name, root)
 
 
-class Intercomm(Comm):
-    __slots__ = ()
-
-    def Is_inter(self) -> bool:
-        self._impl()
-        return True
+def _string_tag(s: str) -> int:
+    import zlib
+    return zlib.crc32(s.encode()) & 0x3FFFFF
 
 
 def _predefined_copy(cls, name):
     return cls(globals()[name])
 
 
-COMM_NULL = Comm()
-_WORLD = _SELF = None
-COMM_WORLD = Intracomm()
-COMM_SELF = Intracomm()
+COMM_NULL = Comm._constant(None)
+COMM_WORLD = Intracomm._constant(None)
+COMM_SELF = Intracomm._constant(None)
 
 
 def init_predefined():
     """Create COMM_WORLD (context 0) and COMM_SELF (context 1)."""
-    global _WORLD, _SELF
     w = ENGINE.world
-    _WORLD = CommImpl(0, range(w.size), "MPI_COMM_WORLD")
-    _SELF = CommImpl(1, [w.rank], "MPI_COMM_SELF")
-    COMM_WORLD._c = _WORLD
-    COMM_SELF._c = _SELF
+    world = CommImpl(0, range(w.size), name="MPI_COMM_WORLD")
+    me = CommImpl(1, [w.rank], name="MPI_COMM_SELF")
+    for c in (world, me):
+        c.predefined = True
+        c.errhandler = ERRORS_RETURN_IMPL
+    COMM_WORLD._h = world
+    COMM_SELF._h = me
+
+
+def finalize_predefined():
+    """MPI_Finalize: delete COMM_SELF's attributes first (newest first), then WORLD's."""
+    for comm in (COMM_SELF, COMM_WORLD):
+        c = comm._h
+        if c is not None:
+            attr.delete_all(comm, c.attrs)
+
+
+def register_kind(kind, cls):
+    _KIND_CLASS[kind] = cls
+
+
+register_kind("intra", Intracomm)
+Comm._family = Comm

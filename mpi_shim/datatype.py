@@ -574,3 +574,21 @@ def sub(m: Msg, count, displ) -> Msg:
 
 
 from .memory import buffer  # noqa: E402,F401 - MPI.buffer
+
+
+def parse_w(spec, size, writable=False):
+    """Per-peer messages of an Alltoallw spec ``[buf, (counts, displs), types]``
+    or ``[buf, counts, displs, types]`` (byte displacements)."""
+    if len(spec) == 4:
+        buf, counts, displs, types = spec
+    else:
+        buf, (counts, displs), types = spec
+    view = byte_view(buf, writable)[0]
+    if isinstance(types, Datatype):
+        types = [types] * size
+    return [Msg(view, counts[i], types[i], displs[i]) for i in range(size)]
+
+
+__all__ = [n for n, v in list(globals().items())
+           if not n.startswith("_") and not isinstance(v, type(np)) and n not in
+           ("annotations", "Msg", "parse", "parse_v", "parse_w", "sub", "byte_view")]

@@ -19,13 +19,16 @@ ERR_NOT_SAME ERR_NO_SPACE ERR_NO_SUCH_FILE ERR_PORT ERR_QUOTA ERR_READ_ONLY ERR_
 ERR_RMA_SYNC ERR_SERVICE ERR_SIZE ERR_SPAWN ERR_UNSUPPORTED_DATAREP ERR_UNSUPPORTED_OPERATION
 ERR_WIN ERR_RMA_RANGE ERR_RMA_ATTACH ERR_RMA_SHARED ERR_RMA_FLAVOR ERR_SESSION
 ERR_PROC_ABORTED ERR_VALUE_TOO_LARGE ERR_ERRHANDLER ERR_PROC_FAILED ERR_PROC_FAILED_PENDING
-ERR_REVOKED""".split()
+ERR_REVOKED ERR_ABI""".split()
 ERR_CLASS = {name: i + 1 for i, name in enumerate(_CLASSES)}
 globals().update(ERR_CLASS)
 ERR_LASTCODE = len(_CLASSES) + 64
 _STRINGS = {SUCCESS: "MPI_SUCCESS: no errors"}
 _STRINGS.update({v: f"MPI_{k}" for k, v in ERR_CLASS.items()})
 _user_classes = {}        # Add_error_class / Add_error_code
+__all__ = ["SUCCESS", "ERR_LASTCODE", "Exception", "Get_error_class", "Get_error_string",
+           "Add_error_class", "Add_error_code", "Add_error_string", "Remove_error_class",
+           "Remove_error_code", "Remove_error_string"] + list(ERR_CLASS)
 
 
 class Exception(builtins.RuntimeError):       # noqa: A001 - mpi4py's name
@@ -113,6 +116,11 @@ def Add_error_code(errorclass: int) -> int:
 
 def Add_error_string(errorcode: int, string: str) -> None:
     _STRINGS[errorcode] = string
+
+
+def last_used_code() -> int:
+    """The largest error code or class in use (the LASTUSEDCODE attribute)."""
+    return _next_code[0] - 1
 
 
 def Remove_error_class(errorclass):

@@ -1,75 +1,65 @@
-"""``MPI.Group``: an ordered set of processes, stored as world ranks."""
+"""``MPI.Group``: an ordered set of processes, stored as wids (see :mod:`.engine`)."""
 from __future__ import annotations
 
 from .exceptions import ERR_ARG, ERR_GROUP, ERR_RANK, Exception
-from .status import PROC_NULL
+from .handle import Handle
 
 UNDEFINED = -32766
+PROC_NULL = -2
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 
 
-class Group:
-    __slots__ = ("_ranks", "_index", "_me", "__weakref__")
+class GroupImpl:
+    __slots__ = ("ranks", "index", "me", "predefined", "_hid", "__weakref__")
 
-    def __init__(self, group=None):
-        if group is None:
-            self._init(None)
-        elif isinstance(group, Group):
-            self._init(group._ranks)
-        else:
-            raise TypeError("expected a Group")
+    def __init__(self, ranks, predefined=False):
+        from .engine import ENGINE
+        self.ranks = tuple(ranks)
+        self.index = {w: i for i, w in enumerate(self.ranks)}
+        self.me = self.index.get(ENGINE.me, UNDEFINED)
+        self.predefined = predefined
 
-    def _init(self, ranks):
-        from .request import ENGINE
-        self._ranks = None if ranks is None else tuple(ranks)
-        self._index = None if ranks is None else {w: i for i, w in enumerate(self._ranks)}
-        me = ENGINE.world.rank if ENGINE.world is not None else 0
-        self._me = UNDEFINED if ranks is None else self._index.get(me, UNDEFINED)
-        return self
+
+class Group(Handle):
+    """Group of processes."""
+
+    __slots__ = ()
 
     @classmethod
     def _of(cls, ranks):
-        g = cls.__new__(cls)
-        return g._init(ranks)
+        ranks = tuple(ranks)
+        if not ranks:
+            return cls._wrap(_EMPTY)
+        return cls._wrap(GroupImpl(ranks))
 
     def _check(self):
-        if self._ranks is None:
+        if self._h is None:
             raise Exception(ERR_GROUP, "invalid group (GROUP_NULL)")
-        return self._ranks
-
-    def __eq__(self, other):
-        if not isinstance(other, Group):
-            return NotImplemented
-        return self._ranks == other._ranks
-
-    def __ne__(self, other):
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
-
-    def __hash__(self):
-        return hash(self._ranks)
-
-    def __bool__(self):
-        return self._ranks is not None
+        return self._h.ranks
 
     def __repr__(self):
-        return f"<Group {self._ranks}>"
+        return f"<Group {self._h.ranks if self._h else 'GROUP_NULL'}>"
 
     def Get_size(self) -> int:
+        """Return the number of processes in the group."""
         return len(self._check())
 
     def Get_rank(self) -> int:
+        """Return the rank of this process in the group (UNDEFINED if not a member)."""
         self._check()
-        return self._me
+        return self._h.me
 
-    size = property(Get_size)
-    rank = property(Get_rank)
+    size = property(Get_size, doc="Number of processes in the group.")
+    rank = property(Get_rank, doc="Rank of this process in the group.")
 
-    def Dup(self):
+    def Dup(self) -> "Group":
+        """Duplicate the group."""
         return Group._of(self._check())
 
-    def Free(self):
-        self._init(None)
+    def Free(self) -> None:
+        """Free the group."""
+        self._check()
+        self._h = None
 
     def _sel(self, ranks):
         cur = self._check()
@@ -82,72 +72,86 @@ class Group:
             raise Exception(ERR_RANK, "duplicate ranks")
         return out
 
-    def Incl(self, ranks):
+    def Incl(self, ranks) -> "Group":
+        """Create a group from the listed members of this group, in that order."""
         return Group._of(self._sel(ranks))
 
-    def Excl(self, ranks):
+    def Excl(self, ranks) -> "Group":
+        """Create a group without the listed members of this group."""
         drop = set(self._sel(ranks))
-        return Group._of([w for w in self._ranks if w not in drop])
+        return Group._of([w for w in self._h.ranks if w not in drop])
 
-    @staticmethod
-    def _expand(ranges):
+    def _expand(self, ranges):
+        n = len(self._check())
         out = []
         for first, last, stride in ranges:
             if stride == 0:
-                raise Exception(ERR_ARG, "zero stride")
-            out.extend(range(first, last + (1 if stride > 0 else -1), stride))
+                raise Exception(ERR_ARG, "zero stride in a rank range")
+            seq = range(first, last + (1 if stride > 0 else -1), stride)
+            for r in seq:
+                if not (0 <= r < n):
+                    raise Exception(ERR_RANK, f"rank {r} not in group of {n}")
+            out.extend(seq)
         return out
 
-    def Range_incl(self, ranks):
+    def Range_incl(self, ranks) -> "Group":
+        """Create a group from ranges ``(first, last, stride)`` of members."""
         return self.Incl(self._expand(ranks))
 
-    def Range_excl(self, ranks):
+    def Range_excl(self, ranks) -> "Group":
+        """Create a group without ranges ``(first, last, stride)`` of members."""
         return self.Excl(self._expand(ranks))
 
     def Translate_ranks(self, ranks=None, group=None):
+        """Translate ranks in this group to ranks in ``group`` (UNDEFINED if absent)."""
         cur = self._check()
         if ranks is None:
             ranks = range(len(cur))
+        if group is not None:
+            group._check()
         out = []
         for r in ranks:
             if r == PROC_NULL:
                 out.append(PROC_NULL)
                 continue
             if not (0 <= r < len(cur)):
-                raise Exception(ERR_RANK, f"rank {r} not in group")
-            if group is None:
-                out.append(r)
-            else:
-                group._check()
-                out.append(group._index.get(cur[r], UNDEFINED))
+                raise Exception(ERR_RANK, f"rank {r} not in group of {len(cur)}")
+            out.append(r if group is None else group._h.index.get(cur[r], UNDEFINED))
         return out
 
     def Compare(self, group) -> int:
+        """Compare two groups (IDENT, SIMILAR or UNEQUAL)."""
         a, b = self._check(), group._check()
         if a == b:
             return IDENT
         return SIMILAR if sorted(a) == sorted(b) else UNEQUAL
 
-    def Union(self, group):
+    def Union(self, group) -> "Group":
+        """Create the union of two groups (this group's order first)."""
         a, b = self._check(), group._check()
         sa = set(a)
         return Group._of(list(a) + [w for w in b if w not in sa])
 
-    def Intersection(self, group):
+    def Intersection(self, group) -> "Group":
+        """Create the intersection of two groups (this group's order)."""
         sb = set(group._check())
         return Group._of([w for w in self._check() if w in sb])
 
-    def Difference(self, group):
+    Intersect = Intersection
+
+    def Difference(self, group) -> "Group":
+        """Create the members of this group that are not in ``group``."""
         sb = set(group._check())
         return Group._of([w for w in self._check() if w not in sb])
 
     @classmethod
-    def Create_from_session_pset(cls, session, pset_name):
-        from .request import ENGINE
-        if pset_name in ("mpi://WORLD", "mpi://world"):
-            return cls._of(range(ENGINE.world.size))
-        return cls._of([ENGINE.world.rank])
+    def Create_from_session_pset(cls, session, pset_name: str) -> "Group":
+        """Create a group from a session's process set (``mpi://WORLD``, ``mpi://SELF``)."""
+        from .session import pset_members
+        return cls._of(pset_members(session, pset_name))
 
 
-GROUP_NULL = Group()
-GROUP_EMPTY = Group._of(())
+_EMPTY = GroupImpl((), predefined=True)
+GROUP_NULL = Group._constant(None)
+GROUP_EMPTY = Group._constant(_EMPTY)
+Group._family = Group

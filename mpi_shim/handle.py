@@ -124,7 +124,12 @@ class Handle:
             name = _constant_names.get(id(self))
             if name is not None:
                 return name
-        return (_restore, (type(self), handle_of(self._h)))
+        if self._h is None:
+            return (type(self), ())
+        const = _impl_constants.get(id(self._h))
+        if const is not None:
+            return (type(self), (const,))
+        raise ValueError(f"cannot serialize {type(self).__name__} handle")
 
     @property
     def handle(self) -> int:
@@ -168,14 +173,14 @@ class Handle:
 
 
 _constant_names = {}     # id(constant object) -> its module-level name
+_impl_constants = {}     # id(implementation of a constant) -> the constant
 
 
 def name_constants(namespace: dict) -> None:
-    """Let pickle find the constants of ``namespace`` by name."""
+    """Let pickle find the constants of ``namespace`` by name (call once the
+    module's constants exist; constants created later call it again)."""
     for name, obj in namespace.items():
         if isinstance(obj, Handle) and obj._const and not name.startswith("_"):
             _constant_names.setdefault(id(obj), name)
-
-
-def _restore(cls, handle):
-    return cls.fromhandle(handle)
+            if obj._h is not None:
+                _impl_constants.setdefault(id(obj._h), obj)

@@ -1,183 +1,225 @@
-"""``MPI.Info``, ``MPI.Errhandler`` and attribute key values."""
+"""``MPI.Info``: ordered string-to-string hints, with Python mapping methods."""
 from __future__ import annotations
 
-from .exceptions import ERR_ARG, ERR_INFO_KEY, ERR_INFO_NOKEY, Exception
+import os
+import sys
+
+from .exceptions import ERR_ARG, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE, Exception
+from .handle import Handle
 
 MAX_INFO_KEY = 255
 MAX_INFO_VAL = 1024
 
 
-class Info:
-    """A string-to-string dictionary handed to creation calls."""
+class InfoImpl:
+    __slots__ = ("d", "predefined", "_hid", "__weakref__")
 
-    __slots__ = ("_d", "__weakref__")
+    def __init__(self, d=None, predefined=False):
+        self.d = dict(d or {})
+        self.predefined = predefined
 
-    def __init__(self, info=None):
-        self._d = None if info is None else (None if info._d is None else info._d)
+
+def _key(key) -> str:
+    if isinstance(key, bytes):
+        key = key.decode()
+    if not isinstance(key, str):
+        raise TypeError(f"expected a str key, got {type(key).__name__}")
+    if len(key) > MAX_INFO_KEY or not key:
+        raise Exception(ERR_INFO_KEY, f"invalid info key {key[:40]!r} (empty or too long)")
+    return key
+
+
+def _value(value) -> str:
+    if isinstance(value, bytes):
+        value = value.decode()
+    if not isinstance(value, str):
+        raise TypeError(f"expected a str value, got {type(value).__name__}")
+    if len(value) > MAX_INFO_VAL:
+        raise Exception(ERR_INFO_VALUE, "info value too long")
+    return value
+
+
+class Info(Handle):
+    """Info object."""
+
+    __slots__ = ()
 
     @classmethod
-    def Create(cls, items=None):
-        i = cls()
-        i._d = {}
-        if items:
-            for k, v in (items.items() if isinstance(items, dict) else items):
-                i.Set(k, v)
-        return i
+    def Create(cls, items=None) -> "Info":
+        """Create a new info object (optionally from a mapping or ``(key, value)`` pairs)."""
+        info = cls._wrap(InfoImpl())
+        if items is not None:
+            if isinstance(items, dict):
+                items = items.items()
+            try:
+                pairs = list(items)
+            except TypeError:
+                raise TypeError("info items must be a mapping or an iterable of pairs") from None
+            for k, v in pairs:
+                info.Set(k, v)
+        return info
 
-    def __eq__(self, other):
-        if not isinstance(other, Info):
-            return NotImplemented
-        return self._d is other._d
+    @classmethod
+    def Create_env(cls, args=None) -> "Info":
+        """Create an info object holding the execution environment."""
+        info = cls._wrap(InfoImpl(_environment(args)))
+        return info
 
-    def __hash__(self):
-        return id(self._d)
-
-    def __bool__(self):
-        return self._d is not None
-
-    def _check(self):
-        if self._d is None:
+    def _d(self) -> dict:
+        if self._h is None:
             raise Exception(ERR_ARG, "invalid info (INFO_NULL)")
-        return self._d
+        return self._h.d
 
-    def Free(self):
-        self._d = None
+    def __repr__(self):
+        return "<Info INFO_NULL>" if self._h is None else f"<Info {self._h.d}>"
 
-    def Dup(self):
-        return Info.Create(dict(self._check()))
+    def __reduce__(self):
+        if self._const or self._h is None or self._h.predefined:
+            return super().__reduce__()
+        return (_from_items, (type(self), list(self._h.d.items())))
 
-    def Set(self, key, value):
-        if len(key) > MAX_INFO_KEY:
-            raise Exception(ERR_INFO_KEY, "info key too long")
-        self._check()[key] = str(value)
+    def Free(self) -> None:
+        """Free the info object."""
+        self._d()
+        self._h = None
 
-    def Get(self, key, maxlen=-1):
-        v = self._check().get(key)
+    def Dup(self) -> "Info":
+        """Duplicate the info object."""
+        return type(self)._wrap(InfoImpl(self._d()))
+
+    def Set(self, key: str, value: str) -> None:
+        """Store ``value`` under ``key``."""
+        self._d()[_key(key)] = _value(value)
+
+    def Get(self, key: str, maxlen: int = -1):
+        """Return the value stored under ``key`` (None when absent)."""
+        v = self._d().get(_key(key))
+        if v is not None and maxlen is not None and maxlen >= 0:
+            v = v[:maxlen]
         return v
 
-    def Delete(self, key):
-        d = self._check()
+    def Delete(self, key: str) -> None:
+        """Remove ``key``."""
+        d = self._d()
+        key = _key(key)
         if key not in d:
-            raise Exception(ERR_INFO_NOKEY, f"no info key {key!r}")
+            raise Exception(ERR_INFO_NOKEY, f"info key {key!r} is not defined")
         del d[key]
 
-    def Get_nkeys(self):
-        return len(self._check())
+    def Get_nkeys(self) -> int:
+        """Return the number of keys."""
+        return len(self._d())
 
-    def Get_nthkey(self, n):
-        return list(self._check())[n]
+    def Get_nthkey(self, n: int) -> str:
+        """Return the ``n``-th key."""
+        d = self._d()
+        if not (0 <= n < len(d)):
+            raise Exception(ERR_ARG, f"requested key {n} but the info has {len(d)} keys")
+        return list(d)[n]
 
-    # Python mapping protocol, as mpi4py offers
+    # -- Python mapping protocol ---------------------------------------------------
     def __len__(self):
-        return 0 if self._d is None else len(self._d)
+        return 0 if self._h is None else len(self._h.d)
 
     def __contains__(self, key):
-        return self._d is not None and key in self._d
+        return self._h is not None and key in self._h.d
 
     def __iter__(self):
-        return iter(() if self._d is None else list(self._d))
+        return iter(() if self._h is None else list(self._h.d))
 
     def __getitem__(self, key):
-        v = self.Get(key)
-        if v is None:
+        if self._h is None or key not in self._h.d:
             raise KeyError(key)
-        return v
+        return self._h.d[key]
 
     def __setitem__(self, key, value):
+        if self._h is None:
+            raise KeyError(key)
         self.Set(key, value)
 
     def __delitem__(self, key):
-        if key not in self:
+        if self._h is None or key not in self._h.d:
             raise KeyError(key)
-        self.Delete(key)
+        del self._h.d[key]
 
     def get(self, key, default=None):
-        return default if self._d is None else self._d.get(key, default)
+        """Return the value under ``key``, or ``default``."""
+        return default if self._h is None else self._h.d.get(key, default)
 
     def keys(self):
+        """Return the list of keys."""
         return list(self)
 
     def values(self):
-        return [self._d[k] for k in self]
+        """Return the list of values."""
+        return [self._h.d[k] for k in self]
 
     def items(self):
-        return [(k, self._d[k]) for k in self]
+        """Return the list of ``(key, value)`` pairs."""
+        return [(k, self._h.d[k]) for k in self]
 
-    def update(self, other=(), **kw):
-        for k, v in (dict(other, **kw)).items():
+    def update(self, other=(), **kwds):
+        """Update from a mapping or pairs, then from keyword arguments."""
+        if self._h is None:
+            raise KeyError("cannot update INFO_NULL")
+        if hasattr(other, "keys"):
+            other = [(k, other[k]) for k in other.keys()]
+        for k, v in other:
+            self.Set(k, v)
+        for k, v in kwds.items():
             self.Set(k, v)
 
     def pop(self, key, *default):
-        if key in self:
-            v = self._d[key]
-            del self._d[key]
-            return v
+        """Remove ``key`` and return its value (or ``default``)."""
+        if self._h is not None and key in self._h.d:
+            return self._h.d.pop(key)
         if default:
             return default[0]
         raise KeyError(key)
 
     def popitem(self):
-        if not self:
-            raise KeyError("empty")
-        return self._d.popitem()
+        """Remove and return the last ``(key, value)`` pair."""
+        if self._h is None or not self._h.d:
+            raise KeyError("popitem(): info is empty")
+        return self._h.d.popitem()
 
     def copy(self):
-        return self.Dup()
+        """Return a duplicate (INFO_NULL for INFO_NULL)."""
+        return self if self._h is None else self.Dup()
 
     def clear(self):
-        if self._d is not None:
-            self._d.clear()
-
-    def tomemory(self):
-        return memoryview(b"")
-
-    def __reduce__(self):
-        if self._d is None:
-            return (Info, ())
-        return (Info.Create, (dict(self._d),))
+        """Remove every key."""
+        if self._h is not None:
+            self._h.d.clear()
 
 
-INFO_NULL = Info()
-INFO_ENV = Info.Create({"command": "python", "thread_level": "MPI_THREAD_SINGLE"})
+def _from_items(cls, items):
+    info = cls._wrap(InfoImpl())
+    info._h.d.update(items)
+    return info
 
 
-class Errhandler:
-    __slots__ = ("name", "__weakref__")
-
-    def __init__(self, errhandler=None):
-        self.name = None if errhandler is None else errhandler.name
-
-    def __eq__(self, other):
-        return isinstance(other, Errhandler) and self.name == other.name
-
-    def __hash__(self):
-        return hash(self.name)
-
-    def __bool__(self):
-        return self.name is not None
-
-    def Free(self):
-        self.name = None
+def _environment(args=None) -> dict:
+    env = {"command": sys.executable, "argv": " ".join(sys.argv[1:]),
+           "maxprocs": os.environ.get("UCXPY_SIZE", "1"), "soft": "", "host": os.uname().nodename,
+           "arch": os.uname().machine, "wdir": os.getcwd(), "file": "",
+           "thread_level": "MPI_THREAD_MULTIPLE"}
+    if args is not None:
+        if isinstance(args, str):
+            args = [args]
+        args = list(args)
+        if args:
+            env["command"] = args[0]
+            env["argv"] = " ".join(args[1:])
+    return {k: v for k, v in env.items() if v}
 
 
-def _eh(name):
-    e = Errhandler()
-    e.name = name
-    return e
+INFO_NULL = Info._constant(None)
+INFO_ENV = Info._constant(InfoImpl(_environment(), predefined=True))
+Info._family = Info
 
-
-ERRHANDLER_NULL = Errhandler()
-ERRORS_RETURN = _eh("ERRORS_RETURN")
-ERRORS_ARE_FATAL = _eh("ERRORS_ARE_FATAL")
-ERRORS_ABORT = _eh("ERRORS_ABORT")
-
-# attribute keyvals
-KEYVAL_INVALID = -1
-TAG_UB_KEY, HOST, IO, WTIME_IS_GLOBAL, UNIVERSE_SIZE, APPNUM, LASTUSEDCODE = range(1, 8)
-WIN_BASE, WIN_SIZE, WIN_DISP_UNIT, WIN_CREATE_FLAVOR, WIN_MODEL = range(10, 15)
-_next_keyval = [100]
-
-
-def new_keyval():
-    _next_keyval[0] += 1
-    return _next_keyval[0]
+# re-exports kept for the modules that took them from here
+from .errhandler import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: E402,F401
+                         ERRORS_RETURN, Errhandler)
+from .attr import (KEYVAL_INVALID, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT,  # noqa: E402,F401
+                   WIN_MODEL, WIN_SIZE)

@@ -1,13 +1,13 @@
-"""The progress engine and the internal operations behind ``MPI.Request``.
+"""The internal operations behind ``MPI.Request``.
 
 Theory of operation
 -------------------
-An ``MPI.Request`` wraps one internal *operation* (``_op``) with three
-methods: ``is_done()`` (no progress), ``finish(status)`` (fills the status,
-raises ``MPI.Exception`` on error, returns the lowercase API's object) and
-``cancel()``.  Blocking calls progress the ucxpy worker until ``is_done()``.
-After completion the request becomes ``REQUEST_NULL`` (``_op is None``);
-persistent requests become inactive instead.
+An ``MPI.Request`` refers to one *operation* with four methods:
+``is_done()`` (no progress), ``finish(status)`` (fills the status, raises
+``MPI.Exception`` on error, returns the pickle API's object), ``peek(status)``
+(the status without completing) and ``cancel()``.  Blocking calls progress
+the ucxpy worker until ``is_done()``.  After completion the request becomes
+``REQUEST_NULL``; persistent requests become inactive instead.
 
 Operations that need more than one ucxpy message (synchronous sends,
 pickled receives whose size is unknown, nonblocking collectives) advance
@@ -27,104 +27,9 @@ from .status import ANY_SOURCE, PROC_NULL, Status
 
 UNDEFINED = -32766
 
-# -- tag layout (64-bit ucxpy tags; the top byte 0xFF is ucxpy's) -------------
-USER_BITS = 31
-USER_MASK = (1 << USER_BITS) - 1                   # bits 0..30: MPI tag
-CTX_SHIFT, CTX_BITS = 31, 20                       # bits 31..50: context id
-CTX_MASK = ((1 << CTX_BITS) - 1) << CTX_SHIFT
-SEQ_SHIFT, SEQ_BITS = 51, 9                        # bits 51..59: ssend sequence
-SEQ_MASK = ((1 << SEQ_BITS) - 1) << SEQ_SHIFT
-KIND_SHIFT = 60                                    # bits 60..62: traffic kind
-KIND_P2P, KIND_COLL, KIND_ACK = 0, 1 << KIND_SHIFT, 2 << KIND_SHIFT
-FULL = 0xFFFF_FFFF_FFFF_FFFF
-MASK_TAG = FULL & ~SEQ_MASK                        # exact tag, any ssend sequence
-MASK_ANY_TAG = FULL & ~SEQ_MASK & ~USER_MASK
-TAG_UB = USER_MASK
-
-
-class Engine:
-    """Per-process state shared by all communicators."""
-
-    def __init__(self):
-        self.world = None
-        self.worker = None
-        self.eps = None
-        self.probing = []            # pickled receives waiting for a message, in post order
-        self.anysize = []            # collective receives of unknown size: [src, tag, ureq]
-
-    def attach(self, world):
-        self.world = world
-        self.worker = world.worker
-        self.eps = world.eps
-        # Every progress call (blocking calls, Test, Request.wait) also serves
-        # the receives that wait for a matching message to arrive.
-        inner = self.worker.progress
-        probes = self._progress_probes
-
-        def progress():
-            n = inner()
-            if self.probing or self.anysize:
-                n += probes()
-            return n
-        self.worker.progress = progress
-
-    def _progress_probes(self) -> int:
-        n = 0
-        if self.probing:
-            for op in list(self.probing):
-                if op.try_match():
-                    n += 1
-        if self.anysize:
-            for item in list(self.anysize):
-                if self.match_anysize(item):
-                    self.anysize.remove(item)
-                    n += 1
-        return n
-
-    def recv_anysize(self, src: int, tag: int):
-        """A ucxpy Request completing with a bytearray holding the message
-        from world rank ``src`` with exactly ``tag``, whatever its size."""
-        item = [src, tag, ucxpy.Request(self.worker)]
-        if not self.match_anysize(item):
-            self.anysize.append(item)
-        return item[2]
-
-    def match_anysize(self, item) -> bool:
-        src, tag, req = item
-        w = self.worker
-        m = w.matcher.find_unexpected(src, tag, FULL, True)
-        if m is None:
-            return False
-        buf = bytearray(m.length)
-        if not m.length:
-            req.complete(buf)
-            return True
-        r = w.tag_recv_message_nb(buf, ucxpy.TagMessage(m))
-        r.add_done_callback(lambda r: req.complete(buf if r.exc is None else None, r.exc))
-        return True
-
-    def wait(self, op) -> None:
-        if not op.is_done():
-            try:
-                self.worker.wait_until(op.is_done, None, "MPI request")
-            except ucxpy.UcxpyError as e:
-                raise translate(e) from None
-
-    def wait_until(self, cond) -> None:
-        if not cond():
-            try:
-                self.worker.wait_until(cond, None, "MPI request")
-            except ucxpy.UcxpyError as e:
-                raise translate(e) from None
-
-    def progress(self) -> None:
-        try:
-            self.worker.progress()
-        except ucxpy.UcxpyError as e:
-            raise translate(e) from None
-
-
-ENGINE = Engine()
+from .engine import (CTX_BITS, CTX_MASK, CTX_SHIFT, ENGINE, FULL, KIND_ACK, KIND_CGRP,  # noqa: F401
+                     KIND_COLL, KIND_CTRL, KIND_LOCAL, KIND_P2P, KIND_PART, MASK_ANY_TAG,
+                     MASK_TAG, SEQ_MASK, SEQ_SHIFT, TAG_UB, USER_MASK)
 
 
 def send_ack(ureq) -> None:
@@ -150,7 +55,7 @@ def _raise_recv(exc, status):
 
 # -- operations -----------------------------------------------------------------
 class _Op:
-    __slots__ = ()
+    __slots__ = ("_hid", "__weakref__")
 
     def is_done(self):
         return True
@@ -160,8 +65,22 @@ class _Op:
             status._clear()
         return None
 
+    def peek(self, status):
+        status._clear()
+
     def cancel(self):
         return False
+
+
+class CondOp(_Op):
+    """Done when ``cond()`` is true (local completion of a bookkeeping wait)."""
+    __slots__ = ("cond",)
+
+    def __init__(self, cond):
+        self.cond = cond
+
+    def is_done(self):
+        return self.cond()
 
 
 class DoneOp(_Op):
@@ -175,6 +94,9 @@ class DoneOp(_Op):
         if status is not None:
             status._set(self.source, self.tag, self.count)
         return self.obj
+
+    def peek(self, status):
+        status._set(self.source, self.tag, self.count)
 
 
 class SendOp(_Op):
@@ -220,8 +142,18 @@ class RecvOp(_Op):
         if self.staging is not None:
             self.msg.unpack(self.staging, info.length)
         if status is not None:
-            status._set(self.comm._rank_of_world(info.source), info.tag & USER_MASK, info.length)
+            status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
         return None
+
+    def peek(self, status):
+        r = self.ureq
+        if r.exc is not None or r.result is None:
+            status._clear()
+            if isinstance(r.exc, Canceled):
+                status._set(ANY_SOURCE, -1, 0, cancelled=True)
+            return
+        info = r.result
+        status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
 
     def cancel(self):
         return self.ureq.cancel()
@@ -230,11 +162,11 @@ class RecvOp(_Op):
 class PickleRecvOp(_Op):
     """A pickled receive: waits (in post order) for a matching message by
     matched probe, then receives it into a buffer of the right size."""
-    __slots__ = ("comm", "src", "tag", "mask", "buf", "ureq", "info", "cancelled", "__weakref__")
+    __slots__ = ("comm", "src", "tag", "mask", "buf", "ureq", "info", "exc", "cancelled")
 
     def __init__(self, comm, src, tag, mask, buf=None):
         self.comm, self.src, self.tag, self.mask, self.buf = comm, src, tag, mask, buf
-        self.ureq = self.info = None
+        self.ureq = self.info = self.exc = None
         self.cancelled = False
         if not ENGINE.probing and self.try_match():
             return
@@ -242,10 +174,15 @@ class PickleRecvOp(_Op):
 
     def try_match(self) -> bool:
         w = ENGINE.worker
-        m = w.matcher.find_unexpected(self.src, self.tag, self.mask, True)
-        if m is None:
-            return False
-        msg = ucxpy.TagMessage(m)
+        msg = w.tag_peek(self.tag, self.mask, self.src, remove=True)
+        if msg is None:
+            ep = ENGINE.eps.get(self.src) if self.src >= 0 else None
+            if ep is None or ep.failed is None:
+                return False
+            self.exc = ep.failed             # the peer died: fail instead of waiting
+            self.info = msg
+            _discard(ENGINE.probing, self)
+            return True
         n = msg.info.length
         buf = self.buf
         if buf is None or isinstance(buf, int) or memoryview(buf).nbytes < n:
@@ -257,33 +194,53 @@ class PickleRecvOp(_Op):
             send_ack(_FakeReq(msg.info))
         else:
             self.ureq.add_done_callback(send_ack)
-        try:
-            ENGINE.probing.remove(self)
-        except ValueError:
-            pass
+        _discard(ENGINE.probing, self)
         return True
 
     def is_done(self):
-        return self.cancelled or (self.info is not None and (self.ureq is None or self.ureq.done))
+        return self.cancelled or self.exc is not None or \
+            (self.info is not None and (self.ureq is None or self.ureq.done))
 
     def finish(self, status):
         if self.cancelled:
             return _raise_recv(Canceled("cancelled"), status)
+        if self.exc is not None:
+            return _raise_recv(self.exc, status)
         if self.ureq is not None and self.ureq.exc is not None:
             return _raise_recv(self.ureq.exc, status)
         info = self.info
         if status is not None:
-            status._set(self.comm._rank_of_world(info.source), info.tag & USER_MASK, info.length)
-        return pickle.loads(memoryview(self.buf)[:info.length]) if info.length else None
+            status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
+        return _loads(memoryview(self.buf)[:info.length]) if info.length else None
+
+    def peek(self, status):
+        info = self.info
+        if self.cancelled:
+            status._set(ANY_SOURCE, -1, 0, cancelled=True)
+        elif info is None or self.exc is not None:
+            status._clear()
+        else:
+            status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
 
     def cancel(self):
-        if self.info is None:
-            try:
-                ENGINE.probing.remove(self)
-            except ValueError:
+        if self.info is None and self.exc is None:
+            if not _discard(ENGINE.probing, self):
                 return False
             self.cancelled = True
             return True
+        return False
+
+
+def _loads(data):
+    from .p2p import pickle as mpi_pickle
+    return mpi_pickle.loads(data)
+
+
+def _discard(lst, item) -> bool:
+    try:
+        lst.remove(item)
+        return True
+    except ValueError:
         return False
 
 
@@ -302,13 +259,22 @@ class GenOp(_Op):
     def __init__(self, gen):
         self.gen, self.done, self.exc, self.result = gen, False, None, None
         self.left, self.reqs = 0, ()
-        self._step()
+        try:
+            # argument errors (raised before the first message) surface at the call
+            first = gen.send(None)
+        except StopIteration as e:
+            self.result, self.done, self.gen = e.value, True, None
+            return
+        except ucxpy.UcxpyError as e:
+            raise translate(e) from None
+        self._step(first)
 
-    def _step(self):
+    def _step(self, reqs=None):
         gen = self.gen
         try:
-            exc = next((r.exc for r in self.reqs if r.exc is not None), None)
-            reqs = gen.throw(exc) if exc is not None else gen.send(None)
+            if reqs is None:
+                exc = next((r.exc for r in self.reqs if r.exc is not None), None)
+                reqs = gen.throw(exc) if exc is not None else gen.send(None)
             while True:
                 pending = [r for r in reqs if not r.done]
                 if pending:
@@ -345,16 +311,11 @@ def run(gen):
     try:
         reqs = gen.send(None)
         while True:
-            for r in reqs:
-                if not r.done:
-                    r.wait()
-                elif r.exc is not None:
-                    raise r.exc
-            reqs = gen.send(None)
+            if not all(r.done for r in reqs):
+                ENGINE.wait_until(lambda: all(r.done for r in reqs))
+            exc = next((r.exc for r in reqs if r.exc is not None), None)
+            reqs = gen.throw(exc) if exc is not None else gen.send(None)
     except StopIteration as e:
         return e.value
     except ucxpy.UcxpyError as e:
         raise translate(e) from None
-
-
-_INACTIVE = _Op()

@@ -1,9 +1,11 @@
 """Point-to-point: the buffer API (``Send``/``Recv``...) and the pickle API
 (``send``/``recv``...), as a mixin of :class:`~mpi_shim.comm.Comm`.
 
-Synchronous sends carry a nonzero sequence number in the tag; the receiver
-acknowledges it from the receive's completion callback (see
-:func:`.request.send_ack`), and the send completes only then.
+Ranks name processes of the communicator's peer group (the remote group of
+an intercommunicator).  Synchronous sends carry a nonzero sequence number in
+the tag; the receiver acknowledges it from the receive's completion
+callback (see :func:`.ops.send_ack`), and the send completes only then.
+Buffered sends copy into the attached buffer (:mod:`.bsend`).
 """
 from __future__ import annotations
 
@@ -12,62 +14,90 @@ import pickle as _pickle
 import ucxpy
 
 from .datatype import parse
-from .exceptions import ERR_RANK, ERR_TAG, Exception, translate
-from .request import (ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, SEQ_SHIFT, TAG_UB,
-                      DoneOp, PickleRecvOp, RecvOp, Request, SendOp, make_prequest)
-from .status import ANY_SOURCE, ANY_TAG, PROC_NULL, Status
+from .engine import ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, SEQ_SHIFT, TAG_UB
+from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
+from .handle import Handle
+from .ops import DoneOp, PickleRecvOp, RecvOp, SendOp
+from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
-
-class Pickle:
-    """``MPI.pickle``: the serializer of the lowercase API."""
-
-    def __init__(self):
-        self.PROTOCOL = _pickle.HIGHEST_PROTOCOL
-        self.THRESHOLD = 256 * 1024
-        self.dumps = lambda obj: _pickle.dumps(obj, self.PROTOCOL)
-        self.loads = _pickle.loads
-
-
-pickle = Pickle()
 _ACK = bytearray(0)
 
 
-class Message:
-    """A message taken off the queue by a matched probe (``Mprobe``)."""
+class Pickle:
+    """Pickle/unpickle Python objects (``MPI.pickle``)."""
 
-    __slots__ = ("_comm", "_m", "_proc_null", "__weakref__")
+    def __init__(self, dumps=None, loads=None, protocol=None, threshold=None):
+        self.PROTOCOL = _pickle.HIGHEST_PROTOCOL if protocol is None else protocol
+        self.THRESHOLD = 256 * 1024 if threshold is None else threshold
+        self._dumps = dumps or _pickle.dumps
+        self._loads = loads or _pickle.loads
 
-    def __init__(self, message=None):
-        self._comm = self._m = None
-        self._proc_null = False
-        if message is not None:
-            self._comm, self._m, self._proc_null = message._comm, message._m, message._proc_null
+    def dumps(self, obj):
+        """Serialize an object to bytes."""
+        return self._dumps(obj, self.PROTOCOL)
 
-    def __eq__(self, other):
-        if not isinstance(other, Message):
-            return NotImplemented
-        return self._m is other._m and self._proc_null == other._proc_null
+    def loads(self, data):
+        """Deserialize an object from bytes."""
+        return self._loads(data)
 
-    def __hash__(self):
-        return id(self._m)
+    def dumps_oob(self, obj):
+        """Serialize an object; returns ``(data, out-of-band buffers)``."""
+        bufs = []
+        data = _pickle.dumps(obj, max(self.PROTOCOL, 5), buffer_callback=bufs.append)
+        return data, [b.raw() for b in bufs]
 
-    def __bool__(self):
-        return self._m is not None or self._proc_null
+    def loads_oob(self, data, buffers):
+        """Deserialize an object from bytes and out-of-band buffers."""
+        return _pickle.loads(data, buffers=buffers)
+
+
+pickle = Pickle()
+
+
+def _dumps(obj):
+    return pickle.dumps(obj)
+
+
+def _loads(data):
+    return pickle.loads(data)
+
+
+class MessageImpl:
+    __slots__ = ("comm", "m", "predefined", "_hid", "__weakref__")
+
+    def __init__(self, comm, m, predefined=False):
+        self.comm, self.m, self.predefined = comm, m, predefined
+
+
+class Message(Handle):
+    """Matched message (from a matched probe: ``Mprobe``/``Improbe``)."""
+
+    __slots__ = ()
+
+    def __reduce__(self):
+        if self._h is not None and not self._h.predefined:
+            raise ValueError("cannot serialize a matched message")
+        return super().__reduce__()
 
     def _take(self):
-        comm, m = self._comm, self._m
-        if m is None and not self._proc_null:
-            from .exceptions import ERR_REQUEST
+        h = self._h
+        if h is None:
             raise Exception(ERR_REQUEST, "invalid message (MESSAGE_NULL)")
-        self._m, self._proc_null = None, False
-        return comm, m
+        if not self._const:
+            self._h = None
+        return h.comm, h.m
 
-    def Recv(self, buf, status=None):
+    def Recv(self, buf, status=None) -> None:
+        """Blocking receive of the matched message."""
         self.Irecv(buf).Wait(status)
 
     def Irecv(self, buf):
+        """Nonblocking receive of the matched message."""
+        from .request import Request
         comm, m = self._take()
         if m is None:
+            if buf is not None:
+                parse(buf, writable=True)
             return Request._from(DoneOp())
         msg = parse(buf, writable=True)
         dst = msg.contig()
@@ -77,9 +107,12 @@ class Message:
         return Request._from(RecvOp(_recv_message(m, dst), comm, msg, staging))
 
     def recv(self, status=None):
+        """Blocking receive of the matched message (pickled object)."""
         return self.irecv().wait(status)
 
     def irecv(self):
+        """Nonblocking receive of the matched message (pickled object)."""
+        from .request import Request
         comm, m = self._take()
         if m is None:
             return Request._from(DoneOp())
@@ -88,15 +121,23 @@ class Message:
 
     @classmethod
     def Probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        """Blocking matched probe on ``comm``."""
         return comm.Mprobe(source, tag, status)
-
-    probe = Probe
 
     @classmethod
     def Iprobe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        """Nonblocking matched probe on ``comm`` (None when nothing matches)."""
         return comm.Improbe(source, tag, status)
 
-    iprobe = Iprobe
+    @classmethod
+    def probe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        """Blocking matched probe on ``comm`` (pickle API)."""
+        return comm.mprobe(source, tag, status)
+
+    @classmethod
+    def iprobe(cls, comm, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        """Nonblocking matched probe on ``comm`` (pickle API)."""
+        return comm.improbe(source, tag, status)
 
 
 def _recv_message(m, buf):
@@ -116,12 +157,12 @@ class _PickledMessageOp(RecvOp):
     def finish(self, status):
         super().finish(status)
         n = self.ureq.result.length
-        return _pickle.loads(memoryview(self.msg)[:n]) if n else None
+        return _loads(memoryview(self.msg)[:n]) if n else None
 
 
-MESSAGE_NULL = Message()
-MESSAGE_NO_PROC = Message()
-MESSAGE_NO_PROC._proc_null = True
+MESSAGE_NULL = Message._constant(None)
+MESSAGE_NO_PROC = Message._constant(MessageImpl(None, None, predefined=True))
+Message._family = Message
 
 
 class P2P:
@@ -131,7 +172,7 @@ class P2P:
 
     # -- addressing ------------------------------------------------------------
     def _dest(self, dest, tag):
-        c = self._c
+        c = self._h
         if c is None:
             self._impl()
         if not (0 <= tag <= TAG_UB):
@@ -144,8 +185,8 @@ class P2P:
             raise Exception(ERR_RANK, f"invalid destination rank {dest}") from None
 
     def _match(self, source, tag):
-        """(ucxpy tag, mask, world source) of a receive."""
-        c = self._c
+        """(ucxpy tag, mask, source wid) of a receive."""
+        c = self._h
         if c is None:
             self._impl()
         if tag == ANY_TAG:
@@ -156,25 +197,44 @@ class P2P:
             raise Exception(ERR_TAG, f"invalid tag {tag}")
         if source == ANY_SOURCE:
             return t, mask, -1
-        if 0 <= source < c.size:
-            return t, mask, c.ranks[source]
+        if 0 <= source < len(c.peers):
+            return t, mask, c.peers[source]
         raise Exception(ERR_RANK, f"invalid source rank {source}")
 
     # -- sends -------------------------------------------------------------------
-    def _isend(self, data, dest, tag, sync, keep=None):
+    def _isend(self, data, dest, tag, mode, keep=None):
+        """``mode``: "" (standard/ready), "s" (synchronous), "b" (buffered)."""
         c, ep = self._dest(dest, tag)
         try:
-            if not sync:
+            if not mode:
                 return SendOp(ep.tag_send_nb(data, c.p2p | tag), None, keep)
+            if mode == "b":
+                from .bsend import bsend
+                bsend(c, ep, data, c.p2p | tag)
+                return DoneOp()
             c.ssend_seq = c.ssend_seq % 511 + 1
             seq = c.ssend_seq << SEQ_SHIFT
-            ack = c.worker.tag_recv_nb(_ACK, KIND_ACK | c.p2p | seq, FULL, c.ranks[dest])
+            ack = ENGINE.worker.tag_recv_nb(_ACK, KIND_ACK | c.p2p | seq, FULL, c.peers[dest])
             return SendOp(ep.tag_send_nb(data, c.p2p | seq | tag), ack, keep)
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
 
-    def Send(self, buf, dest, tag=0):
+    def _send_op(self, buf, dest, tag, mode):
         if dest == PROC_NULL:
+            self._impl()
+            if buf is not None:
+                parse(buf)
+            return DoneOp()
+        m = parse(buf)
+        data = m.contig()
+        if data is None:
+            data = m.pack()
+        return self._isend(data, dest, tag, mode, data)
+
+    def Send(self, buf, dest: int, tag: int = 0) -> None:
+        """Blocking send."""
+        if dest == PROC_NULL:
+            self._send_op(buf, dest, tag, "")
             return
         c, ep = self._dest(dest, tag)
         m = parse(buf)
@@ -186,30 +246,37 @@ class P2P:
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
 
-    Bsend = Rsend = Send
+    def Rsend(self, buf, dest: int, tag: int = 0) -> None:
+        """Blocking send in ready mode."""
+        self.Send(buf, dest, tag)
 
-    def Ssend(self, buf, dest, tag=0):
-        self.Issend(buf, dest, tag).Wait()
+    def Bsend(self, buf, dest: int, tag: int = 0) -> None:
+        """Blocking send in buffered mode."""
+        self._send_op(buf, dest, tag, "b")
 
-    def Isend(self, buf, dest, tag=0):
-        if dest == PROC_NULL:
-            return Request._from(DoneOp())
-        m = parse(buf)
-        data = m.contig()
-        if data is None:
-            data = m.pack()
-        return Request._from(self._isend(data, dest, tag, False, data))
+    def Ssend(self, buf, dest: int, tag: int = 0) -> None:
+        """Blocking send in synchronous mode."""
+        ENGINE.wait(op := self._send_op(buf, dest, tag, "s"))
+        op.finish(None)
 
-    Ibsend = Irsend = Isend
+    def Isend(self, buf, dest: int, tag: int = 0):
+        """Nonblocking send."""
+        from .request import Request
+        return Request._from(self._send_op(buf, dest, tag, ""))
 
-    def Issend(self, buf, dest, tag=0):
-        if dest == PROC_NULL:
-            return Request._from(DoneOp())
-        m = parse(buf)
-        data = m.contig()
-        if data is None:
-            data = m.pack()
-        return Request._from(self._isend(data, dest, tag, True, data))
+    def Irsend(self, buf, dest: int, tag: int = 0):
+        """Nonblocking send in ready mode."""
+        return self.Isend(buf, dest, tag)
+
+    def Ibsend(self, buf, dest: int, tag: int = 0):
+        """Nonblocking send in buffered mode."""
+        from .request import Request
+        return Request._from(self._send_op(buf, dest, tag, "b"))
+
+    def Issend(self, buf, dest: int, tag: int = 0):
+        """Nonblocking send in synchronous mode."""
+        from .request import Request
+        return Request._from(self._send_op(buf, dest, tag, "s"))
 
     # -- receives ------------------------------------------------------------------
     def _irecv_op(self, buf, source, tag):
@@ -225,62 +292,104 @@ class P2P:
         if dst is None:
             staging = dst = bytearray(m.nbytes)
         try:
-            ureq = self._c.worker.tag_recv_nb(dst, t, mask, src)
+            ureq = ENGINE.worker.tag_recv_nb(dst, t, mask, src)
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
         return RecvOp(ureq, self, m, staging)
 
-    def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None) -> None:
+        """Blocking receive."""
         op = self._irecv_op(buf, source, tag)
         ENGINE.wait(op)
         op.finish(status)
 
-    def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+    def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG):
+        """Nonblocking receive."""
+        from .request import Request
         return Request._from(self._irecv_op(buf, source, tag))
 
-    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE,
-                 recvtag=ANY_TAG, status=None):
+    def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
+                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status=None) -> None:
+        """Send and receive a message."""
         r = self._irecv_op(recvbuf, source, recvtag)
-        self.Send(sendbuf, dest, sendtag)
-        ENGINE.wait(r)
+        s = self._send_op(sendbuf, dest, sendtag, "")
+        ENGINE.wait_until(lambda: s.is_done() and r.is_done())
+        s.finish(None)
         r.finish(status)
 
-    def Isendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE,
-                  recvtag=ANY_TAG):
+    def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
+                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG):
+        """Nonblocking send and receive."""
+        from .request import Request
         r = self._irecv_op(recvbuf, source, recvtag)
-        s = self.Isend(sendbuf, dest, sendtag)._op
+        s = self._send_op(sendbuf, dest, sendtag, "")
         return Request._from(_PairOp(s, r))
 
-    def Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG,
-                         status=None):
+    def Sendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                         recvtag: int = ANY_TAG, status=None) -> None:
+        """Send and receive a message, using one buffer for both."""
         self.Isendrecv_replace(buf, dest, sendtag, source, recvtag).Wait(status)
 
-    def Isendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE, recvtag=ANY_TAG):
+    def Isendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
+                          recvtag: int = ANY_TAG):
+        """Nonblocking send and receive with one buffer."""
+        from .request import Request
         m = parse(buf, writable=True)
-        data = bytes(m.pack()) if dest != PROC_NULL else b""
+        if dest != PROC_NULL:
+            data = bytes(m.pack())
+            s = self._isend(data, dest, sendtag, "", data)
+        else:
+            self._impl()
+            s = DoneOp()
         r = self._irecv_op(buf, source, recvtag)
-        s = DoneOp() if dest == PROC_NULL else self._isend(data, dest, sendtag, False, data)
         return Request._from(_PairOp(s, r))
 
     # -- persistent ------------------------------------------------------------------
-    def Send_init(self, buf, dest, tag=0):
-        return make_prequest(lambda: self.Isend(buf, dest, tag)._op)
+    def Send_init(self, buf, dest: int, tag: int = 0):
+        """Create a persistent request for a standard send."""
+        return self._persistent(lambda: self._send_op(buf, dest, tag, ""), buf, dest, tag)
 
-    Bsend_init = Rsend_init = Send_init
+    def Bsend_init(self, buf, dest: int, tag: int = 0):
+        """Create a persistent request for a buffered send."""
+        return self._persistent(lambda: self._send_op(buf, dest, tag, "b"), buf, dest, tag)
 
-    def Ssend_init(self, buf, dest, tag=0):
-        return make_prequest(lambda: self.Issend(buf, dest, tag)._op)
+    def Rsend_init(self, buf, dest: int, tag: int = 0):
+        """Create a persistent request for a ready send."""
+        return self.Send_init(buf, dest, tag)
 
-    def Recv_init(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+    def Ssend_init(self, buf, dest: int, tag: int = 0):
+        """Create a persistent request for a synchronous send."""
+        return self._persistent(lambda: self._send_op(buf, dest, tag, "s"), buf, dest, tag)
+
+    def Recv_init(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG):
+        """Create a persistent request for a receive."""
+        if source != PROC_NULL:
+            self._match(source, tag)
+        else:
+            self._impl()
+        if buf is not None:
+            parse(buf, writable=True)
+        from .request import make_prequest
         return make_prequest(lambda: self._irecv_op(buf, source, tag))
+
+    def _persistent(self, start, buf, dest, tag):
+        if dest != PROC_NULL:
+            self._dest(dest, tag)
+        else:
+            self._impl()
+        if buf is not None:
+            parse(buf)
+        from .request import make_prequest
+        return make_prequest(start)
 
     # -- probes ----------------------------------------------------------------------
     def _status_of(self, info, status):
         if status is not None:
-            status._set(self._c.w2c.get(info.source, info.source), info.tag & TAG_UB,
+            status._set(self._h.srcmap.get(info.source, info.source), info.tag & TAG_UB,
                         info.length)
 
-    def Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def Probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Blocking test for a message."""
         if source == PROC_NULL:
             self._impl()
             if status is not None:
@@ -288,81 +397,101 @@ class P2P:
             return True
         t, mask, src = self._match(source, tag)
         try:
-            info = self._c.worker.tag_probe(t, mask, src)
+            info = ENGINE.worker.tag_probe(t, mask, src) if ENGINE.lock is None else \
+                _probe_unlocked(t, mask, src, False)
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
         self._status_of(info, status)
         return True
 
-    def Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def Iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None) -> bool:
+        """Nonblocking test for a message."""
         if source == PROC_NULL:
             return self.Probe(source, tag, status)
         t, mask, src = self._match(source, tag)
-        info = self._c.worker.tag_probe_nb(t, mask, src)
+        ENGINE.progress()
+        info = ENGINE.worker.tag_peek(t, mask, src)
         if info is None:
             return False
         self._status_of(info, status)
         return True
 
-    def Mprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def Mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Blocking test for a matched message."""
         if source == PROC_NULL:
             self.Probe(source, tag, status)
             return Message(MESSAGE_NO_PROC)
         t, mask, src = self._match(source, tag)
         try:
-            m = self._c.worker.tag_probe(t, mask, src, remove=True)
+            m = ENGINE.worker.tag_probe(t, mask, src, remove=True) if ENGINE.lock is None else \
+                _probe_unlocked(t, mask, src, True)
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
         return self._message(m, status)
 
-    def Improbe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def Improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Nonblocking test for a matched message."""
         if source == PROC_NULL:
             self.Probe(source, tag, status)
             return Message(MESSAGE_NO_PROC)
         t, mask, src = self._match(source, tag)
-        m = self._c.worker.tag_probe_nb(t, mask, src, remove=True)
+        ENGINE.progress()
+        m = ENGINE.worker.tag_peek(t, mask, src, remove=True)
         return None if m is None else self._message(m, status)
 
     def _message(self, m, status):
         self._status_of(m.info, status)
-        msg = Message()
-        msg._comm, msg._m = self, m
-        return msg
+        return Message._wrap(MessageImpl(self, m))
 
-    probe, iprobe = Probe, Iprobe
+    def probe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Blocking test for a message (pickle API)."""
+        return self.Probe(source, tag, status)
 
-    def mprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def iprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Nonblocking test for a message (pickle API)."""
+        return self.Iprobe(source, tag, status)
+
+    def mprobe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Blocking test for a matched message (pickle API)."""
         return self.Mprobe(source, tag, status)
 
-    def improbe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def improbe(self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Nonblocking test for a matched message (pickle API)."""
         return self.Improbe(source, tag, status)
 
     # -- pickle API ----------------------------------------------------------------
-    def send(self, obj, dest, tag=0):
+    def _isend_obj(self, obj, dest, tag, mode):
+        from .request import Request
         if dest == PROC_NULL:
-            self._dest(0, tag) if self._c is None else None
-            return
-        self._isend_obj(obj, dest, tag, False).Wait()
-
-    bsend = send
-
-    def ssend(self, obj, dest, tag=0):
-        if dest != PROC_NULL:
-            self._isend_obj(obj, dest, tag, True).Wait()
-
-    def _isend_obj(self, obj, dest, tag, sync):
-        if dest == PROC_NULL:
+            self._impl()
             return Request._from(DoneOp())
-        data = pickle.dumps(obj)
-        return Request._from(self._isend(data, dest, tag, sync, data))
+        self._dest(dest, tag)
+        data = _dumps(obj)
+        return Request._from(self._isend(data, dest, tag, mode, data))
 
-    def isend(self, obj, dest, tag=0):
-        return self._isend_obj(obj, dest, tag, False)
+    def send(self, obj, dest: int, tag: int = 0) -> None:
+        """Send a Python object."""
+        self._isend_obj(obj, dest, tag, "").Wait()
 
-    ibsend = isend
+    def bsend(self, obj, dest: int, tag: int = 0) -> None:
+        """Send a Python object in buffered mode."""
+        self._isend_obj(obj, dest, tag, "b").Wait()
 
-    def issend(self, obj, dest, tag=0):
-        return self._isend_obj(obj, dest, tag, True)
+    def ssend(self, obj, dest: int, tag: int = 0) -> None:
+        """Send a Python object in synchronous mode."""
+        self._isend_obj(obj, dest, tag, "s").Wait()
+
+    def isend(self, obj, dest: int, tag: int = 0):
+        """Nonblocking send of a Python object."""
+        return self._isend_obj(obj, dest, tag, "")
+
+    def ibsend(self, obj, dest: int, tag: int = 0):
+        """Nonblocking send of a Python object in buffered mode."""
+        return self._isend_obj(obj, dest, tag, "b")
+
+    def issend(self, obj, dest: int, tag: int = 0):
+        """Nonblocking send of a Python object in synchronous mode."""
+        return self._isend_obj(obj, dest, tag, "s")
 
     def _irecv_obj(self, buf, source, tag):
         if source == PROC_NULL:
@@ -371,31 +500,53 @@ class P2P:
         t, mask, src = self._match(source, tag)
         return PickleRecvOp(self, src, t, mask, buf)
 
-    def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+    def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
+        """Receive a Python object."""
         if buf is not None:
             import warnings
-            warnings.warn("recv(): the buf argument is ignored (received objects "
-                          "are allocated to fit)", UserWarning, stacklevel=2)
+            warnings.warn("recv(): the buf argument is ignored (received objects are "
+                          "allocated to fit)", UserWarning, stacklevel=2)
         op = self._irecv_obj(buf, source, tag)
         ENGINE.wait(op)
         return op.finish(status)
 
-    def irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
+    def irecv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG):
+        """Nonblocking receive of a Python object."""
+        from .request import Request
         return Request._from(self._irecv_obj(buf, source, tag))
 
-    def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE,
-                 recvtag=ANY_TAG, status=None):
+    def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None,
+                 source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status=None):
+        """Send and receive a Python object."""
         r = self._irecv_obj(recvbuf, source, recvtag)
-        s = self._isend_obj(sendobj, dest, sendtag, False)
+        s = self._isend_obj(sendobj, dest, sendtag, "")
         s.Wait()
         ENGINE.wait(r)
         return r.finish(status)
 
-    def isendrecv(self, sendobj, dest, sendtag=0, recvbuf=None, source=ANY_SOURCE,
-                  recvtag=ANY_TAG):
+    def isendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None,
+                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG):
+        """Nonblocking send and receive of a Python object."""
+        from .request import Request
         r = self._irecv_obj(recvbuf, source, recvtag)
-        s = self._isend_obj(sendobj, dest, sendtag, False)._op
+        s = self._isend_obj(sendobj, dest, sendtag, "")._h
         return Request._from(_PairOp(s, r))
+
+
+def _probe_unlocked(t, mask, src, remove):
+    """Blocking probe that lets other threads progress meanwhile."""
+    w = ENGINE.worker
+    found = []
+
+    def cond():
+        with ENGINE.lock:
+            m = w.tag_peek(t, mask, src, remove)
+        if m is not None:
+            found.append(m)
+            return True
+        return False
+    ENGINE.wait_until(cond)
+    return found[0]
 
 
 class _PairOp:

@@ -31,11 +31,13 @@ import numpy as np
 
 import ucxpy
 
+from . import attr
 from .comm import Comm
 from .datatype import Msg, _BY_NAME, byte_view, parse
+from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
-from .info import (ERRORS_RETURN, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL,
-                   WIN_SIZE, Errhandler, Info)
+from .handle import Handle
+from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
 from .op import NO_OP, REPLACE, SUM, _by_name
 from .request import ENGINE, DoneOp, Request
 from .status import PROC_NULL
@@ -43,8 +45,11 @@ from ucxpy.rma import ATOMIC_OPS, POST_OPS, apply_atomic
 
 AM_ACC, AM_REPLY = 0x4D50, 0x4D51
 FLAVOR_CREATE, FLAVOR_ALLOCATE, FLAVOR_DYNAMIC, FLAVOR_SHARED = 1, 2, 3, 4
-WIN_UNIFIED = 2
+WIN_FLAVOR_CREATE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED = 1, 2, 3, 4
+WIN_FLAVOR = WIN_CREATE_FLAVOR
+WIN_SEPARATE, WIN_UNIFIED = 1, 2
 LOCK_EXCLUSIVE, LOCK_SHARED = 234, 235
+MODE_NOCHECK, MODE_NOSTORE, MODE_NOPUT, MODE_NOPRECEDE, MODE_NOSUCCEED = 1024, 2048, 4096, 8192, 16384
 _WINS = {}              # window id -> WinImpl
 _pending = {}           # reply id -> callback(data)
 _ids = iter(range(1, 1 << 62))
@@ -86,8 +91,9 @@ class WinImpl:
         self.mh, self.keep = mh, keep
         self.base = _addr_of(view)
         self.rank, self.size = c.rank, c.size
-        self.ranks = c.ranks
-        self.name, self.info, self.attrs, self.errhandler = "", {}, {}, ERRORS_RETURN
+        self.ranks = c.group
+        self.name, self.info, self.attrs, self.errhandler = "", {}, {}, ERRORS_RETURN_IMPL
+        self.predefined = False
         self.reqs = {}                   # target -> [ucxpy requests / pending markers]
         self.after = []                  # unpack closures run at flush
         self.inflight = {}               # target -> number of unacknowledged AM ops
@@ -389,49 +395,27 @@ def _shared_segment(n):
     return name, m
 
 
-class Win:
-    """An RMA window (``MPI.Win``)."""
+class Win(Handle):
+    """Remote memory access context."""
 
-    __slots__ = ("_w", "__weakref__")
-
-    def __init__(self, win=None):
-        if win is None:
-            self._w = None
-        elif isinstance(win, Win):
-            self._w = win._w
-        else:
-            raise TypeError("expected a Win")
-
-    def __eq__(self, other):
-        if not isinstance(other, Win):
-            return NotImplemented
-        return self._w is other._w
-
-    def __ne__(self, other):
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
-
-    def __hash__(self):
-        return id(self._w)
-
-    def __bool__(self):
-        return self._w is not None
+    __slots__ = ()
 
     def __reduce__(self):
-        if self is WIN_NULL:
-            return "WIN_NULL"
-        raise ValueError("cannot pickle a window")
+        if self._h is not None:
+            raise ValueError("cannot serialize a window")
+        return super().__reduce__()
 
     def _impl(self) -> WinImpl:
-        if self._w is None:
+        if self._h is None:
             raise Exception(ERR_WIN, "invalid window (WIN_NULL)")
-        return self._w
+        return self._h
 
     @classmethod
     def _make(cls, impl):
-        w = cls()
-        w._w = impl
-        return w
+        return cls._wrap(impl)
+
+    def _release(self):
+        self.Free()
 
     # -- creation ---------------------------------------------------------------
     @classmethod
@@ -498,8 +482,9 @@ class Win:
         if w.mh is not None:
             w.mh.unmap()
         _WINS.pop(w.id, None)
+        attr.delete_all(self, {k: v for k, v in w.attrs.items() if isinstance(k, int)})
         w.comm.Free()
-        self._w = None
+        self._h = None
 
     # -- queries -------------------------------------------------------------------
     def Get_group(self):
@@ -510,16 +495,31 @@ class Win:
     group_rank = property(lambda self: self._impl().rank)
 
     def Get_attr(self, keyval):
+        """Retrieve an attribute value by key."""
         w = self._impl()
-        return {WIN_BASE: w.base, WIN_SIZE: w.view.nbytes, WIN_DISP_UNIT: w.disp_unit,
-                WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: WIN_UNIFIED}.get(keyval,
-                                                                         w.attrs.get(keyval))
+        predefined = {WIN_BASE: w.base, WIN_SIZE: w.view.nbytes, WIN_DISP_UNIT: w.disp_unit,
+                      WIN_CREATE_FLAVOR: w.flavor, WIN_MODEL: WIN_UNIFIED}
+        if keyval in predefined:
+            return predefined[keyval]
+        return attr.get_attr("win", w.attrs, keyval)
 
-    def Set_attr(self, keyval, value):
-        self._impl().attrs[keyval] = value
+    def Set_attr(self, keyval, attrval):
+        """Store an attribute value associated with a key."""
+        attr.set_attr("win", self, self._impl().attrs, keyval, attrval)
 
     def Delete_attr(self, keyval):
-        self._impl().attrs.pop(keyval, None)
+        """Delete an attribute value associated with a key."""
+        attr.delete_attr("win", self, self._impl().attrs, keyval)
+
+    @classmethod
+    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython=False):
+        """Create a new attribute key for windows."""
+        return attr.create_keyval("win", copy_fn, delete_fn, nopython)
+
+    @classmethod
+    def Free_keyval(cls, keyval):
+        """Free an attribute key for windows."""
+        return attr.free_keyval("win", keyval)
 
     @property
     def attrs(self):
@@ -552,7 +552,7 @@ class Win:
     info = property(Get_info, Set_info)
 
     def Get_name(self):
-        return "MPI_WIN_NULL" if self._w is None else self._w.name
+        return "MPI_WIN_NULL" if self._h is None else self._h.name
 
     def Set_name(self, name):
         self._impl().name = name
@@ -560,10 +560,21 @@ class Win:
     name = property(Get_name, Set_name)
 
     def Get_errhandler(self):
-        return Errhandler(self._impl().errhandler)
+        """Get the error handler for a window."""
+        return errhandler_of(self._impl().errhandler)
 
     def Set_errhandler(self, errhandler):
-        self._impl().errhandler = Errhandler(errhandler)
+        """Set the error handler for a window."""
+        self._impl().errhandler = Errhandler._checked(errhandler, "win")
+
+    def Call_errhandler(self, errorcode):
+        """Call the error handler installed on a window."""
+        raise_in(self, Exception(errorcode), call_only=True)
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn):
+        """Create a new error handler for windows."""
+        return Errhandler._create(errhandler_fn, "win")
 
     # -- communication -----------------------------------------------------------------
     def _call(self, fn, *args):
@@ -716,4 +727,5 @@ class Win:
         return [idx[x] for x in group._check()]
 
 
-WIN_NULL = Win()
+WIN_NULL = Win._constant(None)
+Win._family = Win

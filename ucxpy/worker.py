@@ -103,6 +103,7 @@ class Worker:
         self._hot = []
         self._cold = [i.progress for i in self.ifaces]
         self._tick = 0
+        self._callbacks = []                 # add_progress_callback: run by every progress()
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
                                      tuple((i.name, i.address()) for i in self.ifaces))
         self.address_bytes = self.address.pack()
@@ -133,7 +134,25 @@ class Worker:
                 n += fn()
         if self._failing:
             n += self._fail_closed_peers()
+        if self._callbacks:
+            for cb in self._callbacks:
+                n += cb()
         return n
+
+    def add_progress_callback(self, cb: Callable[[], int]) -> None:
+        """Run ``cb()`` at the end of every :meth:`progress` (UCS's callback
+        queue): layers above the core advance their own state machines from
+        it.  ``cb`` returns the number of events it handled (0 when idle),
+        which :meth:`wait_until` uses to decide between spinning and sleeping."""
+        if cb not in self._callbacks:
+            self._callbacks.append(cb)
+
+    def remove_progress_callback(self, cb: Callable[[], int]) -> None:
+        """Stop calling ``cb`` from :meth:`progress` (no error if absent)."""
+        try:
+            self._callbacks.remove(cb)
+        except ValueError:
+            pass
 
     def _fail_closed_peers(self) -> int:
         """Fail the endpoints whose grace (see conn_failed) is over, unless a
@@ -438,6 +457,19 @@ class Worker:
         :class:`TagMessage` taken off the queue (``remove=True``, MPI's Mprobe)."""
         self.progress()
         m = self.matcher.find_unexpected(self._source_id(source), tag & FULL_MASK, tag_mask, remove)
+        if m is None:
+            return None
+        return TagMessage(m) if remove else m.info
+
+    def tag_peek(self, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
+                 remove: bool = False):
+        """Like :meth:`tag_probe_nb` without progressing: look at what has
+        already arrived (oldest first).  Returns None, a :class:`TagInfo`, or
+        with ``remove=True`` a :class:`TagMessage` taken off the queue."""
+        if not self.matcher.unexpected:
+            return None
+        m = self.matcher.find_unexpected(self._source_id(source), tag & FULL_MASK, tag_mask,
+                                         remove)
         if m is None:
             return None
         return TagMessage(m) if remove else m.info

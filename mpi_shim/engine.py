@@ -1,0 +1,190 @@
+"""Per-process MPI state: the ucxpy worker, the process table, tag layout, waiting.
+
+Processes are named by their ucxpy *worker id* ("wid"): the ranks of the
+job this process was launched with are wids ``0 .. size-1``; processes that
+join later (spawned children, ``Connect``/``Accept`` peers) get the wid their
+worker announced.  Groups and communicators store wids; the engine maps a
+wid to its endpoint.
+
+Tag layout (64-bit ucxpy tags; ucxpy keeps tags whose top byte is 0xFF):
+
+====== ======== ==========================================================
+bits   field    meaning
+====== ======== ==========================================================
+0-30   user     the MPI tag (TAG_UB = 2**31 - 1)
+31-50  context  communicator context id
+51-59  seq      synchronous-send sequence (acknowledged by the receiver)
+60-62  kind     P2P, COLL, ACK, CGRP (Create_group), LOCAL (an
+                intercommunicator's local group), PART (partitioned),
+                CTRL (control traffic: intercommunicator creation, ULFM)
+====== ======== ==========================================================
+"""
+from __future__ import annotations
+
+import select
+import threading
+import time
+
+import ucxpy
+
+USER_BITS = 31
+USER_MASK = (1 << USER_BITS) - 1
+CTX_SHIFT, CTX_BITS = 31, 20
+CTX_MASK = ((1 << CTX_BITS) - 1) << CTX_SHIFT
+SEQ_SHIFT, SEQ_BITS = 51, 9
+SEQ_MASK = ((1 << SEQ_BITS) - 1) << SEQ_SHIFT
+KIND_SHIFT = 60
+KIND_P2P, KIND_COLL, KIND_ACK, KIND_CGRP, KIND_LOCAL, KIND_PART, KIND_CTRL = \
+    (k << KIND_SHIFT for k in range(7))
+FULL = 0xFFFF_FFFF_FFFF_FFFF
+MASK_TAG = FULL & ~SEQ_MASK                 # exact tag, any ssend sequence
+MASK_ANY_TAG = FULL & ~SEQ_MASK & ~USER_MASK
+TAG_UB = USER_MASK
+
+
+class Engine:
+    """The process-wide state every communicator shares."""
+
+    def __init__(self):
+        self.world = None
+        self.worker = None
+        self.me = 0                  # own wid
+        self.eps = {}                # wid -> ucxpy Endpoint
+        self.probing = []            # pickled receives waiting for a message, in post order
+        self.anysize = []            # collective receives of unknown size: [src, tag, ureq]
+        self.hooks = []              # extra progress functions (nonblocking protocols)
+        self.lock = None             # an RLock once several threads may call in
+        self.busy = 0.002
+
+    def attach(self, world) -> None:
+        self.world = world
+        self.worker = world.worker
+        self.me = world.rank
+        self.eps = dict(enumerate(world.eps))
+        self.busy = self.worker.config.busy_poll
+        self.worker.add_progress_callback(self._progress_hook)
+
+    def ep(self, wid):
+        return self.eps[wid]
+
+    # -- progress ---------------------------------------------------------------
+    def _progress_hook(self) -> int:
+        """Serve receives that wait for a message to arrive (run by every
+        ``worker.progress()``, so they advance inside any blocking call)."""
+        n = 0
+        if self.probing:
+            for op in list(self.probing):
+                if op.try_match():
+                    n += 1
+        if self.anysize:
+            for item in list(self.anysize):
+                if self.match_anysize(item):
+                    self.anysize.remove(item)
+                    n += 1
+        if self.hooks:
+            for fn in list(self.hooks):
+                n += fn()
+        return n
+
+    def recv_anysize(self, src: int, tag: int):
+        """A ucxpy Request completing with a bytearray holding the message
+        from wid ``src`` with exactly ``tag``, whatever its size."""
+        item = [src, tag, ucxpy.Request(self.worker)]
+        if not self.match_anysize(item):
+            self.anysize.append(item)
+        return item[2]
+
+    def match_anysize(self, item) -> bool:
+        src, tag, req = item
+        w = self.worker
+        m = w.tag_peek(tag, FULL, src, remove=True)
+        if m is None:
+            ep = self.eps.get(src)
+            if ep is not None and ep.failed is not None:
+                req.complete(None, ep.failed)
+                return True
+            return False
+        n = m.info.length
+        buf = bytearray(n)
+        r = w.tag_recv_message_nb(buf, m)
+        r.add_done_callback(lambda r: req.complete(buf if r.exc is None else None, r.exc))
+        return True
+
+    def progress(self) -> int:
+        from .exceptions import translate
+        try:
+            if self.lock is None:
+                return self.worker.progress()
+            with self.lock:
+                return self.worker.progress()
+        except ucxpy.UcxpyError as e:
+            raise translate(e) from None
+
+    def wait(self, op) -> None:
+        if not op.is_done():
+            self.wait_until(op.is_done)
+
+    def wait_until(self, cond, timeout=None) -> None:
+        """Progress until ``cond()``: spin while there is activity, then nap on
+        the transports' descriptors with growing naps (oversubscribed ranks
+        leave the CPU to each other); with several threads the worker lock is
+        held only around each progress pass."""
+        if cond():
+            return
+        from .exceptions import translate
+        w = self.worker
+        lock = self.lock
+        deadline = None if not (timeout or w.config.timeout) else \
+            time.monotonic() + (timeout or w.config.timeout)
+        spin_until = time.monotonic() + self.busy
+        nap = 20e-6
+        try:
+            while True:
+                if lock is None:
+                    for _ in range(64):
+                        if w.progress():
+                            if cond():
+                                return
+                            spin_until = 0.0
+                        elif cond():
+                            return
+                    w.check_peers()
+                else:
+                    for _ in range(16):
+                        with lock:
+                            busy = w.progress()
+                        if cond():
+                            return
+                        if busy:
+                            spin_until = 0.0
+                    with lock:
+                        w.check_peers()
+                if cond():
+                    return
+                now = time.monotonic()
+                if spin_until == 0.0:
+                    spin_until, nap = now + self.busy, 20e-6
+                if deadline is not None and now >= deadline:
+                    raise ucxpy.TimeoutError("MPI operation did not complete in time")
+                if now >= spin_until:
+                    self._idle_sleep(nap)
+                    nap = min(nap * 2, 2e-3)
+                elif lock is not None:
+                    time.sleep(0)
+        except ucxpy.UcxpyError as e:
+            raise translate(e) from None
+
+    def _idle_sleep(self, seconds: float) -> None:
+        fds = [fd for i in self.worker.ifaces for fd in i.wait_fds()]
+        if fds:
+            select.select(fds, (), (), seconds)
+        else:
+            time.sleep(seconds)
+
+    def enable_threads(self) -> None:
+        """Serialize the worker for concurrent callers (THREAD_MULTIPLE)."""
+        if self.lock is None:
+            self.lock = threading.RLock()
+
+
+ENGINE = Engine()

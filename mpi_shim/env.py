@@ -1,0 +1,222 @@
+"""The execution environment: initialization, versions, timers, memory."""
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import threading
+import time
+
+import ucxpy
+
+from .engine import ENGINE
+from .exceptions import ERR_OTHER, Exception, translate
+
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+VERSION, SUBVERSION = 4, 1
+MAX_PROCESSOR_NAME = 256
+MAX_LIBRARY_VERSION_STRING = 8192
+
+_state = {"init": False, "fin": False, "level": THREAD_MULTIPLE,
+          "main": threading.main_thread().ident}
+
+
+def _init(required=None):
+    if _state["init"]:
+        return
+    from .comm import init_predefined
+    from . import rc
+    level = rc.thread_level_value() if required is None else required
+    world = ucxpy.init()
+    ENGINE.attach(world)
+    init_predefined()
+    _state["level"] = min(max(level, THREAD_SINGLE), THREAD_MULTIPLE)
+    if _state["level"] == THREAD_MULTIPLE:
+        ENGINE.enable_threads()
+    _state["init"] = True
+    _state["main"] = threading.get_ident()
+    if rc.finalize is not False:
+        atexit.register(_atexit)
+
+
+def _atexit():
+    if _state["init"] and not _state["fin"]:
+        try:
+            Finalize()
+        except BaseException:
+            pass
+
+
+def Init() -> None:
+    """Initialize the MPI execution environment."""
+    if _state["init"]:
+        raise Exception(ERR_OTHER, "MPI is already initialized")
+    _init()
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:
+    """Initialize the MPI execution environment with a thread support level."""
+    if _state["init"]:
+        raise Exception(ERR_OTHER, "MPI is already initialized")
+    _init(required)
+    return _state["level"]
+
+
+def Is_initialized() -> bool:
+    """Whether ``Init`` has been called."""
+    return _state["init"]
+
+
+def Is_finalized() -> bool:
+    """Whether ``Finalize`` has completed."""
+    return _state["fin"]
+
+
+def Finalize() -> None:
+    """Terminate the MPI execution environment."""
+    if _state["fin"]:
+        return
+    from .comm import finalize_predefined
+    finalize_predefined()
+    _state["fin"] = True
+    try:
+        ENGINE.world.finalize()
+    except ucxpy.UcxpyError as e:
+        raise translate(e) from None
+
+
+def Query_thread() -> int:
+    """Return the level of thread support provided."""
+    return _state["level"]
+
+
+def Is_thread_main() -> bool:
+    """Whether the calling thread is the one that initialized MPI."""
+    return threading.get_ident() == _state["main"]
+
+
+def Get_version():
+    """Return the version of the MPI standard implemented."""
+    return (VERSION, SUBVERSION)
+
+
+def Get_library_version() -> str:
+    """Return the version of the MPI library."""
+    return (f"ucxpy {ucxpy.__version__} mpi_shim (MPI {VERSION}.{SUBVERSION} on ucxpy; "
+            f"transports {','.join(i.name for i in ENGINE.worker.ifaces)})"
+            if ENGINE.worker is not None else f"ucxpy {ucxpy.__version__} mpi_shim")
+
+
+def get_vendor():
+    """Information about the underlying MPI implementation: ``(name, version)``."""
+    return ("ucxpy", tuple(int(x) for x in (ucxpy.__version__.split(".") + ["0", "0"])[:3]))
+
+
+def Get_processor_name() -> str:
+    """Return the name of the processor."""
+    return socket.gethostname()[:MAX_PROCESSOR_NAME]
+
+
+def Wtime() -> float:
+    """Return an elapsed time on the calling processor."""
+    return time.perf_counter()
+
+
+def Wtick() -> float:
+    """Return the resolution of ``Wtime``."""
+    return time.get_clock_info("perf_counter").resolution
+
+
+def Pcontrol(level: int) -> None:
+    """Control profiling (no profiler is attached: nothing to do)."""
+    if not isinstance(level, int):
+        raise TypeError("level must be an int")
+
+
+def Get_hw_resource_info():
+    """Hardware resource information (an empty Info)."""
+    from .info import Info
+    return Info.Create()
+
+
+def Get_abi_version():
+    """Return the version of the MPI ABI; ``(-1, -1)``: no standard ABI."""
+    return (-1, -1)
+
+
+def Get_abi_info():
+    """Return the sizes of MPI_Aint, MPI_Count and MPI_Offset."""
+    from .info import Info
+    return Info.Create({"mpi_aint_size": "8", "mpi_count_size": "8", "mpi_offset_size": "8"})
+
+
+def Get_abi_fortran_info():
+    """Return Fortran type information (INFO_NULL: no Fortran bindings)."""
+    from .info import INFO_NULL
+    return INFO_NULL
+
+
+def Get_address(location) -> int:
+    """Get the address of a location in memory."""
+    from .datatype import BOTTOM, byte_view
+    import numpy as np
+    if location is BOTTOM or location is None:
+        return 0
+    addr = getattr(location, "address", None)
+    if isinstance(addr, int):
+        return addr
+    mv = byte_view(location)[0]
+    if mv.nbytes == 0:
+        return 0
+    return np.frombuffer(mv, np.uint8).__array_interface__["data"][0]
+
+
+def Aint_add(base: int, disp: int) -> int:
+    """Return the sum of a base address and a displacement."""
+    return base + disp
+
+
+def Aint_diff(addr1: int, addr2: int) -> int:
+    """Return the difference between two absolute addresses."""
+    return addr1 - addr2
+
+
+def Alloc_mem(size: int, info=None):
+    """Allocate memory for message passing and remote memory access."""
+    from .memory import buffer
+    if size < 0:
+        from .exceptions import ERR_ARG
+        raise Exception(ERR_ARG, f"invalid size {size}")
+    return buffer.allocate(size)
+
+
+def Free_mem(mem) -> None:
+    """Free memory allocated with ``Alloc_mem``."""
+
+
+def Attach_buffer(buf) -> None:
+    """Attach a user buffer for sending in buffered mode."""
+    from .bsend import attach
+    attach(None, buf)
+
+
+def Detach_buffer():
+    """Remove an existing attached buffer (waits for buffered messages to leave)."""
+    from .bsend import detach
+    return detach(None)
+
+
+def Flush_buffer() -> None:
+    """Block until every buffered message has been transmitted."""
+    from .bsend import flush
+    flush(None)
+
+
+def Iflush_buffer():
+    """Nonblocking ``Flush_buffer``."""
+    from .bsend import iflush
+    return iflush(None)
+
+
+def universe_env() -> int:
+    return int(os.environ.get("UCXPY_UNIVERSE_SIZE", "0") or 0)
