@@ -7,11 +7,14 @@ operations needed for that, over whatever launched the job:
 * :class:`~ucxpy.bootstrap.zmq_boot.ZmqBootstrap` - launched by ``ucxpy-run``
   (``UCXPY_RUN_ADDR`` is set); talks to the launcher's rendezvous service and
   learns about dead ranks through :meth:`Bootstrap.check_failures`.
+* :class:`~ucxpy.bootstrap.pmi_boot.PmiBootstrap` - launched by MPICH's
+  ``mpiexec`` (Hydra) or ``srun --mpi=pmi2``: speaks the PMI-1/PMI-2 wire
+  protocol on ``PMI_FD`` itself, no MPI library needed.
 * :class:`~ucxpy.bootstrap.mpi_boot.MpiBootstrap` - launched by
-  ``mpirun``/``mpiexec`` (Open MPI, MPICH/Hydra, PMIx); uses mpi4py.
+  ``mpirun``/``mpiexec`` without a PMI socket (Open MPI, PMIx); uses mpi4py.
 * :class:`SingletonBootstrap` - started directly: rank 0 of 1.
 
-Use :func:`from_env` to get the right one; ``UCXPY_BOOTSTRAP=zmq|mpi|single``
+Use :func:`from_env` to get the right one; ``UCXPY_BOOTSTRAP=zmq|pmi|mpi|single``
 forces a choice.  Typical use::
 
     boot = ucxpy.bootstrap.from_env()
@@ -212,9 +215,12 @@ def _mpi_size_hint(env) -> int:
 def from_env(env=None) -> Bootstrap:
     """Return the bootstrap matching how this process was launched.
 
-    ``UCXPY_BOOTSTRAP`` (``zmq``, ``mpi``, ``single``) forces a choice;
-    otherwise ``UCXPY_RUN_ADDR`` selects zmq, MPI launcher variables (with
-    mpi4py importable) select mpi, and anything else is a single rank.
+    ``UCXPY_BOOTSTRAP`` (``zmq``, ``pmi``, ``mpi``, ``single``) forces a
+    choice; otherwise ``UCXPY_RUN_ADDR`` selects zmq, a PMI socket
+    (``PMI_FD``, from Hydra or Slurm) selects pmi unless the real mpi4py's
+    ``MPI`` is already loaded (its MPI library owns that socket then), other
+    MPI launcher variables (with mpi4py importable) select mpi, and anything
+    else is a single rank.
 
     Raises :class:`~ucxpy.errors.BootstrapError` if the forced or detected
     bootstrap cannot start (service unreachable, mpi4py missing under a
@@ -223,8 +229,11 @@ def from_env(env=None) -> Bootstrap:
     env = os.environ if env is None else env
     forced = env.get("UCXPY_BOOTSTRAP", "").strip().lower()
     if forced in ("", "auto"):
+        from .pmi_boot import pmi_available
         if env.get("UCXPY_RUN_ADDR"):
             forced = "zmq"
+        elif pmi_available(env) and not _real_mpi_loaded():
+            forced = "pmi"
         elif detect_mpi_launcher(env):
             if importlib.util.find_spec("mpi4py") is not None:
                 forced = "mpi"
@@ -240,10 +249,19 @@ def from_env(env=None) -> Bootstrap:
     if forced in ("zmq", "ucxpy-run"):
         from .zmq_boot import ZmqBootstrap
         return ZmqBootstrap.from_env(env)
+    if forced == "pmi":
+        from .pmi_boot import PmiBootstrap
+        return PmiBootstrap(env)
     if forced == "mpi":
         from .mpi_boot import MpiBootstrap
         return MpiBootstrap()
     if forced in ("single", "singleton", "none"):
         return SingletonBootstrap()
-    raise BootstrapError(f"UCXPY_BOOTSTRAP={forced!r}: expected zmq, mpi or single")
+    raise BootstrapError(f"UCXPY_BOOTSTRAP={forced!r}: expected zmq, pmi, mpi or single")
+
+
+def _real_mpi_loaded() -> bool:
+    """Whether an MPI library's mpi4py.MPI (not mpi_shim's) is imported."""
+    mod = sys.modules.get("mpi4py.MPI")
+    return mod is not None and not getattr(mod, "__name__", "").startswith("mpi_shim")
 
