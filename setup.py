@@ -1,13 +1,15 @@
 """Build shim: compiles the cffi modules; metadata lives in setup.cfg.
 
-``ucxpy._native`` (shm rings, atomics, CMA) is always built.  The RDMA
+``ucxpy._native`` (shm rings, atomics, CMA) is always built, and so is
+``ucxpy._pybuffer`` (a base class that lets Python handle objects export the
+buffer protocol, native/pybuffer.c).  The RDMA
 modules (``ucxpy._ofi``, ``ucxpy._verbs``) are added when their headers exist
 (see native/build_rdma.py; ``UCXPY_NO_RDMA=1`` skips them).
 """
 import os
 import sys
 
-from setuptools import setup
+from setuptools import Extension, setup
 
 CFFI_MODULES = ["native/build_native.py:ffibuilder"]
 
@@ -19,4 +21,7 @@ except ImportError:      # RDMA builders absent: the core and shm still work
 finally:
     sys.path.pop(0)
 
-setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules())
+# A plain C extension: the buffer-protocol base class (native/pybuffer.c).
+PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
+
+setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(), ext_modules=[PYBUFFER])

@@ -243,7 +243,7 @@ def g_gather_obj(c, obj, root):
 
 def _seq_of(objs, n, what):
     if objs is None:
-        raise ValueError(f"{what}: expected a sequence of {n} objects, got None")
+        return [None] * n
     objs = list(objs)
     if len(objs) != n:
         raise ValueError(f"{what}: expected a sequence of {n} objects, got {len(objs)}")

@@ -124,9 +124,12 @@ class Comm(Handle, P2P, Coll):
 
     @classmethod
     def _new(cls, impl):
-        """Python object of the natural class for ``impl`` (None: COMM_NULL)."""
-        nat = _natural(impl)
-        return (nat or cls)._wrap(impl)
+        """Python object for ``impl``: of class ``cls`` (a subclass of the
+        caller's, as mpi4py's constructors keep) when it accepts ``impl``'s
+        kind, else of the kind's natural class (None: COMM_NULL)."""
+        if impl is None or cls._accepts(impl):
+            return cls._wrap(impl)
+        return _natural(impl)._wrap(impl)
 
     def _impl(self) -> CommImpl:
         c = self._h
@@ -364,8 +367,8 @@ class Comm(Handle, P2P, Coll):
         members = group._check()
         ctx = new_ctx(c)
         if ENGINE.me not in members:
-            return Intracomm()
-        return Intracomm._wrap(self._derive(c, CommImpl(ctx, members)))
+            return type(self)._new(None) if type(self)._accepts(None) else Intracomm()
+        return type(self)._new(self._derive(c, CommImpl(ctx, members)))
 
     def Create_group(self, group: Group, tag: int = 0):
         """Create a communicator from a group (collective over the group only)."""
@@ -378,7 +381,7 @@ class Comm(Handle, P2P, Coll):
             raise Exception(ERR_TAG, f"invalid tag {tag}")
         tmp = CommImpl(0, members, coll_kind=KIND_CGRP | (c.ctx << CTX_SHIFT))
         tmp.coll_seq = tag & 0x3FFFFF
-        return Intracomm._wrap(self._derive(c, CommImpl(new_ctx(tmp), members)))
+        return type(self)._new(self._derive(c, CommImpl(new_ctx(tmp), members)))
 
     def Split(self, color: int = 0, key: int = 0):
         """Split the communicator by color and key."""
@@ -389,11 +392,11 @@ class Comm(Handle, P2P, Coll):
         ctx = new_ctx(c)
         table = self.allgather((color, key))
         if color == UNDEFINED:
-            return Intracomm()
+            return type(self)._new(None)
         if color < 0:
             raise Exception(ERR_ARG, f"invalid color {color}")
         members = sorted((k, r) for r, (col, k) in enumerate(table) if col == color)
-        return Intracomm._wrap(self._derive(c, CommImpl(ctx, [c.group[r] for _, r in members])))
+        return type(self)._new(self._derive(c, CommImpl(ctx, [c.group[r] for _, r in members])))
 
     def Split_type(self, split_type: int, key: int = 0, info: Info = INFO_NULL):
         """Split the communicator by type (shared memory, hardware guided ...)."""

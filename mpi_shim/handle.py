@@ -67,14 +67,16 @@ class Handle:
     #: the class whose instances may be copied into this one (set per family)
     _family: type = None
 
-    def __init__(self, obj=None):
+    def __new__(cls, obj=None):
+        self = object.__new__(cls)
         self._const = False
         if obj is None:
             self._h = None
-        elif isinstance(obj, self._family or Handle) and self._accepts(obj._h):
+        elif isinstance(obj, cls._family or Handle) and cls._accepts(obj._h):
             self._h = obj._h
         else:
-            raise TypeError(f"expected {self._kind()}, got {type(obj).__name__}")
+            raise TypeError(f"expected {cls._kind()}, got {type(obj).__name__}")
+        return self
 
     @classmethod
     def _kind(cls) -> str:
@@ -87,7 +89,7 @@ class Handle:
 
     @classmethod
     def _wrap(cls, impl):
-        obj = cls.__new__(cls)
+        obj = object.__new__(cls)
         obj._h = impl
         obj._const = False
         return obj

@@ -32,9 +32,13 @@ class Pickle:
         self._dumps = dumps or _pickle.dumps
         self._loads = loads or _pickle.loads
 
+    def _protocol(self):
+        p = self.PROTOCOL
+        return _pickle.DEFAULT_PROTOCOL if p is None else p
+
     def dumps(self, obj):
         """Serialize an object to bytes."""
-        return self._dumps(obj, self.PROTOCOL)
+        return self._dumps(obj, self._protocol())
 
     def loads(self, data):
         """Deserialize an object from bytes."""
@@ -43,7 +47,7 @@ class Pickle:
     def dumps_oob(self, obj):
         """Serialize an object; returns ``(data, out-of-band buffers)``."""
         bufs = []
-        data = _pickle.dumps(obj, max(self.PROTOCOL, 5), buffer_callback=bufs.append)
+        data = _pickle.dumps(obj, max(self._protocol(), 5), buffer_callback=bufs.append)
         return data, [b.raw() for b in bufs]
 
     def loads_oob(self, data, buffers):

@@ -37,6 +37,7 @@ from .datatype import Msg, _BY_NAME, byte_view, parse
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
 from .handle import Handle
+from ucxpy._pybuffer import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
 from .op import NO_OP, REPLACE, SUM, _by_name
 from .request import ENGINE, DoneOp, Request
@@ -395,10 +396,13 @@ def _shared_segment(n):
     return name, m
 
 
-class Win(Handle):
+class Win(Handle, BufferExporter):
     """Remote memory access context."""
 
     __slots__ = ()
+
+    def _buffer_target(self):
+        return self._impl().view
 
     def __reduce__(self):
         if self._h is not None:
