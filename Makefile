@@ -53,7 +53,7 @@ bench: install
 	$(PY) -m pip install -q -e '.[bench]'
 	@command -v oshcc >/dev/null && OSHCC=oshcc $(PY) -m pip install -q shmem4py \
 	  || echo "note: shmem4py not installed; the bench skips its column"
-	$(PY) bench/run_bench.py --tls shm,tcp,ofi --rma-tls shm,tcp --suites tag,rma,allreduce,shmem
+	$(PY) bench/run_bench.py --tls shm,tcp,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
 	$(PY) bench/fabtests_ref.py
 
 ## mpi4py's released test suite against mpi_shim (sdist fetched at run time, never committed)

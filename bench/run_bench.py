@@ -13,7 +13,9 @@ CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
                ``--rma-tls`` (``mem_map`` + ``put_nb``/``get``/``flush``/
                ``atomic_fetch``), mpi_shim and mpi4py ``MPI.Win.Allocate``
                (``Lock``/``Put``/``Get``/``Fetch_and_op``/``Flush``).
-``allreduce``  ``MPI.Allreduce`` of float64 arrays, 2 and 4 ranks: mpi_shim vs mpi4py.
+``coll``       ``MPI.Allreduce`` (float64), ``Bcast`` and ``Alltoall`` (bytes per
+               peer), 8 B .. 16 MiB on 2 and 4 ranks: mpi_shim vs mpi4py
+               (``allreduce`` is an old name of this suite).
 ``shmem``      the RMA tests through our ``shmem`` (``put``+``quiet``, ``get``,
                ``put_nbi``/``get_nbi``+``quiet``, ``atomic_fetch_add``) next to
                mpi_shim windows and shmem4py under ``oshrun`` (when shmem4py is
@@ -30,7 +32,7 @@ Usage::
 
     python bench/run_bench.py [--quick] [--repeat N] [--max-time S]
                               [--tls shm,tcp,ofi] [--rma-tls shm,tcp]
-                              [--suites tag,rma,allreduce,shmem]
+                              [--suites tag,rma,coll,shmem]
 """
 from __future__ import annotations
 
@@ -54,14 +56,16 @@ TCP_LAT_FACTOR = 1.5     # ucxpy-tcp small-message latency <= 1.5x raw socket
 BIG = 1 << 20            # bandwidth target applies from this size up
 SMALL = 8                # "small message" size for the latency targets
 
-SUITES = ("tag", "rma", "allreduce", "shmem")
+SUITES = ("tag", "rma", "coll", "shmem")
+COLL_TESTS = ("allreduce", "bcast", "alltoall")
+COLL_BW_FACTOR = 0.8     # a large allreduce moves >= 0.8x MPICH's bytes per second
 TAG_TESTS = ("tag_lat", "tag_bw")
 RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
 AR_RANKS = (2, 4)
 #: sizes of --quick, per family
 QUICK_SIZES = {"tag": [8, 1024, 64 << 10, 1 << 20, 4 << 20],
                "rma": [8, 1024, 64 << 10, 1 << 20],
-               "allreduce": [8, 1024, 64 << 10, 1 << 20]}
+               "coll": [8, 1024, 64 << 10, 1 << 20, 16 << 20]}
 #: Open MPI's library, preloaded for shmem4py: a shmem4py built next to the
 #: mpich wheel links both libmpi.so.12 and .40, and MPICH's MPI_* would win
 OMPI_LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"
@@ -398,11 +402,26 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
         out.append((name, "PASS" if r <= TCP_LAT_FACTOR else "MISS", detail))
     else:
         out.append((name, "N/A", "missing measurement"))
+
+    for n in AR_RANKS:
+        ours = _col(impls.get("mpi_shim"), f"allreduce@{n}", "latency_us")
+        ref = _col(impls.get("mpi4py"), f"allreduce@{n}", "latency_us")
+        name = f"allreduce >= {BIG >> 20} MiB on {n} ranks at >= {COLL_BW_FACTOR:g}x " \
+               "mpi4py's bandwidth"
+        big = sorted(s for s in ours if s >= BIG and s in ref)
+        if big:
+            ratios = {s: ref[s] / ours[s] for s in big}       # time ratio = bandwidth ratio
+            worst = min(ratios, key=ratios.get)
+            detail = ", ".join(f"{s >> 20} MiB: {ours[s]:.0f} vs {ref[s]:.0f} us" for s in big)
+            out.append((name, "PASS" if ratios[worst] >= COLL_BW_FACTOR else "MISS",
+                        f"{detail}; worst {ratios[worst]:.2f}x"))
+        else:
+            out.append((name, "N/A", "missing measurement"))
     return out
 
 
 PLOT_PANELS = ("tag_lat", "tag_bw", "put_lat", "get_lat", "put_bw", "get_bw",
-               "allreduce@2", "allreduce@4")
+               "allreduce@2", "allreduce@4", "bcast@4", "alltoall@4")
 
 
 def plot(impls: dict, path: str) -> str:
@@ -477,7 +496,8 @@ def main(argv=None) -> int:
     if args.raw_peer:
         raw_peer(*args.raw_peer)
         return 0
-    suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    suites = [("coll" if s.strip() == "allreduce" else s.strip())
+              for s in args.suites.split(",") if s.strip()]
     for s in suites:
         if s not in SUITES:
             p.error(f"unknown suite {s!r}; choose from {', '.join(SUITES)}")
@@ -536,10 +556,10 @@ def main(argv=None) -> int:
         if "rma" in suites or "shmem" in suites:
             a = perf_args(flag, RMA_TESTS, sizes["rma"], max_time)
             job(label, "rma", lambda a=a: launch(a, 2), env)
-        if "allreduce" in suites:
+        if "coll" in suites:
             for n in AR_RANKS:
-                a = perf_args(flag, ["allreduce"], sizes["allreduce"], max_time)
-                job(label, f"allreduce@{n}", lambda a=a, n=n: launch(a, n), env,
+                a = perf_args(flag, COLL_TESTS, sizes["coll"], max_time)
+                job(label, f"coll@{n}", lambda a=a, n=n: launch(a, n), env,
                     rename=lambda t, n=n: f"{t}@{n}")
 
     # -- OpenSHMEM: ours, and shmem4py on Open MPI's OSHMEM
@@ -596,10 +616,12 @@ def main(argv=None) -> int:
         for t in RMA_TESTS:
             show(t, t, ucx_rma + ["mpi_shim", "mpi4py"],
                  title=f"{t} (ucxpy RMA / MPI.Win, rank 0 -> passive rank 1)")
-    if "allreduce" in suites:
+    if "coll" in suites:
         for n in AR_RANKS:
-            show(f"allreduce@{n}", f"allreduce@{n}", ["mpi_shim", "mpi4py"],
-                 title=f"allreduce float64, {n} ranks")
+            for t, what in (("allreduce", "float64"), ("bcast", "bytes from rank 0"),
+                            ("alltoall", "bytes per peer")):
+                show(f"{t}@{n}", f"{t}@{n}", ["mpi_shim", "mpi4py"],
+                     title=f"{t} ({what}), {n} ranks")
     if "shmem" in suites:
         for t in RMA_TESTS:
             show(f"shmem {t}", t, ["shmem", "mpi_shim", "shmem4py"],

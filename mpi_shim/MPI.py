@@ -11,8 +11,8 @@ from .attr import (APPNUM, HOST, IO, KEYVAL_INVALID, LASTUSEDCODE, TAG_UB_KEY as
 from .bsend import BSEND_OVERHEAD, BUFFER_AUTOMATIC, BufferAutomaticType
 from .comm import (COMM_NULL, COMM_SELF, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
                    COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED, COMM_WORLD, Comm, Intracomm)
-from .compat import (_comm_lock, _comm_lock_table, _commctx_inter, _commctx_intra,
-                     _handleof, _set_abort_status)
+from .compat import (_addressof, _comm_lock, _comm_lock_table, _commctx_inter,
+                     _commctx_intra, _handleof, _set_abort_status, _sizeof)
 from .datatype import *  # noqa: F401,F403 - the predefined datatypes and their helpers
 from .datatype import BOTTOM, IN_PLACE, UNDEFINED, Datatype
 from .dynproc import MAX_PORT_NAME

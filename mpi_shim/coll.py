@@ -25,7 +25,8 @@ import pickle
 
 import numpy as np
 
-from ucxpy.schedules import binomial_tree, recursive_doubling
+from ucxpy.schedules import (allreduce_algorithm, binomial_tree, block_bounds, recursive_doubling,
+                             ring_allreduce)
 
 from .datatype import Msg, sub
 from .engine import ENGINE, FULL
@@ -180,7 +181,44 @@ def g_reduce(c, x, op, root, codec):
     return acc
 
 
+def _commutes(op) -> bool:
+    return op.Is_commutative() and op.name not in ("REPLACE", "NO_OP")
+
+
 def g_allreduce(c, x, op, codec):
+    """Recursive doubling, or the ring for large arrays and commutative ops
+    (:func:`ucxpy.schedules.allreduce_algorithm` decides)."""
+    if codec.dtype is not None and allreduce_algorithm(
+            x.nbytes, len(x), c.size, _commutes(op)) == "ring":
+        return (yield from g_allreduce_ring(c, x, op))
+    return (yield from g_allreduce_rd(c, x, op, codec))
+
+
+def g_allreduce_ring(c, x, op):
+    """Ring reduce-scatter then ring allgather on ``n`` blocks of ``x``."""
+    tag, n = c.coll_tag(), c.size
+    plan = ring_allreduce(c.rank, n)
+    acc = x if x.flags.writeable and x.flags.c_contiguous else np.array(x, copy=True)
+    bounds = block_bounds(len(acc), n)
+    k = 0
+    for sb, rb in plan.reduce_scatter:
+        lo, hi = bounds[rb]
+        buf = np.empty(hi - lo, acc.dtype)
+        r = _rcv(c, plan.left, memoryview(buf).cast("B"), tag | (k & 0xFF))
+        slo, shi = bounds[sb]
+        yield [_snd(c, plan.right, memoryview(acc[slo:shi]).cast("B"), tag | (k & 0xFF)), r]
+        acc[lo:hi] = op.combine(buf, acc[lo:hi], None)
+        k += 1
+    for sb, rb in plan.allgather:
+        lo, hi = bounds[rb]
+        r = _rcv(c, plan.left, memoryview(acc[lo:hi]).cast("B"), tag | (k & 0xFF))
+        slo, shi = bounds[sb]
+        yield [_snd(c, plan.right, memoryview(acc[slo:shi]).cast("B"), tag | (k & 0xFF)), r]
+        k += 1
+    return acc
+
+
+def g_allreduce_rd(c, x, op, codec):
     """Recursive doubling; ranks beyond the largest power of two fold first."""
     tag, rank = c.coll_tag(), c.rank
     plan = recursive_doubling(rank, c.size)

@@ -64,7 +64,34 @@ def _set_abort_status(status) -> None:
 
 def _handleof(obj) -> int:
     """The integer handle of an MPI object."""
-    return obj.handle
+    from .handle import Handle, handle_of
+    if isinstance(obj, Handle):
+        return handle_of(obj._h)
+    raise TypeError(f"expected an MPI handle object, got {type(obj).__name__}")
+
+
+def _addressof(obj) -> int:
+    """Memory address of the handle of an MPI object (a 64-bit cell)."""
+    from .handle import Handle, addressof
+    from .status import Status
+    if isinstance(obj, Handle):
+        return addressof(obj)
+    if isinstance(obj, Status):
+        import ctypes
+        return ctypes.addressof(ctypes.c_char.from_buffer(obj.tomemory()))
+    raise TypeError(f"expected an MPI object, got {type(obj).__name__}")
+
+
+def _sizeof(obj) -> int:
+    """Size in bytes of the handle of an MPI object or class."""
+    from .handle import HANDLE_SIZE, Handle
+    from .status import Status
+    cls = obj if isinstance(obj, type) else type(obj)
+    if issubclass(cls, Handle):
+        return HANDLE_SIZE
+    if issubclass(cls, Status):
+        return Status().tomemory().nbytes
+    raise TypeError(f"expected an MPI object or class, got {cls.__name__}")
 
 
 _ = ENGINE

@@ -19,6 +19,7 @@ mpi4py's object model, which the handle classes share:
 """
 from __future__ import annotations
 
+import ctypes
 import itertools
 import weakref
 
@@ -104,6 +105,9 @@ class Handle:
         if not isinstance(other, Handle) or \
                 (self._family or type(self)) is not (other._family or type(other)):
             return NotImplemented
+        if _cells:
+            _sync(self)
+            _sync(other)
         return self._h is other._h
 
     def __ne__(self, other):
@@ -113,6 +117,8 @@ class Handle:
     __hash__ = None
 
     def __bool__(self):
+        if _cells:
+            _sync(self)
         return self._h is not None
 
     def __copy__(self):
@@ -186,3 +192,33 @@ def name_constants(namespace: dict) -> None:
             _constant_names.setdefault(id(obj), name)
             if obj._h is not None:
                 _impl_constants.setdefault(id(obj._h), obj)
+
+
+# -- handle cells: C-level access to a handle (``MPI._addressof``) --------------
+#: id(handle object) -> (weakref to it, ctypes cell holding its handle integer)
+_cells = {}
+HANDLE_SIZE = ctypes.sizeof(ctypes.c_uint64)
+
+
+def _sync(obj) -> None:
+    """Follow a write made through the object's cell (``MPI._addressof``)."""
+    entry = _cells.get(id(obj))
+    if entry is not None and entry[0]() is obj:
+        value = entry[1].value
+        if value != handle_of(obj._h):
+            obj._h = impl_of(value)
+
+
+def addressof(obj) -> int:
+    """Address of a 64-bit cell holding ``obj``'s handle; writing another
+    handle value there makes ``obj`` refer to that object."""
+    entry = _cells.get(id(obj))
+    if entry is None or entry[0]() is not obj:
+        cell = ctypes.c_uint64(handle_of(obj._h))
+        key = id(obj)
+        _cells[key] = entry = (weakref.ref(obj, lambda _r, key=key: _cells.pop(key, None)),
+                               cell)
+    else:
+        _sync(obj)
+        entry[1].value = handle_of(obj._h)
+    return ctypes.addressof(entry[1])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exceptions import ERR_OP, Exception
+from .handle import Handle
 
 
 def _loc(better):
@@ -17,7 +18,7 @@ def _loc(better):
             return x
         if better(y[0], x[0]):
             return y
-        return (x[0], min(x[1], y[1]))
+        return x if not (y[1] < x[1]) else y
 
     def arr(a, b):
         out = b.copy()
@@ -55,104 +56,153 @@ _TABLE = {
 }
 
 
-class Op:
-    """An MPI reduction operation."""
+MAX_USER_OPS = 32        # live user-defined operations, like mpi4py's callback table
+_user_ops = [0]
 
-    __slots__ = ("name", "_obj", "_arr", "_user", "commute", "__weakref__")
 
-    def __init__(self, op=None):
-        if op is None:
-            self.name, self._obj, self._arr, self._user, self.commute = "OP_NULL", None, None, None, True
-        elif isinstance(op, Op):
-            self.name, self._obj, self._arr = op.name, op._obj, op._arr
-            self._user, self.commute = op._user, op.commute
-        else:
-            raise TypeError("expected an Op")
+class OpImpl:
+    __slots__ = ("name", "obj", "arr", "user", "commute", "predefined", "freed", "_hid",
+                 "__weakref__")
+
+    def __init__(self, name, obj=None, arr=None, user=None, commute=True, predefined=False):
+        self.name, self.obj, self.arr, self.user = name, obj, arr, user
+        self.commute, self.predefined, self.freed = commute, predefined, False
+
+
+class Op(Handle):
+    """Reduction operation."""
+
+    __slots__ = ("_fn",)
+
+    def __new__(cls, op=None):
+        self = super().__new__(cls, op)
+        self._fn = getattr(op, "_fn", None) if op is not None else None
+        return self
+
+    @classmethod
+    def _wrap(cls, impl):
+        obj = super()._wrap(impl)
+        obj._fn = None
+        return obj
 
     @classmethod
     def _predef(cls, name):
-        op = cls()
-        op.name = name
-        op._obj, op._arr = _TABLE[name]
-        return op
+        obj, arr = _TABLE[name]
+        return cls._constant(OpImpl(name, obj, arr, predefined=True))
 
     @classmethod
-    def Create(cls, function, commute=False):
-        """User operation ``function(inbuf, inoutbuf, datatype)``."""
-        op = cls()
-        op.name, op._user, op.commute = "user", function, bool(commute)
+    def Create(cls, function, commute: bool = False) -> "Op":
+        """Create a user-defined reduction operation ``function(inbuf, inoutbuf, datatype)``."""
+        if not callable(function):
+            raise TypeError("the operation must be callable")
+        if _user_ops[0] >= MAX_USER_OPS:
+            raise RuntimeError(f"cannot create more than {MAX_USER_OPS} user-defined operations")
+        _user_ops[0] += 1
+        op = cls._wrap(OpImpl("user", user=function, commute=bool(commute)))
+        op._fn = function
         return op
 
-    def __eq__(self, other):
-        if not isinstance(other, Op):
-            return NotImplemented
-        return self is other or (self._user is None and other._user is None and
-                                 self.name == other.name)
+    @property
+    def name(self) -> str:
+        return "OP_NULL" if self._h is None else self._h.name
 
-    def __ne__(self, other):
-        r = self.__eq__(other)
-        return r if r is NotImplemented else not r
+    @property
+    def _user(self):
+        return None if self._h is None else self._h.user
 
-    def __hash__(self):
-        return hash(self.name)
-
-    def __bool__(self):
-        return self.name != "OP_NULL"
+    @property
+    def commute(self) -> bool:
+        return True if self._h is None else self._h.commute
 
     def __repr__(self):
         return f"<Op {self.name}>"
 
     def __reduce__(self):
-        if self._user is None:
-            return (_by_name, (self.name,))
-        raise TypeError("cannot pickle a user-defined Op")
+        h = self._h
+        if h is not None and h.user is not None:
+            if self._fn is None:
+                raise ValueError("cannot serialize this user-defined operation")
+            return (_recreate, (type(self), self._fn, h.commute))
+        return super().__reduce__()
 
     def _check(self):
-        if self.name == "OP_NULL":
+        if self._h is None:
             raise Exception(ERR_OP, "invalid operation (OP_NULL)")
 
-    def Free(self):
-        if self._user is None and self.name != "OP_NULL":
+    def Free(self) -> None:
+        """Free a user-defined reduction operation."""
+        h = self._h
+        if h is None:
+            raise Exception(ERR_OP, "invalid operation (OP_NULL)")
+        if h.predefined:
             raise Exception(ERR_OP, "cannot free a predefined operation")
-        self.name, self._user = "OP_NULL", None
+        if not h.freed:
+            h.freed = True
+            _user_ops[0] -= 1
+        self._h = None
+
+    def _release(self) -> None:
+        h = self._h
+        if not h.freed:
+            h.freed = True
+            _user_ops[0] -= 1
 
     def Is_commutative(self) -> bool:
-        return self.commute if self._user is not None else True
+        """Query reduction operations for their commutativity."""
+        self._check()
+        return self._h.commute
 
-    is_commutative = property(Is_commutative)
-    is_predefined = property(lambda self: self._user is None)
+    is_commutative = property(Is_commutative, doc="Is a commutative operation.")
+    is_predefined = property(lambda self: self._h is None or self._h.predefined,
+                             doc="Is a predefined operation.")
 
     # -- application ---------------------------------------------------------
     def __call__(self, x, y):
-        """``x op y`` for Python objects (x from the lower rank)."""
-        self._check()
-        if self._user is not None:
-            if isinstance(x, np.ndarray):
+        """Apply the operation to two Python objects (``x`` from the lower rank)."""
+        h = self._h
+        if h is None:
+            raise ValueError("cannot apply OP_NULL")
+        if h.user is not None:
+            if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
                 return self.combine(x, y, None)
-            return self._user(x, y, None) if _nargs(self._user) == 3 else self._user(x, y)
-        return self._obj(x, y)
+            return h.user(x, y, None) if _nargs(h.user) == 3 else h.user(x, y)
+        return h.obj(x, y)
 
     def combine(self, left, right, datatype):
         """``left op right`` for numpy arrays (new array or ``right`` updated)."""
-        self._check()
-        if self._user is not None:
+        h = self._h
+        if h is None:
+            raise Exception(ERR_OP, "invalid operation (OP_NULL)")
+        if h.user is not None:
             out = np.array(right, copy=True)
-            self._user(memoryview(np.ascontiguousarray(left)).cast("B"),
-                       memoryview(out).cast("B"), datatype)
+            dt = datatype
+            if dt is None:
+                from .datatype import Datatype
+                try:
+                    dt = Datatype.fromcode(out.dtype.char)
+                except (ValueError, KeyError):
+                    dt = None
+            h.user(memoryview(np.ascontiguousarray(left)).cast("B"),
+                   memoryview(out).cast("B"), dt)
             return out
         try:
-            return self._arr(left, right)
+            return h.arr(left, right)
         except TypeError:
-            raise Exception(ERR_OP, f"{self.name} is not defined for {left.dtype}") from None
+            raise Exception(ERR_OP, f"{h.name} is not defined for {left.dtype}") from None
 
-    def Reduce_local(self, inbuf, inoutbuf):
+    def Reduce_local(self, inbuf, inoutbuf) -> None:
+        """Apply a reduction operation to local data."""
         from .datatype import parse
         mi, mo = parse(inbuf), parse(inoutbuf, writable=True)
         if mi.count != mo.count:
-            raise ValueError(f"mismatch in send count {mi.count} and receive count {mo.count}")
+            raise ValueError(f"mismatch in inbuf count {mi.count} and inoutbuf count {mo.count}")
         if mi.dtype != mo.dtype:
-            raise ValueError(f"mismatch in send and receive MPI datatypes")
+            raise ValueError("mismatch in inbuf and inoutbuf MPI datatypes")
         reduce_into(self, mi, mo)
+
+
+def _recreate(cls, fn, commute):
+    return cls.Create(fn, commute)
 
 
 def _nargs(fn):
@@ -195,8 +245,10 @@ def _by_name(name):
     return globals()[name]
 
 
-OP_NULL = Op()
+OP_NULL = Op._constant(None)
+OP_NULL._fn = None
 SUM, PROD, MAX, MIN = (Op._predef(n) for n in ("SUM", "PROD", "MAX", "MIN"))
 LAND, LOR, LXOR = (Op._predef(n) for n in ("LAND", "LOR", "LXOR"))
 BAND, BOR, BXOR = (Op._predef(n) for n in ("BAND", "BOR", "BXOR"))
 MAXLOC, MINLOC, REPLACE, NO_OP = (Op._predef(n) for n in ("MAXLOC", "MINLOC", "REPLACE", "NO_OP"))
+Op._family = Op

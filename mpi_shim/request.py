@@ -10,7 +10,7 @@ operation (:class:`PersistentOp`) goes back to *inactive* instead and
 from __future__ import annotations
 
 from .engine import ENGINE
-from .exceptions import ERR_ARG, ERR_REQUEST, Exception
+from .exceptions import ERR_ARG, ERR_OTHER, ERR_REQUEST, Exception
 from .handle import Handle
 from .ops import *  # noqa: F401,F403 - re-exported for the other modules
 from .ops import DoneOp, _Op
@@ -438,7 +438,7 @@ def make_prequest(starter, cls=Prequest) -> Prequest:
 
 
 class _GrequestOp(_Op):
-    __slots__ = ("done", "query", "free_fn", "cancel_fn", "args", "kwargs", "cancelled")
+    __slots__ = ("done", "query", "free_fn", "cancel_fn", "args", "kwargs", "cancelled", "obj")
 
     def is_done(self):
         return self.done
@@ -447,25 +447,46 @@ class _GrequestOp(_Op):
         st = status if status is not None else Status()
         st._clear()
         if self.query is not None:
-            self.query(st, *self.args, **self.kwargs)
+            _user_call(self.query, st, *self.args, **self.kwargs)
         return st
 
     def finish(self, status):
-        st = self._status(status)
-        if self.free_fn is not None:
-            self.free_fn(*self.args, **self.kwargs)
+        try:
+            st = self._status(status)
+        finally:
+            if self.free_fn is not None:
+                _user_call(self.free_fn, *self.args, **self.kwargs)
         err = st.Get_error()
         if err:
             raise Exception(err)
-        return None
+        obj, self.obj = self.obj, None
+        return obj
 
     def peek(self, status):
         self._status(status)
 
     def cancel(self):
         if self.cancel_fn is not None:
-            self.cancel_fn(self.done, *self.args, **self.kwargs)
+            _user_call(self.cancel_fn, self.done, *self.args, **self.kwargs)
         return False
+
+
+def _user_call(fn, *args, **kwargs):
+    """Run a user callback of a generalized request.  What it raises is
+    printed with its traceback and turned into ``MPI.Exception`` (its own
+    class for an MPI.Exception, ERR_OTHER otherwise)."""
+    import sys
+    import traceback
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as e:
+        sys.stderr.write("Traceback (most recent call last):\n")
+        traceback.print_tb(e.__traceback__, file=sys.stderr)
+        sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
+        sys.stderr.flush()
+        if isinstance(e, Exception):
+            raise Exception(e.Get_error_class(), str(e)) from None
+        raise Exception(ERR_OTHER, f"{type(e).__name__}: {e}") from None
 
 
 class Grequest(Request):
@@ -483,7 +504,7 @@ class Grequest(Request):
         op = _GrequestOp()
         op.done, op.query, op.free_fn, op.cancel_fn = False, query_fn, free_fn, cancel_fn
         op.args, op.kwargs = tuple(args or ()), dict(kwargs or {})
-        op.cancelled = False
+        op.cancelled, op.obj = False, None
         return cls._wrap(op)
 
     def Complete(self) -> None:
@@ -496,8 +517,9 @@ class Grequest(Request):
         op.done = True
 
     def complete(self, obj=None) -> None:
-        """Notify that a user-defined request is complete."""
+        """Notify that a user-defined request is complete (``obj``: what wait returns)."""
         self.Complete()
+        self._h.obj = obj
 
 
 REQUEST_NULL = Request._constant(None)

@@ -55,3 +55,53 @@ def test_bad_ranks():
         binomial_tree(3, 3, 0)
     with pytest.raises(ValueError):
         recursive_doubling(-1, 4)
+
+
+@pytest.mark.parametrize("n", range(1, 34))
+def test_ring_allreduce_reduces_every_block_once_and_shares_it(n):
+    from ucxpy.schedules import ring_allreduce
+    plans = [ring_allreduce(r, n) for r in range(n)]
+    # acc[r][b]: the set of ranks whose block b has been folded into rank r's copy
+    acc = [[{r} for _ in range(n)] for r in range(n)]
+    for step in range(n - 1):
+        sent = {}
+        for r, p in enumerate(plans):
+            sb, _ = p.reduce_scatter[step]
+            sent[p.right] = (sb, set(acc[r][sb]))
+        for r, p in enumerate(plans):
+            _, rb = p.reduce_scatter[step]
+            sb, vals = sent[r]
+            assert sb == rb and p.left == (r - 1) % n
+            assert not (vals & acc[r][rb])          # nothing counted twice
+            acc[r][rb] |= vals
+    for r, p in enumerate(plans):
+        assert acc[r][p.owned] == set(range(n))
+    for step in range(n - 1):
+        sent = {}
+        for r, p in enumerate(plans):
+            sb, _ = p.allgather[step]
+            sent[p.right] = (sb, set(acc[r][sb]))
+        for r, p in enumerate(plans):
+            _, rb = p.allgather[step]
+            sb, vals = sent[r]
+            assert sb == rb and vals == set(range(n))
+            acc[r][rb] = vals
+    assert all(acc[r][b] == set(range(n)) for r in range(n) for b in range(n))
+
+
+@pytest.mark.parametrize("count,n", [(0, 1), (10, 3), (3, 5), (1000, 7), (7, 7)])
+def test_block_bounds_cover_the_count(count, n):
+    from ucxpy.schedules import block_bounds
+    b = block_bounds(count, n)
+    assert len(b) == n and b[0][0] == 0 and b[-1][1] == count
+    assert all(x[1] == y[0] for x, y in zip(b, b[1:]))
+    assert max(s - a for a, s in b) - min(s - a for a, s in b) <= 1
+
+
+def test_allreduce_algorithm_choice():
+    from ucxpy.schedules import ALLREDUCE_RING_MIN, allreduce_algorithm
+    assert allreduce_algorithm(8, 1, 4, True) == "recursive_doubling"
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 4, True) == "ring"
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 4, False) == "recursive_doubling"
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 1, True) == "recursive_doubling"
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 2, 4, True) == "recursive_doubling"

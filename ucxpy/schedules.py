@@ -67,3 +67,73 @@ def recursive_doubling(rank: int, n: int) -> DoublingPlan:
         partners.append(nd * 2 + 1 if nd < rem else nd + rem)
         mask <<= 1
     return DoublingPlan(fold, partners, unfold)
+
+
+class RingPlan(NamedTuple):
+    """Ring reduce-scatter followed by ring allgather over ``n`` blocks.
+
+    ``right``/``left``: the neighbours this rank sends to and receives from.
+    ``reduce_scatter``: per step ``(send_block, recv_block)``; the received
+    block is combined into this rank's copy of it.  After the ``n - 1``
+    steps this rank holds the fully reduced block ``owned``.
+    ``allgather``: per step ``(send_block, recv_block)``; the received block
+    replaces this rank's copy.  Each rank sends ``2 (n - 1) / n`` of the data
+    in all (bandwidth-optimal), and reduces ``(n - 1) / n`` of it.  Blocks are
+    combined in ring order, so the operation must be commutative."""
+    right: int
+    left: int
+    reduce_scatter: List[Tuple[int, int]]
+    owned: int
+    allgather: List[Tuple[int, int]]
+
+
+def ring_allreduce(rank: int, n: int) -> RingPlan:
+    if not 0 <= rank < n:
+        raise ValueError(f"rank {rank} outside a group of {n}")
+    rs = [((rank - s) % n, (rank - s - 1) % n) for s in range(n - 1)]
+    ag = [((rank + 1 - s) % n, (rank - s) % n) for s in range(n - 1)]
+    return RingPlan((rank + 1) % n, (rank - 1) % n, rs, (rank + 1) % n, ag)
+
+
+def block_bounds(count: int, n: int) -> List[Tuple[int, int]]:
+    """``(start, stop)`` of ``n`` nearly equal blocks of ``count`` elements."""
+    q, r = divmod(count, n)
+    out, start = [], 0
+    for i in range(n):
+        stop = start + q + (i < r)
+        out.append((start, stop))
+        start = stop
+    return out
+
+
+#: allreduce payloads from this many bytes on use the ring (when the group
+#: has more than one rank, the operation is commutative and every rank gets a
+#: block); below it recursive doubling's log2(n) rounds win
+ALLREDUCE_RING_MIN = 64 * 1024
+
+
+def allreduce_algorithm(nbytes: int, count: int, n: int, commutative: bool) -> str:
+    """Which allreduce schedule a group of ``n`` uses for ``count`` elements
+    of ``nbytes`` in all: ``"recursive_doubling"`` or ``"ring"`` (MPICH's
+    split: latency-bound small messages, bandwidth-bound large ones)."""
+    if n > 1 and commutative and nbytes >= ALLREDUCE_RING_MIN and count >= n:
+        return "ring"
+    return "recursive_doubling"
+
+
+def collective_table(n: int):
+    """``(collective, size range, algorithm)`` rows for ``ucxpy-info``: what
+    the layers above choose for a group of ``n`` ranks."""
+    big = f">= {ALLREDUCE_RING_MIN // 1024} KiB"
+    small = f"< {ALLREDUCE_RING_MIN // 1024} KiB"
+    return [
+        ("barrier", "-", "dissemination"),
+        ("bcast", "any", "binomial tree"),
+        ("reduce", "any", "binomial tree (rank order for non-commutative ops)"),
+        ("allreduce", small, allreduce_algorithm(0, n, n, True)),
+        ("allreduce", big, allreduce_algorithm(ALLREDUCE_RING_MIN, n, n, True) +
+         " (commutative ops; else recursive doubling)"),
+        ("scan/exscan", "any", "recursive doubling"),
+        ("allgather", "any", "ring"),
+        ("gather/scatter/alltoall", "any", "direct (all messages at once)"),
+    ]

@@ -209,6 +209,14 @@ def print_protocols(config, out) -> int:
     return 0
 
 
+def print_collectives(n: int, out) -> None:
+    """Collective algorithm per operation and size (ucxpy.schedules decides)."""
+    from ..schedules import collective_table
+    print(f"\n# collective algorithms for a group of {n} ranks "
+          "(mpi_shim, shmem; ucxpy.schedules):", file=out)
+    print(_table(collective_table(n), ("collective", "payload", "algorithm")), file=out)
+
+
 def _reaches(worker, iface, remote) -> bool:
     from ..transports.base import Caps
     raddr = remote.transport(iface.name)
@@ -359,6 +367,8 @@ def main(argv=None) -> int:
                    help="print lane and protocol per message size for local and remote peers")
     p.add_argument("-d", action="store_true", help="list devices")
     p.add_argument("-t", action="store_true", help="list transports (the default)")
+    p.add_argument("-n", type=int, default=4, metavar="RANKS",
+                   help="group size for the collective table of -e (default 4)")
     args = p.parse_args(argv)
     out = sys.stdout
     config, err = load_config()
@@ -371,6 +381,7 @@ def main(argv=None) -> int:
         print_devices(config, out)
     if args.e:
         status = 1 if err else print_protocols(config, out)
+        print_collectives(args.n, out)
     if args.t or not (args.c or args.d or args.e):
         print_transports(config, out)
     out.flush()

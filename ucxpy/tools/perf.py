@@ -37,6 +37,9 @@ Tests (``latency_us`` is per operation, ``bandwidth_GBps`` is size / latency)
 ``allreduce`` ``Allreduce`` of float64 arrays of ``size`` bytes on all ranks
               (mpi4py / mpi_shim only); latency is the slowest rank's mean
               time per call, as the OSU benchmark reports.
+``bcast``     ``Bcast`` of ``size`` bytes from rank 0 (mpi4py / mpi_shim).
+``alltoall``  ``Alltoall`` with ``size`` bytes per peer (OSU's convention;
+              mpi4py / mpi_shim).
 
 RMA tests are one-sided: rank 1 is a passive target that waits in a barrier
 (a blocking call, so it progresses where the access needs the target: ucxpy
@@ -67,16 +70,16 @@ from .perf_comms import Mpi4pyComm, ShmemComm, UcxpyComm
 
 TAG_TESTS = ("tag_lat", "tag_bw")
 RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
-COLL_TESTS = ("allreduce",)
+COLL_TESTS = ("allreduce", "bcast", "alltoall")
 TESTS = TAG_TESTS + RMA_TESTS + COLL_TESTS
 #: tests whose figure of merit is latency (lower is better); the others bandwidth
-LATENCY_TESTS = ("tag_lat", "put_lat", "get_lat", "amo_lat", "allreduce")
+LATENCY_TESTS = ("tag_lat", "put_lat", "get_lat", "amo_lat", "allreduce", "bcast", "alltoall")
 
 DEFAULT_SIZES = (8, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10,
                  1 << 20, 4 << 20)
 #: defaults per family when --sizes is not given
 RMA_SIZES = (8, 64, 1 << 10, 16 << 10, 256 << 10, 1 << 20)
-ALLREDUCE_SIZES = (8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20)
+ALLREDUCE_SIZES = (8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
 AMO_SIZE = 8
 
 TAG_LAT, TAG_BW, TAG_ACK, TAG_CTRL, TAG_CHECK = 0x10, 0x11, 0x12, 0x13, 0x14
@@ -269,31 +272,66 @@ def run_rma(comm, test: str, sizes, opts) -> list:
     return rows
 
 
-def allreduce(comm, size: int, opts) -> dict:
-    """Collective ``Allreduce(SUM)`` of ``size // 8`` float64 on every rank."""
-    MPI, c = comm.MPI, comm.comm
+def _coll_case(comm, test: str, size: int):
+    """``(call, check)`` for one collective test: ``call()`` runs it once on
+    the benchmark buffers, ``check()`` raises if one run gave wrong data."""
+    MPI, c, n, rank = comm.MPI, comm.comm, comm.size, comm.rank
     count = max(1, size // 8)
-    if not opts.no_check:
-        src = np.arange(count, dtype=np.float64) + comm.rank
-        out = np.zeros(count)
-        c.Allreduce(src, out, op=MPI.SUM)
-        want = np.arange(count, dtype=np.float64) * comm.size + comm.size * (comm.size - 1) / 2
-        if not np.array_equal(out, want):
-            raise RuntimeError(f"Allreduce of {count} float64 returned a wrong sum")
-    sbuf = np.ones(count, np.float64)
-    rbuf = np.zeros(count, np.float64)
-    Allreduce, SUM = c.Allreduce, MPI.SUM
+    if test == "allreduce":
+        sbuf, rbuf = np.ones(count), np.zeros(count)
+        Allreduce, SUM = c.Allreduce, MPI.SUM
 
-    def run(n):
-        for _ in range(n):
-            Allreduce(sbuf, rbuf, op=SUM)
-    n = _plan(run, _lat_default(size, opts), LAT_MIN, opts.iters, opts.max_time,
+        def check():
+            src = np.arange(count, dtype=np.float64) + rank
+            out = np.zeros(count)
+            c.Allreduce(src, out, op=MPI.SUM)
+            want = np.arange(count, dtype=np.float64) * n + n * (n - 1) / 2
+            if not np.array_equal(out, want):
+                raise RuntimeError(f"Allreduce of {count} float64 returned a wrong sum")
+        return (lambda: Allreduce(sbuf, rbuf, op=SUM)), check
+    if test == "bcast":
+        buf = np.zeros(max(size, 1), np.uint8)
+        Bcast = c.Bcast
+
+        def check():
+            b = np.full(max(size, 1), 7 if rank == 0 else 0, np.uint8)
+            c.Bcast(b, root=0)
+            if not (b == 7).all():
+                raise RuntimeError(f"Bcast of {size} bytes delivered wrong data")
+        return (lambda: Bcast(buf, root=0)), check
+    if test == "alltoall":
+        per = max(size, 1)
+        sbuf, rbuf = np.zeros(per * n, np.uint8), np.zeros(per * n, np.uint8)
+        Alltoall = c.Alltoall
+
+        def check():
+            src = np.repeat((np.arange(n) * 16 + rank).astype(np.uint8), per)
+            out = np.zeros(per * n, np.uint8)
+            c.Alltoall(src, out)
+            want = np.repeat((rank * 16 + np.arange(n)).astype(np.uint8), per)
+            if not np.array_equal(out, want):
+                raise RuntimeError(f"Alltoall of {per} bytes per peer delivered wrong data")
+        return (lambda: Alltoall(sbuf, rbuf)), check
+    raise ValueError(f"unknown collective test {test!r}")
+
+
+def collective(comm, test: str, size: int, opts) -> dict:
+    """One collective (see ``COLL_TESTS``) on every rank; the slowest rank's
+    mean time per call."""
+    call, check = _coll_case(comm, test, size)
+    if not opts.no_check:
+        check()
+
+    def run(k):
+        for _ in range(k):
+            call()
+    k = _plan(run, _lat_default(size, opts), LAT_MIN, opts.iters, opts.max_time,
               comm.bcast_int)
-    c.Barrier()
+    comm.comm.Barrier()
     t0 = time.perf_counter()
-    run(n)
-    per = comm.max_float((time.perf_counter() - t0) / n)
-    return _row(count * 8, n, per)
+    run(k)
+    per = comm.max_float((time.perf_counter() - t0) / k)
+    return _row(size if test != "allreduce" else max(1, size // 8) * 8, k, per)
 
 
 PATTERNS = {"tag_lat": tag_lat, "tag_bw": tag_bw}
@@ -352,13 +390,13 @@ SUPPORTS = {"ucxpy": TAG_TESTS + RMA_TESTS, "mpi4py": TESTS, "mpi_shim": TESTS,
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="ucxpy-perf",
-                                description="ucxpy latency / bandwidth (tag, RMA, allreduce)")
+                                description="ucxpy latency / bandwidth (tag, RMA, collectives)")
     p.add_argument("-t", "--test", default=",".join(TAG_TESTS),
                    help=f"comma-separated tests among {', '.join(TESTS)} "
                         "(default: tag_lat,tag_bw)")
     p.add_argument("-s", "--sizes", type=parse_sizes, default=None,
                    help="comma-separated message sizes, e.g. 8,1K,4M (default per test "
-                        "family: tag 8 B..4 MiB, RMA 8 B..1 MiB, allreduce 8 B..1 MiB)")
+                        "family: tag 8 B..4 MiB, RMA 8 B..1 MiB, collectives 8 B..16 MiB)")
     p.add_argument("--max-size", type=lambda s: parse_sizes(s)[0], default=None,
                    help="drop default sizes above this")
     p.add_argument("-n", "--iters", type=int, default=0,
@@ -415,7 +453,7 @@ def main(argv=None) -> int:
             rows = run_rma(comm, test, sizes_for(test), opts)
             modes[test] = comm.rma_mode
         elif test in COLL_TESTS:
-            rows = [allreduce(comm, size, opts) for size in sizes_for(test)]
+            rows = [collective(comm, test, size, opts) for size in sizes_for(test)]
         elif comm.rank < 2:
             rows = []
             for size in sizes_for(test):
