@@ -1,18 +1,41 @@
 """A stand-in ``mpi4py`` package whose ``MPI`` is :mod:`mpi_shim.MPI`.
 
 Put ``tests/mpi4py_adapter`` first on ``sys.path`` to run programs (or
-mpi4py's own test suite) written for mpi4py against mpi_shim.  The pure-Python
-subpackages (``mpi4py.util``, ``mpi4py.futures`` ...) come from an installed
-mpi4py, found at run time and imported on top of this ``MPI``.
+mpi4py's own test suite) written for mpi4py against mpi_shim.  As with the
+real package, ``mpi4py.rc`` can be changed before ``mpi4py.MPI`` is first
+imported (that import initializes MPI).  The pure-Python subpackages
+(``mpi4py.util``, ``mpi4py.futures`` ...) come from an installed mpi4py,
+found at run time and imported on top of this ``MPI``.
 """
+import importlib
+import importlib.abc
 import importlib.machinery
 import os
 import sys
-import types
 
-from mpi_shim import MPI
+from mpi_shim import rc  # noqa: F401 - mpi4py.rc
 
-sys.modules[__name__ + ".MPI"] = MPI
+__version__ = "4.1.2"
+
+
+class _MPIFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Makes ``import mpi4py.MPI`` load (and alias) ``mpi_shim.MPI``."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname == __name__ + ".MPI":
+            return importlib.machinery.ModuleSpec(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        module = importlib.import_module("mpi_shim.MPI")
+        self._spec = module.__spec__
+        return module
+
+    def exec_module(self, module):
+        module.__spec__ = self._spec      # it stays mpi_shim.MPI
+
+
+sys.meta_path.insert(0, _MPIFinder())
 
 
 def _installed_mpi4py_dir():
@@ -29,11 +52,6 @@ def _installed_mpi4py_dir():
 _real = _installed_mpi4py_dir()
 if _real is not None:
     __path__.append(_real)
-
-__version__ = "4.1.2"
-rc = types.SimpleNamespace(initialize=True, threads=True, thread_level="multiple",
-                           finalize=None, fast_reduce=True, recv_mprobe=True,
-                           irecv_bufsz=32768, errors="exception")
 
 
 def get_include():
