@@ -22,6 +22,8 @@ from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
 
 AmId = wire.AmId
 COLD_EVERY = 16     # power of two
+#: local ids given to peers whose worker id collides with a live peer's
+ALIAS_BASE = 1 << 62
 #: a peer's last connection closed: wait this long (and two full progress
 #: passes) for a connection of its that is still being accepted before
 #: failing what depends on it (see Worker.conn_failed)
@@ -76,7 +78,9 @@ class Worker:
         self.rndv = RendezvousProtocol(self)
         self.am = ActiveMessages(self)
         self.rma = RmaEngine(self)
-        self.endpoints = {}                  # remote worker id -> Endpoint
+        self.endpoints = {}                  # local peer id -> Endpoint (see _local_id)
+        self._by_uuid = {}                   # remote worker uuid -> Endpoint
+        self._aliases = 0
         self._failing = {}                   # Endpoint -> (deadline, tick, exc): see conn_failed
         self.bootstrap = None                # set by ucxpy.spmd: reports dead ranks
         self._handlers: list = [None] * 256
@@ -254,24 +258,41 @@ class Worker:
         Connecting twice to the same worker returns the same endpoint."""
         if not isinstance(address, WorkerAddress):
             address = WorkerAddress.unpack(address)
-        ep = self.endpoints.get(address.worker_id)
-        if ep is not None and ep.remote.uuid == address.uuid and not ep.closed:
+        ep = self._by_uuid.get(address.uuid)
+        if ep is not None and not ep.closed:
             return ep
         ep = self._new_endpoint(address)
         return ep
 
+    def _local_id(self, address) -> int:
+        """The id this worker uses for the peer at ``address``: its worker id,
+        unless a live endpoint of another worker already has that id (workers
+        of different jobs number themselves alike: a spawned child's rank 0
+        and its parent's rank 0); then a local alias above ``ALIAS_BASE``.
+        The id is the peer's ``Endpoint.remote_id`` and the ``source`` of what
+        it sends; a dead or closed endpoint with the id is replaced."""
+        wid = address.worker_id
+        cur = self.endpoints.get(wid)
+        if cur is None or cur.remote.uuid == address.uuid or cur.closed or \
+                cur.failed is not None:
+            return wid
+        self._aliases += 1
+        return ALIAS_BASE + self._aliases
+
     def _new_endpoint(self, address) -> Endpoint:
         ep = Endpoint(self, address)
+        ep.remote_id = self._local_id(address)
         if self.lock is not None:
             from .progress_thread import ENDPOINT_API, make_thread_safe
             make_thread_safe(ep, ENDPOINT_API, self.lock)
-        self.endpoints[address.worker_id] = ep
+        self.endpoints[ep.remote_id] = ep
+        self._by_uuid[address.uuid] = ep
         return ep
 
     def _on_wireup(self, tep, header, payload):
         addr = WorkerAddress.unpack(payload)
-        ep = self.endpoints.get(addr.worker_id)
-        if ep is None or ep.remote.uuid != addr.uuid or ep.closed:
+        ep = self._by_uuid.get(addr.uuid)
+        if ep is None or ep.closed:
             ep = self._new_endpoint(addr)
         tep.owner_ep = ep
         ep.incoming.add(tep)
@@ -358,6 +379,8 @@ class Worker:
     def _endpoint_closed(self, ep):
         if self.endpoints.get(ep.remote_id) is ep:
             del self.endpoints[ep.remote_id]
+        if self._by_uuid.get(ep.remote.uuid) is ep:
+            del self._by_uuid[ep.remote.uuid]
 
     # -- tagged messages -------------------------------------------------------
     def _on_tag_eager(self, tep, header, payload):
