@@ -86,7 +86,7 @@ def test_from_env_forced_and_invalid():
     assert isinstance(bootstrap.from_env(clean_env(UCXPY_BOOTSTRAP="single",
                                                    UCXPY_RUN_ADDR="tcp://127.0.0.1:1")),
                       bootstrap.SingletonBootstrap)
-    with pytest.raises(BootstrapError, match="expected zmq, mpi or single"):
+    with pytest.raises(BootstrapError, match="expected zmq, pmi, mpi or single"):
         bootstrap.from_env(clean_env(UCXPY_BOOTSTRAP="carrier-pigeon"))
     with pytest.raises(BootstrapError, match="UCXPY_RUN_ADDR"):
         bootstrap.from_env(clean_env(UCXPY_BOOTSTRAP="zmq"))
@@ -277,18 +277,34 @@ def _need_mpiexec():
 
 
 @pytest.mark.timeout(90)
-def test_mpiexec_allgather():
+@pytest.mark.parametrize("forced,kind,extra", [
+    ("", "pmi", {}),                                # Hydra's PMI_FD: PMI-1 by default
+    ("", "pmi", {"UCXPY_PMI_VERSION": "2"}),        # the PMI-2 wire format (srun's)
+    ("mpi", "mpi", {}),                             # through mpi4py
+], ids=["pmi1", "pmi2", "mpi4py"])
+def test_mpiexec_allgather(forced, kind, extra):
     exe = _need_mpiexec()
-    r = run([exe, "-n", "2", sys.executable, str(PROGS / "boot_allgather.py")], 80,
-            env=clean_env(EXPECT_BOOTSTRAP="mpi"))
+    env = clean_env(EXPECT_BOOTSTRAP=kind, **extra)
+    if forced:
+        env["UCXPY_BOOTSTRAP"] = forced
+    r = run([exe, "-n", "2", sys.executable, str(PROGS / "boot_allgather.py")], 80, env=env)
     assert r.returncode == 0, (r.stdout, r.stderr)
-    assert sorted(re.findall(r"OK rank (\d)/2 mpi", r.stdout)) == ["0", "1"], r.stdout
+    assert sorted(re.findall(rf"OK rank (\d)/2 {kind}", r.stdout)) == ["0", "1"], r.stdout
+
+
+@pytest.mark.timeout(90)
+def test_mpiexec_pmi_barrier_timeout():
+    exe = _need_mpiexec()
+    r = run([exe, "-n", "2", sys.executable, str(PROGS / "boot_straggler.py")], 80,
+            env=clean_env(EXPECT_BOOTSTRAP="pmi", STRAGGLER_SLEEP=4))
+    assert "rank 0: timeout missing=[]" in r.stdout, (r.stdout, r.stderr)
+    assert "PMI barrier_in timed out" in r.stdout, r.stdout
 
 
 @pytest.mark.timeout(90)
 def test_mpiexec_barrier_timeout():
     exe = _need_mpiexec()
     r = run([exe, "-n", "2", sys.executable, str(PROGS / "boot_straggler.py")], 80,
-            env=clean_env(EXPECT_BOOTSTRAP="mpi", STRAGGLER_SLEEP=4))
+            env=clean_env(EXPECT_BOOTSTRAP="mpi", STRAGGLER_SLEEP=4, UCXPY_BOOTSTRAP="mpi"))
     assert "rank 0: timeout missing=[]" in r.stdout, (r.stdout, r.stderr)
     assert "MPI barrier #0 timed out after 2 s" in r.stdout

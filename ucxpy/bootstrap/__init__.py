@@ -114,6 +114,18 @@ class Bootstrap:
         """Wait for ``key`` to be :meth:`put` by some rank and return its value."""
         raise NotImplementedError(f"{type(self).__name__} has no key/value store")
 
+    def lookup(self, key: str):
+        """The value put under ``key`` or None, without waiting for it."""
+        raise NotImplementedError(f"{type(self).__name__} has no key/value store")
+
+    # -- dynamic processes -------------------------------------------------
+    def spawn(self, apps, **extra) -> tuple:
+        """Start new processes through the launcher (see
+        :meth:`ucxpy.bootstrap.zmq_boot.ZmqBootstrap.spawn`); launchers that
+        cannot raise :class:`~ucxpy.errors.BootstrapError`."""
+        raise BootstrapError(f"the {self.kind} bootstrap cannot start new processes "
+                             "(run the job under ucxpy-run to spawn)")
+
     # -- failures and teardown ----------------------------------------------
     def check_failures(self) -> None:
         """Raise :class:`~ucxpy.errors.PeerFailure` if the launcher reported a
@@ -182,6 +194,9 @@ class SingletonBootstrap(Bootstrap):
             return self._kv[str(key)]
         except KeyError:
             raise BootstrapTimeout(f"key {key!r} was never put (single-rank job)") from None
+
+    def lookup(self, key: str):
+        return self._kv.get(str(key))
 
 
 #: environment variables that mark a process started by an MPI launcher

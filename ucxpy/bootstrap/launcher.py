@@ -2,7 +2,7 @@
 
 Usage::
 
-    ucxpy-run -n N [--timeout S] [--grace S] [--tag-output]
+    ucxpy-run -n N [--timeout S] [--grace S] [--tag-output] [--universe-size U]
               [--hosts h1,h2:4,...] [--host-agent 'ssh {host}'] [--advertise IP]
               prog.py args...        # run with this Python
     ucxpy-run -n N python prog.py    # or any command
@@ -36,6 +36,13 @@ Job states::
 A rank that exits 0 before joining a collective fails that collective for the
 others too (after 1 s, in case its last message is still in flight), so an
 early ``return`` shows up as an error instead of a hang.
+
+MPI spawn: a rank's SPAWN request (see :mod:`ucxpy.bootstrap.zmq_boot`)
+starts the requested processes on this host as a new group (their own
+``UCXPY_RANK``/``UCXPY_SIZE``, ``UCXPY_GROUP``, ``UCXPY_APPNUM`` and the
+parents' ``UCXPY_PARENT_PORT``); they are part of the job from then on: the
+job ends when every process of every group has exited, and a failing
+child fails the job like any rank.
 """
 from __future__ import annotations
 
@@ -84,10 +91,12 @@ def exit_status(code: int) -> int:
 # ranks
 # ---------------------------------------------------------------------------
 class RankProcess:
-    """One spawned rank."""
+    """One spawned rank (``group`` 0: the job's own; others: MPI spawns)."""
 
-    def __init__(self, rank, host, local_rank, local_size, argv, env):
+    def __init__(self, rank, host, local_rank, local_size, argv, env, group=0, cwd=None):
         self.rank, self.host = rank, host
+        self.group, self.cwd = group, cwd
+        self.label = str(rank) if group == 0 else f"{group}:{rank}"
         self.local_rank, self.local_size = local_rank, local_size
         self.argv, self.env = argv, env
         self.proc = None
@@ -248,6 +257,7 @@ class Job:
                 raise SystemExit(f"{PROG}: host(s) {', '.join(remote)} are not this machine; "
                                  "give --host-agent (e.g. --host-agent 'ssh {host}')")
         placement = place_ranks(self.n, hosts)
+        self.universe = opts.universe_size or max(self.n, os.cpu_count() or 1)
         adv, bind = self._advertise(hosts)
         self.service = RendezvousService(self.n, self.job_id, bind)
         host_part = f"[{adv}]" if ":" in adv else adv
@@ -261,6 +271,7 @@ class Job:
                 "UCXPY_RUN_ADDR": self.addr, "UCXPY_RANK": str(rank),
                 "UCXPY_SIZE": str(self.n), "UCXPY_LOCAL_RANK": str(lrank),
                 "UCXPY_LOCAL_SIZE": str(lsize), "UCXPY_JOB_ID": self.job_id,
+                "UCXPY_UNIVERSE_SIZE": str(self.universe),
             }
             argv = rank_command(opts.command, rank, host, opts.host_agent, vars_)
             env = dict(base_env, **vars_)
@@ -277,38 +288,80 @@ class Job:
         tag = self.opts.tag_output
         try:
             r.proc = subprocess.Popen(
-                r.argv, env=r.env,
-                stdin=None if r.rank == 0 else subprocess.DEVNULL,
+                r.argv, env=r.env, cwd=r.cwd,
+                stdin=None if r.rank == 0 and r.group == 0 else subprocess.DEVNULL,
                 stdout=subprocess.PIPE if tag else None,
                 stderr=subprocess.PIPE if tag else None,
                 start_new_session=True, preexec_fn=_set_pdeathsig)
         except OSError as e:
-            _say(f"cannot start rank {r.rank} ({shlex.join(r.argv)}): {e}")
+            _say(f"cannot start rank {r.label} ({shlex.join(r.argv)}): {e}")
             r.returncode = 127
             self._on_exit(r)
-            return
+            return False
         if self.opts.verbose:
-            _say(f"rank {r.rank} pid {r.proc.pid}: {shlex.join(r.argv)}")
+            _say(f"rank {r.label} pid {r.proc.pid}: {shlex.join(r.argv)}")
         if tag:
-            prefix = f"[{r.rank}] ".encode()
+            prefix = f"[{r.label}] ".encode()
             for stream, sink in ((r.proc.stdout, sys.stdout.buffer),
                                  (r.proc.stderr, sys.stderr.buffer)):
                 t = threading.Thread(target=_pump_output, args=(stream, prefix, sink,
                                                                 self.out_lock), daemon=True)
                 r.readers.append(t)     # started once every rank is spawned
+        return True
+
+    def _serve_spawns(self):
+        """Start the processes of the SPAWN requests the service queued: one
+        new group per request, wired to the parents through the port the
+        request names (see mpi_shim.dynproc)."""
+        while self.service.spawn_requests:
+            req = self.service.spawn_requests.pop(0)
+            _, _, gid, apps, hdr = req
+            if self.killing or self.grace_deadline is not None:
+                self.service.spawn_done(req, None, "the job is shutting down")
+                continue
+            total = sum(int(a["maxprocs"]) for a in apps)
+            base_env = dict(os.environ)
+            new, errcodes, rank = [], [], 0
+            for appnum, app in enumerate(apps):
+                codes = []
+                for _ in range(int(app["maxprocs"])):
+                    vars_ = {
+                        "UCXPY_RUN_ADDR": self.addr, "UCXPY_RANK": str(rank),
+                        "UCXPY_SIZE": str(total), "UCXPY_LOCAL_RANK": str(rank),
+                        "UCXPY_LOCAL_SIZE": str(total), "UCXPY_JOB_ID": self.job_id,
+                        "UCXPY_GROUP": str(gid), "UCXPY_APPNUM": str(appnum),
+                        "UCXPY_UNIVERSE_SIZE": str(self.universe),
+                    }
+                    if hdr.get("port"):
+                        vars_["UCXPY_PARENT_PORT"] = str(hdr["port"])
+                    env = dict(base_env, **{str(k): str(v) for k, v in
+                                            (app.get("env") or {}).items()}, **vars_)
+                    r = RankProcess(rank, "localhost", rank, total, [str(a) for a in app["argv"]],
+                                    env, group=gid, cwd=app.get("wdir") or None)
+                    self.ranks.append(r)
+                    new.append(r)
+                    codes.append(0 if self._spawn(r) else 42)
+                    rank += 1
+                errcodes.append(codes)
+            for r in new:
+                for t in r.readers:
+                    t.start()
+            if self.opts.verbose:
+                _say(f"spawned group {gid}: {total} process(es)")
+            self.service.spawn_done(req, errcodes)
 
     # -- events ------------------------------------------------------------
     def _on_exit(self, r: RankProcess):
         code = r.returncode
         fatal = code != 0
-        message = f"rank {r.rank} exited with {describe_exit(code)}"
+        message = f"rank {r.label} exited with {describe_exit(code)}"
         if fatal and not r.killed_by_us and not self.killing:
             _say(message)
         elif self.opts.verbose:
             _say(message)
-        self.service.rank_gone(r.rank, code, message, fatal)
+        self.service.rank_gone(r.rank, code, message, fatal, group=r.group)
         if fatal and self.first_failure is None and not r.killed_by_us:
-            self.first_failure = (r.rank, code)
+            self.first_failure = (r.label, code)
             self.status = exit_status(code)
             if self.grace_deadline is None and not self.killing:
                 self.grace_deadline = time.monotonic() + self.opts.grace
@@ -327,15 +380,15 @@ class Job:
     def _terminate(self, ranks, reason: str):
         """SIGTERM ``ranks`` (their process groups); SIGKILL follows after
         :data:`KILL_ESCALATE` seconds for any still alive."""
-        alive = [r for r in ranks if r.returncode is None and r.rank not in self.terminating]
+        alive = [r for r in ranks if r.returncode is None and r.label not in self.terminating]
         if not alive:
             return
-        _say(f"{reason}; killing rank(s) {', '.join(str(r.rank) for r in alive)}")
+        _say(f"{reason}; killing rank(s) {', '.join(r.label for r in alive)}")
         deadline = time.monotonic() + KILL_ESCALATE
         for r in alive:
             r.killed_by_us = True
             r.signal(signal.SIGTERM)
-            self.terminating[r.rank] = deadline
+            self.terminating[r.label] = deadline
 
     def _kill_job(self, reason: str):
         self.killing = True
@@ -359,7 +412,7 @@ class Job:
                 for r in self.running():
                     r.killed_by_us = True
                     r.signal(signal.SIGKILL)
-                    self.terminating[r.rank] = math.inf
+                    self.terminating[r.label] = math.inf
 
     def _handle_abort(self):
         """A rank called abort(): kill the others now; the caller gets the
@@ -375,7 +428,8 @@ class Job:
             self.status = exit_status(errorcode)
         self.service.publish(b"ABORT", {"rank": rank, "code": errorcode,
                                         "message": f"rank {rank} aborted: {message}"})
-        self._terminate([r for r in self.ranks if r.rank != rank], f"rank {rank} aborted")
+        self._terminate([r for r in self.ranks if not (r.rank == rank and r.group == 0)],
+                        f"rank {rank} aborted")
         if self.grace_deadline is None:
             self.grace_deadline = time.monotonic() + self.opts.grace
 
@@ -389,9 +443,9 @@ class Job:
                 and not self.killing and self.running():
             self._kill_job(f"grace period of {self.opts.grace:g} s is over")
         for r in self.running():
-            if now >= self.terminating.get(r.rank, math.inf):
+            if now >= self.terminating.get(r.label, math.inf):
                 r.signal(signal.SIGKILL)
-                self.terminating[r.rank] = math.inf
+                self.terminating[r.label] = math.inf
         if self.service.notices and now - self.last_republish >= REPUBLISH_INTERVAL:
             self.last_republish = now
             self.service.republish()
@@ -402,8 +456,8 @@ class Job:
             due.append(self.started + self.opts.timeout)
         if self.grace_deadline is not None and not self.killing:
             due.append(self.grace_deadline)
-        due.extend(self.terminating[r.rank] for r in self.running()
-                   if r.rank in self.terminating)
+        due.extend(self.terminating[r.label] for r in self.running()
+                   if r.label in self.terminating)
         if self.service.notices:
             due.append(self.last_republish + REPUBLISH_INTERVAL)
         settle = self.service.next_settle_deadline()
@@ -449,6 +503,7 @@ class Job:
                     except BlockingIOError:
                         pass
                 self.service.serve_pending()
+                self._serve_spawns()
             self._reap()
         finally:
             signal.set_wakeup_fd(old_wakeup)
@@ -469,10 +524,10 @@ class Job:
     def _final_status(self) -> int:
         if self.first_failure is not None:
             rank, code = self.first_failure
-            killed = [r.rank for r in self.ranks if r.killed_by_us]
+            killed = [r.label for r in self.ranks if r.killed_by_us]
             if killed:
                 _say(f"job failed: rank {rank} exited with {describe_exit(code)}; "
-                     f"rank(s) {', '.join(map(str, killed))} were killed")
+                     f"rank(s) {', '.join(killed)} were killed")
             return self.status or 1
         if self.status:
             return self.status
@@ -502,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", default=os.environ.get("UCXPY_RUN_ADVERTISE", ""),
                    help="address ranks use to reach the launcher (default: 127.0.0.1 "
                         "for local jobs, else the outward IP)")
+    p.add_argument("--universe-size", type=int, default=0,
+                   help="the MPI universe size ranks see (UNIVERSE_SIZE: how many processes "
+                        "the job may grow to with MPI spawn; default max(N, CPUs))")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
     return p

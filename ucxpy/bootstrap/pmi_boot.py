@@ -206,6 +206,14 @@ class PmiBootstrap(Bootstrap):
             time.sleep(nap)
             nap = min(nap * 2, 0.05)
 
+    def lookup(self, key: str):
+        """The value put under ``key`` (visible after a fence), or None."""
+        n = self._get1(f"{key}#n")
+        if n is None:
+            return None
+        parts = [self._get1(f"{key}#{i}") for i in range(int(n))]
+        return bytes.fromhex("".join("" if p in (None, "-") else p for p in parts))
+
     def _fence(self, timeout) -> None:
         if self.version == 1:
             self._call("barrier_in", "barrier_out", timeout)

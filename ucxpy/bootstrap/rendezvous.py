@@ -4,6 +4,11 @@ collectives (barrier, allgather, bcast) and failure notices, over zmq.
 The wire protocol is described in :mod:`ucxpy.bootstrap.zmq_boot` (the rank
 side); the launcher (:mod:`ucxpy.bootstrap.launcher`) owns one
 :class:`RendezvousService`, feeds it the ranks' exits and polls its sockets.
+
+Processes belong to *groups*: group 0 is the job ``ucxpy-run`` started, and
+every ``SPAWN`` (MPI's ``Comm_spawn``) adds a group of its own, with its own
+ranks, collectives and failure bookkeeping.  The key-value store is shared by
+all groups (MPI's published names are seen by the whole job).
 """
 from __future__ import annotations
 
@@ -40,11 +45,26 @@ class Collective:
         self.error = None          # (status, header) once failed
 
 
+class Group:
+    """The ranks of one group (the job, or one spawn) and their collectives."""
+
+    __slots__ = ("gid", "size", "colls", "done_seqs", "connected", "gone")
+
+    def __init__(self, gid: int, size: int):
+        self.gid, self.size = gid, size
+        self.colls: dict = {}           # seq -> Collective
+        self.done_seqs: set = set()
+        self.connected: set = set()
+        self.gone: dict = {}            # rank -> (code, message, fatal, time)
+
+
 class RendezvousService:
     """The KV and collective service ranks reach at ``UCXPY_RUN_ADDR``."""
 
     def __init__(self, size: int, job_id: str, bind_host: str = "*"):
         self.size, self.job_id = size, job_id
+        self.groups = {0: Group(0, size)}
+        self.spawn_requests: list = []  # (ident, req_id, gid, apps, header), for the launcher
         self.ctx = zmq.Context()
         self.router = self.ctx.socket(zmq.ROUTER)
         self.pub = self.ctx.socket(zmq.PUB)
@@ -57,13 +77,14 @@ class RendezvousService:
         self.pub_port = self.pub.bind_to_random_port(bind)
         self.kv: dict = {}
         self.pending_gets: dict = {}    # key -> [(identity, req_id)]
-        self.colls: dict = {}           # seq -> Collective
-        self.done_seqs: set = set()
-        self.identities: dict = {}      # identity -> rank
-        self.connected: set = set()
-        self.gone: dict = {}            # rank -> (code, message, fatal, time)
+        self.identities: dict = {}      # identity -> (group id, rank)
         self.notices: list = []         # published PUB messages, re-sent periodically
         self.abort_request = None       # (rank, message, errorcode)
+
+    @property
+    def gone(self) -> dict:
+        """Exits of the job's own ranks (group 0)."""
+        return self.groups[0].gone
 
     def close(self):
         self.router.close()
@@ -100,25 +121,30 @@ class RendezvousService:
 
     def _dispatch(self, ident, req_id, op, hdr, payload):
         if op == b"HELLO":
-            rank = int(hdr["rank"])
+            rank, gid = int(hdr["rank"]), int(hdr.get("group", 0))
             if hdr.get("job_id") != self.job_id:
                 return self._error(ident, req_id,
                                    f"job id {hdr.get('job_id')!r} is not this job's ({self.job_id})")
-            if not 0 <= rank < self.size or int(hdr.get("size", -1)) != self.size:
+            grp = self.groups.get(gid)
+            if grp is None:
+                return self._error(ident, req_id, f"group {gid} does not exist")
+            if not 0 <= rank < grp.size or int(hdr.get("size", -1)) != grp.size:
                 return self._error(ident, req_id, f"rank {rank}/{hdr.get('size')} does "
-                                   f"not fit a job of {self.size}")
+                                   f"not fit a job of {grp.size}")
             if int(hdr.get("version", 0)) != PROTOCOL_VERSION:
                 return self._error(ident, req_id, "bootstrap protocol version mismatch")
-            self.identities[ident] = rank
-            self.connected.add(rank)
-            failed = {str(r): g[1] for r, g in self.gone.items() if g[2]}
+            self.identities[ident] = (gid, rank)
+            grp.connected.add(rank)
+            failed = {str(r): g[1] for r, g in grp.gone.items() if g[2]}
             return self._reply(ident, req_id, header={"pub_port": self.pub_port,
                                                       "failed": failed})
-        rank = self.identities.get(ident)
-        if rank is None:
+        who = self.identities.get(ident)
+        if who is None:
             return self._error(ident, req_id, "request before HELLO")
+        gid, rank = who
+        grp = self.groups[gid]
         if op == b"COLL":
-            return self._collective(rank, ident, req_id, hdr, payload)
+            return self._collective(grp, rank, ident, req_id, hdr, payload)
         if op == b"PUT":
             key = str(hdr["key"])
             self.kv[key] = payload[0] if payload else b""
@@ -132,12 +158,25 @@ class RendezvousService:
                 return self._reply(ident, req_id, frames=[self.kv[key]])
             self.pending_gets.setdefault(key, []).append((ident, req_id))
             return None
+        if op == b"LOOKUP":
+            key = str(hdr["key"])
+            return self._reply(ident, req_id, header={"found": key in self.kv},
+                               frames=[self.kv[key]] if key in self.kv else [])
+        if op == b"SPAWN":
+            apps = list(hdr["apps"])
+            total = sum(int(a["maxprocs"]) for a in apps)
+            if total < 1:
+                return self._error(ident, req_id, "spawn of no processes")
+            gid = max(self.groups) + 1
+            self.groups[gid] = Group(gid, total)
+            self.spawn_requests.append((ident, req_id, gid, apps, hdr))
+            return None
         if op == b"QUERY":
-            coll = self.colls.get(int(hdr["seq"]))
+            coll = grp.colls.get(int(hdr["seq"]))
             if coll is None:
-                missing = [] if int(hdr["seq"]) in self.done_seqs else list(range(self.size))
+                missing = [] if int(hdr["seq"]) in grp.done_seqs else list(range(grp.size))
             else:
-                missing = [r for r in range(self.size) if r not in coll.parts]
+                missing = [r for r in range(grp.size) if r not in coll.parts]
             return self._reply(ident, req_id, header={"missing": missing})
         if op == b"ABORT":
             if self.abort_request is None:
@@ -146,13 +185,20 @@ class RendezvousService:
             return self._reply(ident, req_id)
         return self._error(ident, req_id, f"unknown operation {op[:16]!r}")
 
-    def _collective(self, rank, ident, req_id, hdr, payload):
+    def spawn_done(self, request, errcodes, message=None) -> None:
+        """The launcher started (or failed to start) a spawn request's processes."""
+        ident, req_id, gid, _, _ = request
+        if message is not None:
+            return self._error(ident, req_id, message)
+        self._reply(ident, req_id, header={"group": gid, "errcodes": errcodes})
+
+    def _collective(self, grp, rank, ident, req_id, hdr, payload):
         seq, kind, root = int(hdr["seq"]), str(hdr["kind"]), int(hdr.get("root", -1))
-        if seq in self.done_seqs:
+        if seq in grp.done_seqs:
             return self._error(ident, req_id, f"{kind} #{seq} already completed")
-        coll = self.colls.get(seq)
+        coll = grp.colls.get(seq)
         if coll is None:
-            coll = self.colls[seq] = Collective(seq, kind, root)
+            coll = grp.colls[seq] = Collective(seq, kind, root)
         if coll.error is not None:
             return self._reply(ident, req_id, *coll.error)
         if (kind, root) != (coll.kind, coll.root):
@@ -166,22 +212,22 @@ class RendezvousService:
             return self._error(ident, req_id, "bcast root sent no data")
         coll.parts[rank] = payload[0] if payload else None
         coll.waiters[rank] = (ident, req_id)
-        if len(coll.parts) == self.size:
-            return self._complete(coll)
-        self._check_dead(coll, time.monotonic())
+        if len(coll.parts) == grp.size:
+            return self._complete(grp, coll)
+        self._check_dead(grp, coll, time.monotonic())
         return None
 
-    def _complete(self, coll):
+    def _complete(self, grp, coll):
         if coll.kind == "allgather":
-            frames = [coll.parts[r] or b"" for r in range(self.size)]
+            frames = [coll.parts[r] or b"" for r in range(grp.size)]
         elif coll.kind == "bcast":
             frames = [coll.parts[coll.root] or b""]
         else:
             frames = []
         for ident, req_id in coll.waiters.values():
             self._reply(ident, req_id, frames=frames)
-        del self.colls[coll.seq]
-        self.done_seqs.add(coll.seq)
+        del grp.colls[coll.seq]
+        grp.done_seqs.add(coll.seq)
 
     def _fail(self, coll, status, header):
         coll.error = (status, header)
@@ -189,14 +235,14 @@ class RendezvousService:
             self._reply(ident, req_id, status, header)
         coll.waiters.clear()
 
-    def _check_dead(self, coll, now):
+    def _check_dead(self, grp, coll, now):
         """Fail ``coll`` if a rank it still waits for can never join."""
         if coll.error is not None:
             return
-        for r in range(self.size):
-            if r in coll.parts or r not in self.gone:
+        for r in range(grp.size):
+            if r in coll.parts or r not in grp.gone:
                 continue
-            code, message, fatal, when = self.gone[r]
+            code, message, fatal, when = grp.gone[r]
             if fatal or now - when >= CLEAN_EXIT_SETTLE:
                 if not fatal:
                     message = (f"rank {r} exited with {describe_exit(code)} without "
@@ -205,11 +251,13 @@ class RendezvousService:
                 return
 
     # -- failures ----------------------------------------------------------
-    def rank_gone(self, rank: int, code: int, message: str, fatal: bool) -> None:
-        """Record that ``rank`` exited; fatal exits are announced on PUB."""
-        self.gone[rank] = (code, message, fatal, time.monotonic())
+    def rank_gone(self, rank: int, code: int, message: str, fatal: bool,
+                  group: int = 0) -> None:
+        """Record that ``rank`` of ``group`` exited; fatal exits are announced on PUB."""
+        self.groups[group].gone[rank] = (code, message, fatal, time.monotonic())
         if fatal:
-            self.publish(b"FAIL", {"rank": rank, "code": code, "message": message})
+            self.publish(b"FAIL", {"rank": rank, "group": group, "code": code,
+                                   "message": message})
         self.expire()
 
     def publish(self, topic: bytes, header: dict) -> None:
@@ -223,13 +271,16 @@ class RendezvousService:
 
     def expire(self) -> None:
         now = time.monotonic()
-        for coll in list(self.colls.values()):
-            self._check_dead(coll, now)
+        for grp in self.groups.values():
+            for coll in list(grp.colls.values()):
+                self._check_dead(grp, coll, now)
 
     def next_settle_deadline(self):
         """When a clean exit next becomes final for waiting collectives."""
         now = time.monotonic()
-        pending = [g[3] + CLEAN_EXIT_SETTLE for g in self.gone.values()
-                   if not g[2] and g[3] + CLEAN_EXIT_SETTLE > now]
-        waiting = any(c.error is None for c in self.colls.values())
+        pending, waiting = [], False
+        for grp in self.groups.values():
+            pending += [g[3] + CLEAN_EXIT_SETTLE for g in grp.gone.values()
+                        if not g[2] and g[3] + CLEAN_EXIT_SETTLE > now]
+            waiting = waiting or any(c.error is None for c in grp.colls.values())
         return min(pending) if pending and waiting else None

@@ -14,8 +14,12 @@ peer identity frame)::
 
     op       header                      payload         reply payload
     HELLO    rank size job_id pid host   -               - (hdr: pub_port, failed)
+             group
     PUT      key                         [value]         -
     GET      key                         -               [value] (sent once put)
+    LOOKUP   key                         -               [value] or [] (hdr: found)
+    SPAWN    apps (argv maxprocs env     -               - (hdr: group, errcodes),
+             wdir), port, universe                       once the processes started
     COLL     seq kind root               [data] or []    allgather: one frame per rank
                                                          bcast: [root's data]
                                                          barrier: []
@@ -23,6 +27,10 @@ peer identity frame)::
     ABORT    message errorcode           -               -
 
     status: OK | ERR (hdr: message) | PEERFAIL (hdr: rank, code, message)
+
+``group`` is 0 for the ranks ``ucxpy-run`` started and a new number for the
+processes of each SPAWN (``UCXPY_GROUP``); a group has its own ranks,
+collectives and failure notices, the key-value store is shared.
 
 A collective is identified by a per-rank sequence number (every rank calls the
 collectives in the same order, so the n-th call on each rank is the same
@@ -93,13 +101,14 @@ class ZmqBootstrap(Bootstrap):
 
     def __init__(self, addr: str, rank: int, size: int, local_rank: int = 0,
                  local_size: int = 1, job_id: str = "", connect_timeout=None,
-                 check_interval: float = 0.05):
+                 check_interval: float = 0.05, group: int = 0):
         if not 0 <= rank < size:
             raise BootstrapError(f"rank {rank} out of range for size {size}")
         self.addr = addr
         self.rank, self.size = int(rank), int(size)
         self.local_rank, self.local_size = int(local_rank), int(local_size)
         self.job_id = job_id
+        self.group = int(group)
         self.hostname = socket.gethostname()
         self.check_interval = float(check_interval)
         self.failed: dict = {}          # rank -> message, every failure seen so far
@@ -127,7 +136,7 @@ class ZmqBootstrap(Bootstrap):
             hdr, _ = self._call("HELLO", {
                 "rank": self.rank, "size": self.size, "job_id": job_id,
                 "pid": os.getpid(), "host": self.hostname,
-                "version": PROTOCOL_VERSION,
+                "version": PROTOCOL_VERSION, "group": self.group,
             }, timeout=connect_timeout, what="connect")
         except BootstrapTimeout:
             self._abandon()
@@ -162,7 +171,8 @@ class ZmqBootstrap(Bootstrap):
         return cls(addr, rank=_env_int(env, "UCXPY_RANK"), size=size,
                    local_rank=_env_int(env, "UCXPY_LOCAL_RANK", 0),
                    local_size=_env_int(env, "UCXPY_LOCAL_SIZE", size),
-                   job_id=env.get("UCXPY_JOB_ID", ""), connect_timeout=connect_timeout)
+                   job_id=env.get("UCXPY_JOB_ID", ""), connect_timeout=connect_timeout,
+                   group=_env_int(env, "UCXPY_GROUP", 0))
 
     # -- request/reply -----------------------------------------------------
     def _call(self, op: str, header: dict, payload=(), timeout=None, what=None):
@@ -254,6 +264,20 @@ class ZmqBootstrap(Bootstrap):
             raise BootstrapTimeout(f"rank {self.rank}: key {key!r} was not put "
                                    f"within {timeout:g} s") from None
 
+    def lookup(self, key: str):
+        """The value put under ``key``, or None if there is none (no waiting)."""
+        hdr, frames = self._call("LOOKUP", {"key": str(key)}, timeout=resolve_timeout(None),
+                                 what=f"lookup {key!r}")
+        return frames[0] if hdr.get("found") else None
+
+    def spawn(self, apps, **extra) -> tuple:
+        """Ask the launcher to start new processes: ``apps`` is a list of
+        ``{"argv": [...], "maxprocs": n, "env": {...}, "wdir": path}``; they
+        form one new group.  Returns ``(group, errcodes)`` once started."""
+        hdr, _ = self._call("SPAWN", {"apps": apps, **extra}, timeout=resolve_timeout(None),
+                            what="spawn")
+        return int(hdr["group"]), list(hdr.get("errcodes", []))
+
     def check_failures(self) -> None:
         """Raise :class:`~ucxpy.errors.PeerFailure` for a rank the launcher
         reported dead; each failure is raised once (all of them stay in
@@ -274,7 +298,8 @@ class ZmqBootstrap(Bootstrap):
                 if len(frames) < 2:
                     continue
                 hdr = decode_header(frames[1])
-                if frames[0] in (b"FAIL", b"ABORT") and "rank" in hdr:
+                if frames[0] in (b"FAIL", b"ABORT") and "rank" in hdr and \
+                        int(hdr.get("group", 0)) == self.group:
                     self._note_failure(int(hdr["rank"]), hdr.get("message", ""))
         finally:
             self._lock.release()
