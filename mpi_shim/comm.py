@@ -343,11 +343,15 @@ class Comm(Handle, P2P, Coll):
         attr.delete_all(self, c.attrs)
         c.freed = True
         self._h = None
+        from .dynproc import forget_parent
+        forget_parent(c)
 
     def _release(self) -> None:
         c = self._h
         attr.delete_all(self, c.attrs)
         c.freed = True
+        from .dynproc import forget_parent
+        forget_parent(c)
 
     def Disconnect(self) -> None:
         """Disconnect from a communicator (waits for pending traffic, then frees it)."""

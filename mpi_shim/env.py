@@ -35,6 +35,8 @@ def _init(required=None):
         ENGINE.enable_threads()
     _state["init"] = True
     _state["main"] = threading.get_ident()
+    from .dynproc import connect_parent
+    connect_parent()
     if rc.finalize is not False:
         atexit.register(_atexit)
 
