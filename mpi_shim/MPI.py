@@ -19,6 +19,10 @@ from .comm import (COMM_NULL, COMM_SELF, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUI
                    Intercomm, Intracomm, init_predefined)
 from .datatype import *  # noqa: F401,F403 - the predefined datatypes
 from .datatype import BOTTOM, IN_PLACE, Datatype, UNDEFINED
+from .datatype import _datatype_create, _datatype_decode, _typealign, _typecode  # noqa: F401
+from .msgspec import (BUFFER_AUTOMATIC, BottomType, BufferAutomaticType,  # noqa: F401
+                      InPlaceType)
+from .msgspec import acquire as _acquire, address_of as _address_of
 from .exceptions import *  # noqa: F401,F403 - error classes
 from .exceptions import (Add_error_class, Add_error_code, Add_error_string, Exception,
                          Get_error_class, Get_error_string, SUCCESS)
@@ -42,7 +46,6 @@ MAX_ERROR_STRING = 512
 MAX_OBJECT_NAME = 64
 MAX_LIBRARY_VERSION_STRING = 8192
 BSEND_OVERHEAD = 0
-BUFFER_AUTOMATIC = None
 THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 4, 1
 DISTGRAPH, CART, GRAPH = 3, 1, 2
@@ -132,16 +135,11 @@ def Pcontrol(level: int) -> None:
 
 
 def Get_address(location) -> int:
-    import numpy as np
-    if location is BOTTOM or location is None:
-        return 0
-    if isinstance(location, buffer):
-        return location.address
-    mv = memoryview(location)
-    if mv.nbytes == 0:
-        return 0
-    return np.frombuffer(mv.cast("B") if mv.ndim != 1 or mv.format != "B" else mv,
-                         np.uint8).__array_interface__["data"][0]
+    """Get the address of a location in memory.
+
+    Accepts buffers, DLPack and CUDA-array-interface objects and the buffer constants.
+    """
+    return _address_of(location)
 
 
 def Aint_add(base, disp):
@@ -160,10 +158,13 @@ def Alloc_mem(size: int, info=INFO_NULL) -> buffer:
 
 
 def Free_mem(mem) -> None:
-    pass
+    if isinstance(mem, buffer):
+        mem.release()
 
 
 def Attach_buffer(buf) -> None:
+    if buf is not BUFFER_AUTOMATIC and buf is not None and _acquire(buf).readonly:
+        raise BufferError("Object is not writable.")
     _state["attached"] = buf
 
 
@@ -181,7 +182,12 @@ def Iflush_buffer():
 
 
 def Compute_dims(nnodes, dims):
-    raise NotImplementedError("topologies are not supported by mpi_shim")
+    """Return a balanced distribution of processes per coordinate direction.
+
+    Zero entries of ``dims`` (a sequence, or a number of dimensions) are filled.
+    """
+    from .constructors import compute_dims
+    return compute_dims(nnodes, dims)
 
 
 def Open_port(info=INFO_NULL):
