@@ -886,6 +886,16 @@ __all__ = sorted(_NAMED) + [n for n in dir() if n.startswith(("COMBINER_", "TYPE
     ["UNDEFINED", "Datatype"]
 name_constants(globals())
 
-from .msgspec import (BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, Msg, byte_view,  # noqa: E402,F401
-                      parse, parse_v, parse_w, sub)
-from .memory import buffer  # noqa: E402,F401 - MPI.buffer
+_MSGSPEC_NAMES = {"BOTTOM", "BUFFER_AUTOMATIC", "IN_PLACE", "Msg", "byte_view", "parse",
+                  "parse_block", "parse_v", "parse_w", "sub"}
+
+
+def __getattr__(name):
+    """Message-spec names used to live here: ``from .datatype import parse`` still works."""
+    if name in _MSGSPEC_NAMES:
+        from . import msgspec
+        return getattr(msgspec, name)
+    if name == "buffer":
+        from .memory import buffer
+        return buffer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,8 +31,9 @@ import numpy as np
 
 from . import packing
 from .datatype import Datatype, _NAMED, _committed
-from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_TYPE, Exception
+from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_DISP, ERR_TYPE, Exception
 from .interchange import from_cai, from_dlpack
+from .memory import buffer as _MPIBuffer
 from .predefined import CODES
 
 
@@ -116,14 +117,21 @@ BUFFER_AUTOMATIC = BufferAutomaticType()
 class Buffer:
     """Memory of a message buffer: flat byte ``view``, ``address``, format."""
 
-    __slots__ = ("view", "address", "nbytes", "readonly", "format", "itemsize", "device",
+    __slots__ = ("view", "_address", "nbytes", "readonly", "format", "itemsize", "device",
                  "absolute", "keep")
 
     def __init__(self, view, address, readonly, fmt, itemsize, device=False, absolute=False,
                  keep=None):
-        self.view, self.address, self.nbytes = view, address, view.nbytes
+        self.view, self._address, self.nbytes = view, address, view.nbytes
         self.readonly, self.format, self.itemsize = readonly, fmt, itemsize
         self.device, self.absolute, self.keep = device, absolute, keep
+
+    @property
+    def address(self) -> int:
+        """Address of the first byte (computed on first use)."""
+        if self._address is None:
+            self._address = _address(self.view)
+        return self._address
 
 
 def _empty(address, fmt, absolute=False) -> Buffer:
@@ -148,16 +156,16 @@ def acquire(obj, writable=False) -> Buffer:
         if obj is BOTTOM:
             return _empty(0, None, absolute=True)
         return _empty(int(obj), "B")
-    from .memory import buffer
-    if isinstance(obj, buffer):
+    if isinstance(obj, _MPIBuffer):
         if writable and obj.readonly:
             raise BufferError("Object is not writable.")
         view = memoryview(obj.view(np.ndarray)[:obj.nbytes])
         return Buffer(view, obj.address, obj.readonly, "B", 1, obj._device, keep=obj)
     try:
         mv = memoryview(obj)
-    except TypeError:
-        mv = None
+    except (TypeError, ValueError) as e:
+        # keep the message only: a saved exception would hold this frame in a cycle
+        mv, refused = None, (str(e) if isinstance(e, ValueError) else None)
     if mv is not None:
         if writable and mv.readonly:
             raise BufferError("Object is not writable.")
@@ -167,11 +175,13 @@ def acquire(obj, writable=False) -> Buffer:
             flat = memoryview(np.asarray(mv).ravel(order="K").view(np.uint8))
         else:
             raise BufferError("memoryview: underlying buffer is not contiguous")
-        return Buffer(flat, _address(flat), mv.readonly, mv.format, mv.itemsize, keep=obj)
+        return Buffer(flat, None, mv.readonly, mv.format, mv.itemsize, keep=obj)
     if hasattr(obj, "__dlpack__"):
         mem = from_dlpack(obj)
     elif hasattr(obj, "__cuda_array_interface__"):
         mem = from_cai(obj)
+    elif refused is not None:
+        raise BufferError(refused) from None
     else:
         raise TypeError(f"a bytes-like object is required, not '{type(obj).__name__}'")
     if writable and mem.readonly:
@@ -314,20 +324,23 @@ def _split(msg):
     return msg, None, None, None, False
 
 
-def parse(msg, writable=False) -> Msg:
-    """Parse a buffer message for point-to-point and rooted collectives (see the module)."""
-    if isinstance(msg, Msg):
-        return msg
+def _simple(msg, writable, blocks=1):
+    """``(Buffer, object, count per block, displacement, datatype)`` of a simple spec.
+
+    With ``blocks`` > 1 (Scatter/Gather/Alltoall) an inferred count is the
+    buffer's entries divided among the blocks, which must divide evenly.
+    """
     obj, count, displ, tspec, pair = _split(msg)
+    buf = acquire(obj, writable)
+    dtype = _type_of_format(buf.format) if tspec is None else _as_type(tspec)
     if pair and isinstance(count, (tuple, list)):
         count, displ = count
     count, displ = _index(count), _index(displ)
-    buf = acquire(obj, writable)
-    dtype = _type_of_format(buf.format) if tspec is None else _as_type(tspec)
     if count is not None and count < 0:
         raise ValueError(f"message: negative count {count}")
     if displ is not None and displ < 0:
         raise ValueError(f"message: negative displacement {displ}")
+    displ = displ or 0
     impl = dtype._h
     if impl is None:
         if count is None:
@@ -337,38 +350,91 @@ def parse(msg, writable=False) -> Msg:
         raise Exception(ERR_TYPE, "invalid datatype (DATATYPE_NULL)")
     tm = impl.typemap
     extent = tm.extent
-    if count is None:
-        if buf.nbytes == 0 and not displ:
-            count = 0
-        elif extent <= 0:
-            raise ValueError(f"message: cannot infer count, datatype extent {extent} "
-                             f"(lb:{tm.lb}, ub:{tm.ub})")
-        elif buf.nbytes % extent:
-            raise ValueError(f"message: cannot infer count, buffer length {buf.nbytes} is "
-                             f"not a multiple of datatype extent {extent}")
-        else:
+    if count is None or displ:
+        if (count is None and (buf.nbytes or displ)) or displ:
+            if extent <= 0:
+                what = "infer count" if count is None else "handle displacement"
+                raise ValueError(f"message: cannot {what}, datatype extent {extent} "
+                                 f"(lb:{tm.lb}, ub:{tm.ub})")
+            if count is None and buf.nbytes % extent:
+                raise ValueError(f"message: cannot infer count, buffer length {buf.nbytes} "
+                                 f"is not a multiple of datatype extent {extent}")
             entries = buf.nbytes // extent
-            if (displ or 0) > entries:
+            if displ > entries:
                 raise ValueError(f"message: displacement {displ} out of bounds, number of "
                                  f"datatype entries {entries}")
-            count = entries - (displ or 0)
-    elif displ:
-        if extent <= 0:
-            raise ValueError(f"message: cannot handle displacement, datatype extent {extent} "
-                             f"(lb:{tm.lb}, ub:{tm.ub})")
-        entries = buf.nbytes // extent
-        if displ > entries:
-            raise ValueError(f"message: displacement {displ} out of bounds, number of "
-                             f"datatype entries {entries}")
+        else:
+            entries = 0
+        if count is None:
+            total = entries - displ
+            if total % blocks:
+                raise ValueError(f"message: cannot infer count, number of entries {total} is "
+                                 f"not a multiple of required number of blocks {blocks}")
+            count = total // blocks
     if obj is None and count > 0:
         raise ValueError(f"message: buffer is None but count is {count}")
     _committed(dtype)
-    return _message(buf, obj, count, (displ or 0) * extent, dtype, writable)
+    return buf, obj, count, displ, dtype
+
+
+def parse(msg, writable=False) -> Msg:
+    """Parse a buffer message for point-to-point and rooted collectives (see the module)."""
+    if isinstance(msg, Msg):
+        return msg
+    buf, obj, count, displ, dtype = _simple(msg, writable)
+    return _message(buf, obj, count, displ * dtype._h.typemap.extent, dtype, writable)
+
+
+def parse_block(msg, size, writable=False):
+    """Parse a message of ``size`` equal blocks (Scatter/Gather/Allgather/Alltoall).
+
+    ``[buf, count, ...]`` gives the count per block; returns ``(Msg over the
+    buffer, counts, displs)`` as :func:`parse_v` does.
+    """
+    buf, obj, count, displ, dtype = _simple(msg, writable, max(size, 1))
+    extent = dtype._h.typemap.extent
+    whole = _message(buf, obj, count * size, displ * extent, dtype, writable)
+    return (Msg(whole.view, 0, dtype, whole.offset, obj), [count] * size,
+            [i * count for i in range(size)])
 
 
 def sub(m: Msg, count, displ) -> Msg:
     """The part of vector message ``m`` at element ``displ`` (``count`` elements)."""
     return Msg(m.view, count, m.dtype, m.offset + displ * m.dtype._h.typemap.extent, m.obj)
+
+
+def parse_target(target, count: int, datatype: Datatype):
+    """``(displacement, count, datatype)`` of a one-sided target spec.
+
+    ``target`` is None, a displacement, or ``[displ[, count[, datatype]]]``;
+    what is missing comes from the origin message (``count``, ``datatype``).
+    Raises ValueError for other forms, MPI.Exception for a negative
+    displacement (ERR_DISP) or count (ERR_COUNT) or an unusable datatype.
+    """
+    displ = 0
+    if target is None:
+        pass
+    elif isinstance(target, (list, tuple)):
+        if len(target) > 3:
+            raise ValueError("target: expecting 3 items at most")
+        if len(target) > 0:
+            displ = operator.index(target[0])
+        if len(target) > 1:
+            count = operator.index(target[1])
+        if len(target) > 2:
+            datatype = _as_type(target[2])
+    elif hasattr(target, "__index__") and not isinstance(target, (str, bytes)):
+        displ = operator.index(target)
+    else:
+        raise ValueError("target: expecting integral or list/tuple")
+    if displ < 0:
+        raise Exception(ERR_DISP, f"invalid target displacement {displ}")
+    if count < 0:
+        raise Exception(ERR_COUNT, f"invalid target count {count}")
+    if datatype._h is None:
+        raise Exception(ERR_TYPE, "invalid datatype (DATATYPE_NULL)")
+    _committed(datatype)
+    return displ, count, datatype
 
 
 # -- vector messages --------------------------------------------------------------------------

@@ -21,7 +21,7 @@ _FEW_RUNS = 16          # up to this many runs per element: one strided copy eac
 
 def span(offset: int, count: int, tm: Typemap):
     """``(first, end)`` byte range touched by ``count`` elements at ``offset``."""
-    if count <= 0 or not len(tm.disps):
+    if count <= 0 or tm.size == 0:
         return offset, offset
     lo, hi = tm.true_bounds
     reach = (count - 1) * tm.extent
@@ -30,16 +30,13 @@ def span(offset: int, count: int, tm: Typemap):
 
 def contiguous_range(offset: int, count: int, tm: Typemap):
     """``(start, stop)`` when the message is one contiguous byte range, else None."""
-    if count <= 0 or not len(tm.disps):
+    run = tm.single_run()
+    if count <= 0 or run == (0, 0):
         return offset, offset
-    blocks = tm.byte_blocks()
-    if len(blocks) != 1:
+    if run is None or (count > 1 and run[1] != tm.extent):
         return None
-    length = int(blocks.lengths[0])
-    if count > 1 and length != tm.extent:
-        return None
-    start = offset + int(blocks.starts[0])
-    return start, start + count * length
+    start = offset + run[0]
+    return start, start + count * run[1]
 
 
 def _rows(flat, length):

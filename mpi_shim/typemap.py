@@ -68,10 +68,14 @@ def _merge(disps, codes, counts):
 
 
 class Typemap:
-    """Segments plus bounds of one datatype element (see the module docstring)."""
+    """Segments plus bounds of one datatype element (see the module docstring).
 
-    __slots__ = ("disps", "codes", "counts", "lb", "ub", "sticky_lb", "sticky_ub",
-                 "align", "_cache")
+    ``size`` (bytes of data), ``extent`` (``ub - lb``) and ``true_bounds``
+    (the span the data occupies) are computed once.
+    """
+
+    __slots__ = ("disps", "codes", "counts", "lb", "ub", "extent", "size", "true_bounds",
+                 "sticky_lb", "sticky_ub", "align", "_cache")
 
     def __init__(self, disps, codes, counts, lb, ub, sticky=(False, False), align=1,
                  merge=True):
@@ -85,6 +89,11 @@ class Typemap:
             disps, codes, counts = _merge(disps, codes, counts)
         self.disps, self.codes, self.counts = disps, codes, counts
         self.lb, self.ub = int(lb), int(ub)
+        self.extent = self.ub - self.lb
+        seg_bytes = counts * _SIZES[codes]
+        self.size = int(seg_bytes.sum())
+        self.true_bounds = (int(disps.min()), int((disps + seg_bytes).max())) if len(disps) \
+            else (0, 0)
         self.sticky_lb, self.sticky_ub = sticky
         self.align = align
         self._cache = {}
@@ -102,32 +111,13 @@ class Typemap:
         return cls([d for d, _ in parts], [c for _, c in parts], [1] * len(parts), lb, ub,
                    align=align)
 
-    @property
-    def size(self) -> int:
-        """Bytes of data in one element (holes excluded)."""
-        v = self._cache.get("size")
-        if v is None:
-            v = self._cache["size"] = int((self.counts * _SIZES[self.codes]).sum())
-        return v
-
-    @property
-    def extent(self) -> int:
-        """``ub - lb``."""
-        return self.ub - self.lb
-
-    @property
-    def true_bounds(self):
-        """``(true_lb, true_ub)``: the span of the bytes the data occupies."""
-        v = self._cache.get("true")
-        if v is None:
-            if len(self.disps):
-                ends = self.disps + self.counts * _SIZES[self.codes]
-                v = (int(self.disps.min()), int(ends.max()))
-            else:
-                v = (0, 0)
-            self._cache["true"] = v
-        return v
-
+        self.disps, self.codes, self.counts = disps, codes, counts
+        self.lb, self.ub = int(lb), int(ub)
+        self.extent = self.ub - self.lb
+        seg_bytes = counts * _SIZES[codes]
+        self.size = int(seg_bytes.sum())
+        self.true_bounds = (int(disps.min()), int((disps + seg_bytes).max())) if len(disps) \
+            else (0, 0)
     @property
     def nelements(self) -> int:
         """Basic elements in one element."""
@@ -198,6 +188,21 @@ class Typemap:
         if v is None:
             v = self._cache["blocks"] = ByteBlocks(self.disps,
                                                    self.counts * _SIZES[self.codes])
+        return v
+
+    def single_run(self):
+        """``(start, length)`` of the one byte run of an element, (0, 0) for no
+        data, None for several runs."""
+        v = self._cache.get("run", False)
+        if v is False:
+            blocks = self.byte_blocks()
+            if len(blocks) == 0:
+                v = (0, 0)
+            elif len(blocks) == 1:
+                v = (int(blocks.starts[0]), int(blocks.lengths[0]))
+            else:
+                v = None
+            self._cache["run"] = v
         return v
 
     def kinds(self) -> set:

@@ -33,6 +33,7 @@ import ucxpy
 
 from .comm import Comm
 from .datatype import Msg, byte_view, describe, from_description, parse, reduction_dtype
+from .msgspec import parse_target
 from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
 from .info import (ERRORS_RETURN, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL,
                    WIN_SIZE, Errhandler, Info)
@@ -108,16 +109,7 @@ class WinImpl:
 
     # -- targets ------------------------------------------------------------
     def _target(self, origin: Msg, target_rank, target):
-        if target is None:
-            disp, count, dtype = 0, origin.count, origin.dtype
-        elif isinstance(target, int):
-            disp, count, dtype = target, origin.count, origin.dtype
-        else:
-            t = list(target) + [None] * (3 - len(target))
-            disp, count, dtype = t[0] or 0, t[1], t[2]
-            dtype = origin.dtype if dtype is None else dtype
-            count = origin.count * origin.dtype.size // max(dtype.size, 1) if count is None \
-                else count
+        disp, count, dtype = parse_target(target, origin.count, origin.dtype)
         if not (0 <= target_rank < self.size):
             from .exceptions import ERR_RANK
             raise Exception(ERR_RANK, f"invalid target rank {target_rank}")
