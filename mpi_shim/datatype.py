@@ -368,7 +368,7 @@ class Datatype(Handle):
         if impl.predefined:
             raise Exception(ERR_TYPE, "cannot free a predefined datatype")
         self._h = None
-        impl.release(self)
+        impl.release(Datatype._wrap(impl))
 
     def Dup(self) -> "Datatype":
         """Duplicate a datatype.

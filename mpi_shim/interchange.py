@@ -61,8 +61,10 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 #: DLPack (type code, bits) -> struct format of one element
 _DL_FORMATS = {(0, 8): "b", (0, 16): "h", (0, 32): "i", (0, 64): "q",
                (1, 8): "B", (1, 16): "H", (1, 32): "I", (1, 64): "Q",
-               (2, 16): "e", (2, 32): "f", (2, 64): "d",
-               (5, 64): "Zf", (5, 128): "Zd", (6, 8): "?"}
+               (2, 16): "e", (2, 32): "f", (2, 64): "d", (2, 128): "g",
+               (5, 64): "Zf", (5, 128): "Zd", (5, 256): "Zg", (6, 8): "?"}
+#: two-lane floats: complex numbers
+_DL_COMPLEX = {32: "Zf", 64: "Zd", 128: "Zg"}
 
 
 class Memory:
@@ -138,7 +140,10 @@ def from_dlpack(obj) -> Memory:
         raise BufferError(f"dlpack: invalid shape {shape}")
     dt = tensor.dtype
     itemsize = dt.bits * dt.lanes // 8
-    fmt = _DL_FORMATS.get((dt.code, dt.bits)) if dt.lanes == 1 else None
+    if dt.lanes == 1:
+        fmt = _DL_FORMATS.get((dt.code, dt.bits))
+    else:
+        fmt = _DL_COMPLEX.get(dt.bits) if dt.code == 2 and dt.lanes == 2 else None
     if fmt is None:
         fmt, unit = "B", 1
     else:

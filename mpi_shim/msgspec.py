@@ -13,6 +13,8 @@ the datatype's displacements are absolute addresses from
 
 A datatype may be given as a type code string (``"i"``, ``"f8"``); a missing
 one comes from the buffer's format, a missing count from the buffer's size.
+A bare ``None`` is an empty message (what PROC_NULL peers and in-place
+collectives are given).
 Vector (``parse_v``) and Alltoallw (``parse_w``) specs take per-process
 counts and displacements.  Everything is checked before any data moves, so
 a bad spec raises at once: ``TypeError`` (not a buffer, bad argument
@@ -263,11 +265,24 @@ class Msg:
         """Bytes of data in the message (holes excluded)."""
         return self.count * self.dtype._h.typemap.size if self.dtype._h is not None else 0
 
+    def _layout(self):
+        """The type map, after checking the layout lies inside ``view``.
+
+        Raises ValueError otherwise: a Msg built by hand with a bad offset or
+        count never reads or writes outside its memory.
+        """
+        tm = self.dtype._impl().typemap
+        lo, hi = packing.span(self.offset, self.count, tm)
+        if hi > lo and (lo < 0 or hi > self.view.nbytes):
+            raise ValueError(f"message: bytes [{lo}, {hi}) of the layout lie outside a "
+                             f"buffer of {self.view.nbytes} bytes")
+        return tm
+
     def contig(self):
         """The message's bytes as a memoryview slice when they are contiguous, else None."""
         if self.dtype._h is None:
             return self.view[0:0]
-        r = packing.contiguous_range(self.offset, self.count, self.dtype._h.typemap)
+        r = packing.contiguous_range(self.offset, self.count, self._layout())
         return None if r is None else self.view[r[0]:r[1]]
 
     def pack(self):
@@ -276,12 +291,14 @@ class Msg:
         if c is not None:
             return c
         flat = np.frombuffer(self.view, np.uint8)
-        return memoryview(packing.pack(flat, self.offset, self.count, self.dtype._h.typemap))
+        return memoryview(packing.pack(flat, self.offset, self.count, self._layout()))
 
     def unpack(self, data, nbytes=None) -> None:
         """Write packed ``data`` (its first ``nbytes`` bytes) into the message's layout."""
+        if self.view.readonly:
+            raise BufferError("message: the buffer is read-only")
         flat = np.frombuffer(self.view, np.uint8)
-        packing.unpack(flat, self.offset, self.count, self.dtype._h.typemap, data, nbytes)
+        packing.unpack(flat, self.offset, self.count, self._layout(), data, nbytes)
 
     def array(self):
         """A numpy array of the packed elements (the reduction element type)."""
@@ -319,7 +336,7 @@ def _split(msg):
         if x is None or isinstance(x, (Datatype, str)):
             return msg[0], None, None, x, False
         return msg[0], x, None, None, True
-    if msg is None or isinstance(msg, (str, int, float, complex, type)):
+    if isinstance(msg, (str, int, float, complex, type)):
         raise TypeError("message: expecting buffer or list/tuple")
     return msg, None, None, None, False
 
@@ -468,7 +485,7 @@ def parse_v(msg, size, writable=False, counts_needed=True):
             if n == 2 and (x is None or isinstance(x, (Datatype, str))):
                 x, tspec = None, x
             counts, displs = x if isinstance(x, tuple) else (x, None)
-    elif msg is None or isinstance(msg, (str, int, float, complex, type)):
+    elif isinstance(msg, (str, int, float, complex, type)):
         raise TypeError("message: expecting buffer or list/tuple")
     else:
         obj, counts, displs, tspec = msg, None, None, None

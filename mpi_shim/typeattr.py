@@ -18,8 +18,7 @@ import sys
 import traceback
 
 from .exceptions import ERR_ARG, ERR_KEYVAL, ERR_OTHER, Exception
-
-KEYVAL_INVALID = 603979776
+from .info import KEYVAL_INVALID
 
 _keyvals = {}                               # keyval -> _Keyval
 _next = itertools.count(0x2C000000)
