@@ -1,12 +1,13 @@
 """``MPI.Datatype``: predefined and derived datatypes.
 
-A :class:`Datatype` is a handle (:mod:`.handle`) on a :class:`TypeImpl`,
-which holds the true layout (a :class:`~.typemap.Typemap`), the combiner and
-arguments it was made with (``Get_envelope``/``Get_contents``/``decode``),
-its name, commit state, cached attributes and a reference count: derived
-types keep their component types alive, ``Get_contents`` hands out new
-references, and ``Free`` drops one; attribute delete callbacks run when the
-last reference goes.
+A :class:`Datatype` is a handle (:mod:`.handle`) on a
+:class:`~.typeimpl.TypeImpl`, which holds the true layout (a
+:class:`~.typemap.Typemap`), the combiner and arguments it was made with
+(``Get_envelope``/``Get_contents``/``decode``), name, commit state, cached
+attributes and a reference count.  This module has the queries, life
+cycle, packing and attribute calls and the predefined constants; the
+constructors are in :mod:`.typecreate`, decoding/pickling/transport
+descriptions in :mod:`.typedesc`.
 
 Predefined types come from the table in :mod:`.predefined`; aliases
 (``INT``/``SIGNED_INT``) are one object, unsupported types are null.
@@ -34,61 +35,20 @@ from .constructors import (COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP,  
                            ORDER_FORTRAN)
 from .exceptions import ERR_ARG, ERR_COMM, ERR_TRUNCATE, ERR_TYPE, Exception
 from .handle import Handle, name_constants
+from .typecreate import DatatypeConstructors, _as_datatype
+from .typedesc import _datatype_create
+from .typedesc import (_datatype_decode, _typealign, _typecode, describe,  # noqa: F401
+                       from_description)
+from .typeimpl import F90_COMBINERS as _F90
+from .typeimpl import TypeImpl
 from .typemap import Typemap
 
 UNDEFINED = -32766
 ORDER_F = ORDER_FORTRAN
 TYPECLASS_REAL, TYPECLASS_INTEGER, TYPECLASS_COMPLEX, TYPECLASS_LOGICAL = 1, 2, 3, 4
-_TYPECLASS = {1: "REAL", 2: "INTEGER", 3: "COMPLEX", 4: "LOGICAL"}
-_F90 = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 
 
-class TypeImpl:
-    """The object a Datatype handle refers to (see the module docstring)."""
-
-    __slots__ = ("typemap", "name", "combiner", "params", "children", "predefined",
-                 "committed", "refs", "freed", "attrs", "code", "typechar", "typestr",
-                 "align", "numpy", "unit", "constant", "_hid", "__weakref__")
-
-    def __init__(self, typemap, combiner, params=None, children=(), name=""):
-        self.typemap, self.combiner, self.name = typemap, combiner, name
-        self.params = params or {}
-        self.children = list(children)
-        self.predefined = combiner == COMBINER_NAMED or combiner in _F90
-        self.committed = self.predefined
-        self.refs, self.freed, self.attrs = 1, False, {}
-        self.code = self.typechar = self.typestr = self.align = self.numpy = None
-        self.constant = None                 # module name of a predefined type
-        units = {c.unit for c in self.children}
-        self.unit = units.pop() if len(units) == 1 else None
-        for child in self.children:
-            child.refs += 1
-
-    def release(self, handle) -> None:
-        """Drop one reference; the last one deletes attributes and components."""
-        if self.predefined or self.freed:
-            return
-        self.refs -= 1
-        if self.refs > 0:
-            return
-        self.freed = True
-        try:
-            typeattr.delete_all(handle, self.attrs)
-        finally:
-            for child in self.children:
-                child.release(Datatype._wrap(child))
-
-    def codes(self):
-        """``(type code or None, typechar, typestr)`` (duplicates follow their base)."""
-        impl = self
-        while impl.combiner == COMBINER_DUP:
-            impl = impl.children[0]
-        if impl.typechar is not None:
-            return impl.code, impl.typechar, impl.typestr
-        return None, "V", f"V{impl.typemap.extent}"
-
-
-class Datatype(Handle):
+class Datatype(DatatypeConstructors, Handle):
     """Datatype object."""
 
     __slots__ = ()
@@ -315,8 +275,9 @@ class Datatype(Handle):
     def Get_contents(self) -> tuple:
         """Return the input arguments used to create a datatype.
 
-        Raises MPI.Exception (ERR_TYPE) for a named datatype; the returned
-        derived datatypes are new references the caller should free.
+        Raises MPI.Exception (ERR_TYPE) for a named datatype.
+
+        The derived datatypes returned are new references the caller frees.
         """
         impl = self._impl()
         if impl.combiner == COMBINER_NAMED:
@@ -387,206 +348,13 @@ class Datatype(Handle):
 
     Create_dup = Dup
 
-    # -- derived datatype constructors --------------------------------------------------------
-    def Create_contiguous(self, count: int) -> "Datatype":
-        """Create a contiguous datatype.
-
-        Raises MPI.Exception (ERR_COUNT) for a negative count.
-        """
-        impl = self._impl()
-        count = C.count_arg(count)
-        return self._new(C.contiguous(impl.typemap, count), COMBINER_CONTIGUOUS,
-                         {"count": count}, [impl])
-
-    def Create_vector(self, count: int, blocklength: int, stride: int) -> "Datatype":
-        """Create a vector (strided) datatype.
-
-        The stride is in extents of the old type.
-        """
-        impl = self._impl()
-        count, bl = C.count_arg(count), C.lengths_arg([blocklength])[0]
-        stride = C.index(stride)
-        tm = C.vector(impl.typemap, count, bl, stride * impl.typemap.extent)
-        return self._new(tm, COMBINER_VECTOR,
-                         {"count": count, "blocklength": bl, "stride": stride}, [impl])
-
-    def Create_hvector(self, count: int, blocklength: int, stride: int) -> "Datatype":
-        """Create a vector (strided) datatype with stride in bytes.
-
-        Raises MPI.Exception (ERR_COUNT) for a negative count.
-        """
-        impl = self._impl()
-        count, bl = C.count_arg(count), C.lengths_arg([blocklength])[0]
-        stride = C.index(stride)
-        return self._new(C.vector(impl.typemap, count, bl, stride), COMBINER_HVECTOR,
-                         {"count": count, "blocklength": bl, "stride": stride}, [impl])
-
-    def Create_indexed(self, blocklengths, displacements) -> "Datatype":
-        """Create an indexed datatype.
-
-        Displacements are in extents of the old type.
-        """
-        impl = self._impl()
-        disps = C.ints(displacements)
-        bls = C.lengths_arg(blocklengths, len(disps))
-        tm = C.indexed(impl.typemap, bls, np.asarray(disps, np.int64) * impl.typemap.extent)
-        return self._new(tm, COMBINER_INDEXED,
-                         {"blocklengths": bls, "displacements": disps}, [impl])
-
-    def Create_hindexed(self, blocklengths, displacements) -> "Datatype":
-        """Create an indexed datatype with displacements in bytes.
-
-        Raises ValueError when the two sequences differ in length.
-        """
-        impl = self._impl()
-        disps = C.ints(displacements)
-        bls = C.lengths_arg(blocklengths, len(disps))
-        return self._new(C.indexed(impl.typemap, bls, disps), COMBINER_HINDEXED,
-                         {"blocklengths": bls, "displacements": disps}, [impl])
-
-    def Create_indexed_block(self, blocklength: int, displacements) -> "Datatype":
-        """Create an indexed datatype with constant-sized blocks.
-
-        Displacements are in extents of the old type.
-        """
-        impl = self._impl()
-        bl, disps = C.lengths_arg([blocklength])[0], C.ints(displacements)
-        tm = C.indexed(impl.typemap, [bl] * len(disps),
-                       np.asarray(disps, np.int64) * impl.typemap.extent)
-        return self._new(tm, COMBINER_INDEXED_BLOCK,
-                         {"blocklength": bl, "displacements": disps}, [impl])
-
-    def Create_hindexed_block(self, blocklength: int, displacements) -> "Datatype":
-        """Create an indexed datatype with constant-sized blocks.
-
-        Displacements are in bytes.
-        """
-        impl = self._impl()
-        bl, disps = C.lengths_arg([blocklength])[0], C.ints(displacements)
-        return self._new(C.indexed(impl.typemap, [bl] * len(disps), disps),
-                         COMBINER_HINDEXED_BLOCK,
-                         {"blocklength": bl, "displacements": disps}, [impl])
-
-    @classmethod
-    def Create_struct(cls, blocklengths, displacements, datatypes) -> "Datatype":
-        """Create a general composite (struct) datatype.
-
-        Displacements are in bytes; the extent is padded to the alignment of
-        the components unless an explicit upper bound applies.
-        """
-        disps = C.ints(displacements)
-        bls = C.lengths_arg(blocklengths, len(disps))
-        types = list(datatypes)
-        if len(types) != len(disps):
-            raise ValueError(f"expecting {len(disps)} items, got {len(types)}")
-        impls = [_as_datatype(t)._impl() for t in types]
-        aligns = [_alignment(i) for i in impls]
-        tm = C.struct([i.typemap for i in impls], bls, disps, aligns)
-        return Datatype._wrap(TypeImpl(tm, COMBINER_STRUCT,
-                                       {"blocklengths": bls, "displacements": disps}, impls))
-
-    def Create_subarray(self, sizes, subsizes, starts, order: int = ORDER_C) -> "Datatype":
-        """Create a datatype for a subarray of a multidimensional array.
-
-        Raises MPI.Exception (ERR_ARG) for a section outside the array.
-        """
-        impl = self._impl()
-        sizes = C.ints(sizes)
-        subsizes, starts = C.ints(subsizes, len(sizes)), C.ints(starts, len(sizes))
-        order = C.check_order(order)
-        if not sizes:
-            raise Exception(ERR_ARG, "a subarray needs at least one dimension")
-        tm = C.subarray(impl.typemap, sizes, subsizes, starts, order)
-        return self._new(tm, COMBINER_SUBARRAY, {"sizes": sizes, "subsizes": subsizes,
-                                                 "starts": starts, "order": order}, [impl])
-
-    def Create_darray(self, size: int, rank: int, gsizes, distribs, dargs, psizes,
-                      order: int = ORDER_C) -> "Datatype":
-        """Create a datatype for a distributed array on Cartesian process grids.
-
-        Raises MPI.Exception (ERR_ARG) for an inconsistent distribution.
-        """
-        impl = self._impl()
-        size, rank = C.index(size), C.index(rank)
-        gsizes = C.ints(gsizes)
-        n = len(gsizes)
-        distribs, dargs, psizes = C.ints(distribs, n), C.ints(dargs, n), C.ints(psizes, n)
-        order = C.check_order(order)
-        tm = C.darray(impl.typemap, size, rank, gsizes, distribs, dargs, psizes, order)
-        return self._new(tm, COMBINER_DARRAY,
-                         {"size": size, "rank": rank, "gsizes": gsizes, "distribs": distribs,
-                          "dargs": dargs, "psizes": psizes, "order": order}, [impl])
-
-    def Create_resized(self, lb: int, extent: int) -> "Datatype":
-        """Create a datatype with a new lower bound and extent.
-
-        The data layout is unchanged.
-        """
-        impl = self._impl()
-        lb, extent = C.index(lb), C.index(extent)
-        return self._new(impl.typemap.resized(lb, extent), COMBINER_RESIZED,
-                         {"lb": lb, "extent": extent}, [impl])
-
-    Resized = Create_resized
-
-    @classmethod
-    def Get_value_index(cls, value: "Datatype", index: "Datatype") -> "Datatype":
-        """Return a datatype for a value-index pair.
-
-        The predefined pair types for (SHORT, INT, LONG, FLOAT, DOUBLE,
-        LONG_DOUBLE) with INT; DATATYPE_NULL for other pairs, as MPICH.
-        """
-        v, i = _as_datatype(value)._impl(), _as_datatype(index)._impl()
-        pair = P.VALUE_INDEX.get(v.constant) if i is _NAMED["INT"]._h else None
-        return Datatype._wrap(_NAMED[pair]._h) if pair else Datatype()
-
-    @classmethod
-    def Create_f90_integer(cls, r: int) -> "Datatype":
-        """Return a bounded integer datatype of at least ``r`` decimal digits.
-
-        Raises MPI.Exception (ERR_ARG) when no integer type is that large.
-        """
-        r = C.index(r)
-        for digits, name in P.F90_INTEGER:
-            if r <= digits:
-                return _f90(COMBINER_F90_INTEGER, {"r": r}, name)
-        raise Exception(ERR_ARG, f"no integer type with {r} decimal digits")
-
-    @classmethod
-    def Create_f90_real(cls, p: int, r: int) -> "Datatype":
-        """Return a bounded real datatype of precision ``p`` and exponent range ``r``.
-
-        UNDEFINED for either argument means no requirement.
-        """
-        return _f90_float(COMBINER_F90_REAL, P.F90_REAL, C.index(p), C.index(r))
-
-    @classmethod
-    def Create_f90_complex(cls, p: int, r: int) -> "Datatype":
-        """Return a bounded complex datatype of precision ``p`` and exponent range ``r``.
-
-        UNDEFINED for either argument means no requirement.
-        """
-        return _f90_float(COMBINER_F90_COMPLEX, P.F90_COMPLEX, C.index(p), C.index(r))
-
-    @classmethod
-    def Match_size(cls, typeclass: int, size: int) -> "Datatype":
-        """Find a datatype matching a specified size in bytes.
-
-        Raises MPI.Exception (ERR_ARG) when no Fortran type of that class has that size.
-        """
-        key = (_TYPECLASS.get(C.index(typeclass)), C.index(size))
-        name = P.MATCH_SIZE.get(key)
-        if name is None:
-            raise Exception(ERR_ARG, f"no datatype of class {typeclass} with size {size}")
-        return Datatype._wrap(_NAMED[name]._h)
-
     # -- packing --------------------------------------------------------------------------
     def Pack(self, inbuf, outbuf, position: int, comm) -> int:
         """Pack into contiguous memory according to datatype.
 
-        Packs as many whole elements as ``inbuf`` holds at ``outbuf[position:]``
-        and returns the new position; raises MPI.Exception (ERR_TRUNCATE)
-        when they do not fit.
+        Returns the new position; raises MPI.Exception (ERR_TRUNCATE) when the data does not fit.
+
+        As many whole elements as ``inbuf`` holds are packed at ``outbuf[position:]``.
         """
         from .msgspec import pack_whole
         _check_comm(comm)
@@ -596,8 +364,9 @@ class Datatype(Handle):
     def Unpack(self, inbuf, position: int, outbuf, comm) -> int:
         """Unpack from contiguous memory according to datatype.
 
-        Fills ``outbuf`` (as many whole elements as it holds) from
-        ``inbuf[position:]`` and returns the new position.
+        Returns the new position in ``inbuf``.
+
+        As many whole elements as ``outbuf`` holds are unpacked from ``inbuf[position:]``.
         """
         from .msgspec import unpack_whole
         _check_comm(comm)
@@ -612,7 +381,7 @@ class Datatype(Handle):
         return C.count_arg(count) * _committed(self).typemap.size
 
     def Pack_external(self, datarep: str, inbuf, outbuf, position: int) -> int:
-        """Pack into contiguous memory according to datatype, using a portable data representation.
+        """Pack into contiguous memory in a portable data representation.
 
         Only "external32" is supported (big-endian, MPI's sizes).
         """
@@ -625,7 +394,7 @@ class Datatype(Handle):
         return _store(outbuf, position, encode(data, impl.typemap, count))
 
     def Unpack_external(self, datarep: str, inbuf, position: int, outbuf) -> int:
-        """Unpack from contiguous memory according to datatype, using a portable data representation.
+        """Unpack from contiguous memory in a portable data representation.
 
         Only "external32" is supported.
         """
@@ -634,7 +403,7 @@ class Datatype(Handle):
         return unpack_whole(self, inbuf, position, outbuf, external=True)
 
     def Pack_external_size(self, datarep: str, count: int) -> int:
-        """Return the upper bound on the amount of space needed to pack a message, using a portable data representation.
+        """Return the space needed to pack a message in a portable data representation.
 
         Raises MPI.Exception (ERR_ARG) for a data representation other than "external32".
         """
@@ -647,7 +416,7 @@ class Datatype(Handle):
     def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython: bool = False) -> int:
         """Create a new attribute key for datatypes.
 
-        ``copy_fn(datatype, keyval, value)`` runs on Dup, ``delete_fn`` on delete and Free.
+        The copy function runs on Dup, the delete function on Delete_attr and Free.
         """
         return typeattr.create_keyval(copy_fn, delete_fn, nopython)
 
@@ -682,12 +451,6 @@ class Datatype(Handle):
 
 
 # -- helpers ---------------------------------------------------------------------------------
-def _as_datatype(obj) -> Datatype:
-    if not isinstance(obj, Datatype):
-        raise TypeError(f"expected a Datatype, not {type(obj).__name__}")
-    return obj
-
-
 def _reference(impl: TypeImpl) -> Datatype:
     """A handle on ``impl`` for the caller: the constant of a predefined type,
     else a new reference."""
@@ -696,12 +459,6 @@ def _reference(impl: TypeImpl) -> Datatype:
     if not impl.predefined:
         impl.refs += 1
     return Datatype._wrap(impl)
-
-
-def _alignment(impl: TypeImpl) -> int:
-    while impl.combiner == COMBINER_DUP:
-        impl = impl.children[0]
-    return impl.align or impl.typemap.align
 
 
 def _committed(datatype: Datatype) -> TypeImpl:
@@ -745,103 +502,6 @@ def reduction_dtype(datatype: Datatype):
     return unit.numpy if unit is not None else None
 
 
-def _f90(combiner, params, storage) -> Datatype:
-    key = (combiner, tuple(params.items()))
-    impl = _F90_CACHE.get(key)
-    if impl is None:
-        base = _NAMED[storage]._h
-        impl = TypeImpl(base.typemap, combiner, params)
-        impl.code = impl.typestr = base.typestr
-        impl.typechar, impl.align, impl.numpy = base.typechar, base.align, base.numpy
-        impl.unit = base
-        _F90_CACHE[key] = impl
-    return Datatype._wrap(impl)
-
-
-def _f90_float(combiner, table, p, r) -> Datatype:
-    for digits, exp, name in table:
-        if (p == UNDEFINED or p <= digits) and (r == UNDEFINED or r <= exp):
-            return _f90(combiner, {"p": p, "r": r}, name)
-    raise Exception(ERR_ARG, f"no floating point type with precision {p} and range {r}")
-
-
-def _datatype_create(datatype, combiner, params, free=False) -> Datatype:
-    """Create a datatype from a base type, combiner name and ``decode()`` arguments."""
-    params = dict(params)
-    try:
-        if combiner == "NAMED":
-            return datatype
-        if combiner == "DUP":
-            return datatype.Dup()
-        if combiner == "STRUCT":
-            return Datatype.Create_struct(**params)
-        if combiner.startswith("F90_"):
-            return getattr(Datatype, "Create_" + combiner.lower())(**params)
-        if combiner == "VALUE_INDEX":
-            return Datatype.Get_value_index(**params)
-        return getattr(datatype, "Create_" + combiner.lower())(**params)
-    finally:
-        if free:
-            for t in [datatype, *params.get("datatypes", ())]:
-                if t and not t.is_predefined:
-                    t.Free()
-
-
-def _datatype_decode(datatype, mark=False):
-    """``decode()`` of a datatype (``mark`` is accepted for mpi4py compatibility)."""
-    return datatype.decode()
-
-
-def _typecode(datatype):
-    """The type code of a datatype, or None."""
-    return datatype._h.codes()[0] if datatype._h is not None else None
-
-
-def _typealign(datatype):
-    """The alignment of a predefined datatype (or a duplicate of one), or None."""
-    impl = datatype._h
-    while impl is not None and impl.combiner == COMBINER_DUP:
-        impl = impl.children[0]
-    return impl.align if impl is not None else None
-
-
-def describe(datatype: Datatype):
-    """A compact, hashable, picklable description another process can rebuild."""
-    impl = datatype._impl()
-    if impl.constant is not None and impl.combiner == COMBINER_NAMED:
-        return ("NAMED", impl.constant)
-    if impl.combiner in _F90:
-        return (C.NAMES[impl.combiner], tuple(impl.params.items()))
-    params = tuple((k, tuple(v) if isinstance(v, list) else v) for k, v in impl.params.items())
-    children = tuple(describe(Datatype._wrap(c)) for c in impl.children)
-    return (C.NAMES[impl.combiner], params, children)
-
-
-def from_description(desc) -> Datatype:
-    """Rebuild (and commit) a datatype from :func:`describe` output (cached)."""
-    dt = _REBUILT.get(desc)
-    if dt is None:
-        dt = _rebuild(desc).Commit()
-        _REBUILT[desc] = dt
-    return dt
-
-
-def _rebuild(desc) -> Datatype:
-    name = desc[0]
-    if name == "NAMED":
-        return _NAMED[desc[1]]
-    params = {k: list(v) if isinstance(v, tuple) else v for k, v in desc[1]}
-    if name.startswith("F90_"):
-        return _datatype_create(Datatype(), name, params)
-    children = [_rebuild(c) for c in desc[2]]
-    if name == "STRUCT":
-        params["datatypes"] = children
-        return _datatype_create(Datatype(), name, params)
-    return _datatype_create(children[0], name, params)
-
-
-_F90_CACHE = {}
-_REBUILT = {}
 
 
 # -- predefined datatypes --------------------------------------------------------------------

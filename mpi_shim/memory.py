@@ -31,8 +31,7 @@ def _host_array(address: int, nbytes: int) -> np.ndarray:
 class buffer(np.ndarray):
     """Buffer.
 
-    A contiguous sequence of bytes at a memory address.
-    """
+    A contiguous sequence of bytes at a memory address."""
 
     __array_ufunc__ = None
     __hash__ = object.__hash__
@@ -86,8 +85,7 @@ class buffer(np.ndarray):
     def frombuffer(obj, readonly: bool = False) -> "buffer":
         """Buffer from buffer-like object.
 
-        Raises TypeError for an object that is no buffer and BufferError for
-        a read-only object when a writable buffer is asked for.
+        Raises TypeError for a non-buffer, BufferError for read-only memory asked to be writable.
         """
         from .msgspec import acquire
         if obj is None or isinstance(obj, (int, float, list, tuple, dict, str)):

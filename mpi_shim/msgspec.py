@@ -80,8 +80,7 @@ class _BufferConstant:
 class BottomType(_BufferConstant):
     """Type of MPI.BOTTOM.
 
-    The zero address: displacements of the datatype are absolute addresses.
-    """
+    The zero address: displacements of the datatype are absolute addresses."""
 
     __slots__ = ()
     _value, _name, _instance = 0, "BOTTOM", None
@@ -93,8 +92,7 @@ class BottomType(_BufferConstant):
 class InPlaceType(_BufferConstant):
     """Type of MPI.IN_PLACE.
 
-    Marks a collective's send buffer as taken from its receive buffer.
-    """
+    Marks a collective's send buffer as taken from its receive buffer."""
 
     __slots__ = ()
     _value, _name, _instance = -1, "IN_PLACE", None
@@ -103,8 +101,7 @@ class InPlaceType(_BufferConstant):
 class BufferAutomaticType(_BufferConstant):
     """Type of MPI.BUFFER_AUTOMATIC.
 
-    Asks for automatic buffering of buffered-mode sends.
-    """
+    Asks for automatic buffering of buffered-mode sends."""
 
     __slots__ = ()
     _value, _name, _instance = -2, "BUFFER_AUTOMATIC", None

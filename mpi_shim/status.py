@@ -23,8 +23,7 @@ _COUNT_LO, _COUNT_HI, _CANCELLED, _SOURCE, _TAG, _ERROR = range(6)
 class Status:
     """Status object.
 
-    Fields live in a small int array so that ``tomemory()`` can expose them.
-    """
+    Fields live in a small int array so that ``tomemory()`` can expose them."""
 
     __slots__ = ("_f",)
 
@@ -138,7 +137,7 @@ class Status:
     def Set_elements(self, datatype: Datatype, count: int) -> None:
         """Set the number of elements in a status.
 
-        ``count`` counts basic elements; raises MPI.Exception (ERR_COUNT) when negative.
+        The count is in basic elements; raises MPI.Exception (ERR_COUNT) when negative.
         """
         tm = _typemap(datatype)
         count = operator.index(count)

@@ -111,13 +111,6 @@ class Typemap:
         return cls([d for d, _ in parts], [c for _, c in parts], [1] * len(parts), lb, ub,
                    align=align)
 
-        self.disps, self.codes, self.counts = disps, codes, counts
-        self.lb, self.ub = int(lb), int(ub)
-        self.extent = self.ub - self.lb
-        seg_bytes = counts * _SIZES[codes]
-        self.size = int(seg_bytes.sum())
-        self.true_bounds = (int(disps.min()), int((disps + seg_bytes).max())) if len(disps) \
-            else (0, 0)
     @property
     def nelements(self) -> int:
         """Basic elements in one element."""
