@@ -53,11 +53,6 @@ class Datatype(DatatypeConstructors, Handle):
 
     __slots__ = ()
 
-    def __init__(self, datatype=None):
-        if datatype is not None and not isinstance(datatype, Datatype):
-            raise TypeError(f"expected a Datatype, not {type(datatype).__name__}")
-        super().__init__(datatype)
-
     @classmethod
     def _accepts(cls, impl) -> bool:
         return impl is None or isinstance(impl, TypeImpl)
@@ -448,6 +443,12 @@ class Datatype(DatatypeConstructors, Handle):
         Runs the key's delete callback.
         """
         typeattr.delete_attr(self, self._impl().attrs, keyval)
+
+
+# ``Datatype(x)`` accepts datatypes only.  The family is set on the constructor
+# mixin rather than on Datatype itself, so that walking ``vars(MPI.Datatype)``
+# (mpi4py's test_doc does) does not find the class inside itself.
+DatatypeConstructors._family = Datatype
 
 
 # -- helpers ---------------------------------------------------------------------------------
