@@ -8,13 +8,15 @@ from __future__ import annotations
 from .attr import (APPNUM, HOST, IO, KEYVAL_INVALID, LASTUSEDCODE, TAG_UB_KEY as TAG_UB,
                    UNIVERSE_SIZE, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL,
                    WIN_SIZE, WTIME_IS_GLOBAL)
-from .bsend import BSEND_OVERHEAD, BUFFER_AUTOMATIC, BufferAutomaticType
+from .bsend import BSEND_OVERHEAD
 from .comm import (COMM_NULL, COMM_SELF, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
                    COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED, COMM_WORLD, Comm, Intracomm)
 from .compat import (_addressof, _comm_lock, _comm_lock_table, _commctx_inter,
                      _commctx_intra, _handleof, _set_abort_status, _sizeof)
 from .datatype import *  # noqa: F401,F403 - the predefined datatypes and their helpers
 from .datatype import BOTTOM, IN_PLACE, UNDEFINED, Datatype
+from .datatype import _datatype_create, _datatype_decode, _typealign, _typecode  # noqa: F401
+from .msgspec import BUFFER_AUTOMATIC, BottomType, BufferAutomaticType, InPlaceType
 from .dynproc import MAX_PORT_NAME
 from .dynproc import close_port as Close_port
 from .dynproc import lookup_name as Lookup_name

@@ -15,19 +15,7 @@ from .exceptions import ERR_BUFFER, Exception
 BSEND_OVERHEAD = 96
 
 
-class _BufferAutomatic:
-    """``MPI.BUFFER_AUTOMATIC``: buffered sends use as much memory as they need."""
-    __slots__ = ()
-
-    def __repr__(self):
-        return "BUFFER_AUTOMATIC"
-
-    def __reduce__(self):
-        return "BUFFER_AUTOMATIC"
-
-
-BUFFER_AUTOMATIC = _BufferAutomatic()
-BufferAutomaticType = _BufferAutomatic
+from .msgspec import BUFFER_AUTOMATIC, BufferAutomaticType  # noqa: E402,F401
 
 
 class BsendPool:

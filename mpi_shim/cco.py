@@ -13,7 +13,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import coll as G
-from .datatype import IN_PLACE, Msg, parse, parse_v, sub
+from .datatype import IN_PLACE, Msg, parse, sub
+from .msgspec import parse_block, parse_v
+
+
+def _spec(spec, n, writable, vector):
+    """``(Msg, counts, displs)`` of a vector form or of ``n`` equal blocks."""
+    return (parse_v if vector else parse_block)(spec, n, writable)
 from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_OP, Exception
 from .op import SUM, store, typed
 from .ops import GenOp, run
@@ -357,19 +363,19 @@ class Coll:
         return _req(self._g_scan_obj(sendobj, op, True))
 
     # -- gather / scatter ---------------------------------------------------------
-    def _g_Gatherv(self, sendbuf, recvbuf, root):
+    def _g_Gatherv(self, sendbuf, recvbuf, root, vector=True):
         c = self._impl()
         if c.remote is not None:
             G.check_inter_root(c, root)
             if root == ROOT:
-                rm, counts, displs = parse_v(recvbuf, len(c.remote), True)
+                rm, counts, displs = _spec(recvbuf, len(c.remote), True, vector)
                 return (yield from G.g_inter_gatherv(c, None, rm, counts, displs, root))
             sm = parse(sendbuf) if root != PROC_NULL else None
             return (yield from G.g_inter_gatherv(c, sm, None, None, None, root))
         G.check_root(c, root)
         if c.rank == root:
             inplace = sendbuf is IN_PLACE or sendbuf is None
-            rm, counts, displs = parse_v(recvbuf, c.size, True)
+            rm, counts, displs = _spec(recvbuf, c.size, True, vector)
             sm = None if inplace else parse(sendbuf)
         else:
             inplace = False
@@ -379,16 +385,16 @@ class Coll:
 
     def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Gather data to one process from all other processes."""
-        run(self._g_Gatherv(sendbuf, recvbuf, root))
+        run(self._g_Gatherv(sendbuf, recvbuf, root, False))
 
     def Igather(self, sendbuf, recvbuf, root: int = 0):
         """Nonblocking gather."""
-        return _req(self._g_Gatherv(sendbuf, recvbuf, root))
+        return _req(self._g_Gatherv(sendbuf, recvbuf, root, False))
 
     def Gather_init(self, sendbuf, recvbuf, root: int = 0, info=None):
         """Persistent gather."""
         self._impl()
-        return _preq(lambda: self._g_Gatherv(sendbuf, recvbuf, root))
+        return _preq(lambda: self._g_Gatherv(sendbuf, recvbuf, root, False))
 
     def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Gather vector data to one process."""
@@ -403,19 +409,19 @@ class Coll:
         self._impl()
         return _preq(lambda: self._g_Gatherv(sendbuf, recvbuf, root))
 
-    def _g_Scatterv(self, sendbuf, recvbuf, root):
+    def _g_Scatterv(self, sendbuf, recvbuf, root, vector=True):
         c = self._impl()
         if c.remote is not None:
             G.check_inter_root(c, root)
             if root == ROOT:
-                sm, counts, displs = parse_v(sendbuf, len(c.remote), False)
+                sm, counts, displs = _spec(sendbuf, len(c.remote), False, vector)
                 return (yield from G.g_inter_scatterv(c, sm, counts, displs, None, root))
             rm = parse(recvbuf, writable=True) if root != PROC_NULL else None
             return (yield from G.g_inter_scatterv(c, None, None, None, rm, root))
         G.check_root(c, root)
         if c.rank == root:
             inplace = recvbuf is IN_PLACE or recvbuf is None
-            sm, counts, displs = parse_v(sendbuf, c.size, False)
+            sm, counts, displs = _spec(sendbuf, c.size, False, vector)
             rm = None if inplace else parse(recvbuf, writable=True)
         else:
             inplace = False
@@ -425,16 +431,16 @@ class Coll:
 
     def Scatter(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Scatter data from one process to all other processes."""
-        run(self._g_Scatterv(sendbuf, recvbuf, root))
+        run(self._g_Scatterv(sendbuf, recvbuf, root, False))
 
     def Iscatter(self, sendbuf, recvbuf, root: int = 0):
         """Nonblocking scatter."""
-        return _req(self._g_Scatterv(sendbuf, recvbuf, root))
+        return _req(self._g_Scatterv(sendbuf, recvbuf, root, False))
 
     def Scatter_init(self, sendbuf, recvbuf, root: int = 0, info=None):
         """Persistent scatter."""
         self._impl()
-        return _preq(lambda: self._g_Scatterv(sendbuf, recvbuf, root))
+        return _preq(lambda: self._g_Scatterv(sendbuf, recvbuf, root, False))
 
     def Scatterv(self, sendbuf, recvbuf, root: int = 0) -> None:
         """Scatter vector data from one process to all other processes."""
@@ -449,30 +455,30 @@ class Coll:
         self._impl()
         return _preq(lambda: self._g_Scatterv(sendbuf, recvbuf, root))
 
-    def _g_Allgatherv(self, sendbuf, recvbuf):
+    def _g_Allgatherv(self, sendbuf, recvbuf, vector=True):
         c = self._impl()
         if c.remote is not None:
             if sendbuf is IN_PLACE:
                 raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
-            rm, counts, displs = parse_v(recvbuf, len(c.remote), True)
+            rm, counts, displs = _spec(recvbuf, len(c.remote), True, vector)
             return (yield from G.g_inter_allgatherv(c, parse(sendbuf), rm, counts, displs))
         inplace = sendbuf is IN_PLACE
-        rm, counts, displs = parse_v(recvbuf, c.size, True)
+        rm, counts, displs = _spec(recvbuf, c.size, True, vector)
         sm = None if inplace else parse(sendbuf)
         yield from G.g_allgatherv(c, sm, rm, counts, displs, inplace)
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         """Gather to all processes."""
-        run(self._g_Allgatherv(sendbuf, recvbuf))
+        run(self._g_Allgatherv(sendbuf, recvbuf, False))
 
     def Iallgather(self, sendbuf, recvbuf):
         """Nonblocking gather to all processes."""
-        return _req(self._g_Allgatherv(sendbuf, recvbuf))
+        return _req(self._g_Allgatherv(sendbuf, recvbuf, False))
 
     def Allgather_init(self, sendbuf, recvbuf, info=None):
         """Persistent gather to all processes."""
         self._impl()
-        return _preq(lambda: self._g_Allgatherv(sendbuf, recvbuf))
+        return _preq(lambda: self._g_Allgatherv(sendbuf, recvbuf, False))
 
     def Allgatherv(self, sendbuf, recvbuf) -> None:
         """Gather vector data to all processes."""
@@ -487,33 +493,33 @@ class Coll:
         self._impl()
         return _preq(lambda: self._g_Allgatherv(sendbuf, recvbuf))
 
-    def _g_Alltoallv(self, sendbuf, recvbuf):
+    def _g_Alltoallv(self, sendbuf, recvbuf, vector=True):
         c = self._impl()
         n = len(c.peers)
-        rm, rc, rd = parse_v(recvbuf, n, True)
+        rm, rc, rd = _spec(recvbuf, n, True, vector)
         if sendbuf is IN_PLACE:
             if c.remote is not None:
                 raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
             copy = Msg(memoryview(bytearray(rm.view)), 0, rm.dtype, rm.offset)
             sm, sc, sd = copy, rc, rd
         else:
-            sm, sc, sd = parse_v(sendbuf, n, False)
+            sm, sc, sd = _spec(sendbuf, n, False, vector)
         sparts = [sub(sm, sc[i], sd[i]) for i in range(n)]
         rparts = [sub(rm, rc[i], rd[i]) for i in range(n)]
         yield from G.g_alltoallw(c, sparts, rparts)
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
         """All to all scatter/gather."""
-        run(self._g_Alltoallv(sendbuf, recvbuf))
+        run(self._g_Alltoallv(sendbuf, recvbuf, False))
 
     def Ialltoall(self, sendbuf, recvbuf):
         """Nonblocking all to all scatter/gather."""
-        return _req(self._g_Alltoallv(sendbuf, recvbuf))
+        return _req(self._g_Alltoallv(sendbuf, recvbuf, False))
 
     def Alltoall_init(self, sendbuf, recvbuf, info=None):
         """Persistent all to all scatter/gather."""
         self._impl()
-        return _preq(lambda: self._g_Alltoallv(sendbuf, recvbuf))
+        return _preq(lambda: self._g_Alltoallv(sendbuf, recvbuf, False))
 
     def Alltoallv(self, sendbuf, recvbuf) -> None:
         """All to all scatter/gather of vector data."""

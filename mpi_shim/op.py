@@ -215,10 +215,11 @@ def _nargs(fn):
 
 def typed(msg, dtype=None):
     """Numpy array view of a buffer message's packed data."""
+    from .datatype import reduction_dtype
     d = msg.dtype
-    nd = d.np_dtype
+    nd = reduction_dtype(d)
     if nd is None:
-        raise Exception(ERR_OP, f"reduction on datatype {d.name} is not supported")
+        raise Exception(ERR_OP, f"reduction on datatype {d.name!r} is not supported")
     data = msg.pack()
     return np.frombuffer(data, nd) if len(data) else np.zeros(0, nd)
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from . import coll as G
 from .comm import CommImpl, Intracomm, new_ctx, register_kind
-from .datatype import parse, parse_v, sub
+from .datatype import parse, sub
+from .msgspec import parse_block, parse_v
 from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception
 from .group import UNDEFINED
@@ -368,15 +369,16 @@ class Topocomm(Intracomm):
         c = self._impl()
         ins, outs = in_out_edges(c)
         sm = parse(sendbuf)
-        rm, counts, displs = parse_v(recvbuf, len(ins), True)
+        rm, counts, displs = (parse_v if vector else parse_block)(recvbuf, len(ins), True)
         rparts = [sub(rm, counts[j], displs[j]) for j in range(len(ins))]
         return g_neighbor(c, [sm] * len(outs), rparts)
 
-    def _g_nbr_alltoall(self, sendbuf, recvbuf):
+    def _g_nbr_alltoall(self, sendbuf, recvbuf, vector=True):
         c = self._impl()
         ins, outs = in_out_edges(c)
-        sm, sc, sd = parse_v(sendbuf, len(outs), False)
-        rm, rc, rd = parse_v(recvbuf, len(ins), True)
+        parser = parse_v if vector else parse_block
+        sm, sc, sd = parser(sendbuf, len(outs), False)
+        rm, rc, rd = parser(recvbuf, len(ins), True)
         return g_neighbor(c, [sub(sm, sc[k], sd[k]) for k in range(len(outs))],
                           [sub(rm, rc[j], rd[j]) for j in range(len(ins))])
 
@@ -396,7 +398,7 @@ class Topocomm(Intracomm):
 
     def Neighbor_alltoall(self, sendbuf, recvbuf) -> None:
         """Neighbor all-to-all."""
-        run(self._g_nbr_alltoall(sendbuf, recvbuf))
+        run(self._g_nbr_alltoall(sendbuf, recvbuf, False))
 
     def Neighbor_alltoallv(self, sendbuf, recvbuf) -> None:
         """Neighbor all-to-all of vector data."""
@@ -416,7 +418,7 @@ class Topocomm(Intracomm):
 
     def Ineighbor_alltoall(self, sendbuf, recvbuf):
         """Nonblocking neighbor all-to-all."""
-        return _req(self._g_nbr_alltoall(sendbuf, recvbuf))
+        return _req(self._g_nbr_alltoall(sendbuf, recvbuf, False))
 
     def Ineighbor_alltoallv(self, sendbuf, recvbuf):
         """Nonblocking neighbor all-to-all of vector data."""
@@ -436,7 +438,7 @@ class Topocomm(Intracomm):
 
     def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=None):
         """Persistent neighbor all-to-all."""
-        return _preq(lambda: self._g_nbr_alltoall(sendbuf, recvbuf))
+        return _preq(lambda: self._g_nbr_alltoall(sendbuf, recvbuf, False))
 
     def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=None):
         """Persistent neighbor all-to-all of vector data."""

@@ -33,13 +33,15 @@ import ucxpy
 
 from . import attr
 from .comm import Comm
-from .datatype import Msg, _BY_NAME, byte_view, parse
+from .datatype import Msg, byte_view, describe, from_description, parse, reduction_dtype
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
+from .msgspec import parse_target
 from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
 from .handle import Handle
 from ucxpy._pybuffer import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
 from .op import NO_OP, REPLACE, SUM, _by_name
+from .packing import contiguous_range, span
 from .request import ENGINE, DoneOp, Request
 from .status import PROC_NULL
 from ucxpy.rma import ATOMIC_OPS, POST_OPS, apply_atomic
@@ -114,16 +116,7 @@ class WinImpl:
 
     # -- targets ------------------------------------------------------------
     def _target(self, origin: Msg, target_rank, target):
-        if target is None:
-            disp, count, dtype = 0, origin.count, origin.dtype
-        elif isinstance(target, int):
-            disp, count, dtype = target, origin.count, origin.dtype
-        else:
-            t = list(target) + [None] * (3 - len(target))
-            disp, count, dtype = t[0] or 0, t[1], t[2]
-            dtype = origin.dtype if dtype is None else dtype
-            count = origin.count * origin.dtype.size // max(dtype.size, 1) if count is None \
-                else count
+        disp, count, dtype = parse_target(target, origin.count, origin.dtype)
         if not (0 <= target_rank < self.size):
             from .exceptions import ERR_RANK
             raise Exception(ERR_RANK, f"invalid target rank {target_rank}")
@@ -169,17 +162,19 @@ class WinImpl:
         r = parse(result, writable=True) if result is not None else None
         ref = o if o is not None else r
         off, count, dtype = self._target(ref, target_rank, target)
-        if dtype.np_dtype is None or not dtype.contiguous:
-            raise Exception(ERR_ARG, "accumulate needs a contiguous predefined target type")
+        unit = reduction_dtype(dtype)
+        if unit is None:
+            raise Exception(ERR_ARG, "accumulate needs a target type made of one basic type")
         data = bytes(o.pack()) if o is not None and op is not NO_OP else b""
         cmp = bytes(parse(compare).pack()) if compare is not None else b""
-        size = _atomic_width(dtype.np_dtype, op.name, kind)
+        dense = contiguous_range(off, count, dtype._impl().typemap) == (off, off + unit.itemsize)
+        size = _atomic_width(unit, op.name, kind) if dense else 0
         rk = self.rkeys[target_rank] if target_rank != self.rank else None
         if size and count == 1 and rk is not None and not self.inflight.get(target_rank) \
                 and (self.peers[target_rank][0] + off) % size == 0:
             self._word_atomic(kind, op.name, target_rank, off, size, data, cmp, r)
             return
-        hdr = (self.id, kind, op.name, dtype.name, off, count, cmp)
+        hdr = (self.id, kind, op.name, describe(dtype), off, count, cmp)
         if target_rank == self.rank:
             old = _apply(self, hdr, data)
             if r is not None:
@@ -249,14 +244,17 @@ class WinImpl:
 def _blocks(dtype, count, off, data):
     """(remote offset, piece) per contiguous run of the target layout; pieces
     are lengths when ``data`` is None."""
-    if dtype.contiguous:
-        n = count * dtype.size
-        yield off + dtype.lb, (n if data is None else data[:n])
+    tm = dtype._impl().typemap
+    whole = contiguous_range(off, count, tm)
+    if whole is not None:
+        n = whole[1] - whole[0]
+        yield whole[0], (n if data is None else data[:n])
         return
+    runs = tm.byte_blocks()
     pos = 0
     for i in range(count):
-        for bo, bn in dtype.blocks:
-            yield off + i * dtype.extent + bo, (bn if data is None else data[pos:pos + bn])
+        for bo, bn in zip(runs.starts.tolist(), runs.lengths.tolist()):
+            yield off + i * tm.extent + bo, (bn if data is None else data[pos:pos + bn])
             pos += bn
 
 
@@ -271,11 +269,18 @@ def _store(msg, payload):
 
 def _apply(win, hdr, data):
     """Run an accumulate-family operation on this process's window memory."""
-    _, kind, opname, tname, off, count, cmp = hdr
-    dt = _BY_NAME[tname].np_dtype
-    n = count * dt.itemsize
-    if off < 0 or off + n > win.view.nbytes:
+    _, kind, opname, tdesc, off, count, cmp = hdr
+    target = from_description(tdesc)
+    dt = reduction_dtype(target)
+    lo, hi = span(off, count, target._impl().typemap)
+    if lo < 0 or hi > win.view.nbytes:
         raise Exception(ERR_ARG, "RMA target range outside the window")
+    whole = contiguous_range(off, count, target._impl().typemap)
+    if whole is None:
+        return _apply_scattered(Msg(win.view, count, target, off), dt, kind, opname,
+                                data, cmp)
+    off, n = whole[0], whole[1] - whole[0]
+    count = n // dt.itemsize
     size = _atomic_width(dt, opname, kind)
     if size and (win.base + off) % size == 0:
         old = _word_atomics(win.base + off, dt, kind, opname, count, data, cmp)
@@ -289,6 +294,19 @@ def _apply(win, hdr, data):
         op = _by_name(opname)
         new = np.frombuffer(data, dt, count)
         mem[:] = op.combine(mem.copy(), new, None)
+    return old if kind in ("get_acc", "fetch", "cas") else b""
+
+
+def _apply_scattered(m, dt, kind, opname, data, cmp):
+    """An accumulate into a non-contiguous target layout (packed, combined, unpacked)."""
+    mem = np.frombuffer(m.pack(), dt).copy()
+    old = mem.tobytes()
+    if kind == "cas":
+        if mem[0] == np.frombuffer(cmp, dt)[0]:
+            mem[0] = np.frombuffer(data, dt)[0]
+    elif opname != "NO_OP":
+        mem = _by_name(opname).combine(mem, np.frombuffer(data, dt, len(mem)), None)
+    m.unpack(np.ascontiguousarray(mem).view(np.uint8))
     return old if kind in ("get_acc", "fetch", "cas") else b""
 
 
@@ -535,7 +553,7 @@ class Win(Handle, BufferExporter):
 
     def tomemory(self):
         from .datatype import buffer
-        return buffer.over(self._impl().view)
+        return buffer.frombuffer(self._impl().view)
 
     def Shared_query(self, rank):
         w = self._impl()
@@ -544,7 +562,7 @@ class Win(Handle, BufferExporter):
         from .datatype import buffer
         if w.flavor != FLAVOR_SHARED:
             return buffer.allocate(0), w.disp_unit
-        return buffer.over(w.shared[rank]), w.peers[rank][2]
+        return buffer.frombuffer(w.shared[rank]), w.peers[rank][2]
 
     def Get_info(self):
         return Info.Create(dict(self._impl().info))

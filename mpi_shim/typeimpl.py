@@ -1,0 +1,62 @@
+"""The implementation object behind an ``MPI.Datatype`` handle.
+
+A :class:`TypeImpl` holds the true layout (a :class:`~.typemap.Typemap`),
+the combiner and arguments it was made with, its name, commit state,
+cached attributes and a reference count: a derived type keeps its
+components alive, ``Get_contents`` hands out new references and ``Free``
+drops one; attribute delete callbacks run when the last one goes.
+Predefined types also carry their type code, typechar/typestr, alignment
+and numpy dtype (``unit`` is the predefined type reductions work on).
+"""
+from __future__ import annotations
+
+from . import typeattr
+from .constructors import (COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTEGER,
+                           COMBINER_F90_REAL, COMBINER_NAMED)
+
+F90_COMBINERS = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
+
+
+class TypeImpl:
+    """The object a Datatype handle refers to (see the module docstring)."""
+
+    __slots__ = ("typemap", "name", "combiner", "params", "children", "predefined",
+                 "committed", "refs", "freed", "attrs", "code", "typechar", "typestr",
+                 "align", "numpy", "unit", "constant", "_hid", "__weakref__")
+
+    def __init__(self, typemap, combiner, params=None, children=(), name=""):
+        self.typemap, self.combiner, self.name = typemap, combiner, name
+        self.params = params or {}
+        self.children = list(children)
+        self.predefined = combiner == COMBINER_NAMED or combiner in F90_COMBINERS
+        self.committed = self.predefined
+        self.refs, self.freed, self.attrs = 1, False, {}
+        self.code = self.typechar = self.typestr = self.align = self.numpy = None
+        self.constant = None                 # module name of a predefined type
+        units = {c.unit for c in self.children}
+        self.unit = units.pop() if len(units) == 1 else None
+        for child in self.children:
+            child.refs += 1
+
+    def release(self, handle) -> None:
+        """Drop one reference; the last one deletes attributes and components."""
+        if self.predefined or self.freed:
+            return
+        self.refs -= 1
+        if self.refs > 0:
+            return
+        self.freed = True
+        try:
+            typeattr.delete_all(handle, self.attrs)
+        finally:
+            for child in self.children:
+                child.release(type(handle)._wrap(child))
+
+    def codes(self):
+        """``(type code or None, typechar, typestr)`` (duplicates follow their base)."""
+        impl = self
+        while impl.combiner == COMBINER_DUP:
+            impl = impl.children[0]
+        if impl.typechar is not None:
+            return impl.code, impl.typechar, impl.typestr
+        return None, "V", f"V{impl.typemap.extent}"
