@@ -22,7 +22,7 @@ from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .exceptions import (ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL, ERR_OTHER,
                          ERR_UNSUPPORTED_OPERATION, Exception)
 from .group import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL, Group
-from .handle import Handle
+from .handle import Handle, register_family
 from .info import INFO_NULL, Info
 from .p2p import P2P
 
@@ -651,4 +651,4 @@ def register_kind(kind, cls):
 
 
 register_kind("intra", Intracomm)
-Comm._family = Comm
+register_family(Comm)

@@ -32,7 +32,8 @@ def _init(required=None):
     init_predefined()
     _state["level"] = min(max(level, THREAD_SINGLE), THREAD_MULTIPLE)
     if _state["level"] == THREAD_MULTIPLE:
-        ENGINE.enable_threads()
+        from .threads import install
+        install()
     _state["init"] = True
     _state["main"] = threading.get_ident()
     from .dynproc import connect_parent

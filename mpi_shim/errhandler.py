@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from .exceptions import ERR_ARG, ERR_ERRHANDLER, SUCCESS, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 
 MAX_USER_ERRHANDLERS = 32        # per object kind, like mpi4py's callback table
 
@@ -115,7 +115,7 @@ ERRHANDLER_NULL = Errhandler._constant(None)
 ERRORS_RETURN = Errhandler._constant(_RETURN)
 ERRORS_ARE_FATAL = Errhandler._constant(_FATAL)
 ERRORS_ABORT = Errhandler._constant(_ABORT)
-Errhandler._family = Errhandler
+register_family(Errhandler)
 # impl-level names the object implementations store
 ERRORS_RETURN_IMPL, ERRORS_ARE_FATAL_IMPL = _RETURN, _FATAL
 _ = ERR_ERRHANDLER

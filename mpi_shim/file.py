@@ -6,7 +6,7 @@ Not implemented yet: ``File.Open`` raises ``MPI.Exception`` with
 from __future__ import annotations
 
 from .exceptions import ERR_FILE, ERR_UNSUPPORTED_OPERATION, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 
 __all__ = ["File", "FILE_NULL", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_CREATE",
            "MODE_EXCL", "MODE_DELETE_ON_CLOSE", "MODE_UNIQUE_OPEN", "MODE_SEQUENTIAL",
@@ -48,4 +48,4 @@ def Register_datarep(datarep, read_fn, write_fn, extent_fn):
 
 
 FILE_NULL = File._constant(None)
-File._family = File
+register_family(File)

@@ -168,7 +168,9 @@ def acquire(obj, writable=False) -> Buffer:
     if mv is not None:
         if writable and mv.readonly:
             raise BufferError("Object is not writable.")
-        if mv.c_contiguous:
+        if mv.nbytes == 0:
+            flat = memoryview(bytearray(0)) if not mv.readonly else memoryview(b"")
+        elif mv.c_contiguous:
             flat = mv if mv.ndim == 1 and mv.format == "B" else mv.cast("B")
         elif mv.f_contiguous:
             flat = memoryview(np.asarray(mv).ravel(order="K").view(np.uint8))

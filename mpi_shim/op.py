@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exceptions import ERR_OP, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 
 
 def _loc(better):
@@ -252,4 +252,4 @@ SUM, PROD, MAX, MIN = (Op._predef(n) for n in ("SUM", "PROD", "MAX", "MIN"))
 LAND, LOR, LXOR = (Op._predef(n) for n in ("LAND", "LOR", "LXOR"))
 BAND, BOR, BXOR = (Op._predef(n) for n in ("BAND", "BOR", "BXOR"))
 MAXLOC, MINLOC, REPLACE, NO_OP = (Op._predef(n) for n in ("MAXLOC", "MINLOC", "REPLACE", "NO_OP"))
-Op._family = Op
+register_family(Op)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_OTHER, ERR_REQUEST, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 from .ops import *  # noqa: F401,F403 - re-exported for the other modules
 from .ops import DoneOp, _Op
 from .status import Status
@@ -523,5 +523,5 @@ class Grequest(Request):
 
 
 REQUEST_NULL = Request._constant(None)
-Request._family = Request
+register_family(Request)
 _ = ERR_ARG

@@ -37,7 +37,7 @@ from .datatype import Msg, byte_view, describe, from_description, parse, reducti
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .msgspec import parse_target
 from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
-from .handle import Handle
+from .handle import Handle, register_family
 from ucxpy._pybuffer import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
 from .op import NO_OP, REPLACE, SUM, _by_name
@@ -750,4 +750,4 @@ class Win(Handle, BufferExporter):
 
 
 WIN_NULL = Win._constant(None)
-Win._family = Win
+register_family(Win)

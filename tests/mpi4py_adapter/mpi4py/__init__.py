@@ -15,6 +15,8 @@ import sys
 
 from mpi_shim import rc  # noqa: F401 - mpi4py.rc
 
+sys.modules[__name__ + ".rc"] = rc
+
 __version__ = "4.1.2"
 
 
