@@ -44,7 +44,9 @@ from .op import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_
 from .p2p import MESSAGE_NO_PROC, MESSAGE_NULL, Message, Pickle, pickle
 from .request import REQUEST_NULL, Grequest, Prequest, Request
 from .session import SESSION_NULL, Session
-from .status import ANY_SOURCE, ANY_TAG, PROC_NULL, Status
+from .status import ANY_SOURCE, ANY_TAG, F_ERROR, F_SOURCE, F_STATUS_SIZE, F_TAG, PROC_NULL, Status
+from .memory import buffer
+memory = buffer
 from .topo import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED, WEIGHTS_EMPTY, Cartcomm, Compute_dims,
                    Distgraphcomm, Graphcomm, Topocomm)
 

@@ -420,8 +420,8 @@ class Comm(Handle, P2P, Coll):
             base = self
         hosts = base.allgather(host if valid else None)
         if split_type == COMM_TYPE_HW_UNGUIDED:
-            # one level below the whole: the host, unless everyone is on one host
-            if len(set(hosts)) <= 1 and c.size > 1:
+            # one level below the whole (the host): none when that is the whole
+            if len(set(hosts)) <= 1:
                 base.Split(UNDEFINED, key)
                 return Intracomm()
         if not valid:

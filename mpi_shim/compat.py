@@ -65,8 +65,11 @@ def _set_abort_status(status) -> None:
 def _handleof(obj) -> int:
     """The integer handle of an MPI object."""
     from .handle import Handle, handle_of
+    from .status import Status
     if isinstance(obj, Handle):
         return handle_of(obj._h)
+    if isinstance(obj, Status):
+        return _addressof(obj)
     raise TypeError(f"expected an MPI handle object, got {type(obj).__name__}")
 
 
