@@ -71,4 +71,7 @@ from .file import *  # noqa: E402,F401,F403 - MPI.File and its constants
 from .handle import name_constants as _name_constants  # noqa: E402
 
 _name_constants(globals())
+from .compat import _build_capi  # noqa: E402
+__pyx_capi__ = _build_capi()
+del _build_capi
 del annotations

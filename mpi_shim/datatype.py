@@ -60,11 +60,11 @@ class Datatype(DatatypeConstructors, Handle):
     def __reduce__(self):
         impl = self._h
         if impl is None:
-            return (_named, ("DATATYPE_NULL",)) if self._const else (Datatype, ())
+            return (_named, ("DATATYPE_NULL",)) if self._const else (type(self), ())
         if impl.constant is not None:
             if self._const:
                 return (_named, (impl.constant,))
-            return (Datatype, (_named(impl.constant),))
+            return (type(self), (_named(impl.constant),))
         base, name, params = self.decode()
         return (_datatype_create, (base, name, params, True))
 

@@ -160,18 +160,10 @@ def Get_abi_fortran_info():
 
 
 def Get_address(location) -> int:
-    """Get the address of a location in memory."""
-    from .datatype import BOTTOM, byte_view
-    import numpy as np
-    if location is BOTTOM or location is None:
-        return 0
-    addr = getattr(location, "address", None)
-    if isinstance(addr, int):
-        return addr
-    mv = byte_view(location)[0]
-    if mv.nbytes == 0:
-        return 0
-    return np.frombuffer(mv, np.uint8).__array_interface__["data"][0]
+    """Get the address of a location in memory (buffers, DLPack and CUDA-array
+    objects, and the buffer constants)."""
+    from .msgspec import address_of
+    return address_of(location)
 
 
 def Aint_add(base: int, disp: int) -> int:
@@ -194,7 +186,10 @@ def Alloc_mem(size: int, info=None):
 
 
 def Free_mem(mem) -> None:
-    """Free memory allocated with ``Alloc_mem``."""
+    """Free memory allocated with ``Alloc_mem`` (the buffer becomes empty)."""
+    from .memory import buffer
+    if isinstance(mem, buffer):
+        mem.release()
 
 
 def Attach_buffer(buf) -> None:
