@@ -74,4 +74,7 @@ _name_constants(globals())
 from .compat import _build_capi  # noqa: E402
 __pyx_capi__ = _build_capi()
 del _build_capi
+from .docsig import embed_signatures as _embed_signatures  # noqa: E402
+_embed_signatures(__import__(__name__, fromlist=["*"]))
+del _embed_signatures
 del annotations

@@ -124,9 +124,12 @@ class Comm(Handle, P2P, Coll):
 
     @classmethod
     def _new(cls, impl):
-        """Python object for ``impl``: of class ``cls`` (a subclass of the
-        caller's, as mpi4py's constructors keep) when it accepts ``impl``'s
-        kind, else of the kind's natural class (None: COMM_NULL)."""
+        """Python object for ``impl`` (None: COMM_NULL).
+
+        Of class ``cls`` (a subclass of the caller's, as mpi4py's
+        constructors keep) when it accepts ``impl``'s kind, else of the
+        kind's natural class.
+        """
         if impl is None or cls._accepts(impl):
             return cls._wrap(impl)
         return _natural(impl)._wrap(impl)

@@ -43,7 +43,7 @@ def _commctx_intra(comm):
 
 
 def _commctx_inter(comm):
-    """``(duplicate intercomm, tag, local intracomm, low_group)`` of ``comm``."""
+    """Return a private duplicate of ``comm``, a fresh tag, the local intracomm and low_group."""
     from .intercomm import local_comm
     c = comm._impl()
     ctx = c.locks.get("_commctx")

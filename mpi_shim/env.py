@@ -160,8 +160,10 @@ def Get_abi_fortran_info():
 
 
 def Get_address(location) -> int:
-    """Get the address of a location in memory (buffers, DLPack and CUDA-array
-    objects, and the buffer constants)."""
+    """Get the address of a location in memory.
+
+    Buffers, DLPack and CUDA-array objects, and the buffer constants.
+    """
     from .msgspec import address_of
     return address_of(location)
 

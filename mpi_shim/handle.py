@@ -203,8 +203,10 @@ _impl_constants = {}     # id(implementation of a constant) -> the constant
 
 
 def name_constants(namespace: dict) -> None:
-    """Let pickle find the constants of ``namespace`` by name (call once the
-    module's constants exist; constants created later call it again)."""
+    """Let pickle find the constants of ``namespace`` by name.
+
+    Call it once the module's constants exist; constants made later call it again.
+    """
     for name, obj in namespace.items():
         if isinstance(obj, Handle) and obj._const and not name.startswith("_"):
             _constant_names.setdefault(id(obj), name)

@@ -169,7 +169,7 @@ class Op(Handle):
         return h.obj(x, y)
 
     def combine(self, left, right, datatype):
-        """``left op right`` for numpy arrays (new array or ``right`` updated)."""
+        """Combine two numpy arrays as ``left op right`` (new array or ``right`` updated)."""
         h = self._h
         if h is None:
             raise Exception(ERR_OP, "invalid operation (OP_NULL)")
