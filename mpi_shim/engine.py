@@ -54,6 +54,7 @@ class Engine:
         self.anysize = []            # collective receives of unknown size: [src, tag, ureq]
         self.hooks = []              # extra progress functions (nonblocking protocols)
         self.lock = None             # an RLock once several threads may call in
+        self.comms = {}              # context id -> WeakSet of CommImpl (ULFM revoke)
         self.busy = 0.002
 
     def attach(self, world) -> None:

@@ -37,6 +37,8 @@ def _init(required=None):
     _state["init"] = True
     _state["main"] = threading.get_ident()
     from .dynproc import connect_parent
+    from .ulfm import serve_notices
+    serve_notices()          # revoke notices must be served before the first Revoke here
     connect_parent()
     if rc.finalize is not False:
         atexit.register(_atexit)

@@ -188,7 +188,7 @@ class P2P:
     # -- addressing ------------------------------------------------------------
     def _dest(self, dest, tag):
         c = self._h
-        if c is None:
+        if c is None or c.revoked:
             self._impl()
         if not (0 <= tag <= TAG_UB):
             raise Exception(ERR_TAG, f"invalid tag {tag}")
@@ -202,7 +202,7 @@ class P2P:
     def _match(self, source, tag):
         """(ucxpy tag, mask, source wid) of a receive."""
         c = self._h
-        if c is None:
+        if c is None or c.revoked:
             self._impl()
         if tag == ANY_TAG:
             t, mask = c.p2p, MASK_ANY_TAG
