@@ -42,13 +42,15 @@ class Errhandler(Handle):
     def Free(self) -> None:
         """Free the error handler (the objects using it keep it)."""
         h = self._h
+        if h is None:
+            raise Exception(ERR_ERRHANDLER, "invalid error handler (ERRHANDLER_NULL)")
         if h is not None and h.fn is not None and not getattr(h, "_freed", False):
             _user_count[h.kind] = max(_user_count.get(h.kind, 1) - 1, 0)
         self._h = None
 
     def free(self) -> None:
         """Free the error handler unless it is a constant."""
-        if not self._const:
+        if not self._const and self._h is not None:
             self.Free()
 
     @classmethod
@@ -80,9 +82,14 @@ def errhandler_of(impl) -> Errhandler:
 
 
 def raise_in(obj, exc: Exception, call_only: bool = False) -> None:
-    """Apply ``obj``'s error handler to ``exc``.  ``call_only`` (Call_errhandler):
-    run the handler without raising for ERRORS_RETURN / user handlers."""
+    """Apply ``obj``'s error handler to ``exc``.
+
+    ``call_only`` (Call_errhandler): run the handler without raising for
+    ERRORS_RETURN and user handlers.
+    """
     impl = getattr(obj, "_h", None)
+    if impl is None and call_only:
+        obj._impl()                     # a null object: its class's error
     h = getattr(impl, "errhandler", None) if impl is not None else None
     code = exc.Get_error_code()
     if h is None or h is _RETURN or h is _EXCEPTIONS:

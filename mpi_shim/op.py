@@ -182,8 +182,7 @@ class Op(Handle):
                     dt = Datatype.fromcode(out.dtype.char)
                 except (ValueError, KeyError):
                     dt = None
-            h.user(memoryview(np.ascontiguousarray(left)).cast("B"),
-                   memoryview(out).cast("B"), dt)
+            h.user(_typed_view(left), _typed_view(out), dt)
             return out
         try:
             return h.arr(left, right)
@@ -199,6 +198,15 @@ class Op(Handle):
         if mi.dtype != mo.dtype:
             raise ValueError("mismatch in inbuf and inoutbuf MPI datatypes")
         reduce_into(self, mi, mo)
+
+
+def _typed_view(arr):
+    """A memoryview of ``arr`` with its element format (user ops index elements)."""
+    arr = np.ascontiguousarray(arr)
+    try:
+        return memoryview(arr)
+    except (ValueError, TypeError):
+        return memoryview(arr.view(np.uint8))
 
 
 def _recreate(cls, fn, commute):

@@ -38,7 +38,16 @@ class Pickle:
         if protocol is None and not self._custom:
             protocol = _pickle.HIGHEST_PROTOCOL
         self.PROTOCOL = protocol
-        self.THRESHOLD = 256 * 1024 if threshold is None else threshold
+        self.THRESHOLD = threshold
+
+    @property
+    def THRESHOLD(self) -> int:
+        """Buffers this large or larger travel out of band (``dumps_oob``)."""
+        return self._threshold
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, value) -> None:
+        self._threshold = 256 * 1024 if value is None else int(value)
 
     def _protocol(self):
         p = self.PROTOCOL
@@ -58,8 +67,15 @@ class Pickle:
         """Serialize an object; returns ``(data, out-of-band buffers)``."""
         from .memory import buffer
         bufs = []
-        data = _pickle.dumps(obj, max(self._protocol(), 5), buffer_callback=bufs.append)
-        return data, [buffer.frombuffer(b.raw()) for b in bufs]
+
+        def out_of_band(pb):
+            raw = pb.raw()
+            if raw.nbytes < self.THRESHOLD:
+                return True                 # small: serialized in band
+            bufs.append(buffer.frombuffer(raw))
+            return False
+        data = _pickle.dumps(obj, max(self._protocol(), 5), buffer_callback=out_of_band)
+        return data, bufs
 
     def loads_oob(self, data, buffers):
         """Deserialize an object from bytes and out-of-band buffers."""

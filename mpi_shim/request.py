@@ -140,8 +140,9 @@ class Request(Handle):
 
     def Cancel(self) -> None:
         """Cancel the request."""
-        if self._h is not None:
-            self._h.cancel()
+        if self._h is None:
+            raise Exception(ERR_REQUEST, "invalid request (REQUEST_NULL)")
+        self._h.cancel()
 
     def cancel(self) -> None:
         """Cancel the request."""
