@@ -689,6 +689,7 @@ class Win(Handle, BufferExporter):
         """Complete all outstanding RMA operations to a target."""
         if rank != PROC_NULL:
             self._call(self._impl().flush, rank)
+        ENGINE.progress()           # every MPI call progresses (passive-target requests)
 
     def Flush_all(self):
         """Complete all outstanding RMA operations to all targets."""
@@ -700,6 +701,7 @@ class Win(Handle, BufferExporter):
     def Sync(self):
         """Synchronize the public and private copies of the window."""
         self._impl()
+        ENGINE.progress()           # serve peers' lock and accumulate requests meanwhile
 
     def Lock(self, rank, lock_type=LOCK_EXCLUSIVE, assertion=0):
         """Begin an RMA access epoch at the target process."""
