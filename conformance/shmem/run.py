@@ -5,7 +5,7 @@ The shmem4py source distribution is fetched from PyPI at run time with
 ``pip download --no-deps --no-binary :all: shmem4py==VERSION`` into a cache
 directory outside the repository (``--cache``, default
 ``$XDG_CACHE_HOME/ucxpy-conformance``); nothing from it is committed.  Its
-``test/test_*.py`` files run unchanged: ``adapter/`` is put first on
+``test/test_*.py`` files run unchanged: ``shmem/dropin/`` (the shipped shmem4py drop-in) is put first on
 ``PYTHONPATH`` so ``from shmem4py import shmem`` resolves to our ``shmem``.
 Every file runs as a real job of 1, 2 and 4 PEs under the chosen launchers;
 each PE records per-test outcomes (see ``unittest_runner.py``) and a test
@@ -34,7 +34,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-ADAPTER = os.path.join(HERE, "adapter")
+ADAPTER = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shmem", "dropin")
 RUNNER = os.path.join(HERE, "unittest_runner.py")
 DEFAULT_VERSION = "1.0.0"
 

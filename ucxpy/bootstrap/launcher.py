@@ -265,6 +265,15 @@ class Job:
         self.addr = f"tcp://{host_part}:{self.service.port}"
 
         base_env = dict(os.environ)
+        dropins = [n for n, on in (("mpi4py", opts.as_mpi4py), ("shmem4py", opts.as_shmem4py))
+                   if on]
+        if dropins:
+            from mpi_shim.dropin import path as dropin_path
+            here = os.path.dirname(os.path.dirname(dropin_path("mpi4py")))
+            parts = [dropin_path(n) for n in dropins] + [here]
+            base_env["PYTHONPATH"] = os.pathsep.join(
+                parts + ([base_env["PYTHONPATH"]] if base_env.get("PYTHONPATH") else []))
+            os.environ["PYTHONPATH"] = base_env["PYTHONPATH"]    # spawned processes too
         if opts.tag_output:
             base_env.setdefault("PYTHONUNBUFFERED", "1")    # lines arrive as written
         for rank, (host, lrank, lsize) in enumerate(placement):
@@ -567,6 +576,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", default=os.environ.get("UCXPY_RUN_ADVERTISE", ""),
                    help="address ranks use to reach the launcher (default: 127.0.0.1 "
                         "for local jobs, else the outward IP)")
+    p.add_argument("--as-mpi4py", action="store_true",
+                   help="run programs written for mpi4py on mpi_shim (the drop-in mpi4py "
+                        "package comes first on the ranks' PYTHONPATH)")
+    p.add_argument("--as-shmem4py", action="store_true",
+                   help="run programs written for shmem4py on ucxpy's shmem (drop-in)")
     p.add_argument("--fault-tolerant", action="store_true",
                    help="a rank that fails does not end the job: the others are told "
                         "(ULFM: Comm.Revoke/Shrink/Agree) and the job's status is theirs")
