@@ -128,3 +128,17 @@ def test_dropin_packages_resolve_to_ucxpy():
                           text=True, timeout=60, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "DROPIN OK" in proc.stdout
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_thread_multiple_four_threads_per_rank(n):
+    """4 threads per rank exchange tagged messages on one communicator at
+    once and run collectives on their own Dups (tests/progs/mpi_threads.py)."""
+    from conftest import PROGS
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "ucxpy.bootstrap.launcher", "--as-mpi4py",
+                           "--timeout", "100", "-n", str(n), sys.executable,
+                           os.path.join(PROGS, "mpi_threads.py")],
+                          env=env, capture_output=True, text=True, timeout=130, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("THREADS OK") == n, proc.stdout
