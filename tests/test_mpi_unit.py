@@ -78,10 +78,10 @@ def test_pytest_mpi_plugin_under_the_launcher():
     env = dict(os.environ, PYTHONPATH=ROOT)
     base = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "--as-mpi4py", "--timeout", "100"]
     pytest_args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", prog]
-    proc = subprocess.run(base + ["-n", "2"] + pytest_args + ["--with-mpi"], env=env,
+    proc = subprocess.run(base + ["-n", "4"] + pytest_args + ["--with-mpi"], env=env,
                           capture_output=True, text=True, timeout=130, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert len(re.findall(r"4 passed, 1 skipped", proc.stdout)) == 2, proc.stdout
+    assert len(re.findall(r"4 passed, 1 skipped", proc.stdout)) == 4, proc.stdout
     proc = subprocess.run(base + ["-n", "1"] + pytest_args, env=env, capture_output=True,
                           text=True, timeout=130, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -91,14 +91,14 @@ def test_pytest_mpi_plugin_under_the_launcher():
 @pytest.mark.parametrize("mode", ["pool", "spawn"])
 def test_futures_example(mode):
     """examples/futures_pi.py, unmodified mpi4py.futures code on the drop-in:
-    with ``python -m mpi4py.futures`` on 3 ranks (ranks 1..2 are the workers)
+    with ``python -m mpi4py.futures`` on 4 ranks (ranks 1..3 are the workers)
     and on 1 rank, where the workers are spawned through ucxpy-run."""
     prog = os.path.join(ROOT, "examples", "futures_pi.py")
     env = dict(os.environ, PYTHONPATH=ROOT)
     cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "--as-mpi4py",
            "--timeout", "100"]
     if mode == "pool":
-        cmd += ["-n", "3", sys.executable, "-m", "mpi4py.futures", prog]
+        cmd += ["-n", "4", sys.executable, "-m", "mpi4py.futures", prog]
     else:
         cmd += ["-n", "1", sys.executable, prog]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=130,
