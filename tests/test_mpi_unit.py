@@ -33,7 +33,7 @@ assert MPI.Datatype.fromcode("d") == MPI.DOUBLE
 # errors
 e = MPI.Exception(MPI.ERR_TRUNCATE)
 assert e.Get_error_class() == MPI.ERR_TRUNCATE and e == MPI.ERR_TRUNCATE
-assert "TRUNCATE" in e.Get_error_string()
+assert "truncated" in e.Get_error_string()     # MPICH's wording
 # groups
 g = MPI.COMM_WORLD.Get_group()
 assert g.size == 1 and g.rank == 0

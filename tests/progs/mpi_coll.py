@@ -19,13 +19,14 @@ allv = np.stack(data)
 # an ANY_TAG receive posted first must not catch collective traffic
 stray = comm.irecv(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
 
-REF = {MPI.SUM: allv.sum(0), MPI.PROD: allv.prod(0), MPI.MAX: allv.max(0),
-       MPI.MIN: allv.min(0), MPI.BAND: np.bitwise_and.reduce(allv),
-       MPI.BOR: np.bitwise_or.reduce(allv), MPI.BXOR: np.bitwise_xor.reduce(allv),
-       MPI.LAND: np.logical_and.reduce(allv).astype("i8"),
-       MPI.LOR: np.logical_or.reduce(allv).astype("i8"),
-       MPI.LXOR: (np.count_nonzero(allv, 0) % 2).astype("i8")}
-for op, ref in REF.items():
+# (op, expected) pairs: MPI handles compare by value but are unhashable, as in mpi4py
+REF = [(MPI.SUM, allv.sum(0)), (MPI.PROD, allv.prod(0)), (MPI.MAX, allv.max(0)),
+       (MPI.MIN, allv.min(0)), (MPI.BAND, np.bitwise_and.reduce(allv)),
+       (MPI.BOR, np.bitwise_or.reduce(allv)), (MPI.BXOR, np.bitwise_xor.reduce(allv)),
+       (MPI.LAND, np.logical_and.reduce(allv).astype("i8")),
+       (MPI.LOR, np.logical_or.reduce(allv).astype("i8")),
+       (MPI.LXOR, (np.count_nonzero(allv, 0) % 2).astype("i8"))]
+for op, ref in REF:
     if size == 1 and op in (MPI.LAND, MPI.LOR, MPI.LXOR):
         ref = mine          # one operand: copied as is, not normalized
     out = np.empty_like(mine)
