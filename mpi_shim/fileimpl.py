@@ -48,6 +48,8 @@ _ALL_MODES = (MODE_CREATE | MODE_RDONLY | MODE_WRONLY | MODE_RDWR | MODE_DELETE_
 CHUNK = 4 << 20
 #: the most file bytes a sieving read covers at once
 SIEVE_MAX = 8 << 20
+#: hole bytes a sieving read may read instead of one more system call
+SIEVE_HOLE_PER_CALL = 4096
 
 _ERRNO_CLASS = {
     errno.ENOENT: ERR_NO_SUCH_FILE, errno.EEXIST: ERR_FILE_EXISTS, errno.EACCES: ERR_ACCESS,
@@ -200,17 +202,24 @@ class FileImpl:
                 os.fsync(self.fd)
         except OSError as e:
             error = os_error(e, "cannot flush the file at close")
-        self.shared.close()
         os.close(self.fd)
+        self.shared.close()
         self.view = None
-        self.comm.Barrier()
-        if self.amode & MODE_DELETE_ON_CLOSE and self.rank == 0:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-            except OSError as e:
-                error = error or os_error(e, "cannot delete the file at close")
+        if self.amode & MODE_DELETE_ON_CLOSE:
+            # every member has closed the file (the window's release is a barrier);
+            # every member returns once it is gone
+            deleted = None
+            if self.rank == 0:
+                try:
+                    os.unlink(self.path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    deleted = (os_error(e, "").Get_error_code(), f"cannot delete the file "
+                                                                  f"at close: {e.strerror}")
+            deleted = self.comm.bcast(deleted, 0)
+            if deleted is not None:
+                error = error or Exception(*deleted)
         self.comm.Free()
         if error is not None:
             raise error
@@ -224,8 +233,9 @@ class FileImpl:
             raise os_error(e, "cannot get the file size") from None
 
     def resize(self, size: int, preallocate: bool) -> None:
-        """Set (or with ``preallocate`` grow to at least) ``size`` bytes at rank 0;
-        every member returns once it is done (collective)."""
+        """Set (or with ``preallocate`` grow to at least) ``size`` bytes at rank 0
+        once every member has called; every member returns once it is done
+        (collective)."""
         self.check_writable()
         if self.amode & MODE_SEQUENTIAL:
             raise Exception(ERR_UNSUPPORTED_OPERATION, "files opened with MODE_SEQUENTIAL "
@@ -233,6 +243,8 @@ class FileImpl:
         if size < 0:
             raise Exception(ERR_ARG, f"invalid file size {size}")
         error = None
+        # nobody may still be reading or writing what the new size cuts off
+        self.comm.Barrier()
         if self.rank == 0:
             try:
                 if not preallocate:
@@ -453,7 +465,8 @@ def _pread_runs(fd, view, start, target) -> int:
         lo = int(offsets[0])
         hi = int(offsets[-1] + lengths[-1])
         data = int(lengths.sum())
-        if len(offsets) > 1 and hi - lo <= SIEVE_MAX and hi - lo <= 2 * data + 65536:
+        if len(offsets) > 1 and hi - lo <= SIEVE_MAX and \
+                hi - lo - data <= SIEVE_HOLE_PER_CALL * (len(offsets) - 1):
             got = _sieve(fd, offsets, lengths, lo, hi, target[pos:pos + data])
             pos += got
             if got < data:
