@@ -16,26 +16,20 @@ arguments raise TypeError/ValueError/BufferError as elsewhere in mpi4py.
 from __future__ import annotations
 
 import builtins
-import functools
 import operator
 import os
 
-import ucxpy
-
 from . import datarep as _datarep
 from .datatype import BYTE, Datatype, _committed, _reference
-from .errhandler import ERRORS_RETURN_IMPL, Errhandler, _abort, errhandler_of
-from .exceptions import (ERR_ARG, ERR_BAD_FILE, ERR_COMM, ERR_FILE, ERR_IO, ERR_NOT_SAME,
-                         SUCCESS, Exception, translate)
+from .errhandler import Errhandler, errhandler_of
+from .exceptions import ERR_ARG, ERR_BAD_FILE, ERR_COMM, ERR_FILE, ERR_NOT_SAME, Exception
+from .fileaccess import NULL_STATE, FileDataAccess, reporting, run_errhandler
 from .fileimpl import (MODE_APPEND, MODE_CREATE, MODE_DELETE_ON_CLOSE, MODE_EXCL, MODE_RDONLY,
                        MODE_RDWR, MODE_SEQUENTIAL, MODE_UNIQUE_OPEN, MODE_WRONLY, FileImpl,
                        os_error)
 from .fileview import FileView
 from .handle import Handle
 from .info import Info
-from .ops import DoneOp
-from .request import Request
-from .status import ANY_SOURCE, ANY_TAG
 
 __all__ = ["File", "FILE_NULL", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_CREATE",
            "MODE_EXCL", "MODE_DELETE_ON_CLOSE", "MODE_UNIQUE_OPEN", "MODE_SEQUENTIAL",
@@ -47,52 +41,11 @@ DISPLACEMENT_CURRENT = DISP_CUR = -54278278
 MAX_DATAREP_STRING = _datarep.MAX_DATAREP_STRING
 
 
-class _NullFileState:
-    """Where FILE_NULL keeps its error handler (the default of new files)."""
-
-    errhandler = ERRORS_RETURN_IMPL
-
-
-_NULL_STATE = _NullFileState()
-
-
-def _run_errhandler(file, exc, call_only=False) -> None:
-    """Apply the error handler of ``file`` to ``exc`` (raise it unless ``call_only``)."""
-    impl = file._h if isinstance(file, File) else None
-    state = impl if impl is not None and not impl.closed else _NULL_STATE
-    handler = state.errhandler
-    code = exc.Get_error_code()
-    if handler.fn is not None:
-        handler.fn(file if impl is not None else FILE_NULL, code)
-    elif handler is not ERRORS_RETURN_IMPL and not (call_only and code == SUCCESS):
-        _abort(file, exc)
-    if not call_only:
-        raise exc
-
-
-def _reporting(method):
-    """Route the MPI errors of a File method through the file's error handler."""
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as exc:
-            _run_errhandler(self if isinstance(self, File) else FILE_NULL, exc)
-        except ucxpy.UcxpyError as e:
-            _run_errhandler(self if isinstance(self, File) else FILE_NULL, translate(e))
-    return call
-
-
 def _index(value, what: str) -> int:
     value = operator.index(value)
     if value < 0:
         raise Exception(ERR_ARG, f"invalid {what} {value}")
     return value
-
-
-def _fill(status, nbytes: int) -> None:
-    if status is not None:
-        status._set(ANY_SOURCE, ANY_TAG, nbytes)
 
 
 def _hold(datatype) -> Datatype:
@@ -125,7 +78,7 @@ def _hints(info) -> dict:
     return dict(info.items())
 
 
-class File(Handle):
+class File(FileDataAccess, Handle):
     """File I/O context."""
 
     __slots__ = ()
@@ -147,7 +100,7 @@ class File(Handle):
 
     # -- opening and closing ------------------------------------------------------------
     @classmethod
-    @_reporting
+    @reporting
     def Open(cls, comm, filename, amode=MODE_RDONLY, info=None):
         """Open a file.
 
@@ -163,10 +116,10 @@ class File(Handle):
         path, amode = _path(filename), operator.index(amode)
         hints = _hints(info)
         view = FileView(0, BYTE, BYTE, _datarep.representation("native"))
-        impl = FileImpl.open(comm, path, amode, hints, _NULL_STATE.errhandler, view)
+        impl = FileImpl.open(comm, path, amode, hints, NULL_STATE.errhandler, view)
         return cls._wrap(impl)
 
-    @_reporting
+    @reporting
     def Close(self) -> None:
         """Close a file.
 
@@ -183,7 +136,7 @@ class File(Handle):
             self._h = None
 
     @classmethod
-    @_reporting
+    @reporting
     def Delete(cls, filename, info=None) -> None:
         """Delete a file.
 
@@ -200,7 +153,7 @@ class File(Handle):
             raise os_error(e, f"cannot delete {os.fsdecode(path)!r}") from None
 
     # -- size ----------------------------------------------------------------------------------
-    @_reporting
+    @reporting
     def Set_size(self, size: int) -> None:
         """Set the file size.
 
@@ -208,7 +161,7 @@ class File(Handle):
         """
         self._impl().resize(operator.index(size), preallocate=False)
 
-    @_reporting
+    @reporting
     def Preallocate(self, size: int) -> None:
         """Preallocate storage space for a file.
 
@@ -216,7 +169,7 @@ class File(Handle):
         """
         self._impl().resize(operator.index(size), preallocate=True)
 
-    @_reporting
+    @reporting
     def Get_size(self) -> int:
         """Return the file size.
 
@@ -226,7 +179,7 @@ class File(Handle):
 
     size = property(Get_size, doc="Size (in bytes).")
 
-    @_reporting
+    @reporting
     def Sync(self) -> None:
         """Causes all previous writes to be transferred to the storage device.
 
@@ -235,7 +188,7 @@ class File(Handle):
         self._impl().sync()
 
     # -- queries -----------------------------------------------------------------------------
-    @_reporting
+    @reporting
     def Get_amode(self) -> int:
         """Return the file access mode.
 
@@ -245,7 +198,7 @@ class File(Handle):
 
     amode = property(Get_amode, doc="Access mode.")
 
-    @_reporting
+    @reporting
     def Get_group(self):
         """Access the group of processes that opened the file.
 
@@ -257,7 +210,7 @@ class File(Handle):
     group_size = property(lambda self: self._impl().comm.Get_size(), doc="Group size.")
     group_rank = property(lambda self: self._impl().rank, doc="Group rank.")
 
-    @_reporting
+    @reporting
     def Set_info(self, info) -> None:
         """Set new values for the hints associated with a file.
 
@@ -265,7 +218,7 @@ class File(Handle):
         """
         self._impl().hints.update(_hints(info))
 
-    @_reporting
+    @reporting
     def Get_info(self):
         """Return the current hints for a file.
 
@@ -276,7 +229,7 @@ class File(Handle):
 
     info = property(Get_info, Set_info, doc="Info hints.")
 
-    @_reporting
+    @reporting
     def Set_atomicity(self, flag: bool) -> None:
         """Set the atomicity mode.
 
@@ -284,7 +237,7 @@ class File(Handle):
         """
         self._impl().atomic = bool(flag)
 
-    @_reporting
+    @reporting
     def Get_atomicity(self) -> bool:
         """Return the atomicity mode.
 
@@ -294,7 +247,7 @@ class File(Handle):
 
     atomicity = property(Get_atomicity, Set_atomicity, doc="Atomicity mode.")
 
-    @_reporting
+    @reporting
     def Get_type_extent(self, datatype) -> int:
         """Return the extent of datatype in the file.
 
@@ -303,7 +256,7 @@ class File(Handle):
         return self._impl().view.rep.file_extent(datatype)
 
     # -- views -------------------------------------------------------------------------------
-    @_reporting
+    @reporting
     def Set_view(self, disp=0, etype=BYTE, filetype=None, datarep="native", info=None) -> None:
         """Set the file view.
 
@@ -364,7 +317,7 @@ class File(Handle):
             _drop(ft)
             raise
 
-    @_reporting
+    @reporting
     def Get_view(self):
         """Return the file view.
 
@@ -389,7 +342,7 @@ class File(Handle):
             raise Exception(ERR_ARG, f"the file pointer would move to {new}, before the view")
         return new
 
-    @_reporting
+    @reporting
     def Seek(self, offset: int, whence=SEEK_SET) -> None:
         """Update the individual file pointer.
 
@@ -400,7 +353,7 @@ class File(Handle):
         impl.check_not_sequential("individual file pointers")
         impl.position = self._seek_target(impl, impl.position, offset, whence)
 
-    @_reporting
+    @reporting
     def Get_position(self) -> int:
         """Return the current position of the individual file pointer.
 
@@ -410,7 +363,7 @@ class File(Handle):
         impl.check_not_sequential("individual file pointers")
         return impl.position
 
-    @_reporting
+    @reporting
     def Seek_shared(self, offset: int, whence=SEEK_SET) -> None:
         """Update the shared file pointer.
 
@@ -422,7 +375,7 @@ class File(Handle):
             raise Exception(ERR_ARG, f"invalid whence {whence}")
         impl.shared.update(lambda current: self._seek_target(impl, current, offset, whence))
 
-    @_reporting
+    @reporting
     def Get_position_shared(self) -> int:
         """Return the current position of the shared file pointer.
 
@@ -432,7 +385,7 @@ class File(Handle):
         impl.check_not_sequential("queries of the shared file pointer")
         return impl.shared.get()
 
-    @_reporting
+    @reporting
     def Get_byte_offset(self, offset: int) -> int:
         """Return the absolute byte position in the file.
 
@@ -442,313 +395,9 @@ class File(Handle):
         impl.check_not_sequential("view offsets")
         return impl.view.byte_offset(_index(offset, "offset"))
 
-    # -- data access: the three kinds of call -------------------------------------------------
-    def _blocking(self, reading, pointer, buf, status, offset=None) -> None:
-        _fill(status, self._impl().transfer(reading, pointer, buf, offset))
-
-    def _nonblocking(self, reading, pointer, buf, offset=None):
-        moved = self._impl().transfer(reading, pointer, buf, offset)
-        return Request._from(DoneOp(ANY_SOURCE, ANY_TAG, moved))
-
-    def _begin(self, name, reading, pointer, buf, offset=None) -> None:
-        impl = self._impl()
-        if impl.split is not None:
-            raise Exception(ERR_IO, f"a split collective ({impl.split[0]}_begin) is already "
-                                    f"active on this file")
-        impl.split = (name, None)
-        try:
-            impl.split = (name, impl.transfer(reading, pointer, buf, offset))
-        except BaseException:
-            impl.split = None
-            raise
-
-    def _end(self, name, status) -> None:
-        impl = self._impl()
-        if impl.split is None or impl.split[0] != name:
-            active = f"{impl.split[0]}_begin is active" if impl.split else "none is active"
-            raise Exception(ERR_IO, f"{name}_end without {name}_begin ({active})")
-        moved = impl.split[1]
-        impl.split = None
-        _fill(status, moved)
-
-    # -- explicit offsets -------------------------------------------------------------------------
-    @_reporting
-    def Read_at(self, offset: int, buf, status=None) -> None:
-        """Read using explicit offset.
-
-        The offset counts etypes of the view; the status holds the bytes read.
-        """
-        self._blocking(True, "explicit", buf, status, offset)
-
-    @_reporting
-    def Read_at_all(self, offset: int, buf, status=None) -> None:
-        """Collective read using explicit offset.
-
-        Collective form of Read_at.
-        """
-        self._blocking(True, "explicit", buf, status, offset)
-
-    @_reporting
-    def Write_at(self, offset: int, buf, status=None) -> None:
-        """Write using explicit offset.
-
-        The offset counts etypes of the view; the status holds the bytes written.
-        """
-        self._blocking(False, "explicit", buf, status, offset)
-
-    @_reporting
-    def Write_at_all(self, offset: int, buf, status=None) -> None:
-        """Collective write using explicit offset.
-
-        Collective form of Write_at.
-        """
-        self._blocking(False, "explicit", buf, status, offset)
-
-    @_reporting
-    def Iread_at(self, offset: int, buf):
-        """Nonblocking read using explicit offset.
-
-        The data is read before the call returns its request.
-        """
-        return self._nonblocking(True, "explicit", buf, offset)
-
-    @_reporting
-    def Iread_at_all(self, offset: int, buf):
-        """Nonblocking collective read using explicit offset.
-
-        The data is read before the call returns its request.
-        """
-        return self._nonblocking(True, "explicit", buf, offset)
-
-    @_reporting
-    def Iwrite_at(self, offset: int, buf):
-        """Nonblocking write using explicit offset.
-
-        The data is written before the call returns its request.
-        """
-        return self._nonblocking(False, "explicit", buf, offset)
-
-    @_reporting
-    def Iwrite_at_all(self, offset: int, buf):
-        """Nonblocking collective write using explicit offset.
-
-        The data is written before the call returns its request.
-        """
-        return self._nonblocking(False, "explicit", buf, offset)
-
-    @_reporting
-    def Read_at_all_begin(self, offset: int, buf) -> None:
-        """Start a split collective read using explicit offset.
-
-        Raises MPI.Exception (ERR_IO) while another split collective is active.
-        """
-        self._begin("Read_at_all", True, "explicit", buf, offset)
-
-    @_reporting
-    def Read_at_all_end(self, buf, status=None) -> None:
-        """Complete a split collective read using explicit offset.
-
-        Raises MPI.Exception (ERR_IO) without the matching begin call.
-        """
-        self._end("Read_at_all", status)
-
-    @_reporting
-    def Write_at_all_begin(self, offset: int, buf) -> None:
-        """Start a split collective write using explicit offset.
-
-        Raises MPI.Exception (ERR_IO) while another split collective is active.
-        """
-        self._begin("Write_at_all", False, "explicit", buf, offset)
-
-    @_reporting
-    def Write_at_all_end(self, buf, status=None) -> None:
-        """Complete a split collective write using explicit offset.
-
-        Raises MPI.Exception (ERR_IO) without the matching begin call.
-        """
-        self._end("Write_at_all", status)
-
-    # -- individual file pointers -------------------------------------------------------------------
-    @_reporting
-    def Read(self, buf, status=None) -> None:
-        """Read using individual file pointer.
-
-        The pointer advances by the etypes read.
-        """
-        self._blocking(True, "individual", buf, status)
-
-    @_reporting
-    def Read_all(self, buf, status=None) -> None:
-        """Collective read using individual file pointer.
-
-        Collective form of Read.
-        """
-        self._blocking(True, "individual", buf, status)
-
-    @_reporting
-    def Write(self, buf, status=None) -> None:
-        """Write using individual file pointer.
-
-        The pointer advances by the etypes written.
-        """
-        self._blocking(False, "individual", buf, status)
-
-    @_reporting
-    def Write_all(self, buf, status=None) -> None:
-        """Collective write using individual file pointer.
-
-        Collective form of Write.
-        """
-        self._blocking(False, "individual", buf, status)
-
-    @_reporting
-    def Iread(self, buf):
-        """Nonblocking read using individual file pointer.
-
-        The data is read before the call returns its request.
-        """
-        return self._nonblocking(True, "individual", buf)
-
-    @_reporting
-    def Iread_all(self, buf):
-        """Nonblocking collective read using individual file pointer.
-
-        The data is read before the call returns its request.
-        """
-        return self._nonblocking(True, "individual", buf)
-
-    @_reporting
-    def Iwrite(self, buf):
-        """Nonblocking write using individual file pointer.
-
-        The data is written before the call returns its request.
-        """
-        return self._nonblocking(False, "individual", buf)
-
-    @_reporting
-    def Iwrite_all(self, buf):
-        """Nonblocking collective write using individual file pointer.
-
-        The data is written before the call returns its request.
-        """
-        return self._nonblocking(False, "individual", buf)
-
-    @_reporting
-    def Read_all_begin(self, buf) -> None:
-        """Start a split collective read using individual file pointer.
-
-        Raises MPI.Exception (ERR_IO) while another split collective is active.
-        """
-        self._begin("Read_all", True, "individual", buf)
-
-    @_reporting
-    def Read_all_end(self, buf, status=None) -> None:
-        """Complete a split collective read using individual file pointer.
-
-        Raises MPI.Exception (ERR_IO) without the matching begin call.
-        """
-        self._end("Read_all", status)
-
-    @_reporting
-    def Write_all_begin(self, buf) -> None:
-        """Start a split collective write using individual file pointer.
-
-        Raises MPI.Exception (ERR_IO) while another split collective is active.
-        """
-        self._begin("Write_all", False, "individual", buf)
-
-    @_reporting
-    def Write_all_end(self, buf, status=None) -> None:
-        """Complete a split collective write using individual file pointer.
-
-        Raises MPI.Exception (ERR_IO) without the matching begin call.
-        """
-        self._end("Write_all", status)
-
-    # -- shared file pointer ------------------------------------------------------------------------
-    @_reporting
-    def Read_shared(self, buf, status=None) -> None:
-        """Read using shared file pointer.
-
-        Concurrent callers read disjoint parts, in some order.
-        """
-        self._blocking(True, "shared", buf, status)
-
-    @_reporting
-    def Write_shared(self, buf, status=None) -> None:
-        """Write using shared file pointer.
-
-        Concurrent callers write disjoint parts, in some order.
-        """
-        self._blocking(False, "shared", buf, status)
-
-    @_reporting
-    def Iread_shared(self, buf):
-        """Nonblocking read using shared file pointer.
-
-        The data is read before the call returns its request.
-        """
-        return self._nonblocking(True, "shared", buf)
-
-    @_reporting
-    def Iwrite_shared(self, buf):
-        """Nonblocking write using shared file pointer.
-
-        The data is written before the call returns its request.
-        """
-        return self._nonblocking(False, "shared", buf)
-
-    @_reporting
-    def Read_ordered(self, buf, status=None) -> None:
-        """Collective read using shared file pointer.
-
-        Collective; the members read consecutive parts in rank order.
-        """
-        self._blocking(True, "ordered", buf, status)
-
-    @_reporting
-    def Write_ordered(self, buf, status=None) -> None:
-        """Collective write using shared file pointer.
-
-        Collective; the members write consecutive parts in rank order.
-        """
-        self._blocking(False, "ordered", buf, status)
-
-    @_reporting
-    def Read_ordered_begin(self, buf) -> None:
-        """Start a split collective read using shared file pointer.
-
-        Raises MPI.Exception (ERR_IO) while another split collective is active.
-        """
-        self._begin("Read_ordered", True, "ordered", buf)
-
-    @_reporting
-    def Read_ordered_end(self, buf, status=None) -> None:
-        """Complete a split collective read using shared file pointer.
-
-        Raises MPI.Exception (ERR_IO) without the matching begin call.
-        """
-        self._end("Read_ordered", status)
-
-    @_reporting
-    def Write_ordered_begin(self, buf) -> None:
-        """Start a split collective write using shared file pointer.
-
-        Raises MPI.Exception (ERR_IO) while another split collective is active.
-        """
-        self._begin("Write_ordered", False, "ordered", buf)
-
-    @_reporting
-    def Write_ordered_end(self, buf, status=None) -> None:
-        """Complete a split collective write using shared file pointer.
-
-        Raises MPI.Exception (ERR_IO) without the matching begin call.
-        """
-        self._end("Write_ordered", status)
-
     # -- error handling ---------------------------------------------------------------------------
     def _state(self):
-        return _NULL_STATE if self._h is None else self._impl()
+        return NULL_STATE if self._h is None else self._impl()
 
     @classmethod
     def Create_errhandler(cls, errhandler_fn):
@@ -758,7 +407,7 @@ class File(Handle):
         """
         return Errhandler._create(errhandler_fn, "file")
 
-    @_reporting
+    @reporting
     def Get_errhandler(self):
         """Get the error handler for a file.
 
@@ -766,7 +415,7 @@ class File(Handle):
         """
         return errhandler_of(self._state().errhandler)
 
-    @_reporting
+    @reporting
     def Set_errhandler(self, errhandler) -> None:
         """Set the error handler for a file.
 
@@ -774,17 +423,17 @@ class File(Handle):
         """
         self._state().errhandler = Errhandler._checked(errhandler, "file")
 
-    @_reporting
+    @reporting
     def Call_errhandler(self, errorcode: int) -> None:
         """Call the error handler installed on a file.
 
         Does not raise for ERRORS_RETURN and user handlers.
         """
         self._state()
-        _run_errhandler(self, Exception(errorcode), call_only=True)
+        run_errhandler(self, Exception(errorcode), call_only=True)
 
 
-@_reporting
+@reporting
 def _register(_self, datarep, read_fn, write_fn, extent_fn):
     _datarep.register(datarep, read_fn, write_fn, extent_fn)
 

@@ -107,7 +107,7 @@ class FileView:
         if self.contiguous:
             yield np.array([self.base + start], np.int64), np.array([nbytes], np.int64)
             return
-        size, extent = self.tile_size, self.tile_extent
+        size = self.tile_size
         first, last = start // size, (end - 1) // size
         if first == last:
             # inside one copy: only the blocks the range touches

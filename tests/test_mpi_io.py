@@ -7,6 +7,7 @@ workers write one file through a vector view that their parent checks.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -24,9 +25,7 @@ JOBS = [("ucxpy-run", 1, "self,shm,tcp"), ("ucxpy-run", 2, "shm"), ("ucxpy-run",
 
 def _skip_unless(launcher, tls):
     if launcher == "mpiexec":
-        try:
-            import mpi4py  # noqa: F401
-        except ImportError:
+        if importlib.util.find_spec("mpi4py") is None:
             pytest.skip("mpi4py not installed (pip install mpi4py mpich)")
         if not HAVE_MPIEXEC:
             pytest.skip("mpiexec not installed")
