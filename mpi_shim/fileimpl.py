@@ -248,7 +248,8 @@ class FileImpl:
         if self.rank == 0:
             try:
                 if not preallocate:
-                    os.ftruncate(self.fd, size)
+                    if self.size() != size:
+                        os.ftruncate(self.fd, size)
                 elif self.size() < size:
                     try:
                         os.posix_fallocate(self.fd, 0, size)
@@ -256,6 +257,7 @@ class FileImpl:
                         if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
                             raise
                         os.ftruncate(self.fd, size)        # the file system cannot reserve
+                self.dirty = True
             except OSError as e:
                 error = (os_error(e, "cannot resize the file").Get_error_code(), e.strerror)
         error = self.comm.bcast(error, 0)
@@ -263,7 +265,10 @@ class FileImpl:
             raise Exception(*error)
 
     def sync(self) -> None:
-        """Write this process's data through to the storage device."""
+        """Write this process's data through to the storage device (nothing to
+        do when it wrote nothing since the last sync)."""
+        if not self.dirty:
+            return
         try:
             os.fsync(self.fd)
         except OSError as e:
