@@ -371,6 +371,7 @@ class File(FileDataAccess, Handle):
         """
         impl = self._impl()
         impl.check_not_sequential("seeks of the shared file pointer")
+        offset = operator.index(offset)
         if whence not in (SEEK_SET, SEEK_CUR, SEEK_END):
             raise Exception(ERR_ARG, f"invalid whence {whence}")
         impl.shared.update(lambda current: self._seek_target(impl, current, offset, whence))

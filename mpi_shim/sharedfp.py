@@ -24,10 +24,12 @@ the pointer is right on a directory shared by several hosts.
 """
 from __future__ import annotations
 
+import builtins
+
 import numpy as np
 
 from .datatype import INT64_T
-from .exceptions import Exception
+from .exceptions import ERR_OTHER, Exception
 from .op import REPLACE, SUM
 
 
@@ -76,6 +78,10 @@ class SharedPointer:
                 outcome = (new, None)
             except Exception as e:
                 outcome = (None, (e.Get_error_code(), e.message))
+            except builtins.Exception as e:          # still tell the others, then raise
+                outcome = (None, (ERR_OTHER, repr(e)))
+                self.comm.bcast(outcome, 0)
+                raise
         new, error = self.comm.bcast(outcome, 0)
         if error is not None:
             raise Exception(*error)
