@@ -44,7 +44,9 @@ from .op import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_
 from .p2p import MESSAGE_NO_PROC, MESSAGE_NULL, Message, Pickle, pickle
 from .request import REQUEST_NULL, Grequest, Prequest, Request
 from .session import SESSION_NULL, Session
-from .status import ANY_SOURCE, ANY_TAG, PROC_NULL, Status
+from .status import ANY_SOURCE, ANY_TAG, F_ERROR, F_SOURCE, F_STATUS_SIZE, F_TAG, PROC_NULL, Status
+from .memory import buffer
+memory = buffer
 from .topo import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED, WEIGHTS_EMPTY, Cartcomm, Compute_dims,
                    Distgraphcomm, Graphcomm, Topocomm)
 
@@ -69,4 +71,10 @@ from .file import *  # noqa: E402,F401,F403 - MPI.File and its constants
 from .handle import name_constants as _name_constants  # noqa: E402
 
 _name_constants(globals())
+from .compat import _build_capi  # noqa: E402
+__pyx_capi__ = _build_capi()
+del _build_capi
+from .docsig import embed_signatures as _embed_signatures  # noqa: E402
+_embed_signatures(__import__(__name__, fromlist=["*"]))
+del _embed_signatures
 del annotations

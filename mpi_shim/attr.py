@@ -84,12 +84,18 @@ def delete_attr(kind, obj, attrs: dict, keyval: int) -> None:
 
 
 def _delete(k: Keyval, obj, keyval, attrs) -> None:
-    value = attrs[keyval]
+    value = attrs.pop(keyval)           # gone even if its callback fails
+    _unref(k, keyval)
     fn = k.delete_fn
     if fn is not None:
-        fn(obj, keyval, value)
-    del attrs[keyval]
-    _unref(k, keyval)
+        _callback(fn, obj, keyval, value)
+
+
+def _callback(fn, *args):
+    """Run a user attribute callback: what it raises is printed and becomes
+    MPI.Exception (ERR_OTHER unless it was an MPI.Exception)."""
+    from .request import _user_call
+    return _user_call(fn, *args)
 
 
 def _unref(k: Keyval, keyval) -> None:
@@ -108,7 +114,7 @@ def copy_attrs(oldobj, attrs: dict) -> dict:
         fn = k.copy_fn
         if fn is None or fn is False:
             continue
-        new = value if fn is True else fn(oldobj, kv, value)
+        new = value if fn is True else _callback(fn, oldobj, kv, value)
         if new is NotImplemented:
             continue
         out[kv] = new

@@ -46,11 +46,18 @@ def _operand(sendbuf, recvbuf):
         sm = rm
     else:
         sm = parse(sendbuf)
+    if rm is not None and sendbuf is not IN_PLACE:
+        _same(sm, rm, sm.count)
     x = np.array(typed(sm), copy=True)
-    if rm is not None and sendbuf is not IN_PLACE and rm.count != sm.count and \
-            rm.dtype.size == sm.dtype.size:
-        raise ValueError(f"mismatch in send count {sm.count} and receive count {rm.count}")
     return x, rm, G.Codec(x.dtype, len(x))
+
+
+def _same(sm, rm, rcount):
+    """Reductions combine like with like: one datatype, matching counts."""
+    if sm.dtype != rm.dtype:
+        raise ValueError("mismatch in send and receive MPI datatypes")
+    if sm.count != rcount:
+        raise ValueError(f"mismatch in send count {sm.count} and receive count {rcount}")
 
 
 def _check_op(op):
@@ -267,14 +274,19 @@ class Coll:
             yield from G.g_inter_reduce_scatter(c, full, op, G.Codec(full.dtype, len(full)),
                                                 rm, counts)
             return
+        total = sum(counts)
+        if not block and rm.count != counts[c.rank] and sendbuf is not IN_PLACE:
+            raise ValueError(f"mismatch in receive count {rm.count} and "
+                             f"recvcounts[{c.rank}] = {counts[c.rank]}")
         if sendbuf is IN_PLACE:
-            full = np.array(typed(Msg(rm.view, sum(counts), rm.dtype, rm.offset)), copy=True)
+            if rm.count < total:
+                raise ValueError(f"receive buffer holds {rm.count} elements, fewer than the "
+                                 f"{total} the receive counts add up to")
+            full = np.array(typed(Msg(rm.view, total, rm.dtype, rm.offset)), copy=True)
         else:
-            full = np.array(typed(parse(sendbuf)), copy=True)
-        if len(full) < sum(counts):
-            raise ValueError(f"send buffer holds {len(full)} elements, fewer than the "
-                             f"{sum(counts)} the receive counts add up to")
-        full = full[:sum(counts)]
+            sm = parse(sendbuf)
+            _same(sm, rm, total)
+            full = np.array(typed(sm), copy=True)
         codec = G.Codec(full.dtype, len(full))
         res = yield from G.g_allreduce(c, full, op, codec)
         start = sum(counts[:c.rank])
@@ -535,7 +547,7 @@ class Coll:
         return _preq(lambda: self._g_Alltoallv(sendbuf, recvbuf))
 
     def _g_Alltoallw(self, sendbuf, recvbuf):
-        from .datatype import parse_w
+        from .msgspec import parse_w
         c = self._impl()
         n = len(c.peers)
         rparts = parse_w(recvbuf, n, True)

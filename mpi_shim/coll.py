@@ -36,15 +36,26 @@ ROOT, PROC_NULL = -3, -2
 
 
 # -- transport helpers ----------------------------------------------------------
+def _revoked():
+    from .exceptions import ERR_REVOKED
+    return Exception(ERR_REVOKED, "the communicator was revoked")
+
+
 def _snd(c, dst, data, tag):
+    if c.revoked:
+        raise _revoked()
     return c.eps[dst].tag_send_nb(data, tag)
 
 
 def _rcv(c, src, buf, tag):
+    if c.revoked:                # a revoke between two rounds: do not wait for the next
+        raise _revoked()
     return ENGINE.worker.tag_recv_nb(buf, tag, FULL, c.peers[src])
 
 
 def _rcv_any(c, src, tag):
+    if c.revoked:
+        raise _revoked()
     return ENGINE.recv_anysize(c.peers[src], tag)
 
 

@@ -15,14 +15,16 @@ classes follow mpi4py: ``Comm`` > ``Intracomm`` > ``Topocomm`` >
 """
 from __future__ import annotations
 
+import weakref
+
 from . import attr
 from .cco import Coll
 from .engine import CTX_BITS, CTX_SHIFT, ENGINE, KIND_CGRP, KIND_COLL, KIND_LOCAL, TAG_UB
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
-from .exceptions import (ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL, ERR_OTHER,
+from .exceptions import (ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL, ERR_OTHER, ERR_REVOKED,
                          ERR_UNSUPPORTED_OPERATION, Exception)
 from .group import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL, Group
-from .handle import Handle
+from .handle import Handle, register_family
 from .info import INFO_NULL, Info
 from .p2p import P2P
 
@@ -39,6 +41,7 @@ class CommImpl:
     __slots__ = ("ctx", "kind", "group", "rank", "size", "remote", "peers", "eps", "srcmap",
                  "local", "p2p", "coll", "coll_seq", "ssend_seq", "name", "info", "attrs",
                  "errhandler", "topo", "freed", "predefined", "revoked", "locks", "acked",
+                 "ft_seq",
                  "_hid", "__weakref__")
 
     def __init__(self, ctx, group, remote=None, kind=None, name="", coll_kind=KIND_COLL):
@@ -64,10 +67,12 @@ class CommImpl:
         self.freed = self.predefined = self.revoked = False
         self.locks = {}
         self.acked = frozenset()
+        self.ft_seq = 0                      # agreements (ULFM) started on this communicator
         if remote is not None:
             # the local group's own collectives (phases of intercommunicator
             # collectives): same context, another traffic kind
             self.local = CommImpl(ctx, group, coll_kind=KIND_LOCAL)
+        ENGINE.comms.setdefault(ctx, weakref.WeakSet()).add(self)
 
     @property
     def rsize(self) -> int:
@@ -124,17 +129,30 @@ class Comm(Handle, P2P, Coll):
 
     @classmethod
     def _new(cls, impl):
-        """Python object for ``impl``: of class ``cls`` (a subclass of the
-        caller's, as mpi4py's constructors keep) when it accepts ``impl``'s
-        kind, else of the kind's natural class (None: COMM_NULL)."""
+        """Python object for ``impl`` (None: COMM_NULL).
+
+        Of class ``cls`` (a subclass of the caller's, as mpi4py's
+        constructors keep) when it accepts ``impl``'s kind, else of the
+        kind's natural class.
+        """
         if impl is None or cls._accepts(impl):
             return cls._wrap(impl)
         return _natural(impl)._wrap(impl)
 
-    def _impl(self) -> CommImpl:
+    def _impl_any(self) -> CommImpl:
+        """The communicator, revoked or not (queries, fault tolerance, Free)."""
         c = self._h
         if c is None:
             raise Exception(ERR_COMM, "invalid communicator (COMM_NULL)")
+        return c
+
+    def _impl(self) -> CommImpl:
+        """The communicator for communicating: raises ERR_REVOKED once revoked."""
+        c = self._h
+        if c is None:
+            raise Exception(ERR_COMM, "invalid communicator (COMM_NULL)")
+        if c.revoked:
+            raise Exception(ERR_REVOKED, "the communicator was revoked")
         return c
 
     @property
@@ -150,18 +168,18 @@ class Comm(Handle, P2P, Coll):
     # -- basic queries ---------------------------------------------------------
     def Get_size(self) -> int:
         """Return the number of processes in the (local) group."""
-        return self._impl().size
+        return self._impl_any().size
 
     def Get_rank(self) -> int:
         """Return the rank of this process in the (local) group."""
-        return self._impl().rank
+        return self._impl_any().rank
 
     size = property(Get_size, doc="Number of processes in the (local) group.")
     rank = property(Get_rank, doc="Rank of this process in the (local) group.")
 
     def Get_group(self) -> Group:
         """Access the (local) group of the communicator."""
-        return Group._of(self._impl().group)
+        return Group._of(self._impl_any().group)
 
     group = property(Get_group, doc="Group of the communicator.")
 
@@ -171,17 +189,17 @@ class Comm(Handle, P2P, Coll):
 
     def Set_name(self, name: str) -> None:
         """Set the print name of the communicator."""
-        self._impl().name = str(name)
+        self._impl_any().name = str(name)
 
     name = property(Get_name, Set_name, doc="Print name of the communicator.")
 
     def Is_inter(self) -> bool:
         """Test whether the communicator is an intercommunicator."""
-        return self._impl().kind == "inter"
+        return self._impl_any().kind == "inter"
 
     def Is_intra(self) -> bool:
         """Test whether the communicator is an intracommunicator."""
-        return self._impl().kind != "inter"
+        return self._impl_any().kind != "inter"
 
     is_inter = property(Is_inter, doc="Whether the communicator is an intercommunicator.")
     is_intra = property(Is_intra, doc="Whether the communicator is an intracommunicator.")
@@ -190,7 +208,7 @@ class Comm(Handle, P2P, Coll):
         """Return the kind of topology attached to the communicator."""
         from .topo import CART, DIST_GRAPH, GRAPH
         return {"cart": CART, "graph": GRAPH, "dist_graph": DIST_GRAPH}.get(
-            self._impl().kind, UNDEFINED)
+            self._impl_any().kind, UNDEFINED)
 
     topology = property(Get_topology, doc="Kind of topology (UNDEFINED when none).")
     is_topo = property(lambda self: self.Get_topology() != UNDEFINED,
@@ -198,7 +216,7 @@ class Comm(Handle, P2P, Coll):
 
     def Compare(self, comm) -> int:
         """Compare two communicators (IDENT, CONGRUENT, SIMILAR or UNEQUAL)."""
-        a, b = self._impl(), comm._impl()
+        a, b = self._impl_any(), comm._impl_any()
         if a is b:
             return IDENT
         if a.kind == "inter" or b.kind == "inter":
@@ -215,11 +233,11 @@ class Comm(Handle, P2P, Coll):
     # -- info --------------------------------------------------------------
     def Get_info(self) -> Info:
         """Return the current hints of the communicator."""
-        return Info.Create(dict(self._impl().info))
+        return Info.Create(dict(self._impl_any().info))
 
     def Set_info(self, info: Info) -> None:
         """Set new hints for the communicator."""
-        c = self._impl()
+        c = self._impl_any()
         if info:
             c.info.update(info.items())
 
@@ -228,11 +246,11 @@ class Comm(Handle, P2P, Coll):
     # -- error handling ---------------------------------------------------------
     def Get_errhandler(self) -> Errhandler:
         """Get the error handler of the communicator."""
-        return errhandler_of(self._impl().errhandler)
+        return errhandler_of(self._impl_any().errhandler)
 
     def Set_errhandler(self, errhandler: Errhandler) -> None:
         """Set the error handler of the communicator."""
-        c = self._impl()
+        c = self._impl_any()
         c.errhandler = Errhandler._checked(errhandler, "comm")
 
     def Call_errhandler(self, errorcode: int) -> None:
@@ -271,7 +289,7 @@ class Comm(Handle, P2P, Coll):
 
     def Get_attr(self, keyval: int):
         """Retrieve the attribute value cached under ``keyval``."""
-        c = self._impl()
+        c = self._impl_any()
         if keyval == TAG_UB_KEY:
             return TAG_UB
         if keyval == IO:
@@ -293,11 +311,11 @@ class Comm(Handle, P2P, Coll):
 
     def Set_attr(self, keyval: int, attrval) -> None:
         """Store an attribute value under ``keyval``."""
-        attr.set_attr("comm", self, self._impl().attrs, keyval, attrval)
+        attr.set_attr("comm", self, self._impl_any().attrs, keyval, attrval)
 
     def Delete_attr(self, keyval: int) -> None:
         """Delete the attribute value cached under ``keyval``."""
-        attr.delete_attr("comm", self, self._impl().attrs, keyval)
+        attr.delete_attr("comm", self, self._impl_any().attrs, keyval)
 
     # -- creation -------------------------------------------------------------------
     def _derive(self, c: CommImpl, new: CommImpl, info=None):
@@ -337,7 +355,7 @@ class Comm(Handle, P2P, Coll):
 
     def Free(self) -> None:
         """Free the communicator (its attributes are deleted first)."""
-        c = self._impl()
+        c = self._impl_any()
         if c.predefined:
             raise Exception(ERR_COMM, "cannot free a predefined communicator")
         attr.delete_all(self, c.attrs)
@@ -420,8 +438,8 @@ class Comm(Handle, P2P, Coll):
             base = self
         hosts = base.allgather(host if valid else None)
         if split_type == COMM_TYPE_HW_UNGUIDED:
-            # one level below the whole: the host, unless everyone is on one host
-            if len(set(hosts)) <= 1 and c.size > 1:
+            # one level below the whole (the host): none when that is the whole
+            if len(set(hosts)) <= 1:
                 base.Split(UNDEFINED, key)
                 return Intracomm()
         if not valid:
@@ -472,21 +490,21 @@ class Comm(Handle, P2P, Coll):
     def Revoke(self) -> None:
         """Revoke the communicator: pending and future communication on it fails."""
         from .ulfm import revoke
-        revoke(self._impl())
+        revoke(self._impl_any())
 
     def Is_revoked(self) -> bool:
         """Whether the communicator has been revoked."""
-        return self._impl().revoked
+        return self._impl_any().revoked
 
     def Get_failed(self) -> Group:
         """Group of the processes of the communicator known to have failed."""
         from .ulfm import get_failed
-        return get_failed(self._impl())
+        return get_failed(self._impl_any())
 
     def Ack_failed(self, num_to_ack=None) -> int:
         """Acknowledge failures; returns the number of acknowledged failed processes."""
         from .ulfm import ack_failed
-        return ack_failed(self._impl(), num_to_ack)
+        return ack_failed(self._impl_any(), num_to_ack)
 
     def Agree(self, flag: int) -> int:
         """Agree on a flag (bitwise AND) among the surviving processes."""
@@ -651,4 +669,4 @@ def register_kind(kind, cls):
 
 
 register_kind("intra", Intracomm)
-Comm._family = Comm
+register_family(Comm)

@@ -43,7 +43,7 @@ def _commctx_intra(comm):
 
 
 def _commctx_inter(comm):
-    """``(duplicate intercomm, tag, local intracomm, low_group)`` of ``comm``."""
+    """Return a private duplicate of ``comm``, a fresh tag, the local intracomm and low_group."""
     from .intercomm import local_comm
     c = comm._impl()
     ctx = c.locks.get("_commctx")
@@ -65,8 +65,11 @@ def _set_abort_status(status) -> None:
 def _handleof(obj) -> int:
     """The integer handle of an MPI object."""
     from .handle import Handle, handle_of
+    from .status import Status
     if isinstance(obj, Handle):
         return handle_of(obj._h)
+    if isinstance(obj, Status):
+        return _addressof(obj)
     raise TypeError(f"expected an MPI handle object, got {type(obj).__name__}")
 
 
@@ -95,3 +98,68 @@ def _sizeof(obj) -> int:
 
 
 _ = ENGINE
+
+
+def _build_capi() -> dict:
+    """``MPI.__pyx_capi__``: C entry points of mpi4py's C API, as capsules.
+
+    ``PyMPI<Type>_New(handle) -> object`` and ``PyMPI<Type>_Get(object) ->
+    handle *`` for every handle type (``Status`` takes and returns
+    ``MPI_Status *``), so C extensions that speak mpi4py's C API can move
+    handles in and out of Python objects.  The functions are ctypes callbacks
+    into this module; the capsule names carry mpi4py's signatures."""
+    import ctypes
+    import importlib
+    from .handle import HANDLE_SIZE
+    raw_new = ctypes.pythonapi.PyCapsule_New
+    raw_new.restype = ctypes.py_object
+    raw_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+
+    def new_capsule(ptr, name, _destructor):
+        label = ctypes.create_string_buffer(name)      # the capsule keeps the pointer
+        _capi_keep.append(label)
+        return raw_new(ptr, ctypes.cast(label, ctypes.c_void_p), None)
+    handle_t = ctypes.c_uint64 if HANDLE_SIZE == 8 else ctypes.c_uint32
+    specs = [("Datatype", "datatype"), ("Request", "request"), ("Message", "p2p"),
+             ("Op", "op"), ("Group", "group"), ("Info", "info"), ("Errhandler", "errhandler"),
+             ("Session", "session"), ("Comm", "comm"), ("Win", "win"), ("File", "file")]
+    capi, keep = {}, []
+    for name, mod in specs:
+        cls = getattr(importlib.import_module(f"mpi_shim.{mod}"), name)
+
+        def new(value, cls=cls):
+            return cls.fromhandle(int(value))
+
+        def get(obj, cls=cls):
+            if not isinstance(obj, cls):
+                return 0
+            return _addressof(obj)
+        newf = ctypes.PYFUNCTYPE(ctypes.py_object, handle_t)(new)
+        getf = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(get)
+        keep += [newf, getf]
+        capi[f"PyMPI{name}_New"] = new_capsule(
+            ctypes.cast(newf, ctypes.c_void_p), f"PyObject *(MPI_{name})".encode(), None)
+        capi[f"PyMPI{name}_Get"] = new_capsule(
+            ctypes.cast(getf, ctypes.c_void_p), f"MPI_{name} *(PyObject *)".encode(), None)
+    from .status import Status
+
+    def new_status(ptr):
+        s = Status()
+        size = s.tomemory().nbytes
+        s.tomemory().cast("B")[:] = (ctypes.c_char * size).from_address(ptr).raw
+        return s
+
+    def get_status(obj):
+        return _addressof(obj) if isinstance(obj, Status) else 0
+    newf = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p)(new_status)
+    getf = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object)(get_status)
+    keep += [newf, getf]
+    capi["PyMPIStatus_New"] = new_capsule(ctypes.cast(newf, ctypes.c_void_p),
+                                          b"PyObject *(MPI_Status *)", None)
+    capi["PyMPIStatus_Get"] = new_capsule(ctypes.cast(getf, ctypes.c_void_p),
+                                          b"MPI_Status *(PyObject *)", None)
+    _capi_keep.extend(keep)
+    return capi
+
+
+_capi_keep = []

@@ -34,7 +34,7 @@ from .constructors import (COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP,  
                            DISTRIBUTE_CYCLIC, DISTRIBUTE_DFLT_DARG, DISTRIBUTE_NONE, ORDER_C,
                            ORDER_FORTRAN)
 from .exceptions import ERR_ARG, ERR_COMM, ERR_TRUNCATE, ERR_TYPE, Exception
-from .handle import Handle, name_constants
+from .handle import Handle, name_constants, register_family
 from .typecreate import DatatypeConstructors, _as_datatype
 from .typedesc import _datatype_create
 from .typedesc import (_datatype_decode, _typealign, _typecode, describe,  # noqa: F401
@@ -60,11 +60,11 @@ class Datatype(DatatypeConstructors, Handle):
     def __reduce__(self):
         impl = self._h
         if impl is None:
-            return (_named, ("DATATYPE_NULL",)) if self._const else (Datatype, ())
+            return (_named, ("DATATYPE_NULL",)) if self._const else (type(self), ())
         if impl.constant is not None:
             if self._const:
                 return (_named, (impl.constant,))
-            return (Datatype, (_named(impl.constant),))
+            return (type(self), (_named(impl.constant),))
         base, name, params = self.decode()
         return (_datatype_create, (base, name, params, True))
 
@@ -448,7 +448,7 @@ class Datatype(DatatypeConstructors, Handle):
 # ``Datatype(x)`` accepts datatypes only.  The family is set on the constructor
 # mixin rather than on Datatype itself, so that walking ``vars(MPI.Datatype)``
 # (mpi4py's test_doc does) does not find the class inside itself.
-DatatypeConstructors._family = Datatype
+register_family(Datatype)
 
 
 # -- helpers ---------------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class Engine:
         self.anysize = []            # collective receives of unknown size: [src, tag, ureq]
         self.hooks = []              # extra progress functions (nonblocking protocols)
         self.lock = None             # an RLock once several threads may call in
+        self.comms = {}              # context id -> WeakSet of CommImpl (ULFM revoke)
         self.busy = 0.002
 
     def attach(self, world) -> None:
@@ -116,7 +117,10 @@ class Engine:
             if self.lock is None:
                 return self.worker.progress()
             with self.lock:
-                return self.worker.progress()
+                n = self.worker.progress()
+            if not n:
+                time.sleep(0)           # a polling loop (Test) lets other threads in
+            return n
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
 
@@ -127,52 +131,60 @@ class Engine:
     def wait_until(self, cond, timeout=None) -> None:
         """Progress until ``cond()``: spin while there is activity, then nap on
         the transports' descriptors with growing naps (oversubscribed ranks
-        leave the CPU to each other); with several threads the worker lock is
-        held only around each progress pass."""
+        leave the CPU to each other).  With several threads (see
+        :mod:`.threads`) the library lock is released while waiting and taken
+        only around each progress pass."""
         if cond():
             return
         from .exceptions import translate
-        w = self.worker
         lock = self.lock
-        deadline = None if not (timeout or w.config.timeout) else \
-            time.monotonic() + (timeout or w.config.timeout)
-        spin_until = time.monotonic() + self.busy
-        nap = 20e-6
+        saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
-            while True:
-                if lock is None:
-                    for _ in range(64):
-                        if w.progress():
-                            if cond():
-                                return
-                            spin_until = 0.0
-                        elif cond():
-                            return
-                    w.check_peers()
-                else:
-                    for _ in range(16):
-                        with lock:
-                            busy = w.progress()
-                        if cond():
-                            return
-                        if busy:
-                            spin_until = 0.0
-                    with lock:
-                        w.check_peers()
-                if cond():
-                    return
-                now = time.monotonic()
-                if spin_until == 0.0:
-                    spin_until, nap = now + self.busy, 20e-6
-                if deadline is not None and now >= deadline:
-                    raise ucxpy.TimeoutError("MPI operation did not complete in time")
-                if now >= spin_until:
-                    self._idle_sleep(nap)
-                    nap = min(nap * 2, 2e-3)
-                elif lock is not None:
-                    time.sleep(0)
+            self._wait(cond, timeout, lock)
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
+        finally:
+            if saved is not None:
+                lock._acquire_restore(saved)
+
+    def _wait(self, cond, timeout, lock):
+        w = self.worker
+        limit = timeout or w.config.timeout
+        deadline = None if not limit else time.monotonic() + limit
+        spin_until = time.monotonic() + self.busy
+        nap = 20e-6
+        while True:
+            if lock is None:
+                for _ in range(64):
+                    if w.progress():
+                        if cond():
+                            return
+                        spin_until = 0.0
+                    elif cond():
+                        return
+                w.check_peers()
+                done = cond()
+            else:
+                with lock:
+                    for _ in range(16):
+                        if w.progress():
+                            spin_until = 0.0
+                        if cond():
+                            return
+                    w.check_peers()
+                    done = cond()
+            if done:
+                return
+            now = time.monotonic()
+            if spin_until == 0.0:
+                spin_until, nap = now + self.busy, 20e-6
+            if deadline is not None and now >= deadline:
+                raise ucxpy.TimeoutError("MPI operation did not complete in time")
+            if now >= spin_until:
+                self._idle_sleep(nap)
+                nap = min(nap * 2, 2e-3)
+            elif lock is not None:
+                time.sleep(0)           # let another thread take the lock
 
     def _idle_sleep(self, seconds: float) -> None:
         fds = [fd for i in self.worker.ifaces for fd in i.wait_fds()]

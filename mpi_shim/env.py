@@ -32,10 +32,13 @@ def _init(required=None):
     init_predefined()
     _state["level"] = min(max(level, THREAD_SINGLE), THREAD_MULTIPLE)
     if _state["level"] == THREAD_MULTIPLE:
-        ENGINE.enable_threads()
+        from .threads import install
+        install()
     _state["init"] = True
     _state["main"] = threading.get_ident()
     from .dynproc import connect_parent
+    from .ulfm import serve_notices
+    serve_notices()          # revoke notices must be served before the first Revoke here
     connect_parent()
     if rc.finalize is not False:
         atexit.register(_atexit)
@@ -159,18 +162,12 @@ def Get_abi_fortran_info():
 
 
 def Get_address(location) -> int:
-    """Get the address of a location in memory."""
-    from .datatype import BOTTOM, byte_view
-    import numpy as np
-    if location is BOTTOM or location is None:
-        return 0
-    addr = getattr(location, "address", None)
-    if isinstance(addr, int):
-        return addr
-    mv = byte_view(location)[0]
-    if mv.nbytes == 0:
-        return 0
-    return np.frombuffer(mv, np.uint8).__array_interface__["data"][0]
+    """Get the address of a location in memory.
+
+    Buffers, DLPack and CUDA-array objects, and the buffer constants.
+    """
+    from .msgspec import address_of
+    return address_of(location)
 
 
 def Aint_add(base: int, disp: int) -> int:
@@ -193,7 +190,10 @@ def Alloc_mem(size: int, info=None):
 
 
 def Free_mem(mem) -> None:
-    """Free memory allocated with ``Alloc_mem``."""
+    """Free memory allocated with ``Alloc_mem`` (the buffer becomes empty)."""
+    from .memory import buffer
+    if isinstance(mem, buffer):
+        mem.release()
 
 
 def Attach_buffer(buf) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 
 from .exceptions import ERR_ARG, ERR_ERRHANDLER, SUCCESS, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 
 MAX_USER_ERRHANDLERS = 32        # per object kind, like mpi4py's callback table
 
@@ -42,13 +42,15 @@ class Errhandler(Handle):
     def Free(self) -> None:
         """Free the error handler (the objects using it keep it)."""
         h = self._h
+        if h is None:
+            raise Exception(ERR_ERRHANDLER, "invalid error handler (ERRHANDLER_NULL)")
         if h is not None and h.fn is not None and not getattr(h, "_freed", False):
             _user_count[h.kind] = max(_user_count.get(h.kind, 1) - 1, 0)
         self._h = None
 
     def free(self) -> None:
         """Free the error handler unless it is a constant."""
-        if not self._const:
+        if not self._const and self._h is not None:
             self.Free()
 
     @classmethod
@@ -80,9 +82,14 @@ def errhandler_of(impl) -> Errhandler:
 
 
 def raise_in(obj, exc: Exception, call_only: bool = False) -> None:
-    """Apply ``obj``'s error handler to ``exc``.  ``call_only`` (Call_errhandler):
-    run the handler without raising for ERRORS_RETURN / user handlers."""
+    """Apply ``obj``'s error handler to ``exc``.
+
+    ``call_only`` (Call_errhandler): run the handler without raising for
+    ERRORS_RETURN and user handlers.
+    """
     impl = getattr(obj, "_h", None)
+    if impl is None and call_only:
+        obj._impl()                     # a null object: its class's error
     h = getattr(impl, "errhandler", None) if impl is not None else None
     code = exc.Get_error_code()
     if h is None or h is _RETURN or h is _EXCEPTIONS:
@@ -115,7 +122,7 @@ ERRHANDLER_NULL = Errhandler._constant(None)
 ERRORS_RETURN = Errhandler._constant(_RETURN)
 ERRORS_ARE_FATAL = Errhandler._constant(_FATAL)
 ERRORS_ABORT = Errhandler._constant(_ABORT)
-Errhandler._family = Errhandler
+register_family(Errhandler)
 # impl-level names the object implementations store
 ERRORS_RETURN_IMPL, ERRORS_ARE_FATAL_IMPL = _RETURN, _FATAL
 _ = ERR_ERRHANDLER

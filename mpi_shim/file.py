@@ -28,7 +28,7 @@ from .fileimpl import (MODE_APPEND, MODE_CREATE, MODE_DELETE_ON_CLOSE, MODE_EXCL
                        MODE_RDWR, MODE_SEQUENTIAL, MODE_UNIQUE_OPEN, MODE_WRONLY, FileImpl,
                        os_error)
 from .fileview import FileView
-from .handle import Handle
+from .handle import Handle, register_family
 from .info import Info
 
 __all__ = ["File", "FILE_NULL", "MODE_RDONLY", "MODE_WRONLY", "MODE_RDWR", "MODE_CREATE",
@@ -450,4 +450,4 @@ def Register_datarep(datarep, read_fn, write_fn, extent_fn) -> None:
 
 
 FILE_NULL = File._constant(None)
-File._family = File
+register_family(File)

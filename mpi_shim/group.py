@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .exceptions import ERR_ARG, ERR_GROUP, ERR_RANK, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 
 UNDEFINED = -32766
 PROC_NULL = -2
@@ -154,4 +154,4 @@ class Group(Handle):
 _EMPTY = GroupImpl((), predefined=True)
 GROUP_NULL = Group._constant(None)
 GROUP_EMPTY = Group._constant(_EMPTY)
-Group._family = Group
+register_family(Group)

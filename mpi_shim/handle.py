@@ -61,19 +61,37 @@ def impl_of(h: int):
     return impl if impl is not None else _strong.get(h)
 
 
+_FAMILIES = set()          # root classes: Comm, Datatype, Request ...
+_family_cache = {}
+
+
+def register_family(cls) -> None:
+    """Declare ``cls`` the root of a handle family: ``Family(obj)`` accepts
+    any handle of the family, and handles compare equal only within it."""
+    _FAMILIES.add(cls)
+    _family_cache.clear()
+
+
+def family_of(cls) -> type:
+    """The family root of handle class ``cls`` (``cls`` itself if none)."""
+    fam = _family_cache.get(cls)
+    if fam is None:
+        fam = next((c for c in cls.__mro__ if c in _FAMILIES), cls)
+        _family_cache[cls] = fam
+    return fam
+
+
 class Handle:
     """Common behaviour of MPI handle objects (see the module docstring)."""
 
     __slots__ = ("_h", "_const", "__weakref__")
-    #: the class whose instances may be copied into this one (set per family)
-    _family: type = None
 
     def __new__(cls, obj=None):
         self = object.__new__(cls)
         self._const = False
         if obj is None:
             self._h = None
-        elif isinstance(obj, cls._family or Handle) and cls._accepts(obj._h):
+        elif isinstance(obj, family_of(cls)) and cls._accepts(obj._h):
             self._h = obj._h
         else:
             raise TypeError(f"expected {cls._kind()}, got {type(obj).__name__}")
@@ -81,7 +99,7 @@ class Handle:
 
     @classmethod
     def _kind(cls) -> str:
-        return (cls._family or cls).__name__
+        return family_of(cls).__name__
 
     @classmethod
     def _accepts(cls, impl) -> bool:
@@ -103,7 +121,7 @@ class Handle:
 
     def __eq__(self, other):
         if not isinstance(other, Handle) or \
-                (self._family or type(self)) is not (other._family or type(other)):
+                family_of(type(self)) is not family_of(type(other)):
             return NotImplemented
         if _cells:
             _sync(self)
@@ -185,8 +203,10 @@ _impl_constants = {}     # id(implementation of a constant) -> the constant
 
 
 def name_constants(namespace: dict) -> None:
-    """Let pickle find the constants of ``namespace`` by name (call once the
-    module's constants exist; constants created later call it again)."""
+    """Let pickle find the constants of ``namespace`` by name.
+
+    Call it once the module's constants exist; constants made later call it again.
+    """
     for name, obj in namespace.items():
         if isinstance(obj, Handle) and obj._const and not name.startswith("_"):
             _constant_names.setdefault(id(obj), name)

@@ -5,7 +5,7 @@ import os
 import sys
 
 from .exceptions import ERR_ARG, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 
 MAX_INFO_KEY = 255
 MAX_INFO_VAL = 1024
@@ -216,7 +216,7 @@ def _environment(args=None) -> dict:
 
 INFO_NULL = Info._constant(None)
 INFO_ENV = Info._constant(InfoImpl(_environment(), predefined=True))
-Info._family = Info
+register_family(Info)
 
 # re-exports kept for the modules that took them from here
 from .errhandler import (ERRHANDLER_NULL, ERRORS_ABORT, ERRORS_ARE_FATAL,  # noqa: E402,F401

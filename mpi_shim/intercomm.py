@@ -151,11 +151,11 @@ class Intercomm(Comm):
 
     def Get_remote_group(self) -> Group:
         """Access the remote group."""
-        return Group._of(self._impl().remote)
+        return Group._of(self._impl_any().remote)
 
     def Get_remote_size(self) -> int:
         """Return the number of processes in the remote group."""
-        return len(self._impl().remote)
+        return len(self._impl_any().remote)
 
     remote_group = property(Get_remote_group, doc="Remote group.")
     remote_size = property(Get_remote_size, doc="Number of processes in the remote group.")

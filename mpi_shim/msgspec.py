@@ -31,6 +31,8 @@ import sys
 
 import numpy as np
 
+from ucxpy._pybuffer import BufferExporter
+
 from . import packing
 from .datatype import Datatype, _NAMED, _committed
 from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_DISP, ERR_TYPE, Exception
@@ -40,14 +42,17 @@ from .predefined import CODES
 
 
 # -- the buffer constants ------------------------------------------------------------------
-class _BufferConstant:
+class _BufferConstant(BufferExporter):
     __slots__ = ()
     _value = 0
     _instance = None
 
+    def _buffer_target(self):
+        return None             # memoryview(MPI.BOTTOM): no bytes, no owner
+
     def __new__(cls):
         if cls._instance is None:
-            cls._instance = object.__new__(cls)
+            cls._instance = BufferExporter.__new__(cls)
         return cls._instance
 
     def __eq__(self, other):
@@ -168,7 +173,9 @@ def acquire(obj, writable=False) -> Buffer:
     if mv is not None:
         if writable and mv.readonly:
             raise BufferError("Object is not writable.")
-        if mv.c_contiguous:
+        if mv.nbytes == 0:
+            flat = memoryview(bytearray(0)) if not mv.readonly else memoryview(b"")
+        elif mv.c_contiguous:
             flat = mv if mv.ndim == 1 and mv.format == "B" else mv.cast("B")
         elif mv.f_contiguous:
             flat = memoryview(np.asarray(mv).ravel(order="K").view(np.uint8))

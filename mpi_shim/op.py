@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .exceptions import ERR_OP, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 
 
 def _loc(better):
@@ -169,7 +169,7 @@ class Op(Handle):
         return h.obj(x, y)
 
     def combine(self, left, right, datatype):
-        """``left op right`` for numpy arrays (new array or ``right`` updated)."""
+        """Combine two numpy arrays as ``left op right`` (new array or ``right`` updated)."""
         h = self._h
         if h is None:
             raise Exception(ERR_OP, "invalid operation (OP_NULL)")
@@ -182,8 +182,7 @@ class Op(Handle):
                     dt = Datatype.fromcode(out.dtype.char)
                 except (ValueError, KeyError):
                     dt = None
-            h.user(memoryview(np.ascontiguousarray(left)).cast("B"),
-                   memoryview(out).cast("B"), dt)
+            h.user(_typed_view(left), _typed_view(out), dt)
             return out
         try:
             return h.arr(left, right)
@@ -199,6 +198,15 @@ class Op(Handle):
         if mi.dtype != mo.dtype:
             raise ValueError("mismatch in inbuf and inoutbuf MPI datatypes")
         reduce_into(self, mi, mo)
+
+
+def _typed_view(arr):
+    """A memoryview of ``arr`` with its element format (user ops index elements)."""
+    arr = np.ascontiguousarray(arr)
+    try:
+        return memoryview(arr)
+    except (ValueError, TypeError):
+        return memoryview(arr.view(np.uint8))
 
 
 def _recreate(cls, fn, commute):
@@ -252,4 +260,4 @@ SUM, PROD, MAX, MIN = (Op._predef(n) for n in ("SUM", "PROD", "MAX", "MIN"))
 LAND, LOR, LXOR = (Op._predef(n) for n in ("LAND", "LOR", "LXOR"))
 BAND, BOR, BXOR = (Op._predef(n) for n in ("BAND", "BOR", "BXOR"))
 MAXLOC, MINLOC, REPLACE, NO_OP = (Op._predef(n) for n in ("MAXLOC", "MINLOC", "REPLACE", "NO_OP"))
-Op._family = Op
+register_family(Op)

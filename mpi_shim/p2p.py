@@ -16,7 +16,7 @@ import ucxpy
 from .datatype import parse
 from .engine import ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, SEQ_SHIFT, TAG_UB
 from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
-from .handle import Handle
+from .handle import Handle, register_family
 from .ops import DoneOp, PickleRecvOp, RecvOp, SendOp
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
@@ -24,13 +24,30 @@ _ACK = bytearray(0)
 
 
 class Pickle:
-    """Pickle/unpickle Python objects (``MPI.pickle``)."""
+    """Pickle/unpickle Python objects (``MPI.pickle``).
+
+    ``Pickle(dumps, loads, protocol)``: a custom serializer is called as
+    ``dumps(obj)`` when ``protocol`` is None, else ``dumps(obj, protocol)``;
+    the default is the ``pickle`` module with its highest protocol.
+    """
 
     def __init__(self, dumps=None, loads=None, protocol=None, threshold=None):
-        self.PROTOCOL = _pickle.HIGHEST_PROTOCOL if protocol is None else protocol
-        self.THRESHOLD = 256 * 1024 if threshold is None else threshold
+        self._custom = dumps is not None
         self._dumps = dumps or _pickle.dumps
         self._loads = loads or _pickle.loads
+        if protocol is None and not self._custom:
+            protocol = _pickle.HIGHEST_PROTOCOL
+        self.PROTOCOL = protocol
+        self.THRESHOLD = threshold
+
+    @property
+    def THRESHOLD(self) -> int:
+        """Buffers this large or larger travel out of band (``dumps_oob``)."""
+        return self._threshold
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, value) -> None:
+        self._threshold = 256 * 1024 if value is None else int(value)
 
     def _protocol(self):
         p = self.PROTOCOL
@@ -38,6 +55,8 @@ class Pickle:
 
     def dumps(self, obj):
         """Serialize an object to bytes."""
+        if self._custom and self.PROTOCOL is None:
+            return self._dumps(obj)
         return self._dumps(obj, self._protocol())
 
     def loads(self, data):
@@ -46,9 +65,17 @@ class Pickle:
 
     def dumps_oob(self, obj):
         """Serialize an object; returns ``(data, out-of-band buffers)``."""
+        from .memory import buffer
         bufs = []
-        data = _pickle.dumps(obj, max(self._protocol(), 5), buffer_callback=bufs.append)
-        return data, [b.raw() for b in bufs]
+
+        def out_of_band(pb):
+            raw = pb.raw()
+            if raw.nbytes < self.THRESHOLD:
+                return True                 # small: serialized in band
+            bufs.append(buffer.frombuffer(raw))
+            return False
+        data = _pickle.dumps(obj, max(self._protocol(), 5), buffer_callback=out_of_band)
+        return data, bufs
 
     def loads_oob(self, data, buffers):
         """Deserialize an object from bytes and out-of-band buffers."""
@@ -166,7 +193,7 @@ class _PickledMessageOp(RecvOp):
 
 MESSAGE_NULL = Message._constant(None)
 MESSAGE_NO_PROC = Message._constant(MessageImpl(None, None, predefined=True))
-Message._family = Message
+register_family(Message)
 
 
 class P2P:
@@ -177,7 +204,7 @@ class P2P:
     # -- addressing ------------------------------------------------------------
     def _dest(self, dest, tag):
         c = self._h
-        if c is None:
+        if c is None or c.revoked:
             self._impl()
         if not (0 <= tag <= TAG_UB):
             raise Exception(ERR_TAG, f"invalid tag {tag}")
@@ -191,7 +218,7 @@ class P2P:
     def _match(self, source, tag):
         """(ucxpy tag, mask, source wid) of a receive."""
         c = self._h
-        if c is None:
+        if c is None or c.revoked:
             self._impl()
         if tag == ANY_TAG:
             t, mask = c.p2p, MASK_ANY_TAG
@@ -315,6 +342,7 @@ class P2P:
     def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
                  source: int = ANY_SOURCE, recvtag: int = ANY_TAG, status=None) -> None:
         """Send and receive a message."""
+        sendbuf, recvbuf = _parse_pair(sendbuf, recvbuf)
         r = self._irecv_op(recvbuf, source, recvtag)
         s = self._send_op(sendbuf, dest, sendtag, "")
         ENGINE.wait_until(lambda: s.is_done() and r.is_done())
@@ -325,6 +353,7 @@ class P2P:
                   source: int = ANY_SOURCE, recvtag: int = ANY_TAG):
         """Nonblocking send and receive."""
         from .request import Request
+        sendbuf, recvbuf = _parse_pair(sendbuf, recvbuf)
         r = self._irecv_op(recvbuf, source, recvtag)
         s = self._send_op(sendbuf, dest, sendtag, "")
         return Request._from(_PairOp(s, r))
@@ -535,6 +564,13 @@ class P2P:
         r = self._irecv_obj(recvbuf, source, recvtag)
         s = self._isend_obj(sendobj, dest, sendtag, "")._h
         return Request._from(_PairOp(s, r))
+
+
+def _parse_pair(sendbuf, recvbuf):
+    """Both messages of a send-receive, parsed before either is posted (a
+    bad spec raises before anything is left behind)."""
+    return (parse(sendbuf) if sendbuf is not None else None,
+            parse(recvbuf, writable=True) if recvbuf is not None else None)
 
 
 def _probe_unlocked(t, mask, src, remove):

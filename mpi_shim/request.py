@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_OTHER, ERR_REQUEST, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 from .ops import *  # noqa: F401,F403 - re-exported for the other modules
 from .ops import DoneOp, _Op
 from .status import Status
@@ -140,8 +140,9 @@ class Request(Handle):
 
     def Cancel(self) -> None:
         """Cancel the request."""
-        if self._h is not None:
-            self._h.cancel()
+        if self._h is None:
+            raise Exception(ERR_REQUEST, "invalid request (REQUEST_NULL)")
+        self._h.cancel()
 
     def cancel(self) -> None:
         """Cancel the request."""
@@ -523,5 +524,5 @@ class Grequest(Request):
 
 
 REQUEST_NULL = Request._constant(None)
-Request._family = Request
+register_family(Request)
 _ = ERR_ARG

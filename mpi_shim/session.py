@@ -4,7 +4,7 @@ from __future__ import annotations
 from .engine import ENGINE
 from .errhandler import Errhandler
 from .exceptions import ERR_ARG, ERR_SESSION, Exception
-from .handle import Handle
+from .handle import Handle, register_family
 from .info import INFO_NULL, Info
 
 PSETS = ("mpi://WORLD", "mpi://SELF")
@@ -120,4 +120,4 @@ class Session(Handle):
 
 
 SESSION_NULL = Session._constant(None)
-Session._family = Session
+register_family(Session)

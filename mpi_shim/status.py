@@ -17,7 +17,10 @@ ANY_SOURCE = -1
 ANY_TAG = -1
 PROC_NULL = -2
 
-_COUNT_LO, _COUNT_HI, _CANCELLED, _SOURCE, _TAG, _ERROR = range(6)
+# field order of MPICH's MPI_Status (so F_SOURCE/F_TAG/F_ERROR index py2f()'s list)
+_COUNT_LO, _COUNT_HI, _SOURCE, _TAG, _ERROR, _CANCELLED = range(6)
+F_SOURCE, F_TAG, F_ERROR, F_STATUS_SIZE = _SOURCE, _TAG, _ERROR, 5
+_CANCEL_BIT = 1 << 30
 
 
 class Status:
@@ -25,11 +28,11 @@ class Status:
 
     Fields live in a small int array so that ``tomemory()`` can expose them."""
 
-    __slots__ = ("_f",)
+    __slots__ = ("_f", "__weakref__")
 
     def __init__(self, status=None):
         if status is None:
-            self._f = array("i", (0, 0, 0, ANY_SOURCE, ANY_TAG, SUCCESS))
+            self._f = array("i", (0, 0, ANY_SOURCE, ANY_TAG, SUCCESS, 0))
         elif isinstance(status, Status):
             self._f = array("i", status._f)
         else:
@@ -60,7 +63,7 @@ class Status:
     __hash__ = None
 
     def __reduce__(self):
-        return (_rebuild, (list(self._f),))
+        return (_rebuild_as, (type(self), list(self._f)))
 
     def __repr__(self):
         return (f"<Status source={self.source} tag={self.tag} error={self.error} "
@@ -171,9 +174,11 @@ class Status:
     def py2f(self) -> list:
         """Convert the status to a Fortran status (a list of ints).
 
-        Status.f2py() converts back.
+        Status.f2py() converts back; F_SOURCE, F_TAG and F_ERROR index it.
         """
-        return list(self._f)
+        f = self._f
+        hi = f[_COUNT_HI] | (_CANCEL_BIT if f[_CANCELLED] else 0)
+        return [f[_COUNT_LO], hi, f[_SOURCE], f[_TAG], f[_ERROR]]
 
     @classmethod
     def f2py(cls, arg) -> "Status":
@@ -259,6 +264,15 @@ def _typemap(datatype):
 
 
 def _rebuild(fields):
-    s = Status()
+    fields = list(fields)
+    if len(fields) == F_STATUS_SIZE:          # a Fortran status (py2f)
+        hi = fields[_COUNT_HI]
+        fields = [fields[0], hi & ~_CANCEL_BIT, fields[2], fields[3], fields[4],
+                  int(bool(hi & _CANCEL_BIT))]
+    return _rebuild_as(Status, fields)
+
+
+def _rebuild_as(cls, fields):
+    s = cls.__new__(cls)
     s._f = array("i", fields)
     return s

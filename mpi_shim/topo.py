@@ -383,7 +383,7 @@ class Topocomm(Intracomm):
                           [sub(rm, rc[j], rd[j]) for j in range(len(ins))])
 
     def _g_nbr_alltoallw(self, sendbuf, recvbuf):
-        from .datatype import parse_w
+        from .msgspec import parse_w
         c = self._impl()
         ins, outs = in_out_edges(c)
         return g_neighbor(c, parse_w(sendbuf, len(outs), False), parse_w(recvbuf, len(ins), True))

@@ -43,7 +43,7 @@ def _datatype_create(datatype, combiner, params, free=False):
 
 
 def _datatype_decode(datatype, mark=False):
-    """``decode()`` of a datatype (``mark`` is accepted for mpi4py compatibility)."""
+    """Return ``decode()`` of a datatype (``mark`` is accepted for mpi4py compatibility)."""
     return datatype.decode()
 
 

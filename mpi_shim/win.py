@@ -37,7 +37,7 @@ from .datatype import Msg, byte_view, describe, from_description, parse, reducti
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .msgspec import parse_target
 from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
-from .handle import Handle
+from .handle import Handle, register_family
 from ucxpy._pybuffer import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
 from .op import NO_OP, REPLACE, SUM, _by_name
@@ -442,6 +442,7 @@ class Win(Handle, BufferExporter):
     # -- creation ---------------------------------------------------------------
     @classmethod
     def Create(cls, memory, disp_unit=1, info=None, comm=None):
+        """Create a window over existing memory (collective)."""
         from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         view = byte_view(memory, writable=True)[0] if memory is not None else \
@@ -451,6 +452,7 @@ class Win(Handle, BufferExporter):
 
     @classmethod
     def Allocate(cls, size, disp_unit=1, info=None, comm=None):
+        """Create a window over newly allocated, registered memory (collective)."""
         from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         if size > 0:
@@ -462,6 +464,7 @@ class Win(Handle, BufferExporter):
 
     @classmethod
     def Allocate_shared(cls, size, disp_unit=1, info=None, comm=None):
+        """Create a window over memory that same-host processes map directly (collective)."""
         from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         name, m = _shared_segment(size)
@@ -483,14 +486,17 @@ class Win(Handle, BufferExporter):
 
     @classmethod
     def Create_dynamic(cls, info=None, comm=None):
+        """Create a window to which memory is attached later (collective)."""
         from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         return cls._make(WinImpl(comm, memoryview(bytearray(0)), 1, FLAVOR_DYNAMIC))
 
     def Attach(self, memory):
+        """Attach memory to a dynamic window."""
         self._impl().attrs.setdefault("attached", []).append(memory)
 
     def Detach(self, memory):
+        """Detach memory from a dynamic window."""
         lst = self._impl().attrs.get("attached", [])
         for i, m in enumerate(lst):
             if m is memory:
@@ -498,6 +504,7 @@ class Win(Handle, BufferExporter):
                 break
 
     def Free(self):
+        """Free the window (collective; completes pending operations first)."""
         w = self._impl()
         w.flush()
         w.comm.Barrier()
@@ -510,6 +517,7 @@ class Win(Handle, BufferExporter):
 
     # -- queries -------------------------------------------------------------------
     def Get_group(self):
+        """Access the group of processes that created the window."""
         return self._impl().comm.Get_group()
 
     group = property(Get_group)
@@ -552,10 +560,12 @@ class Win(Handle, BufferExporter):
     model = property(lambda self: WIN_UNIFIED)
 
     def tomemory(self):
+        """Return the local window memory as a buffer."""
         from .datatype import buffer
         return buffer.frombuffer(self._impl().view)
 
     def Shared_query(self, rank):
+        """Return the memory and displacement unit of a rank's part of a shared window."""
         w = self._impl()
         if rank == PROC_NULL:
             rank = 0
@@ -565,18 +575,22 @@ class Win(Handle, BufferExporter):
         return buffer.frombuffer(w.shared[rank]), w.peers[rank][2]
 
     def Get_info(self):
+        """Return the hints of the window."""
         return Info.Create(dict(self._impl().info))
 
     def Set_info(self, info):
+        """Set new hints for the window."""
         if info:
             self._impl().info.update(info.items())
 
     info = property(Get_info, Set_info)
 
     def Get_name(self):
+        """Get the print name of the window."""
         return "MPI_WIN_NULL" if self._h is None else self._h.name
 
     def Set_name(self, name):
+        """Set the print name of the window."""
         self._impl().name = name
 
     name = property(Get_name, Set_name)
@@ -606,22 +620,27 @@ class Win(Handle, BufferExporter):
             raise translate(e) from None
 
     def Put(self, origin, target_rank, target=None):
+        """Put data into a memory window on a remote process."""
         if target_rank != PROC_NULL:
             self._call(self._impl().put, origin, target_rank, target)
 
     def Get(self, origin, target_rank, target=None):
+        """Get data from a memory window on a remote process."""
         if target_rank != PROC_NULL:
             self._call(self._impl().get, origin, target_rank, target)
 
     def Accumulate(self, origin, target_rank, target=None, op=SUM):
+        """Accumulate data into the target process."""
         if target_rank != PROC_NULL:
             self._call(self._impl().acc, "acc", origin, None, target_rank, target, op)
 
     def Get_accumulate(self, origin, result, target_rank, target=None, op=SUM):
+        """Fetch-and-accumulate data into the target process."""
         if target_rank != PROC_NULL:
             self._call(self._impl().acc, "get_acc", origin, result, target_rank, target, op)
 
     def Fetch_and_op(self, origin, result, target_rank, target_disp=0, op=SUM):
+        """Perform one-element fetch-and-accumulate."""
         o, r = parse(origin), parse(result, writable=True)
         if o.count != 1 or r.count != 1 or o.dtype != r.dtype:
             raise ValueError("Fetch_and_op needs one element of one datatype")
@@ -630,6 +649,7 @@ class Win(Handle, BufferExporter):
                        (target_disp, 1, r.dtype), op)
 
     def Compare_and_swap(self, origin, compare, result, target_rank, target_disp=0):
+        """Perform one-element atomic compare-and-swap."""
         o, r, c = parse(origin), parse(result, writable=True), parse(compare)
         if o.count != 1 or r.count != 1 or c.count != 1 or not (o.dtype == r.dtype == c.dtype):
             raise ValueError("Compare_and_swap needs one element of one datatype")
@@ -643,42 +663,54 @@ class Win(Handle, BufferExporter):
         return Request._from(DoneOp())
 
     def Rput(self, origin, target_rank, target=None):
+        """Put data into a remote window; returns a request."""
         return self._rma_req(self.Put, origin, target_rank, target)
 
     def Rget(self, origin, target_rank, target=None):
+        """Get data from a remote window; returns a request."""
         return self._rma_req(self.Get, origin, target_rank, target)
 
     def Raccumulate(self, origin, target_rank, target=None, op=SUM):
+        """Accumulate into a remote window; returns a request."""
         return self._rma_req(self.Accumulate, origin, target_rank, target, op)
 
     def Rget_accumulate(self, origin, result, target_rank, target=None, op=SUM):
+        """Fetch-and-accumulate into a remote window; returns a request."""
         return self._rma_req(self.Get_accumulate, origin, result, target_rank, target, op)
 
     # -- synchronization -----------------------------------------------------------------
     def Fence(self, assertion=0):
+        """Perform an MPI fence synchronization on the window (collective)."""
         w = self._impl()
         self._call(w.flush)
         w.comm.Barrier()
 
     def Flush(self, rank):
+        """Complete all outstanding RMA operations to a target."""
         if rank != PROC_NULL:
             self._call(self._impl().flush, rank)
+        ENGINE.progress()           # every MPI call progresses (passive-target requests)
 
     def Flush_all(self):
+        """Complete all outstanding RMA operations to all targets."""
         self._call(self._impl().flush)
 
     Flush_local = Flush
     Flush_local_all = Flush_all
 
     def Sync(self):
+        """Synchronize the public and private copies of the window."""
         self._impl()
+        ENGINE.progress()           # serve peers' lock and accumulate requests meanwhile
 
     def Lock(self, rank, lock_type=LOCK_EXCLUSIVE, assertion=0):
+        """Begin an RMA access epoch at the target process."""
         if rank != PROC_NULL:
             self._call(self._impl().ctrl, rank, "lock", lock_type, True)
             self._impl().attrs.setdefault("_locks", {})[rank] = lock_type
 
     def Unlock(self, rank):
+        """Complete an RMA access epoch at the target process."""
         if rank == PROC_NULL:
             return
         w = self._impl()
@@ -689,22 +721,26 @@ class Win(Handle, BufferExporter):
         self._call(w.ctrl, rank, "unlock", typ, True)
 
     def Lock_all(self, assertion=0):
+        """Begin an RMA access epoch at all processes."""
         w = self._impl()
         for r in range(w.size):
             self.Lock(r, LOCK_SHARED)
 
     def Unlock_all(self):
+        """Complete an RMA access epoch at all processes."""
         w = self._impl()
         for r in range(w.size):
             self.Unlock(r)
 
     def Post(self, group, assertion=0):
+        """Start an RMA exposure epoch to a group."""
         w = self._impl()
         w.post_group = self._ranks_of(group)
         for r in w.post_group:
             w.ctrl(r, "post")
 
     def Start(self, group, assertion=0):
+        """Start an RMA access epoch to a group."""
         w = self._impl()
         w.start_group = self._ranks_of(group)
         ENGINE.wait_until(lambda: all(w.posts.get(r, 0) > 0 for r in w.start_group))
@@ -712,6 +748,7 @@ class Win(Handle, BufferExporter):
             w.posts[r] -= 1
 
     def Complete(self):
+        """Complete an RMA access epoch started with Start."""
         w = self._impl()
         if w.start_group is None:
             raise Exception(ERR_RMA_SYNC, "Complete without Start")
@@ -724,6 +761,7 @@ class Win(Handle, BufferExporter):
         return all(w.completes.get(r, 0) > 0 for r in w.post_group)
 
     def Wait(self):
+        """Complete an RMA exposure epoch started with Post."""
         w = self._impl()
         if w.post_group is None:
             raise Exception(ERR_RMA_SYNC, "Wait without Post")
@@ -733,6 +771,7 @@ class Win(Handle, BufferExporter):
         w.post_group = None
 
     def Test(self):
+        """Test whether an RMA exposure epoch is complete."""
         w = self._impl()
         if w.post_group is None:
             raise Exception(ERR_RMA_SYNC, "Test without Post")
@@ -750,4 +789,4 @@ class Win(Handle, BufferExporter):
 
 
 WIN_NULL = Win._constant(None)
-Win._family = Win
+register_family(Win)

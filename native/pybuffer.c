@@ -6,7 +6,8 @@
  * defines _buffer_target(self) returning any object that exports a buffer
  * (a memoryview of the window memory, say); memoryview(obj) then views that
  * memory directly, no copy.  The view's .obj is the target object, which
- * keeps the memory alive for as long as the view exists. */
+ * keeps the memory alive for as long as the view exists.  A target of None
+ * exports an empty buffer owned by nobody (view.obj is None). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -16,6 +17,11 @@ exporter_getbuffer(PyObject *self, Py_buffer *view, int flags)
     PyObject *target = PyObject_CallMethod(self, "_buffer_target", NULL);
     if (target == NULL)
         return -1;
+    if (target == Py_None) {            /* no memory at all (MPI.BOTTOM ...) */
+        Py_DECREF(target);
+        static char empty[1];
+        return PyBuffer_FillInfo(view, NULL, empty, 0, 0, flags);
+    }
     int rc = PyObject_GetBuffer(target, view, flags);
     Py_DECREF(target);
     return rc;

@@ -68,17 +68,21 @@ def test_mpi_unit_objects():
     assert "UNIT OK" in proc.stdout
 
 
-def test_pytest_mpi_markers_under_the_launcher():
-    """pytest-mpi style markers: marked tests run with --with-mpi under
-    ucxpy-run, min_size is honoured, and without --with-mpi they skip."""
+def test_pytest_mpi_plugin_under_the_launcher():
+    """The real pytest-mpi plugin on mpi_shim (drop-in mpi4py): marked tests run
+    with --with-mpi under ucxpy-run, min_size is honoured, mpi_tmp_path is
+    shared, and without --with-mpi the MPI tests skip."""
     import re
-    from conftest import PROGS, run_job
+    from conftest import PROGS
     prog = os.path.join(PROGS, "mpi_marked_tests.py")
-    common = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-              "mpi_shim.pytest_plugin", prog]
-    proc = run_job(common + ["--with-mpi"], 2, timeout=120)
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    base = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "--as-mpi4py", "--timeout", "100"]
+    pytest_args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", prog]
+    proc = subprocess.run(base + ["-n", "2"] + pytest_args + ["--with-mpi"], env=env,
+                          capture_output=True, text=True, timeout=130, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(re.findall(r"4 passed, 1 skipped", proc.stdout)) == 2, proc.stdout
-    proc = run_job(common, 1, timeout=120)
+    proc = subprocess.run(base + ["-n", "1"] + pytest_args, env=env, capture_output=True,
+                          text=True, timeout=130, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 passed, 3 skipped" in proc.stdout, proc.stdout
+    assert "1 passed, 4 skipped" in proc.stdout, proc.stdout

@@ -138,6 +138,12 @@ class TagMatcher:
         out += [r for r in self.wild if r.source == source]
         return out
 
+    def requests_matching(self, tag: int, mask: int):
+        """Posted receives whose tag equals ``tag`` under ``mask``."""
+        out = [r for q in self.exact.values() for r in q if (r.tag ^ tag) & mask == 0]
+        out += [r for r in self.wild if (r.tag ^ tag) & mask == 0]
+        return out
+
     # -- unexpected queue -------------------------------------------------
     def find_unexpected(self, source: int, tag: int, mask: int, remove: bool):
         """Oldest unexpected message matching; removed from the queue if ``remove``."""

@@ -484,6 +484,16 @@ class Worker:
             return None
         return TagMessage(m) if remove else m.info
 
+    def fail_receives(self, tag: int, tag_mask: int, exc: BaseException) -> int:
+        """Complete every posted receive whose tag is ``tag`` under
+        ``tag_mask`` with ``exc`` (e.g. a communicator was revoked); returns
+        how many were failed."""
+        reqs = self.matcher.requests_matching(tag & FULL_MASK, tag_mask)
+        for req in reqs:
+            self.matcher.remove(req)
+            req.complete(exc=exc)
+        return len(reqs)
+
     def tag_peek(self, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
                  remove: bool = False):
         """Like :meth:`tag_probe_nb` without progressing: look at what has

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 impl, testdir, module, outdir = sys.argv[1:5]
 if impl == "shim":
-    sys.path[:0] = [os.path.join(ROOT, "tests", "mpi4py_adapter"), ROOT]
+    sys.path[:0] = [os.path.join(ROOT, "mpi_shim", "dropin"), ROOT]
 sys.path.insert(0, testdir)
 
 if os.environ.get("CONFORMANCE_TRACE_AFTER"):     # debugging hangs

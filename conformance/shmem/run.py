@@ -5,7 +5,7 @@ The shmem4py source distribution is fetched from PyPI at run time with
 ``pip download --no-deps --no-binary :all: shmem4py==VERSION`` into a cache
 directory outside the repository (``--cache``, default
 ``$XDG_CACHE_HOME/ucxpy-conformance``); nothing from it is committed.  Its
-``test/test_*.py`` files run unchanged: ``adapter/`` is put first on
+``test/test_*.py`` files run unchanged: ``shmem/dropin/`` (the shipped shmem4py drop-in) is put first on
 ``PYTHONPATH`` so ``from shmem4py import shmem`` resolves to our ``shmem``.
 Every file runs as a real job of 1, 2 and 4 PEs under the chosen launchers;
 each PE records per-test outcomes (see ``unittest_runner.py``) and a test
@@ -34,7 +34,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-ADAPTER = os.path.join(HERE, "adapter")
+ADAPTER = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shmem", "dropin")
 RUNNER = os.path.join(HERE, "unittest_runner.py")
 DEFAULT_VERSION = "1.0.0"
 
@@ -48,7 +48,7 @@ def fetch_suite(version: str, cache: str) -> str:
     """Directory holding shmem4py's ``test/`` files, downloading once."""
     dest = os.path.join(cache, f"shmem4py-{version}")
     tests = os.path.join(dest, "test")
-    if glob.glob(os.path.join(tests, "test_*.py")):
+    if glob.glob(os.path.join(tests, "test_*.py")) and os.path.isdir(os.path.join(dest, "demo")):
         return tests
     os.makedirs(cache, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
@@ -62,8 +62,8 @@ def fetch_suite(version: str, cache: str) -> str:
             sys.exit(f"could not download shmem4py=={version}:\n{r.stdout}\n{r.stderr}")
         with tarfile.open(sdists[0]) as tar:
             top = f"shmem4py-{version}/"
-            members = [m for m in tar.getmembers()
-                       if m.name.startswith(top + "test/") and m.isfile()]
+            members = [m for m in tar.getmembers() if m.isfile() and
+                       (m.name.startswith(top + "test/") or m.name.startswith(top + "demo/"))]
             for m in members:
                 m.name = m.name[len(top):]
             tar.extractall(dest, members=members, filter="data")
@@ -134,6 +134,23 @@ def run_file(path, npes, launcher, timeout, env):
         shutil.rmtree(outdir, ignore_errors=True)
 
 
+def run_demo(path, npes, launcher, timeout, env):
+    """Run one of shmem4py's demo programs unmodified; (ok, seconds, output)."""
+    if launcher == "ucxpy-run":
+        cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", str(npes),
+               "--timeout", str(timeout), "--as-shmem4py", sys.executable, path]
+    else:
+        cmd = ["mpiexec", "-n", str(npes), sys.executable, path]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, env=env, cwd=os.path.dirname(path), capture_output=True,
+                              text=True, timeout=timeout + 30)
+        ok, out = proc.returncode == 0, proc.stdout + proc.stderr
+    except subprocess.TimeoutExpired as e:
+        ok, out = False, f"killed after {timeout + 30} s\n{e.stdout or ''}"
+    return ok, time.monotonic() - t0, out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--version", default=DEFAULT_VERSION, help="shmem4py release to test against")
@@ -145,6 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--tls", default="", help="UCXPY_TLS for the jobs (e.g. self,tcp)")
     ap.add_argument("--timeout", type=int, default=300, help="seconds per job")
     ap.add_argument("--target", type=float, default=90.0, help="required pass percentage")
+    ap.add_argument("--demos", action="store_true",
+                    help="also run every demo/*.py program (must exit 0)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print failing tests")
     args = ap.parse_args(argv)
 
@@ -192,12 +211,30 @@ def main(argv=None) -> int:
                     if not result:
                         print("    " + (details.get("<import>") or out[-3000:]).replace(
                             "\n", "\n    "))
+    demo_bad = []
+    if args.demos:
+        demos = sorted(glob.glob(os.path.join(os.path.dirname(tests_dir), "demo", "**", "*.py"),
+                                 recursive=True))
+        for launcher in launchers:
+            for npes in nps:
+                for path in demos:
+                    ok, secs, out = run_demo(path, npes, launcher, args.timeout, env)
+                    name = os.path.relpath(path, os.path.dirname(tests_dir))
+                    print(f"{name:<26}{launcher:<11}{npes:>4}  {'OK' if ok else 'FAIL':<5}"
+                          f"{secs:>7.1f}", flush=True)
+                    if not ok:
+                        demo_bad.append(f"{name}@{npes}")
+                        if args.verbose:
+                            print("    " + out[-2000:].replace("\n", "\n    "))
+        print(f"DEMOS: {len(demos) * len(nps) * len(launchers) - len(demo_bad)}/"
+              f"{len(demos) * len(nps) * len(launchers)} ran OK"
+              + (f"; failed: {' '.join(demo_bad)}" if demo_bad else ""))
     ran = totals["passed"] + totals["failed"] + totals["errors"] + totals["hung"]
     pct = 100.0 * totals["passed"] / ran if ran else 0.0
     print(f"TOTAL: {totals['passed']}/{ran} passed ({pct:.1f}%), {totals['failed']} failed, "
           f"{totals['errors']} errors, {totals['hung']} hung/crashed, "
           f"{totals['skipped']} skipped")
-    return 0 if pct >= args.target else 1
+    return 0 if pct >= args.target and not demo_bad else 1
 
 
 if __name__ == "__main__":

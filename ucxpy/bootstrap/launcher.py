@@ -229,6 +229,7 @@ class Job:
         self.job_id = uuid.uuid4().hex[:12]
         self.ranks: list = []
         self.first_failure = None       # (rank, code) of the failure that ends the job
+        self.tolerated: list = []       # --fault-tolerant: (rank, code) of the failed ranks
         self.status = 0
         self.grace_deadline = None      # when the survivors of a failure get killed
         self.killing = False            # the whole job is being killed
@@ -264,6 +265,15 @@ class Job:
         self.addr = f"tcp://{host_part}:{self.service.port}"
 
         base_env = dict(os.environ)
+        dropins = [n for n, on in (("mpi4py", opts.as_mpi4py), ("shmem4py", opts.as_shmem4py))
+                   if on]
+        if dropins:
+            from mpi_shim.dropin import path as dropin_path
+            here = os.path.dirname(os.path.dirname(dropin_path("mpi4py")))
+            parts = [dropin_path(n) for n in dropins] + [here]
+            base_env["PYTHONPATH"] = os.pathsep.join(
+                parts + ([base_env["PYTHONPATH"]] if base_env.get("PYTHONPATH") else []))
+            os.environ["PYTHONPATH"] = base_env["PYTHONPATH"]    # spawned processes too
         if opts.tag_output:
             base_env.setdefault("PYTHONUNBUFFERED", "1")    # lines arrive as written
         for rank, (host, lrank, lsize) in enumerate(placement):
@@ -360,6 +370,10 @@ class Job:
         elif self.opts.verbose:
             _say(message)
         self.service.rank_gone(r.rank, code, message, fatal, group=r.group)
+        if fatal and self.opts.fault_tolerant and not self.killing:
+            # ULFM: the survivors are told (the notice above) and carry on
+            self.tolerated.append((r.label, code))
+            return
         if fatal and self.first_failure is None and not r.killed_by_us:
             self.first_failure = (r.label, code)
             self.status = exit_status(code)
@@ -522,6 +536,10 @@ class Job:
         return self._final_status()
 
     def _final_status(self) -> int:
+        if self.tolerated:
+            _say("fault-tolerant job: rank(s) " +
+                 ", ".join(f"{label} ({describe_exit(code)})" for label, code in self.tolerated) +
+                 " failed; the others carried on")
         if self.first_failure is not None:
             rank, code = self.first_failure
             killed = [r.label for r in self.ranks if r.killed_by_us]
@@ -531,7 +549,8 @@ class Job:
             return self.status or 1
         if self.status:
             return self.status
-        bad = [r for r in self.ranks if r.returncode != 0]
+        failed = {label for label, _ in self.tolerated}
+        bad = [r for r in self.ranks if r.returncode != 0 and r.label not in failed]
         if bad:     # e.g. killed after a timeout or a forwarded signal
             return exit_status(bad[0].returncode)
         return 0
@@ -557,6 +576,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--advertise", default=os.environ.get("UCXPY_RUN_ADVERTISE", ""),
                    help="address ranks use to reach the launcher (default: 127.0.0.1 "
                         "for local jobs, else the outward IP)")
+    p.add_argument("--as-mpi4py", action="store_true",
+                   help="run programs written for mpi4py on mpi_shim (the drop-in mpi4py "
+                        "package comes first on the ranks' PYTHONPATH)")
+    p.add_argument("--as-shmem4py", action="store_true",
+                   help="run programs written for shmem4py on ucxpy's shmem (drop-in)")
+    p.add_argument("--fault-tolerant", action="store_true",
+                   help="a rank that fails does not end the job: the others are told "
+                        "(ULFM: Comm.Revoke/Shrink/Agree) and the job's status is theirs")
     p.add_argument("--universe-size", type=int, default=0,
                    help="the MPI universe size ranks see (UNIVERSE_SIZE: how many processes "
                         "the job may grow to with MPI spawn; default max(N, CPUs))")
