@@ -126,11 +126,32 @@ class External32Representation(NativeRepresentation):
 
     def decode(self, msg: Msg, first: int, count: int, data, nbytes: int) -> int:
         tm = msg.dtype._h.typemap
-        whole = nbytes // self.element_size(msg)        # a partial element is dropped
+        per = self.element_size(msg)
+        whole, rest = divmod(nbytes, per)
+        stored = 0
         if whole:
-            ext = np.frombuffer(data, np.uint8, whole * self.element_size(msg))
+            ext = np.frombuffer(data, np.uint8, whole * per)
             _part(msg, first, whole).unpack(external32.decode(ext, tm, whole))
-        return whole * tm.size
+            stored = whole * tm.size
+        if rest and whole < count:
+            # the end of the file cut an element: its whole basic elements
+            part = np.zeros(per, np.uint8)
+            part[:rest] = np.frombuffer(data, np.uint8, rest, whole * per)
+            keep = tm.bytes_of(_ext32_elements_in(tm, rest))
+            _part(msg, first + whole, 1).unpack(external32.decode(part, tm, 1), keep)
+            stored += keep
+        return stored
+
+
+def _ext32_elements_in(tm, nbytes: int) -> int:
+    """Basic elements wholly inside the first ``nbytes`` external32 bytes of one element."""
+    sizes = np.array([ELEMENTS[c].ext32.itemsize for c in tm.codes.tolist()], np.int64)
+    ends = np.cumsum(tm.counts * sizes)
+    j = int(np.searchsorted(ends, nbytes, side="right"))
+    done = int(tm.counts[:j].sum())
+    if j < len(sizes):
+        done += (nbytes - (int(ends[j - 1]) if j else 0)) // int(sizes[j])
+    return done
 
 
 class UserRepresentation(NativeRepresentation):

@@ -303,6 +303,17 @@ def check_datareps():
     assert fh.Get_type_extent(MPI.LONG) == 4 and fh.Get_type_extent(MPI.INT) == 4
     expect_error(MPI.ERR_UNSUPPORTED_DATAREP, fh.Set_view, 0, MPI.LONG, MPI.LONG, "external32")
     expect_error(MPI.ERR_UNSUPPORTED_DATAREP, fh.Set_view, 0, MPI.INT, MPI.INT, "no-such-rep")
+    # the end of the file cuts a strided external32 read: the whole doubles arrive
+    own = MPI.File.Open(MPI.COMM_SELF, f"{fresh('ext32')}-{rank}", RW | MPI.MODE_DELETE_ON_CLOSE)
+    own.Set_view(0, MPI.DOUBLE, MPI.DOUBLE, "external32")
+    strided = MPI.DOUBLE.Create_vector(5, 1, 2).Commit()
+    own.Write_at(0, [np.arange(10.0), 1, strided])
+    own.Set_size(3 * 8 + 5)
+    got, status = np.zeros(10), MPI.Status()
+    own.Read_at(0, [got, 1, strided], status)
+    assert status.Get_count(MPI.DOUBLE) == 3 and np.array_equal(got, [0, 0, 2, 0, 4] + [0] * 5)
+    own.Close()
+    strided.Free()
     # a user representation: each element's bytes reversed in the file
     name = f"reversed-{size}"
 
