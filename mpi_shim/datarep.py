@@ -115,16 +115,20 @@ class External32Representation(NativeRepresentation):
                         "whose basic types change size in external32 is not supported")
 
     def stream_size(self, msg: Msg) -> int:
+        """File bytes of the message's data."""
         return msg.count * self.element_size(msg)
 
     def element_size(self, msg: Msg) -> int:
+        """File bytes of one element of the message."""
         return msg.dtype._h.typemap.ext32_layout()[0]
 
     def encode(self, msg: Msg, first: int, count: int):
+        """File bytes of elements ``[first, first + count)`` of ``msg``."""
         packed = np.frombuffer(_part(msg, first, count).pack(), np.uint8)
         return external32.encode(packed, msg.dtype._h.typemap, count)
 
     def decode(self, msg: Msg, first: int, count: int, data, nbytes: int) -> int:
+        """Store file bytes of elements of ``msg``; returns the memory bytes stored."""
         tm = msg.dtype._h.typemap
         per = self.element_size(msg)
         whole, rest = divmod(nbytes, per)
@@ -194,6 +198,7 @@ class UserRepresentation(NativeRepresentation):
                                     f"supported")
 
     def file_extent(self, datatype) -> int:
+        """File bytes between one element of ``datatype`` and the next."""
         impl = datatype._impl()
         tm = impl.typemap
         if all(self._element_extent(c) == ELEMENTS[c].size for c in tm.kinds()):
@@ -204,9 +209,11 @@ class UserRepresentation(NativeRepresentation):
                         f"whose basic types change size is not supported")
 
     def stream_size(self, msg: Msg) -> int:
+        """File bytes of the message's data."""
         return msg.count * self.element_size(msg)
 
     def element_size(self, msg: Msg) -> int:
+        """File bytes of one element of the message."""
         tm = msg.dtype._h.typemap
         return int(sum(int(n) * self._element_extent(int(c))
                        for c, n in zip(tm.codes, tm.counts)))
@@ -224,6 +231,7 @@ class UserRepresentation(NativeRepresentation):
                             f"{self.name!r} failed: {e!r}") from None
 
     def encode(self, msg: Msg, first: int, count: int):
+        """File bytes of elements ``[first, first + count)`` of ``msg``."""
         if self.write_fn is None:
             return super().encode(msg, first, count)
         filebuf = bytearray(count * self.element_size(msg))
@@ -232,6 +240,7 @@ class UserRepresentation(NativeRepresentation):
         return memoryview(filebuf)
 
     def decode(self, msg: Msg, first: int, count: int, data, nbytes: int) -> int:
+        """Store file bytes of elements of ``msg``; returns the memory bytes stored."""
         if self.read_fn is None:
             return super().decode(msg, first, count, data, nbytes)
         per = self.element_size(msg)

@@ -278,6 +278,7 @@ class FileImpl:
 
     # -- access checks ---------------------------------------------------------------------------
     def check_writable(self) -> None:
+        """Raise ERR_READ_ONLY for a file opened with MODE_RDONLY."""
         if self.amode & MODE_RDONLY:
             raise Exception(ERR_READ_ONLY, "the file was opened with MODE_RDONLY")
 
@@ -292,6 +293,7 @@ class FileImpl:
             self.check_not_sequential(f"{pointer} file offsets")
 
     def check_not_sequential(self, what: str) -> None:
+        """Raise ERR_UNSUPPORTED_OPERATION for ``what`` on a MODE_SEQUENTIAL file."""
         if self.amode & MODE_SEQUENTIAL:
             raise Exception(ERR_UNSUPPORTED_OPERATION, f"{what} are not supported on files "
                                                        f"opened with MODE_SEQUENTIAL")

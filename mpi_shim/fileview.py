@@ -92,7 +92,7 @@ class FileView:
         return self.file_byte(offset * self.esize)
 
     def span(self, start: int, nbytes: int):
-        """``(first, end)`` file bytes of stream bytes ``[start, start + nbytes)``."""
+        """The ``(first, end)`` file bytes of stream bytes ``[start, start + nbytes)``."""
         return self.file_byte(start), self.file_byte(start + nbytes - 1) + 1
 
     def runs(self, start: int, nbytes: int):
