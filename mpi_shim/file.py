@@ -286,7 +286,7 @@ class File(FileDataAccess, Handle):
                 _drop(view.etype)
                 _drop(view.filetype)
             raise error
-        impl.shared.update(lambda _current: 0)
+        impl.shared.update(lambda _current: 0, entered=True)      # the allgather above
         old, impl.view, impl.position = impl.view, view, 0
         _drop(old.etype)
         _drop(old.filetype)

@@ -63,13 +63,15 @@ class SharedPointer:
         """The pointer's value."""
         return self._atomic(0, SUM)
 
-    def update(self, compute) -> int:
+    def update(self, compute, entered: bool = False) -> int:
         """Set the pointer to ``compute(current value)`` (collective).
 
-        ``compute`` runs at rank 0; an MPI.Exception it raises is raised at
-        every rank.  Returns the new value.
+        ``compute`` runs at rank 0 once every member has called (``entered``:
+        the caller has just agreed with all of them); an MPI.Exception it
+        raises is raised at every rank.  Returns the new value.
         """
-        self.comm.Barrier()          # every earlier access of this pointer is done
+        if not entered:
+            self.comm.Barrier()      # every earlier access of this pointer is done
         outcome = None
         if self.rank == 0:
             try:
