@@ -308,3 +308,23 @@ def test_mpiexec_barrier_timeout():
             env=clean_env(EXPECT_BOOTSTRAP="mpi", STRAGGLER_SLEEP=4, UCXPY_BOOTSTRAP="mpi"))
     assert "rank 0: timeout missing=[]" in r.stdout, (r.stdout, r.stderr)
     assert "MPI barrier #0 timed out after 2 s" in r.stdout
+
+
+@pytest.mark.timeout(90)
+def test_mpiexec_pingpong_example_without_mpi4py(tmp_path):
+    """``mpiexec -n 2 python examples/pingpong.py`` with mpi4py made
+    unimportable (a stand-in package that raises ImportError comes first on
+    the path): the ranks wire up through hydra's PMI, not through MPI."""
+    exe = shutil.which("mpiexec")
+    if exe is None:
+        pytest.skip("mpiexec is not on PATH (pip install mpich)")
+    hidden = tmp_path / "hide" / "mpi4py"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text('raise ImportError("mpi4py is not installed here")\n')
+    env = clean_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hide"), env["PYTHONPATH"]])
+    r = run([exe, "-n", "2", sys.executable, str(ROOT / "examples" / "pingpong.py")], 80,
+            env=env)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert r.stdout.count("pingpong: 2 ranks OK") == 1, r.stdout
+    assert "pingpong        8 B over" in r.stdout, r.stdout

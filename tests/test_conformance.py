@@ -75,3 +75,11 @@ def test_shmem4py_suite_and_demos_against_shmem():
     rc, out = _run("shmem", "--launcher", "ucxpy-run", "--np", "2", "--demos")
     assert rc == 0, out[-3000:]
     assert "TOTAL:" in out and "DEMOS:" in out
+
+
+def test_shmem4py_demos_unmodified_at_4_pes():
+    """Every unmodified shmem4py demo (demo/ and demo/api/) at 4 PEs under
+    ucxpy-run through the shmem4py drop-in."""
+    rc, out = _run("shmem", "--launcher", "ucxpy-run", "--np", "4", "--demos-only")
+    assert rc == 0, out[-3000:]
+    assert "DEMOS:" in out and "FAIL" not in out, out[-3000:]

@@ -78,11 +78,67 @@ def test_pytest_mpi_plugin_under_the_launcher():
     env = dict(os.environ, PYTHONPATH=ROOT)
     base = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "--as-mpi4py", "--timeout", "100"]
     pytest_args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", prog]
-    proc = subprocess.run(base + ["-n", "2"] + pytest_args + ["--with-mpi"], env=env,
+    proc = subprocess.run(base + ["-n", "4"] + pytest_args + ["--with-mpi"], env=env,
                           capture_output=True, text=True, timeout=130, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert len(re.findall(r"4 passed, 1 skipped", proc.stdout)) == 2, proc.stdout
+    assert len(re.findall(r"4 passed, 1 skipped", proc.stdout)) == 4, proc.stdout
     proc = subprocess.run(base + ["-n", "1"] + pytest_args, env=env, capture_output=True,
                           text=True, timeout=130, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 passed, 4 skipped" in proc.stdout, proc.stdout
+
+
+@pytest.mark.parametrize("mode", ["pool", "spawn"])
+def test_futures_example(mode):
+    """examples/futures_pi.py, unmodified mpi4py.futures code on the drop-in:
+    with ``python -m mpi4py.futures`` on 4 ranks (ranks 1..3 are the workers)
+    and on 1 rank, where the workers are spawned through ucxpy-run."""
+    prog = os.path.join(ROOT, "examples", "futures_pi.py")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "--as-mpi4py",
+           "--timeout", "100"]
+    if mode == "pool":
+        cmd += ["-n", "4", sys.executable, "-m", "mpi4py.futures", prog]
+    else:
+        cmd += ["-n", "1", sys.executable, prog]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=130,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout and "pi ~ 3.14159265" in proc.stdout, proc.stdout
+
+
+def test_dropin_packages_resolve_to_ucxpy():
+    """``python -m mpi_shim.dropin --path`` names the directory whose mpi4py is
+    the shim: mpi4py.MPI there is mpi_shim.MPI, mpi4py.rc and get_include work,
+    and the shmem4py drop-in's shmem is ucxpy's."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    path = subprocess.run([sys.executable, "-m", "mpi_shim.dropin", "--path"], env=env,
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert path.returncode == 0, path.stderr
+    dropin = path.stdout.strip()
+    assert os.path.isdir(os.path.join(dropin, "mpi4py")), dropin
+    code = ("import mpi4py, mpi_shim.MPI as S; mpi4py.rc.threads = True; "
+            "from mpi4py import MPI; assert MPI is S, MPI; "
+            "assert MPI.COMM_WORLD.Get_size() == 1; "
+            "import os; assert os.path.isdir(mpi4py.get_include()); "
+            "import shmem4py.shmem as sh, shmem; assert sh.my_pe is shmem.my_pe; "
+            "print('DROPIN OK', MPI.Get_library_version().split()[0])")
+    env["PYTHONPATH"] = os.pathsep.join([dropin, os.path.join(ROOT, "shmem", "dropin"), ROOT])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DROPIN OK" in proc.stdout
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_thread_multiple_four_threads_per_rank(n):
+    """4 threads per rank exchange tagged messages on one communicator at
+    once and run collectives on their own Dups (tests/progs/mpi_threads.py)."""
+    from conftest import PROGS
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "ucxpy.bootstrap.launcher", "--as-mpi4py",
+                           "--timeout", "100", "-n", str(n), sys.executable,
+                           os.path.join(PROGS, "mpi_threads.py")],
+                          env=env, capture_output=True, text=True, timeout=130, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("THREADS OK") == n, proc.stdout

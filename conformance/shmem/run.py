@@ -164,14 +164,18 @@ def main(argv=None) -> int:
     ap.add_argument("--target", type=float, default=90.0, help="required pass percentage")
     ap.add_argument("--demos", action="store_true",
                     help="also run every demo/*.py program (must exit 0)")
+    ap.add_argument("--demos-only", action="store_true", help="run only the demo programs")
     ap.add_argument("-v", "--verbose", action="store_true", help="print failing tests")
     args = ap.parse_args(argv)
+    args.demos = args.demos or args.demos_only
 
     tests_dir = fetch_suite(args.version, args.cache)
     files = sorted(glob.glob(os.path.join(tests_dir, "test_*.py")))
     if args.files:
         wanted = {f if f.endswith(".py") else f + ".py" for f in args.files.split(",")}
         files = [f for f in files if os.path.basename(f) in wanted]
+    if args.demos_only:
+        files = []
     launchers = ["ucxpy-run", "mpiexec"] if args.launcher == "both" else args.launcher.split(",")
     nps = [int(x) for x in args.np.split(",")]
     env = dict(os.environ)
@@ -234,6 +238,8 @@ def main(argv=None) -> int:
     print(f"TOTAL: {totals['passed']}/{ran} passed ({pct:.1f}%), {totals['failed']} failed, "
           f"{totals['errors']} errors, {totals['hung']} hung/crashed, "
           f"{totals['skipped']} skipped")
+    if args.demos_only:
+        return 0 if not demo_bad else 1
     return 0 if pct >= args.target and not demo_bad else 1
 
 

@@ -1,7 +1,6 @@
 """``shmem4py.shmem`` for the conformance run: ucxpy's ``shmem`` plus the
 shmem4py internals its tests use.  See the package docstring."""
 import os as _os
-import types as _types
 
 import numpy as _np
 
@@ -13,9 +12,8 @@ from . import rc as _rc
 
 __all__ = list(_ours_all) + ["ffi", "lib"]
 
-#: the C-level constants shmem4py's tests read from its cffi ``lib``
-lib = _types.SimpleNamespace(SHMEM_TEAM_NUM_CONTEXTS=1, SHMEM_MAJOR_VERSION=MAJOR_VERSION,
-                             SHMEM_MINOR_VERSION=MINOR_VERSION)
+#: the C-level routines and constants (shmem4py's cffi ``lib``): see shmem4py.api
+from .api import lib  # noqa: E402
 
 _C_TYPES = {"b": "signed char", "h": "short", "i": "int", "l": "long", "q": "long long",
             "B": "unsigned char", "H": "unsigned short", "I": "unsigned int",
