@@ -20,7 +20,7 @@ from .engine import ENGINE
 _CLASSES = ("comm:Comm", "comm:Intracomm", "intercomm:Intercomm", "topo:Topocomm",
             "topo:Cartcomm", "topo:Graphcomm", "topo:Distgraphcomm", "request:Request",
             "request:Prequest", "request:Grequest", "p2p:Message", "win:Win", "file:File",
-            "session:Session")
+            "session:Session", "fileaccess:FileDataAccess")
 _installed = {"done": False}
 
 
