@@ -57,6 +57,10 @@ class FakeOwner:
         self.failed.append((ep, exc))
 
 
+#: the key the cross-process tests share with their children
+JOB_KEY = "tcp-test-job-key-0123456789"
+
+
 def make_config(**extra):
     cfg = Config()
     for k, v in extra.items():
@@ -370,12 +374,52 @@ def test_wrong_nonce_is_rejected(pair):
 
 # ------------------------------------------------------------ malformed input
 
-def raw_client(iface, hello=True):
+def recv_exactly(s, n):
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"EOF after {len(data)} of {n} handshake bytes")
+        data += chunk
+    return data
+
+
+def raw_client(iface, hello=True, key=None, progress=None):
+    """A blocking socket to ``iface``; with ``hello``, the whole handshake
+    done by hand with ``key`` (default: the interface's own, i.e. a member of
+    the job), progressing ``progress`` (default ``iface``) meanwhile."""
     ips, port, nonce = tcp.unpack_address(iface.address())
     s = socket.create_connection((ips[0], port), timeout=5)
     if hello:
-        s.sendall(tcp._HELLO.pack(tcp.HELLO_MAGIC, tcp.HELLO_VERSION, tcp.ROLE_CONNECTOR, nonce))
+        s.sendall(client_hello(nonce, CHALLENGE))
+        s.setblocking(False)
+        got = b""
+        deadline = time.monotonic() + 5
+        while len(got) < tcp._HELLO.size:
+            (progress or iface).progress()
+            try:
+                got += s.recv(tcp._HELLO.size - len(got))
+            except BlockingIOError:
+                assert time.monotonic() < deadline, "no hello from the interface"
+        s.setblocking(True)
+        s.settimeout(5)
+        peer_challenge = tcp._HELLO.unpack(got)[5]
+        s.sendall(client_proof(key or iface.key, CHALLENGE, peer_challenge, nonce))
     return s
+
+
+CHALLENGE = bytes(range(16))
+
+
+def client_hello(nonce, challenge=CHALLENGE, version=None):
+    return tcp._HELLO.pack(tcp.HELLO_MAGIC, version or tcp.HELLO_VERSION, tcp.ROLE_CONNECTOR,
+                           nonce, 0, challenge)
+
+
+def client_proof(key, nc, na, nonce, binding=b""):
+    from ucxpy import auth
+    return auth.tag(key, tcp._PROOF_LABEL[tcp.ROLE_CONNECTOR], nc, na,
+                    tcp._U32.pack(nonce), binding)
 
 
 def frame(am_id, header, payload, magic=tcp.FRAME_MAGIC, plen=None, hlen=None):
@@ -495,7 +539,7 @@ class EchoOwner:
     def conn_failed(self, ep, exc):
         pass
 
-iface = TcpInterface(EchoOwner(), Config())
+iface = TcpInterface(EchoOwner(), Config.from_env())
 if len(sys.argv) > 2:
     iface.connect(bytes.fromhex(sys.argv[2])).send(0, b"hello")
 print(iface.address().hex(), flush=True)
@@ -523,7 +567,8 @@ def children():
 
     def spawn(*args):
         p = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT), *args],
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, UCXPY_AUTH_KEY=JOB_KEY))
         procs.append(p)
         return p
 
@@ -540,7 +585,7 @@ def children():
 def test_two_processes_echo(children, am):
     child = children()
     owner = FakeOwner()
-    iface = TcpInterface(owner, make_config())
+    iface = TcpInterface(owner, make_config(auth_key=JOB_KEY))
     try:
         ep = iface.connect(bytes.fromhex(child.stdout.readline().strip()))
         data = [rand(n) for n in SIZES]
@@ -561,7 +606,7 @@ def test_two_processes_echo(children, am):
 @pytest.mark.parametrize("direction", ["we_connect", "child_connects"])
 def test_peer_killed_is_connection_lost(children, direction):
     owner = FakeOwner()
-    iface = TcpInterface(owner, make_config())
+    iface = TcpInterface(owner, make_config(auth_key=JOB_KEY))
     try:
         if direction == "we_connect":
             child = children()
@@ -634,7 +679,7 @@ def transport_half_rtt(iters, spawn, busy_poll=0.002):
     import select
     child = spawn()
     owner = FakeOwner()
-    iface = TcpInterface(owner, make_config())
+    iface = TcpInterface(owner, make_config(auth_key=JOB_KEY))
     try:
         ep = iface.connect(bytes.fromhex(child.stdout.readline().strip()))
         frames = owner.frames
