@@ -28,6 +28,8 @@ from ucxpy.transports import tcp  # noqa: E402
 from ucxpy.transports.base import MAX_HEADER, Caps  # noqa: E402
 from ucxpy.transports.tcp import TcpInterface  # noqa: E402
 
+from conftest import tcp_member_socket  # noqa: E402
+
 DIRECT = 7      # am_id the fake owner receives through recv_dest
 SIZES = [0, 1, 255, 256, 16 << 10, 1 << 20, 64 << 20]
 
@@ -374,52 +376,10 @@ def test_wrong_nonce_is_rejected(pair):
 
 # ------------------------------------------------------------ malformed input
 
-def recv_exactly(s, n):
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError(f"EOF after {len(data)} of {n} handshake bytes")
-        data += chunk
-    return data
-
-
-def raw_client(iface, hello=True, key=None, progress=None):
-    """A blocking socket to ``iface``; with ``hello``, the whole handshake
-    done by hand with ``key`` (default: the interface's own, i.e. a member of
-    the job), progressing ``progress`` (default ``iface``) meanwhile."""
-    ips, port, nonce = tcp.unpack_address(iface.address())
-    s = socket.create_connection((ips[0], port), timeout=5)
-    if hello:
-        s.sendall(client_hello(nonce, CHALLENGE))
-        s.setblocking(False)
-        got = b""
-        deadline = time.monotonic() + 5
-        while len(got) < tcp._HELLO.size:
-            (progress or iface).progress()
-            try:
-                got += s.recv(tcp._HELLO.size - len(got))
-            except BlockingIOError:
-                assert time.monotonic() < deadline, "no hello from the interface"
-        s.setblocking(True)
-        s.settimeout(5)
-        peer_challenge = tcp._HELLO.unpack(got)[5]
-        s.sendall(client_proof(key or iface.key, CHALLENGE, peer_challenge, nonce))
-    return s
-
-
-CHALLENGE = bytes(range(16))
-
-
-def client_hello(nonce, challenge=CHALLENGE, version=None):
-    return tcp._HELLO.pack(tcp.HELLO_MAGIC, version or tcp.HELLO_VERSION, tcp.ROLE_CONNECTOR,
-                           nonce, 0, challenge)
-
-
-def client_proof(key, nc, na, nonce, binding=b""):
-    from ucxpy import auth
-    return auth.tag(key, tcp._PROOF_LABEL[tcp.ROLE_CONNECTOR], nc, na,
-                    tcp._U32.pack(nonce), binding)
+def raw_client(iface, hello=True, key=None):
+    """A socket to ``iface`` that did the handshake by hand (as a member of
+    the job unless ``key`` says otherwise)."""
+    return tcp_member_socket(iface, hello=hello, key=key)[0]
 
 
 def frame(am_id, header, payload, magic=tcp.FRAME_MAGIC, plen=None, hlen=None):

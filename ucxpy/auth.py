@@ -124,6 +124,19 @@ def job_key(config) -> Optional[bytes]:
     return None
 
 
+def key_from_env(env=None) -> Optional[bytes]:
+    """The key ``UCXPY_AUTH_KEY`` / ``UCXPY_AUTH_KEY_FILE`` give, or None
+    (ConfigError if the file is unusable or the key too short)."""
+    env = os.environ if env is None else env
+    text = env.get(ENV_KEY, "")
+    if text:
+        key = text.encode("utf-8", "surrogateescape")
+        check_key(key)
+        return key
+    path = env.get(ENV_KEY_FILE, "")
+    return read_key_file(path) if path else None
+
+
 def interface_key(config) -> bytes:
     """The key a transport proves with: the job key, else :func:`process_key`."""
     return job_key(config) or process_key()

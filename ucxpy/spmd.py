@@ -13,8 +13,11 @@ and as a plain single process::
 from __future__ import annotations
 
 import atexit
+import dataclasses
 from typing import Optional
 
+from . import auth
+from .config import Config
 from .context import Context
 from .errors import InvalidRank
 from .request import Request, TagInfo
@@ -132,11 +135,32 @@ def init(config=None, timeout: float = 120.0, **overrides) -> World:
     if _world is not None and not _world.finalized:
         return _world
     from .bootstrap import from_env
-    context = Context(config, **overrides)
     boot = from_env()
+    try:
+        cfg = config if config is not None else Config.from_env(**overrides)
+        context = Context(job_config(cfg, boot, timeout))
+    except BaseException:
+        boot.close()
+        raise
     _world = World(boot, context, timeout)
     atexit.register(_atexit)
     return _world
+
+
+def job_config(config: Config, bootstrap, timeout=None) -> Config:
+    """``config`` completed with what the launcher knows: the job key (unless
+    the config has one) and, unless ``tcp_iface`` is set, the address
+    listeners bind (loopback for a single-host job).  Calls the bootstrap's
+    :meth:`~ucxpy.bootstrap.Bootstrap.job_key`, which may be collective."""
+    changes = {}
+    key = bootstrap.job_key(timeout)
+    if key and auth.job_key(config) is None:
+        changes["auth_key"] = key.decode("utf-8", "surrogateescape")
+    if not config.tcp_iface:
+        listen = bootstrap.listen_address()
+        if listen:
+            changes["tcp_iface"] = listen
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def _atexit():

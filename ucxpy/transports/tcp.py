@@ -149,6 +149,19 @@ def advertised_ipv4s(tcp_iface: str, keyed: bool = True) -> list:
     return [ip]
 
 
+def pack_hello(role: int, nonce: int, challenge: bytes) -> bytes:
+    """The 32-byte HELLO of ``role`` (see the module docstring)."""
+    return _HELLO.pack(HELLO_MAGIC, HELLO_VERSION, role, nonce, 0, challenge)
+
+
+def handshake_proof(key: bytes, role: int, connector_challenge: bytes,
+                    acceptor_challenge: bytes, nonce: int, binding: bytes = b"") -> bytes:
+    """The PROOF ``role`` sends: HMAC over both challenges, the acceptor's
+    interface nonce and the TLS binding (empty without TLS)."""
+    return auth.tag(key, _PROOF_LABEL[role], connector_challenge, acceptor_challenge,
+                    _U32.pack(nonce), binding)
+
+
 def pack_address(ips, port: int, nonce: int) -> bytes:
     return _ADDR.pack(ADDR_VERSION, len(ips), port, nonce) + b"".join(map(socket.inet_aton, ips))
 
@@ -502,7 +515,7 @@ class TcpEndpoint(TransportEndpoint):
     def _send_hello(self) -> None:
         role, nonce = ((ROLE_ACCEPTOR, self.iface.nonce) if self.accepted
                        else (ROLE_CONNECTOR, self._nonce))
-        self._hs_send(_HELLO.pack(HELLO_MAGIC, HELLO_VERSION, role, nonce, 0, self._challenge))
+        self._hs_send(pack_hello(role, nonce, self._challenge))
 
     def _hs_send(self, data: bytes) -> None:
         """Handshake messages are tiny and go into an empty socket buffer."""
@@ -521,8 +534,7 @@ class TcpEndpoint(TransportEndpoint):
             nc, na, nonce = self._peer_challenge, self._challenge, self.iface.nonce
         else:
             nc, na, nonce = self._challenge, self._peer_challenge, self._nonce
-        return auth.tag(self.iface.key, _PROOF_LABEL[role], nc, na, _U32.pack(nonce),
-                        self._binding)
+        return handshake_proof(self.iface.key, role, nc, na, nonce, self._binding)
 
     def _bad_hello(self, why: str) -> None:
         if self.accepted:
