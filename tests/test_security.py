@@ -172,7 +172,7 @@ def test_ucxpy_run_gives_every_rank_and_spawned_process_the_key():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("boot", ["pmi", "mpi"])
+@pytest.mark.parametrize("boot", ["pmi", "mpi"], ids=["pmi-wire", "mpi4py"])
 def test_mpiexec_rank0_makes_and_broadcasts_the_key(boot):
     import shutil
     if shutil.which("mpiexec") is None:
