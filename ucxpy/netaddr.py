@@ -58,10 +58,10 @@ def is_loopback(host: str) -> bool:
 
 
 def route_ipv4(towards: Optional[str] = None) -> Optional[str]:
-    """The local IP the kernel would use to reach ``towards`` (default: the
-    default route); None when nothing routes there.  Connecting a UDP
-    socket sends no packet."""
-    targets = [towards] if towards else ["10.255.255.255", "8.8.8.8"]
+    """The local IP the kernel would use to reach ``towards``, else the one
+    of the default route; None when nothing routes.  Connecting a UDP socket
+    sends no packet."""
+    targets = ([towards] if towards else []) + ["10.255.255.255", "8.8.8.8"]
     for target in targets:
         try:
             info = socket.getaddrinfo(target, 9, socket.AF_INET, socket.SOCK_DGRAM)[0]
@@ -70,7 +70,8 @@ def route_ipv4(towards: Optional[str] = None) -> Optional[str]:
                 ip = s.getsockname()[0]
         except OSError:
             continue
-        if ip != "0.0.0.0" and (towards and is_loopback(towards) or not is_loopback(ip)):
+        if ip != "0.0.0.0" and (target == towards and is_loopback(target)
+                                or not is_loopback(ip)):
             return ip
     return None
 

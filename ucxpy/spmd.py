@@ -92,12 +92,21 @@ class World:
         self._barrier_epoch = (self._barrier_epoch + 1) & 0xFFFF
         base = _BARRIER_TAG | (self._barrier_epoch << 8)
         dist, rnd, token = 1, 0, bytearray(1)
+        sent_on = []
         while dist < self.size:
             tag = base | rnd
             rreq = self.worker.tag_recv_nb(token, tag, FULL_MASK, (self.rank - dist) % self.size)
-            self.eps[(self.rank + dist) % self.size].tag_send(b"\0", tag, timeout)
+            ep = self.eps[(self.rank + dist) % self.size]
+            ep.tag_send(b"\0", tag, timeout)
+            sent_on.append(ep)
             rreq.wait(timeout)
             dist, rnd = dist * 2, rnd + 1
+        # A send completes once copied; on a connection still doing its
+        # handshake the frame waits in the transport, and a caller that
+        # blocks in something else next (a bootstrap collective) would
+        # never let it leave: make sure ours did.
+        for ep in sent_on:
+            ep.flush(timeout)
 
     def finalize(self, timeout: Optional[float] = 60.0) -> None:
         """Barrier, close every endpoint gracefully, release transports."""

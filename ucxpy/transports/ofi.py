@@ -96,7 +96,11 @@ Failure (RDM has no connection to break):
 
 Endpoint states::
 
-    state    event                               next
+    state           event                        next
+    authenticating  connector: valid CHALLENGE   open (AUTH, then the queued frames)
+                    acceptor: valid AUTH         open (frames reach the owner)
+    authenticating  proof fails                  failed (connector: conn_failed;
+                                                 acceptor: dropped, never the owner's)
     open     close(), queue empty                closed  (BYE sent)
     open     close(), frames queued              closing (BYE after the queue)
     open/closing  BYE / error completion /       failed  (conn_failed once)
