@@ -19,6 +19,44 @@ def transport_available(name: str) -> bool:
     return cls is not None and avail.available
 
 
+def tcp_member_socket(iface, progress=None, key=None, hello=True, challenge=None,
+                      timeout=5.0):
+    """A blocking socket to tcp interface ``iface``; with ``hello`` the whole
+    handshake is done by hand, proving with ``key`` (default: the
+    interface's own key, i.e. as a member of the job), calling ``progress``
+    (default ``iface.progress``) while the interface answers.  Returns
+    ``(socket, acceptor challenge)`` (None without hello)."""
+    import socket
+    from ucxpy.transports import tcp
+    ips, port, nonce = tcp.unpack_address(iface.address())
+    s = socket.create_connection((ips[0], port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if not hello:
+        return s, None
+    challenge = challenge or os.urandom(16)
+    s.sendall(tcp.pack_hello(tcp.ROLE_CONNECTOR, nonce, challenge))
+    s.setblocking(False)
+    got = b""
+    deadline = time.monotonic() + timeout
+    while len(got) < tcp._HELLO.size:
+        (progress or iface.progress)()
+        try:
+            chunk = s.recv(tcp._HELLO.size - len(got))
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise AssertionError("no hello from the tcp interface")
+            continue
+        if not chunk:
+            raise ConnectionError("the tcp interface closed during the handshake")
+        got += chunk
+    s.setblocking(True)
+    s.settimeout(timeout)
+    theirs = tcp._HELLO.unpack(got)[5]
+    s.sendall(tcp.handshake_proof(key or iface.key, tcp.ROLE_CONNECTOR, challenge, theirs,
+                                  nonce))
+    return s, theirs
+
+
 def drive(workers, cond, timeout=30.0):
     """Progress every worker in this process until ``cond()``; fail on timeout."""
     deadline = time.monotonic() + timeout

@@ -24,7 +24,7 @@ LAUNCHER = [sys.executable, "-m", "ucxpy.bootstrap.launcher"]
 _LAUNCH_VARS = ("UCXPY_RUN_ADDR", "UCXPY_RANK", "UCXPY_SIZE", "UCXPY_LOCAL_RANK",
                 "UCXPY_LOCAL_SIZE", "UCXPY_JOB_ID", "UCXPY_BOOTSTRAP",
                 "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "MPI_LOCALNRANKS",
-                "PMIX_RANK", "PMI_FD")
+                "PMIX_RANK", "PMI_FD", "UCXPY_AUTH_KEY", "UCXPY_AUTH_KEY_FILE")
 
 
 def clean_env(**extra):
@@ -112,7 +112,7 @@ def test_bootstrap_timeout_is_both_error_kinds():
 @pytest.mark.timeout(20)
 def test_unreachable_service_raises():
     env = clean_env(UCXPY_RUN_ADDR="tcp://127.0.0.1:9", UCXPY_RANK=0, UCXPY_SIZE=2,
-                    UCXPY_BOOTSTRAP_CONNECT_TIMEOUT=1)
+                    UCXPY_BOOTSTRAP_CONNECT_TIMEOUT=1, UCXPY_AUTH_KEY="k" * 32)
     t0 = time.monotonic()
     with pytest.raises(BootstrapError, match="unreachable"):
         bootstrap.from_env(env)

@@ -32,7 +32,7 @@ from ucxpy.address import WorkerAddress
 from ucxpy.errors import ProtocolError, RemoteAccessError, TransportUnavailable, UcxpyError
 from ucxpy.transports import tcp as tcp_mod
 
-from conftest import transport_available
+from conftest import tcp_member_socket, transport_available
 
 N = int(os.environ.get("FUZZ_EXAMPLES", "60"))
 FUZZ = settings(max_examples=N, deadline=None, derandomize=False, database=None,
@@ -115,13 +115,10 @@ def tcp_port_nonce(w):
 
 
 def raw_connect(w, hello=True):
-    port, nonce = tcp_port_nonce(w)
-    s = socket.create_connection(("127.0.0.1", port), timeout=5)
-    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if hello:
-        s.sendall(tcp_mod._HELLO.pack(tcp_mod.HELLO_MAGIC, tcp_mod.HELLO_VERSION,
-                                      tcp_mod.ROLE_CONNECTOR, nonce))
-    return s
+    """A socket to ``w``'s tcp interface, after a valid handshake (as a
+    member of the job) when ``hello``."""
+    iface = next(i for i in w.ifaces if i.name == "tcp")
+    return tcp_member_socket(iface, progress=w.progress, hello=hello)[0]
 
 
 def tcp_frame(am_id, header, payload=b""):

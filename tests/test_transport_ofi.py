@@ -59,10 +59,14 @@ class FakeOwner:
         self.failed.append((ep, exc))
 
 
+#: the job key the cross-process tests share with their children
+JOB_KEY = "ofi-test-job-key-0123456789"
+
+
 @pytest.fixture
 def two(provider):
     owners = [FakeOwner(), FakeOwner()]
-    cfg = Config.from_env({})
+    cfg = Config.from_env({}, auth_key=JOB_KEY)
     ifaces = [OfiInterface(o, cfg) for o in owners]
     yield ifaces, owners
     for i in ifaces:
@@ -176,7 +180,7 @@ def test_malformed_frame_fails_that_connection(two):
     slot = a._tx_free.pop()
     off = (slot - a._tx0) * a.slot_size
     ofi.PREFIX.pack_into(a._tx_view, off, ofi.FRAME_MAGIC, 1, ofi.KIND_DATA, 5, ep._tx_seq,
-                         999, ep.conn_id, a.uuid)
+                         999, ep.conn_id, a.uuid, ep.token)
     assert ofi.lib.uxofi_send(a._h, slot, a._tx_ptr + off, ofi.PREFIX.size + 8, a._tx_desc,
                               ep.fi_addr) == 0
     a._tx_owner[slot] = [ep, ofi.PREFIX.size + 8, 0]
@@ -254,7 +258,7 @@ class O:
     def recv_frame(self, *a): pass
     def recv_dest(self, *a): return None
     def conn_failed(self, *a): pass
-i = OfiInterface(O(), Config.from_env({}))
+i = OfiInterface(O(), Config.from_env())
 ep = i.connect(bytes.fromhex(sys.argv[2]))
 ep.send(3, b"", b"alive")
 print(i.address().hex(), flush=True)
@@ -266,7 +270,8 @@ while True:
 def test_peer_death_fails_endpoints(two):
     (a, _b), (oa, _ob) = two
     child = subprocess.Popen([sys.executable, "-c", CHILD, ROOT, a.address().hex()],
-                             stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+                             stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, UCXPY_AUTH_KEY=JOB_KEY))
     try:
         caddr = bytes.fromhex(child.stdout.readline().strip())
         drive([a], lambda: oa.frames)

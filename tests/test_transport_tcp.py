@@ -28,6 +28,8 @@ from ucxpy.transports import tcp  # noqa: E402
 from ucxpy.transports.base import MAX_HEADER, Caps  # noqa: E402
 from ucxpy.transports.tcp import TcpInterface  # noqa: E402
 
+from conftest import tcp_member_socket  # noqa: E402
+
 DIRECT = 7      # am_id the fake owner receives through recv_dest
 SIZES = [0, 1, 255, 256, 16 << 10, 1 << 20, 64 << 20]
 
@@ -55,6 +57,10 @@ class FakeOwner:
 
     def conn_failed(self, ep, exc):
         self.failed.append((ep, exc))
+
+
+#: the key the cross-process tests share with their children
+JOB_KEY = "tcp-test-job-key-0123456789"
 
 
 def make_config(**extra):
@@ -370,12 +376,10 @@ def test_wrong_nonce_is_rejected(pair):
 
 # ------------------------------------------------------------ malformed input
 
-def raw_client(iface, hello=True):
-    ips, port, nonce = tcp.unpack_address(iface.address())
-    s = socket.create_connection((ips[0], port), timeout=5)
-    if hello:
-        s.sendall(tcp._HELLO.pack(tcp.HELLO_MAGIC, tcp.HELLO_VERSION, tcp.ROLE_CONNECTOR, nonce))
-    return s
+def raw_client(iface, hello=True, key=None):
+    """A socket to ``iface`` that did the handshake by hand (as a member of
+    the job unless ``key`` says otherwise)."""
+    return tcp_member_socket(iface, hello=hello, key=key)[0]
 
 
 def frame(am_id, header, payload, magic=tcp.FRAME_MAGIC, plen=None, hlen=None):
@@ -495,7 +499,7 @@ class EchoOwner:
     def conn_failed(self, ep, exc):
         pass
 
-iface = TcpInterface(EchoOwner(), Config())
+iface = TcpInterface(EchoOwner(), Config.from_env())
 if len(sys.argv) > 2:
     iface.connect(bytes.fromhex(sys.argv[2])).send(0, b"hello")
 print(iface.address().hex(), flush=True)
@@ -523,7 +527,8 @@ def children():
 
     def spawn(*args):
         p = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT), *args],
-                             stdout=subprocess.PIPE, text=True)
+                             stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, UCXPY_AUTH_KEY=JOB_KEY))
         procs.append(p)
         return p
 
@@ -540,7 +545,7 @@ def children():
 def test_two_processes_echo(children, am):
     child = children()
     owner = FakeOwner()
-    iface = TcpInterface(owner, make_config())
+    iface = TcpInterface(owner, make_config(auth_key=JOB_KEY))
     try:
         ep = iface.connect(bytes.fromhex(child.stdout.readline().strip()))
         data = [rand(n) for n in SIZES]
@@ -561,7 +566,7 @@ def test_two_processes_echo(children, am):
 @pytest.mark.parametrize("direction", ["we_connect", "child_connects"])
 def test_peer_killed_is_connection_lost(children, direction):
     owner = FakeOwner()
-    iface = TcpInterface(owner, make_config())
+    iface = TcpInterface(owner, make_config(auth_key=JOB_KEY))
     try:
         if direction == "we_connect":
             child = children()
@@ -634,7 +639,7 @@ def transport_half_rtt(iters, spawn, busy_poll=0.002):
     import select
     child = spawn()
     owner = FakeOwner()
-    iface = TcpInterface(owner, make_config())
+    iface = TcpInterface(owner, make_config(auth_key=JOB_KEY))
     try:
         ep = iface.connect(bytes.fromhex(child.stdout.readline().strip()))
         frames = owner.frames

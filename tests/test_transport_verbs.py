@@ -2,6 +2,7 @@
 machine, and falling back cleanly where ibv_get_device_list finds nothing."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -280,3 +281,81 @@ def test_one_sided_bad_input_raises_before_touching_the_device():
     with pytest.raises(RemoteAccessError, match="misaligned"):
         ep.atomic64("cswap", 0x10004, key, 1, 0, lambda *a: None)
     assert ep.get(bytearray(0), 0x10000, key, None) is True         # nothing to move
+
+
+# -- authentication of the out-of-band exchange (no device: stand-in QPs) ------------
+
+class _AuthIface(_FakeIface):
+    def __init__(self, key, uuid):
+        super().__init__()
+        self.key, self.uuid, self.auth_failures = key, uuid, 0
+        self.lid, self.mtu, self.use_grh, self.gid = 1, 5, False, bytes(16)
+        self.slot_size = 4096
+        self.frames = []
+        self._poller = self
+
+    def unregister(self, fd):
+        pass
+
+    def local_qp_info(self, psn):
+        return {"psn": psn}
+
+    def recv_frame(self, ep, am_id, header, payload):
+        self.frames.append((am_id, bytes(payload)))
+
+
+class _StandInQp:
+    def __init__(self):
+        self.connected_to = None
+
+    def connect(self, local, remote):
+        self.connected_to = remote
+
+
+def _oob_endpoint(iface, sock, accepted, peer_uuid=0):
+    ep = _endpoint(iface, peer_uuid)
+    ep.sock, ep.accepted = sock, accepted
+    ep.state = verbs.ACCEPTING if accepted else verbs.CONNECTING
+    ep.qp_state, ep.qpn, ep.psn = _StandInQp(), 0x100 + accepted, 0x42
+    ep._oob_in, ep.authed, ep._held, ep._req_body = b"", False, [], b""
+    ep._nonce = os.urandom(16)
+    ep._rx_view = memoryview(bytearray(4 * iface.slot_size))
+    ep._post_recv = lambda slot: None
+    return ep
+
+
+def _handshake(ckey, akey):
+    import socket
+    s1, s2 = socket.socketpair()
+    con_if, acc_if = _AuthIface(ckey, 11), _AuthIface(akey, 22)
+    con = _oob_endpoint(con_if, s1, accepted=False, peer_uuid=22)
+    acc = _oob_endpoint(acc_if, s2, accepted=True)
+    # a frame reaches the accepted QP before the RTU: held, not delivered
+    verbs.PREFIX.pack_into(acc._rx_view, 0, verbs.FRAME_MAGIC, 9, 0, 0, 0, 5)
+    acc._rx_view[verbs._PSIZE:verbs._PSIZE + 5] = b"early"
+    con._on_oob_connected()                 # REQ
+    acc._on_oob_readable()                  # REP
+    acc._on_recv(0, verbs._PSIZE + 5)
+    assert acc_if.frames == [] and acc._held == [(0, verbs._PSIZE + 5)]
+    con._on_oob_readable()                  # checks REP; RTU
+    if con._exc is None:
+        acc._on_oob_readable()              # checks RTU
+    return con, acc, con_if, acc_if
+
+
+def test_oob_handshake_proves_the_job_key():
+    con, acc, con_if, acc_if = _handshake(b"k" * 32, b"k" * 32)
+    assert con.state == acc.state == verbs.ESTABLISHED and con.authed and acc.authed
+    assert acc_if.frames == [(9, b"early")]           # delivered once the RTU checked out
+    assert con.qp_state.connected_to["qpn"] == acc.qpn
+
+
+@pytest.mark.parametrize("wrong", ["acceptor", "connector"])
+def test_oob_handshake_with_a_wrong_key_fails(wrong):
+    from ucxpy.errors import ConnectionLost
+    keys = (b"k" * 32, b"x" * 32) if wrong == "acceptor" else (b"x" * 32, b"k" * 32)
+    con, acc, con_if, acc_if = _handshake(*keys)
+    # the connector checks the acceptor's proof first: either way it fails
+    assert isinstance(con._exc, ConnectionLost) and "authentication" in str(con._exc)
+    assert con_if.auth_failures == 1 and con.qp_state.connected_to is None
+    assert acc_if.frames == [] and not acc.authed          # nothing of it was delivered

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from .errors import ConfigError
 
@@ -55,8 +55,12 @@ class Config:
     timeout: float = 0.0
     #: seconds without traffic before a silent peer is suspected dead
     peer_timeout: float = 30.0
-    #: interface / address for tcp to listen on ("" = all, advertise hostname ip)
+    #: interface / address for tcp to listen on and advertise ("" = chosen per job:
+    #: loopback for a single-host job or a process without a job key, else the
+    #: address that routes to the launcher / the default route)
     tcp_iface: str = ""
+    #: encrypt tcp connections with TLS (certificates pinned through the job key)
+    tcp_tls: bool = False
     #: shm ring size per connection, bytes
     shm_ring_size: int = 1 << 21
     #: allow single-copy cross-process transfers (process_vm_readv)
@@ -67,6 +71,11 @@ class Config:
     log_level: str = "WARN"
     #: run a background progress thread (for RMA targets that do not progress)
     progress_thread: bool = False
+    #: the job key peers prove knowledge of (set by ucxpy-run; "" = none: this
+    #: process then only talks to itself); never printed
+    auth_key: str = field(default="", repr=False)
+    #: file holding the job key (used when auth_key is empty; mode 600)
+    auth_key_file: str = ""
 
     _CONVERT = {
         "tls": lambda s: tuple(x.strip() for x in s.split(",") if x.strip()),
@@ -81,6 +90,9 @@ class Config:
         "busy_poll": float,
         "log_level": str,
         "progress_thread": _parse_bool,
+        "tcp_tls": _parse_bool,
+        "auth_key": str,
+        "auth_key_file": str,
     }
 
     @classmethod
@@ -122,9 +134,20 @@ class Config:
                 raise ConfigError(f"UCXPY_{name.upper()} must be >= 0 (or -1/auto)")
         if self.shm_ring_size < 4096 or self.shm_ring_size & (self.shm_ring_size - 1):
             raise ConfigError("UCXPY_SHM_RING_SIZE must be a power of two >= 4096")
+        from . import auth
+        if isinstance(self.auth_key, bytes):
+            self.auth_key = self.auth_key.decode("utf-8", "surrogateescape")
+        if self.auth_key:
+            auth.check_key(self.auth_key.encode("utf-8", "surrogateescape"), "UCXPY_AUTH_KEY")
+        elif self.auth_key_file:
+            auth.read_key_file(self.auth_key_file)
 
     def items(self):
-        """(env name, value) pairs for ``ucxpy-info -c``."""
+        """(env name, value) pairs for ``ucxpy-info -c``; the key is masked."""
+        from .auth import MASK
         for f in fields(self):
             if not f.name.startswith("_"):
-                yield "UCXPY_" + f.name.upper(), getattr(self, f.name)
+                value = getattr(self, f.name)
+                if f.name == "auth_key" and value:
+                    value = MASK
+                yield "UCXPY_" + f.name.upper(), value

@@ -13,8 +13,11 @@ and as a plain single process::
 from __future__ import annotations
 
 import atexit
+import dataclasses
 from typing import Optional
 
+from . import auth
+from .config import Config
 from .context import Context
 from .errors import InvalidRank
 from .request import Request, TagInfo
@@ -89,12 +92,21 @@ class World:
         self._barrier_epoch = (self._barrier_epoch + 1) & 0xFFFF
         base = _BARRIER_TAG | (self._barrier_epoch << 8)
         dist, rnd, token = 1, 0, bytearray(1)
+        sent_on = []
         while dist < self.size:
             tag = base | rnd
             rreq = self.worker.tag_recv_nb(token, tag, FULL_MASK, (self.rank - dist) % self.size)
-            self.eps[(self.rank + dist) % self.size].tag_send(b"\0", tag, timeout)
+            ep = self.eps[(self.rank + dist) % self.size]
+            ep.tag_send(b"\0", tag, timeout)
+            sent_on.append(ep)
             rreq.wait(timeout)
             dist, rnd = dist * 2, rnd + 1
+        # A send completes once copied; on a connection still doing its
+        # handshake the frame waits in the transport, and a caller that
+        # blocks in something else next (a bootstrap collective) would
+        # never let it leave: make sure ours did.
+        for ep in sent_on:
+            ep.flush(timeout)
 
     def finalize(self, timeout: Optional[float] = 60.0) -> None:
         """Barrier, close every endpoint gracefully, release transports."""
@@ -132,11 +144,32 @@ def init(config=None, timeout: float = 120.0, **overrides) -> World:
     if _world is not None and not _world.finalized:
         return _world
     from .bootstrap import from_env
-    context = Context(config, **overrides)
     boot = from_env()
+    try:
+        cfg = config if config is not None else Config.from_env(**overrides)
+        context = Context(job_config(cfg, boot, timeout))
+    except BaseException:
+        boot.close()
+        raise
     _world = World(boot, context, timeout)
     atexit.register(_atexit)
     return _world
+
+
+def job_config(config: Config, bootstrap, timeout=None) -> Config:
+    """``config`` completed with what the launcher knows: the job key (unless
+    the config has one) and, unless ``tcp_iface`` is set, the address
+    listeners bind (loopback for a single-host job).  Calls the bootstrap's
+    :meth:`~ucxpy.bootstrap.Bootstrap.job_key`, which may be collective."""
+    changes = {}
+    key = bootstrap.job_key(timeout)
+    if key and auth.job_key(config) is None:
+        changes["auth_key"] = key.decode("utf-8", "surrogateescape")
+    if not config.tcp_iface:
+        listen = bootstrap.listen_address()
+        if listen:
+            changes["tcp_iface"] = listen
+    return dataclasses.replace(config, **changes) if changes else config
 
 
 def _atexit():

@@ -124,3 +124,18 @@ def test_api_layer_smoke_cross_host(make_cluster, prog, args, layer):
     c = make_cluster(2)
     p = c.run_job(prog, args, per_host=2, timeout=180, env={"EXPECT_NPES": "4"})
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-4000:]}\n{p.stderr[-4000:]}"
+
+
+def test_job_key_and_bound_addresses_cross_host(make_cluster):
+    """Every rank on every host gets the same job key (through the host
+    agent's environment, not its command line) and binds its tcp listener
+    to its host's own address, not to all interfaces; the service listens on
+    the advertised switch address only."""
+    import re
+    c = make_cluster(2)
+    p = c.run_job("sec_key.py", per_host=2, timeout=90)
+    keys = re.findall(r"KEY 0:(\d+) ([0-9a-f]{16}) (\S+) (\S+)", p.stdout)
+    assert p.returncode == 0 and len(keys) == 4, p.stdout + p.stderr
+    assert len({k[1] for k in keys}) == 1 and all(k[3] == "ok" for k in keys), keys
+    for rank, _h, listen, _ok in keys:
+        assert listen == c.ip(int(rank) // 2), keys

@@ -126,6 +126,39 @@ class Bootstrap:
         raise BootstrapError(f"the {self.kind} bootstrap cannot start new processes "
                              "(run the job under ucxpy-run to spawn)")
 
+    # -- security and placement (used by ucxpy.spmd before the worker exists) --
+    def job_key(self, timeout=None):
+        """The job key every rank of the job holds (bytes), or None where
+        this launcher gives none.  May be collective: every rank calls it,
+        once, at the same point (``ucxpy.init`` does)."""
+        return None
+
+    def listen_address(self):
+        """The local IP this rank's listeners should bind, or None to let
+        the transports decide (see :mod:`ucxpy.netaddr`)."""
+        return None
+
+    def _broadcast_job_key(self, timeout=None) -> bytes:
+        """Rank 0's key (``UCXPY_AUTH_KEY`` / its file, else a fresh one),
+        broadcast through the launcher's own channel; computed once."""
+        key = getattr(self, "_job_key", None)
+        if key is None:
+            from .. import auth
+            from ..errors import ConfigError
+            mine = None
+            if self.rank == 0:
+                try:
+                    mine = auth.key_from_env() or auth.generate_key().encode()
+                except ConfigError as e:
+                    raise BootstrapError(str(e)) from None
+            key = self._job_key = bytes(self.bcast(mine, root=0, timeout=timeout))
+        return key
+
+    def _placement_listen_address(self):
+        """Loopback when every rank is on this host, else the routed address."""
+        from ..netaddr import LOOPBACK, outward_ipv4
+        return LOOPBACK if self.local_size >= self.size else outward_ipv4()
+
     # -- failures and teardown ----------------------------------------------
     def check_failures(self) -> None:
         """Raise :class:`~ucxpy.errors.PeerFailure` if the launcher reported a

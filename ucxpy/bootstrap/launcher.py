@@ -12,7 +12,7 @@ Theory of operation
 The launcher binds a zmq ROUTER (requests from ranks) and a PUB socket
 (failure notices) on random ports, spawns N ranks with ``UCXPY_RUN_ADDR``,
 ``UCXPY_RANK``, ``UCXPY_SIZE``, ``UCXPY_LOCAL_RANK``, ``UCXPY_LOCAL_SIZE`` and
-``UCXPY_JOB_ID`` in their environment, then runs one loop that blocks in
+``UCXPY_JOB_ID`` and ``UCXPY_AUTH_KEY`` in their environment, then runs one loop that blocks in
 ``zmq.Poller.poll`` (woken early by SIGCHLD/SIGINT/SIGTERM through a wakeup
 pipe) and, each time it wakes, serves requests (see
 :mod:`ucxpy.bootstrap.zmq_boot` for the protocol), reaps children and checks
@@ -32,6 +32,17 @@ Job states::
     FAILING    grace timer expires                KILLING
     any        second SIGINT/SIGTERM              KILLING (SIGKILL at once)
     KILLING    SIGTERM to each rank's process group, SIGKILL 1 s later, then DONE
+
+Security: the job key (``UCXPY_AUTH_KEY``, 256 random bits from
+:mod:`secrets`, or the caller's own ``UCXPY_AUTH_KEY`` / ``UCXPY_AUTH_KEY_FILE``
+so that several jobs can talk) reaches the ranks only through their
+environment: never on a command line, in a log line or in ``-v`` output.
+With a host agent it rides in the agent's environment (``ip netns exec``,
+``sudo -E``, ``srun`` pass it on); ``ssh``/``rsh`` agents get it on the
+rank's stdin instead (their remote shell reads one line before starting
+the program).  The service binds loopback for a single-host job, otherwise
+the one address it advertises, and answers only requests signed with the
+key (see :mod:`ucxpy.bootstrap.rendezvous`).
 
 A rank that exits 0 before joining a collective fails that collective for the
 others too (after 1 s, in case its last message is still in flight), so an
@@ -62,8 +73,14 @@ import uuid
 import zmq
 
 try:    # keep `python ucxpy/bootstrap/launcher.py` usable, not only `-m`
+    from .. import auth
+    from ..errors import ConfigError
+    from ..netaddr import outward_ipv4
     from .rendezvous import RendezvousService, describe_exit
 except ImportError:     # pragma: no cover
+    from ucxpy import auth
+    from ucxpy.errors import ConfigError
+    from ucxpy.netaddr import outward_ipv4
     from ucxpy.bootstrap.rendezvous import RendezvousService, describe_exit
 
 PROG = "ucxpy-run"
@@ -99,6 +116,7 @@ class RankProcess:
         self.label = str(rank) if group == 0 else f"{group}:{rank}"
         self.local_rank, self.local_size = local_rank, local_size
         self.argv, self.env = argv, env
+        self.key_on_stdin = None        # ssh agents: the job key, written to stdin
         self.proc = None
         self.returncode = None
         self.killed_by_us = False
@@ -181,21 +199,12 @@ def _is_local(host: str) -> bool:
 
 def _outward_ip(towards=None) -> str:
     """The local IP the kernel would use to reach ``towards`` (or, failing
-    that, the default route); connecting a UDP socket sends no packet."""
-    for target in ([towards] if towards else []) + ["10.255.255.255", "8.8.8.8"]:
-        try:
-            info = socket.getaddrinfo(target, 9, socket.AF_INET, socket.SOCK_DGRAM)[0]
-            with socket.socket(info[0], socket.SOCK_DGRAM) as s:
-                s.connect(info[4])
-                ip = s.getsockname()[0]
-            if not ip.startswith("127.") and ip != "0.0.0.0":
-                return ip
-        except OSError:
-            continue
-    try:
-        return socket.gethostbyname(socket.gethostname())
-    except OSError:
-        return "127.0.0.1"
+    that, the default route)."""
+    return outward_ipv4(towards)
+
+
+def _is_ssh(agent_argv) -> bool:
+    return bool(agent_argv) and os.path.basename(agent_argv[0]) in ("ssh", "rsh")
 
 
 def rank_command(command, rank, host, agent, env_vars):
@@ -210,11 +219,15 @@ def rank_command(command, rank, host, agent, env_vars):
         for key, value in fields.items():   # plain replace: other braces stay as given
             part = part.replace(key, value)
         agent_argv.append(part)
-    # The agent may not carry our environment (ssh does not): pass it explicitly.
-    tail = ["env", *(f"{k}={v}" for k, v in env_vars.items()), *argv]
-    if os.path.basename(agent_argv[0]) in ("ssh", "rsh"):
-        # ssh hands its arguments to a remote shell: quote them
-        tail = [shlex.quote(t) for t in ["cd", os.getcwd()]] + ["&&"] + \
+    # The agent may not carry our environment (ssh does not): pass it
+    # explicitly -- all but the job key, which never goes on a command line
+    # (the agent's environment carries it, see Job._spawn).
+    tail = ["env", *(f"{k}={v}" for k, v in env_vars.items() if k != auth.ENV_KEY), *argv]
+    if _is_ssh(agent_argv):
+        # ssh hands its arguments to a remote shell: quote them; the shell
+        # reads the key from the first line of stdin
+        tail = [shlex.quote(t) for t in ["cd", os.getcwd()]] + \
+               ["&&", "IFS=", "read", "-r", auth.ENV_KEY, "&&", "export", auth.ENV_KEY, "&&"] + \
                [shlex.quote(t) for t in tail]
     return agent_argv + tail
 
@@ -226,7 +239,12 @@ class Job:
     def __init__(self, opts):
         self.opts = opts
         self.n = opts.np
-        self.job_id = uuid.uuid4().hex[:12]
+        self.job_id = uuid.uuid4().hex[:12]      # a label, not a secret
+        try:
+            key = auth.key_from_env()
+        except ConfigError as e:
+            raise SystemExit(f"{PROG}: {e}") from None
+        self.key = key or auth.generate_key().encode()
         self.ranks: list = []
         self.first_failure = None       # (rank, code) of the failure that ends the job
         self.tolerated: list = []       # --fault-tolerant: (rank, code) of the failed ranks
@@ -241,13 +259,20 @@ class Job:
 
     # -- setup -------------------------------------------------------------
     def _advertise(self, hosts):
+        """(address ranks dial, address the service binds): the same one --
+        loopback when nothing outside this host needs to reach us."""
         opts = self.opts
         if opts.advertise:
-            return opts.advertise, ("127.0.0.1" if opts.advertise.startswith("127.") else "*")
+            adv = opts.advertise
+            try:
+                return adv, socket.gethostbyname(adv)
+            except OSError:
+                return adv, adv
         remote = [h for h, _ in hosts if not _is_local(h)]
         if not remote and not opts.host_agent:
             return "127.0.0.1", "127.0.0.1"     # nothing outside needs to reach us
-        return _outward_ip(remote[0] if remote else None), "*"
+        adv = _outward_ip(remote[0] if remote else None)
+        return adv, adv
 
     def start(self):
         opts = self.opts
@@ -260,11 +285,17 @@ class Job:
         placement = place_ranks(self.n, hosts)
         self.universe = opts.universe_size or max(self.n, os.cpu_count() or 1)
         adv, bind = self._advertise(hosts)
-        self.service = RendezvousService(self.n, self.job_id, bind)
+        try:
+            self.service = RendezvousService(self.n, self.job_id, bind, key=self.key)
+        except zmq.ZMQError as e:
+            # an --advertise address that is not ours (NAT, a proxy): listen on
+            # every interface; the service still answers members only
+            _say(f"cannot bind {bind} ({e}); listening on all interfaces")
+            self.service = RendezvousService(self.n, self.job_id, "*", key=self.key)
         host_part = f"[{adv}]" if ":" in adv else adv
         self.addr = f"tcp://{host_part}:{self.service.port}"
 
-        base_env = dict(os.environ)
+        base_env = self._secret_env(os.environ)
         dropins = [n for n, on in (("mpi4py", opts.as_mpi4py), ("shmem4py", opts.as_shmem4py))
                    if on]
         if dropins:
@@ -285,7 +316,10 @@ class Job:
             }
             argv = rank_command(opts.command, rank, host, opts.host_agent, vars_)
             env = dict(base_env, **vars_)
-            self.ranks.append(RankProcess(rank, host, lrank, lsize, argv, env))
+            r = RankProcess(rank, host, lrank, lsize, argv, env)
+            if opts.host_agent and _is_ssh(shlex.split(opts.host_agent)):
+                r.key_on_stdin = self.key
+            self.ranks.append(r)
         if opts.verbose:
             _say(f"job {self.job_id}: {self.n} rank(s), service at {self.addr}")
         for r in self.ranks:
@@ -294,12 +328,22 @@ class Job:
             for t in r.readers:
                 t.start()
 
+    def _secret_env(self, env) -> dict:
+        """``env`` with the job key (and without a key file: ranks get the key)."""
+        env = dict(env)
+        env.pop(auth.ENV_KEY_FILE, None)
+        env[auth.ENV_KEY] = self.key.decode("utf-8", "surrogateescape")
+        return env
+
     def _spawn(self, r: RankProcess):
         tag = self.opts.tag_output
+        if r.key_on_stdin is not None:
+            stdin = subprocess.PIPE
+        else:
+            stdin = None if r.rank == 0 and r.group == 0 else subprocess.DEVNULL
         try:
             r.proc = subprocess.Popen(
-                r.argv, env=r.env, cwd=r.cwd,
-                stdin=None if r.rank == 0 and r.group == 0 else subprocess.DEVNULL,
+                r.argv, env=r.env, cwd=r.cwd, stdin=stdin,
                 stdout=subprocess.PIPE if tag else None,
                 stderr=subprocess.PIPE if tag else None,
                 start_new_session=True, preexec_fn=_set_pdeathsig)
@@ -308,6 +352,12 @@ class Job:
             r.returncode = 127
             self._on_exit(r)
             return False
+        if r.key_on_stdin is not None:
+            try:
+                r.proc.stdin.write(r.key_on_stdin + b"\n")
+                r.proc.stdin.close()
+            except OSError:
+                pass        # the agent died at once: its exit is reported
         if self.opts.verbose:
             _say(f"rank {r.label} pid {r.proc.pid}: {shlex.join(r.argv)}")
         if tag:
@@ -331,6 +381,7 @@ class Job:
                 continue
             total = sum(int(a["maxprocs"]) for a in apps)
             base_env = dict(os.environ)
+            base_env.pop(auth.ENV_KEY_FILE, None)
             new, errcodes, rank = [], [], 0
             for appnum, app in enumerate(apps):
                 codes = []
@@ -346,6 +397,7 @@ class Job:
                         vars_["UCXPY_PARENT_PORT"] = str(hdr["port"])
                     env = dict(base_env, **{str(k): str(v) for k, v in
                                             (app.get("env") or {}).items()}, **vars_)
+                    env[auth.ENV_KEY] = self.key.decode("utf-8", "surrogateescape")
                     r = RankProcess(rank, "localhost", rank, total, [str(a) for a in app["argv"]],
                                     env, group=gid, cwd=app.get("wdir") or None)
                     self.ranks.append(r)

@@ -127,6 +127,14 @@ class MpiBootstrap(Bootstrap):
         self._wait(self._comm.Ibcast([buf, MPI.BYTE], root=root), what, remaining)
         return bytes(buf)
 
+    def job_key(self, timeout=None) -> bytes:
+        """Rank 0 makes the job key (or takes ``UCXPY_AUTH_KEY``) and
+        broadcasts it through the launcher (collective)."""
+        return self._broadcast_job_key(timeout)
+
+    def listen_address(self):
+        return self._placement_listen_address()
+
     def check_failures(self) -> None:
         """No-op: the MPI launcher kills every rank when one fails."""
 

@@ -246,6 +246,14 @@ class PmiBootstrap(Bootstrap):
         self._fence(timeout)
         return bytes(data) if self.rank == root else self.get(f"ucxpy-bc{seq}", timeout)
 
+    def job_key(self, timeout=None) -> bytes:
+        """Rank 0 makes the job key (or takes ``UCXPY_AUTH_KEY``) and
+        broadcasts it through the launcher (collective)."""
+        return self._broadcast_job_key(timeout)
+
+    def listen_address(self):
+        return self._placement_listen_address()
+
     def check_failures(self) -> None:
         """No-op: the launcher kills every rank when one fails."""
 

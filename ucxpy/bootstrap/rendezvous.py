@@ -9,15 +9,34 @@ Processes belong to *groups*: group 0 is the job ``ucxpy-run`` started, and
 every ``SPAWN`` (MPI's ``Comm_spawn``) adds a group of its own, with its own
 ranks, collectives and failure bookkeeping.  The key-value store is shared by
 all groups (MPI's published names are seen by the whole job).
+
+Every request must carry a valid HMAC of the job key and come from a
+session that said HELLO exactly once, with request ids that only grow
+(:mod:`ucxpy.bootstrap.zmq_boot` describes the frames): anything else is
+dropped without an answer and counted in :attr:`RendezvousService.rejected`
+and ``ucxpy.auth.failures["rendezvous"]``.  Replies and the notices on the
+PUB socket are signed by the service.  Error replies (only ever sent to
+authenticated requests) never quote the job id or the key.
 """
 from __future__ import annotations
 
+import logging
 import signal
 import time
 
 import zmq
 
-from .zmq_boot import PROTOCOL_VERSION, decode_header, encode_header
+try:
+    from .. import auth
+    from .zmq_boot import (NOTICE_LABEL, PROTOCOL_VERSION, REPLY_LABEL, REQUEST_LABEL,
+                           SESSION_LEN, decode_header, encode_header)
+except ImportError:     # pragma: no cover - loaded as a top-level module
+    from ucxpy import auth
+    from ucxpy.bootstrap.zmq_boot import (NOTICE_LABEL, PROTOCOL_VERSION, REPLY_LABEL,
+                                          REQUEST_LABEL, SESSION_LEN, decode_header,
+                                          encode_header)
+
+log = logging.getLogger("ucxpy.rendezvous")
 
 #: a rank that exited 0 is treated as gone from collectives after this long
 CLEAN_EXIT_SETTLE = 1.0
@@ -61,8 +80,15 @@ class Group:
 class RendezvousService:
     """The KV and collective service ranks reach at ``UCXPY_RUN_ADDR``."""
 
-    def __init__(self, size: int, job_id: str, bind_host: str = "*"):
+    def __init__(self, size: int, job_id: str, bind_host: str = "127.0.0.1",
+                 key: bytes = b""):
+        if len(key) < auth.KEY_MIN:
+            raise ValueError("the rendezvous service needs a job key")
         self.size, self.job_id = size, job_id
+        self.key = bytes(key)
+        #: requests dropped: unsigned, wrongly signed, replayed or stale
+        self.rejected = 0
+        self.sessions: dict = {}        # session -> [group id, rank, last request id]
         self.groups = {0: Group(0, size)}
         self.spawn_requests: list = []  # (ident, req_id, gid, apps, header), for the launcher
         self.ctx = zmq.Context()
@@ -77,7 +103,6 @@ class RendezvousService:
         self.pub_port = self.pub.bind_to_random_port(bind)
         self.kv: dict = {}
         self.pending_gets: dict = {}    # key -> [(identity, req_id)]
-        self.identities: dict = {}      # identity -> (group id, rank)
         self.notices: list = []         # published PUB messages, re-sent periodically
         self.abort_request = None       # (rank, message, errorcode)
 
@@ -92,10 +117,14 @@ class RendezvousService:
         self.ctx.term()
 
     # -- replies -----------------------------------------------------------
-    def _reply(self, ident, req_id, status=b"OK", header=None, frames=()):
+    def _reply(self, ident, req_id, status=b"OK", header=None, frames=(), session=None):
+        """Send a signed reply; ``ident`` may be ``(identity, session)``."""
+        if session is None:
+            ident, session = ident
+        body = [req_id, status, encode_header(header or {}), *[bytes(f) for f in frames]]
+        mac = auth.sign_frames(self.key, REPLY_LABEL, [session, *body])
         try:
-            self.router.send_multipart(
-                [ident, req_id, status, encode_header(header or {}), *frames], copy=False)
+            self.router.send_multipart([ident, *body, mac], copy=False)
         except zmq.ZMQError:
             pass    # the rank is gone; nothing to tell it
 
@@ -110,21 +139,52 @@ class RendezvousService:
                 frames = self.router.recv_multipart(zmq.NOBLOCK, copy=True)
             except zmq.Again:
                 return
-            if len(frames) < 4:
+            request = self._authenticate(frames)
+            if request is None:
                 continue
-            ident, req_id, op = frames[0], frames[1], frames[2]
+            ident, req_id, op, header, payload = request
             try:
-                header = decode_header(frames[3])
-                self._dispatch(ident, req_id, op, header, frames[4:])
+                header = decode_header(header)
+                self._dispatch(ident, req_id, op, header, payload)
             except Exception as e:     # noqa: BLE001 - a bad request must not kill the job
                 self._error(ident, req_id, f"bad {op[:16]!r} request: {e}")
+
+    def _authenticate(self, frames):
+        """``((identity, session), req_id, op, header, payload)`` of a request
+        that is signed with the job key, from a known session (or a new one
+        saying HELLO) and newer than the session's last one; else None."""
+        if len(frames) < 6:
+            return self._drop("malformed request")
+        ident, body, session, mac = frames[0], frames[1:-2], frames[-2], frames[-1]
+        if len(session) != SESSION_LEN or len(body[0]) != 8:
+            return self._drop("malformed request")
+        if not auth.check(self.key, mac, REQUEST_LABEL, *body, session):
+            return self._drop("request not signed with the job key")
+        req_id, op, header, payload = body[0], body[1], body[2], body[3:]
+        n = int.from_bytes(req_id, "big")
+        state = self.sessions.get(session)
+        if op == b"HELLO":
+            if state is not None:
+                return self._drop("HELLO replayed")
+        elif state is None:
+            return self._drop("request of an unknown session")
+        elif n <= state[2]:
+            return self._drop("request replayed (old request id)")
+        if state is not None:
+            state[2] = n
+        return (ident, session), req_id, op, header, payload
+
+    def _drop(self, why):
+        self.rejected += 1
+        auth.refused("rendezvous", why)
+        return None
 
     def _dispatch(self, ident, req_id, op, hdr, payload):
         if op == b"HELLO":
             rank, gid = int(hdr["rank"]), int(hdr.get("group", 0))
             if hdr.get("job_id") != self.job_id:
-                return self._error(ident, req_id,
-                                   f"job id {hdr.get('job_id')!r} is not this job's ({self.job_id})")
+                # (the request is signed with this job's key: a launcher mix-up)
+                return self._error(ident, req_id, "the job id does not match this job's")
             grp = self.groups.get(gid)
             if grp is None:
                 return self._error(ident, req_id, f"group {gid} does not exist")
@@ -133,15 +193,12 @@ class RendezvousService:
                                    f"not fit a job of {grp.size}")
             if int(hdr.get("version", 0)) != PROTOCOL_VERSION:
                 return self._error(ident, req_id, "bootstrap protocol version mismatch")
-            self.identities[ident] = (gid, rank)
+            self.sessions[ident[1]] = [gid, rank, int.from_bytes(req_id, "big")]
             grp.connected.add(rank)
             failed = {str(r): g[1] for r, g in grp.gone.items() if g[2]}
             return self._reply(ident, req_id, header={"pub_port": self.pub_port,
                                                       "failed": failed})
-        who = self.identities.get(ident)
-        if who is None:
-            return self._error(ident, req_id, "request before HELLO")
-        gid, rank = who
+        gid, rank, _last = self.sessions[ident[1]]
         grp = self.groups[gid]
         if op == b"COLL":
             return self._collective(grp, rank, ident, req_id, hdr, payload)
@@ -261,7 +318,9 @@ class RendezvousService:
         self.expire()
 
     def publish(self, topic: bytes, header: dict) -> None:
+        """Send a notice to every rank, signed (ranks ignore unsigned ones)."""
         msg = [topic, encode_header(header)]
+        msg.append(auth.sign_frames(self.key, NOTICE_LABEL, msg))
         self.notices.append(msg)
         self.pub.send_multipart(msg)
 

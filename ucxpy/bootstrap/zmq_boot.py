@@ -9,8 +9,8 @@ Each rank holds one DEALER socket to the ROUTER and one SUB socket to the PUB.
 Requests and replies are multipart messages (the ROUTER adds/strips the
 peer identity frame)::
 
-    request:  [req_id (8 bytes, big endian), op, header (JSON), payload...]
-    reply:    [req_id, status, header (JSON), payload...]
+    request:  [req_id (8 bytes, big endian), op, header (JSON), payload..., session, mac]
+    reply:    [req_id, status, header (JSON), payload..., mac]
 
     op       header                      payload         reply payload
     HELLO    rank size job_id pid host   -               - (hdr: pub_port, failed)
@@ -28,6 +28,19 @@ peer identity frame)::
 
     status: OK | ERR (hdr: message) | PEERFAIL (hdr: rank, code, message)
 
+Authentication: ``session`` is 16 random bytes a rank draws once; ``mac`` is
+HMAC-SHA256 with the job key (``UCXPY_AUTH_KEY``, which ``ucxpy-run`` puts
+in every rank's environment) over the other frames, each length-prefixed,
+under the label ``REQUEST_LABEL``; a reply's mac covers the requester's
+session and the reply's frames (``REPLY_LABEL``).  The service drops,
+without answering, any request that is unsigned or wrongly signed, a second
+HELLO of a session, a request of a session that never said HELLO, and one
+whose ``req_id`` is not larger than the session's previous one (a replay).
+The rank ignores replies that are not signed by the service.  Notices on the
+PUB socket end with a mac over topic and header (``NOTICE_LABEL``); unsigned
+or wrongly signed ones are ignored.  Nothing is encrypted: the key itself
+never travels.
+
 ``group`` is 0 for the ranks ``ucxpy-run`` started and a new number for the
 processes of each SPAWN (``UCXPY_GROUP``); a group has its own ranks,
 collectives and failure notices, the key-value store is shared.
@@ -40,8 +53,8 @@ not contributed is known to be dead.  Because the socket is a DEALER, a reply
 that arrives after its request timed out is recognised by ``req_id`` and
 dropped, so a timeout never desynchronises the connection.
 
-The PUB socket carries ``[b"FAIL", {rank, code, message}]`` and ``[b"ABORT",
-{rank, message}]`` notices; the launcher repeats them while the job winds down
+The PUB socket carries ``[b"FAIL", {rank, code, message}, mac]`` and
+``[b"ABORT", {rank, message}, mac]`` notices; the launcher repeats them while the job winds down
 so that slow subscribers still see them.  :meth:`ZmqBootstrap.check_failures`
 reads them without blocking, at most once per ``check_interval`` seconds.
 """
@@ -56,12 +69,17 @@ import time
 
 import zmq
 
-from ..errors import BootstrapError, PeerFailure
+from .. import auth
+from ..errors import BootstrapError, ConfigError, PeerFailure
 from . import Bootstrap, BootstrapTimeout, resolve_timeout
 
 __all__ = ["ZmqBootstrap", "PROTOCOL_VERSION"]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+REQUEST_LABEL = b"ucxpy-rendezvous-2 request"
+REPLY_LABEL = b"ucxpy-rendezvous-2 reply"
+NOTICE_LABEL = b"ucxpy-rendezvous-2 notice"
+SESSION_LEN = 16
 
 #: seconds to wait for the launcher to answer HELLO
 CONNECT_TIMEOUT = 30.0
@@ -101,9 +119,14 @@ class ZmqBootstrap(Bootstrap):
 
     def __init__(self, addr: str, rank: int, size: int, local_rank: int = 0,
                  local_size: int = 1, job_id: str = "", connect_timeout=None,
-                 check_interval: float = 0.05, group: int = 0):
+                 check_interval: float = 0.05, group: int = 0, key: bytes = b""):
         if not 0 <= rank < size:
             raise BootstrapError(f"rank {rank} out of range for size {size}")
+        if len(key) < auth.KEY_MIN:
+            raise BootstrapError("no job key: UCXPY_AUTH_KEY is not set (ucxpy-run sets it "
+                                 "for its ranks)")
+        self.key = bytes(key)
+        self._session = auth.new_nonce()[:SESSION_LEN]
         self.addr = addr
         self.rank, self.size = int(rank), int(size)
         self.local_rank, self.local_size = int(local_rank), int(local_size)
@@ -168,11 +191,26 @@ class ZmqBootstrap(Bootstrap):
             connect_timeout = float(env.get("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT", CONNECT_TIMEOUT))
         except ValueError:
             raise BootstrapError("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT is not a number") from None
+        try:
+            key = auth.key_from_env(env) or b""
+        except ConfigError as e:
+            raise BootstrapError(str(e)) from None
         return cls(addr, rank=_env_int(env, "UCXPY_RANK"), size=size,
                    local_rank=_env_int(env, "UCXPY_LOCAL_RANK", 0),
                    local_size=_env_int(env, "UCXPY_LOCAL_SIZE", size),
                    job_id=env.get("UCXPY_JOB_ID", ""), connect_timeout=connect_timeout,
-                   group=_env_int(env, "UCXPY_GROUP", 0))
+                   group=_env_int(env, "UCXPY_GROUP", 0), key=key)
+
+    def job_key(self, timeout=None):
+        """The launcher's key, from the environment (no communication)."""
+        return self.key
+
+    def listen_address(self):
+        """Loopback when the launcher is (a single-host job), else the local
+        address that routes to the launcher."""
+        from ..netaddr import LOOPBACK, is_loopback, outward_ipv4
+        host = self.addr.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+        return LOOPBACK if is_loopback(host) else outward_ipv4(host)
 
     # -- request/reply -----------------------------------------------------
     def _call(self, op: str, header: dict, payload=(), timeout=None, what=None):
@@ -181,9 +219,10 @@ class ZmqBootstrap(Bootstrap):
             raise BootstrapError("bootstrap is closed")
         what = what or op.lower()
         req_id = next(self._req_ids).to_bytes(8, "big")
+        body = [req_id, op.encode(), encode_header(header), *[bytes(p) for p in payload]]
+        mac = auth.sign_frames(self.key, REQUEST_LABEL, [*body, self._session])
         with self._lock:
-            self._req.send_multipart(
-                [req_id, op.encode(), encode_header(header), *payload], copy=False)
+            self._req.send_multipart([*body, self._session, mac], copy=False)
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -192,8 +231,13 @@ class ZmqBootstrap(Bootstrap):
                 ms = 1000 if wait is None else int(min(wait, 1.0) * 1000) + 1
                 if self._req.poll(ms, zmq.POLLIN):
                     frames = self._req.recv_multipart()
-                    if len(frames) < 3 or frames[0] != req_id:
+                    if len(frames) < 4 or frames[0] != req_id:
                         continue        # stale reply to a request that timed out
+                    if not auth.check(self.key, frames[-1], REPLY_LABEL, self._session,
+                                      *frames[:-1]):
+                        auth.refused("rendezvous", "reply not signed by the launcher")
+                        continue
+                    frames = frames[:-1]
                     status, hdr = frames[1], decode_header(frames[2])
                     if status == b"OK":
                         return hdr, frames[3:]
@@ -295,9 +339,14 @@ class ZmqBootstrap(Bootstrap):
         try:
             while sub.poll(0, zmq.POLLIN):
                 frames = sub.recv_multipart()
-                if len(frames) < 2:
+                if len(frames) != 3 or not auth.check(self.key, frames[2], NOTICE_LABEL,
+                                                      frames[0], frames[1]):
+                    auth.refused("rendezvous", "notice not signed by the launcher")
                     continue
-                hdr = decode_header(frames[1])
+                try:
+                    hdr = decode_header(frames[1])
+                except ValueError:
+                    continue
                 if frames[0] in (b"FAIL", b"ABORT") and "rank" in hdr and \
                         int(hdr.get("group", 0)) == self.group:
                     self._note_failure(int(hdr["rank"]), hdr.get("message", ""))

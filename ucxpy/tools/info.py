@@ -113,12 +113,29 @@ def protocol_ranges(attrs, config) -> list:
 
 # --------------------------------------------------------------- default listing
 
+def describe_auth(config) -> str:
+    """One line on the job key (never the key itself)."""
+    from ..auth import job_key
+    from ..errors import ConfigError
+    try:
+        key = job_key(config)
+    except ConfigError as e:
+        return f"job key: unusable: {e}"
+    if key is None:
+        return ("job key: none (this process uses a random key of its own: "
+                "it talks only to itself; tcp listens on loopback)")
+    where = "UCXPY_AUTH_KEY" if config.auth_key else "UCXPY_AUTH_KEY_FILE"
+    tls = ", tcp encrypted with TLS" if config.tcp_tls else ""
+    return f"job key: set ({where}); tcp, ofi and the launcher's service authenticate peers{tls}"
+
+
 def print_transports(config, out) -> None:
     from .. import __version__
     from ..context import TRANSPORTS, load_transport
     print(f"# ucxpy version {__version__}  (python {sys.version.split()[0]}, "
           f"{os.uname().sysname} {os.uname().release}, host {socket.gethostname()})", file=out)
     print(f"# UCXPY_TLS={','.join(config.tls)}", file=out)
+    print(f"# {describe_auth(config)}", file=out)
     rows, notes = [], []
     for name in TRANSPORTS:
         cls, avail = load_transport(name, config)

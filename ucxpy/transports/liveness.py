@@ -49,6 +49,8 @@ class PidWatch:
             fd = os.pidfd_open(pid)
         except AttributeError:
             fd = -1
+        except (OverflowError, ValueError):
+            return False        # not a pid at all (a malformed peer address)
         except OSError as e:
             if e.errno == errno.ESRCH:
                 return False

@@ -16,18 +16,41 @@ Interface address (little-endian)::
     | len(provider) u8 | len(fabric) u8 | len(host id) u16 | len(name) u16
     | provider | fabric | host id | fi_getname() bytes
 
-RDM endpoints have no connections: ``connect()`` is one ``fi_av_insert``
-and the endpoint can send at once.  So that the receiver can tell frames of
-different endpoints apart (the core's FIFO unit), every frame starts with a
-24-byte prefix naming the sending interface (its uuid) and a connection id::
+RDM endpoints have no connections: ``connect()`` is one ``fi_av_insert``.
+So that the receiver can tell frames of different endpoints apart (the
+core's FIFO unit), every frame starts with a 32-byte prefix naming the
+sending interface (its uuid), a connection id and the connection's token::
 
     magic u16 | am_id u8 | kind u8 | header len u16 | seq u16 | payload len u32
-    | connection id u32 | sender uuid u64
+    | connection id u32 | sender uuid u64 | token u64
 
-The first frame of a connection is HELLO (payload: the connector's interface
-address), which creates the accepted endpoint on the peer; its frames carry
-``kind=REPLY`` and the connector's id.  ``close()`` sends BYE once the queue is
-drained; the peer reports that endpoint as lost, like EOF on tcp.
+Authentication.  Anyone who can reach the provider's address can send us a
+frame, so a connection proves membership of the job first (see
+:mod:`ucxpy.auth`), in three frames::
+
+    connector                                   acceptor
+    HELLO  (its interface address, Nc) ----->   pending endpoint (not the owner's yet)
+                       <----- CHALLENGE (Na, HMAC(key, "acceptor", Nc, Na, ids))
+    check; AUTH (HMAC(key, "connector", ...)) ->  check: endpoint open
+    frames flow (queued until now)  <-------->  frames flow
+
+``Nc``/``Na`` are fresh random nonces, ``ids`` the connection id and both
+uuids.  The *token* is a further HMAC of the same transcript, known only to
+the two sides: every frame after the challenge carries it, and a frame whose
+token does not match its connection is dropped before anything else looks
+at it (sequence numbers, malformed-frame handling), so nobody without the
+key can inject into, reorder or break an open connection.  HELLO and
+CHALLENGE carry token 0 (they cannot know it yet).  A failed proof drops
+the pending endpoint (acceptor) or fails the connection (connector), and is
+counted (``rejected``, ``auth_failures``, ``ucxpy.auth.failures["ofi"]``);
+pending endpoints are bounded (the oldest is dropped past
+:data:`MAX_PENDING`).  Accepted endpoints carry ``kind=REPLY`` frames and the
+connector's id.  ``close()`` sends BYE once the queue is drained; the peer
+reports that endpoint as lost, like EOF on tcp.
+
+Memory registrations get random 64-bit keys (the provider checks them on
+every one-sided access); the bounce buffers are registered for local access
+only, so no peer can read or write them one-sidedly.
 
 Frames travel in registered *bounce buffers*: ``rx_depth`` receive slots are
 pre-posted with ``fi_recv`` and re-posted after ``recv_frame`` returns;
@@ -73,7 +96,11 @@ Failure (RDM has no connection to break):
 
 Endpoint states::
 
-    state    event                               next
+    state           event                        next
+    authenticating  connector: valid CHALLENGE   open (AUTH, then the queued frames)
+                    acceptor: valid AUTH         open (frames reach the owner)
+    authenticating  proof fails                  failed (connector: conn_failed;
+                                                 acceptor: dropped, never the owner's)
     open     close(), queue empty                closed  (BYE sent)
     open     close(), frames queued              closing (BYE after the queue)
     open/closing  BYE / error completion /       failed  (conn_failed once)
@@ -82,16 +109,19 @@ Endpoint states::
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import mmap
 import os
 import random
+import secrets
 import socket
 import struct
 import time
 import weakref
 from typing import Callable, Optional
 
+from .. import auth
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .liveness import PidWatch
@@ -112,11 +142,19 @@ INTRA_HOST_PROVIDERS = ("shm",)
 
 _ADDR = struct.Struct("<4sBBHIQBBHH")
 _ADDR_MAGIC = b"UOFI"
-_VERSION = 1
-PREFIX = struct.Struct("<HBBHHIIQ")
+_VERSION = 2
+PREFIX = struct.Struct("<HBBHHIIQQ")
 _PSIZE = PREFIX.size
-FRAME_MAGIC = 0x0F1A
-KIND_DATA, KIND_HELLO, KIND_BYE, KIND_REPLY, KIND_REPLY_BYE = range(5)
+FRAME_MAGIC = 0x0F1B
+KIND_DATA, KIND_HELLO, KIND_BYE, KIND_REPLY, KIND_REPLY_BYE, KIND_CHALLENGE, KIND_AUTH = range(7)
+#: frames of these kinds travel from the acceptor to the connector
+_FROM_ACCEPTOR = (False, False, False, True, True, True, False)
+_HANDSHAKE = (KIND_HELLO, KIND_CHALLENGE, KIND_AUTH)
+_LABEL_ACC, _LABEL_CON = b"ucxpy-ofi-2 acceptor", b"ucxpy-ofi-2 connector"
+_LABEL_TOKEN = b"ucxpy-ofi-2 token"
+_NONCE = auth.NONCE_LEN
+#: connection requests (HELLO without AUTH yet) kept at once
+MAX_PENDING = 256
 _RKEY = struct.Struct("<4sQQQQB")
 _RKEY_MAGIC = b"OFK1"
 _RK_VIRT = 1
@@ -153,6 +191,24 @@ def provider_candidates() -> list:
     if not text:
         return list(DEFAULT_PROVIDERS)
     return [p.strip() for p in text.split(",") if p.strip()]
+
+
+@contextlib.contextmanager
+def _provider_env(provider: str, config):
+    """While a provider opens: ``FI_TCP_IFACE=lo`` for libfabric's tcp
+    provider when this process listens on loopback only (a single-host job,
+    see :mod:`ucxpy.netaddr`) and the user chose no device, so that the
+    provider listens on loopback too.  (Its domain-name hint is ignored under
+    ofi_rxm; the variable is read at every fi_getinfo.)"""
+    if getattr(config, "tcp_iface", "") != "127.0.0.1" or "FI_TCP_IFACE" in os.environ \
+            or os.environ.get("UCXPY_OFI_DOMAIN") or provider.split(";")[0] != "tcp":
+        yield
+        return
+    os.environ["FI_TCP_IFACE"] = "lo"
+    try:
+        yield
+    finally:
+        del os.environ["FI_TCP_IFACE"]
 
 
 def _local_host_id() -> bytes:
@@ -293,10 +349,14 @@ class OfiEndpoint(TransportEndpoint):
         self._exc: Optional[BaseException] = None
         self._closing = False
         self._closed = False
+        self.authed = False                     # the handshake completed
+        self._nonce = auth.new_nonce()          # our challenge
+        self._peer_nonce = b""
+        self.token = 0                          # carried by every frame after CHALLENGE
 
     def __repr__(self):
         state = "failed" if self._exc else "closed" if self._closed else \
-            "closing" if self._closing else "open"
+            "closing" if self._closing else "open" if self.authed else "authenticating"
         return (f"<OfiEndpoint peer pid {self.peer_pid} conn {self.conn_id} {state}"
                 f"{' accepted' if self.accepted else ''} queued={len(self._queue)}>")
 
@@ -325,7 +385,8 @@ class OfiEndpoint(TransportEndpoint):
                                   f"{self.iface.attrs.max_frame}")
         if not 0 <= am_id <= 255:
             raise ValueError(f"am_id {am_id} is not in 0..255")
-        if not self._queue and self.iface._post_frame(self, self._kind, am_id, header, payload):
+        if not self._queue and self.authed and \
+                self.iface._post_frame(self, self._kind, am_id, header, payload):
             return True
         return self._enqueue(self._kind, am_id, header, payload, on_complete)
 
@@ -348,6 +409,8 @@ class OfiEndpoint(TransportEndpoint):
         q = self._queue
         while q:
             kind, am_id, header, payload, cb = q[0]
+            if not self.authed and kind not in _HANDSHAKE:
+                break                   # frames wait for the handshake
             if not iface._post_frame(self, kind, am_id, header, payload):
                 break
             q.popleft()
@@ -355,7 +418,7 @@ class OfiEndpoint(TransportEndpoint):
             if cb is not None:
                 cb(None)
         rq = self._rma_queue
-        while rq:
+        while rq and self.authed:
             if not iface._post_rma(self, *rq[0]):
                 break
             rq.popleft()
@@ -410,7 +473,7 @@ class OfiEndpoint(TransportEndpoint):
                        release=(lambda: dead.append(reg)) if reg is not None else None)
         for o in offsets:
             piece = (op, is_read, address + o, min(chunk, n - o), desc, raddr + o, key)
-            if self._rma_queue or not self.iface._post_rma(self, *piece):
+            if self._rma_queue or not self.authed or not self.iface._post_rma(self, *piece):
                 self._rma_queue.append(piece)
                 self.iface._pending.add(self)
         return False
@@ -445,7 +508,8 @@ class OfiEndpoint(TransportEndpoint):
         self.iface._forget(self)
         fail_queued(queued, rq, exc)
         self.iface._fail_inflight_rma(self, exc)
-        if notify and was_open:
+        if notify and was_open and (self.authed or not self.accepted):
+            # (a pending accepted endpoint was never the owner's)
             self.iface.owner.conn_failed(self, exc)
 
 
@@ -477,8 +541,9 @@ class OfiInterface(Interface):
             a = ffi.new("uxofi_attrs_t *")
             err = ffi.new("char[]", lib.UXOFI_ERRLEN)
             dom = os.environ.get("UCXPY_OFI_DOMAIN", "").encode()
-            rc = lib.uxofi_open(prov.encode(), dom or ffi.NULL, nslots, h, a, err,
-                                lib.UXOFI_ERRLEN)
+            with _provider_env(prov, config):
+                rc = lib.uxofi_open(prov.encode(), dom or ffi.NULL, nslots, h, a, err,
+                                    lib.UXOFI_ERRLEN)
             if rc == 0:
                 self._h, self.fi = h[0], a
                 break
@@ -502,8 +567,12 @@ class OfiInterface(Interface):
         self.mr_local = bool(self.mr_mode & lib.FI_MR_LOCAL)
         self.key_limit = (1 << (8 * min(int(fi.mr_key_size) or 8, 8))) - 1
         self.max_rma = max(4096, min(int(fi.max_msg_size), 1 << 30))
-        self._keys = 0
+        self._keys = set()
         self.rejected = 0
+        #: handshakes whose proof did not match our key, frames with a wrong token
+        self.auth_failures = 0
+        self.key = auth.interface_key(self.config)
+        self._pending_auth = collections.OrderedDict()   # (uuid, conn) -> accepted ep
         self._mrs = []                    # our bounce-buffer registrations
         intra = any(p in self.provider.split(";") for p in INTRA_HOST_PROVIDERS)
         caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
@@ -607,16 +676,20 @@ class OfiInterface(Interface):
                 | lib.FI_REMOTE_READ | lib.FI_REMOTE_WRITE)
 
     def _next_key(self) -> int:
-        self._keys += 1
-        return (self.uuid + self._keys) & self.key_limit if self.key_limit < (1 << 63) \
-            else self._keys
+        """A random key no registration of ours uses: unguessable by peers."""
+        while True:
+            key = secrets.randbits(64) & self.key_limit
+            if key and key not in self._keys:
+                self._keys.add(key)
+                return key
 
     def _register_raw(self, ptr, length: int):
         mr = ffi.new("struct fid_mr **")
         key = ffi.new("uint64_t *")
         desc = ffi.new("void **")
-        rc = lib.uxofi_mr_reg(self._h, ptr, length, self._access(), self._next_key(),
-                              mr, key, desc)
+        # bounce buffers: local access only, no peer may read or write them
+        access = lib.FI_SEND | lib.FI_RECV | lib.FI_READ | lib.FI_WRITE
+        rc = lib.uxofi_mr_reg(self._h, ptr, length, access, self._next_key(), mr, key, desc)
         if rc:
             raise TransportUnavailable(f"ofi: fi_mr_reg of {length} bytes: {_errstr(rc)}")
         self._mrs.append(mr[0])
@@ -640,6 +713,7 @@ class OfiInterface(Interface):
     def _deregister(self, reg: _Registration) -> None:
         if reg.mr is not None and self._h is not None:
             lib.uxofi_mr_close(reg.mr)
+            self._keys.discard(reg.key)
         reg.mr = None
 
     def pack_local_key(self, buf) -> tuple:
@@ -686,26 +760,100 @@ class OfiInterface(Interface):
         ep = OfiEndpoint(self, peer, self._av(peer["name"]), conn, accepted=False)
         self._conns[conn] = ep
         self._watch(ep)
-        if not self._post_frame(ep, KIND_HELLO, 0, b"", self._address):
-            ep._enqueue(KIND_HELLO, 0, b"", self._address, None)
+        hello = self._address + ep._nonce
+        if not self._post_frame(ep, KIND_HELLO, 0, b"", hello):
+            ep._enqueue(KIND_HELLO, 0, b"", hello, None)
         return ep
 
-    def _accept(self, uuid: int, conn: int, payload) -> None:
+    # -- authentication (see the module docstring) ---------------------------------
+    def _transcript(self, ep: OfiEndpoint) -> tuple:
+        """(Nc, Na, conn id, connector uuid, acceptor uuid) as both sides see it."""
+        if ep.accepted:
+            nc, na, cu, au = ep._peer_nonce, ep._nonce, ep.peer_uuid, self.uuid
+        else:
+            nc, na, cu, au = ep._nonce, ep._peer_nonce, self.uuid, ep.peer_uuid
+        return nc, na, struct.pack("<IQQ", ep.conn_id, cu, au)
+
+    def _proof(self, ep: OfiEndpoint, label: bytes) -> bytes:
+        return auth.tag(self.key, label, *self._transcript(ep))
+
+    def _set_token(self, ep: OfiEndpoint) -> None:
+        tag = auth.tag(self.key, _LABEL_TOKEN, *self._transcript(ep))
+        ep.token = int.from_bytes(tag[:8], "little") or 1
+
+    def _refuse(self, why: str, uuid: int, conn: int) -> None:
+        self.rejected += 1
+        self.auth_failures += 1
+        auth.refused("ofi", why, f"interface {uuid:x} connection {conn}")
+
+    def _on_hello(self, uuid: int, conn: int, payload) -> None:
+        """A connection request: open a pending endpoint and challenge it."""
+        payload = bytes(payload)
         try:
-            peer = unpack_address(payload)
+            if len(payload) <= _NONCE:
+                raise ValueError("HELLO too short")
+            peer = unpack_address(payload[:-_NONCE])
             if peer["uuid"] != uuid or peer["provider"] != self.provider:
                 raise ValueError("HELLO does not match its sender")
             fa = self._av(peer["name"])
         except (ValueError, ConnectionLost) as e:
             self.rejected += 1
-            log.warning("ofi: connection request refused: %s", e)
+            log.debug("ofi: connection request refused: %s", e)
             return
-        ep = OfiEndpoint(self, peer, fa, conn, accepted=True)
         old = self._accepted.get((uuid, conn))
         if old is not None:
-            old._fail(ProtocolError("ofi peer reused a connection id"))
-        self._accepted[(uuid, conn)] = ep
+            if old.authed:      # somebody replays or forges an old request
+                return self._refuse("HELLO for an open connection", uuid, conn)
+            old._fail(ConnectionLost("ofi: connection request superseded"), notify=False)
+        while len(self._pending_auth) >= MAX_PENDING:
+            _key, oldest = self._pending_auth.popitem(last=False)
+            self._refuse("too many pending connection requests: oldest dropped",
+                         oldest.peer_uuid, oldest.conn_id)
+            oldest._fail(ConnectionLost("ofi: connection request dropped"), notify=False)
+        ep = OfiEndpoint(self, peer, fa, conn, accepted=True)
+        ep._peer_nonce = payload[-_NONCE:]
+        self._set_token(ep)
+        self._accepted[(uuid, conn)] = self._pending_auth[(uuid, conn)] = ep
+        # HELLO was the stream's seq 0; the rest comes in order from 1
+        self._streams[(False, uuid, conn)] = [1, {}, True]
         self._watch(ep)
+        challenge = ep._nonce + self._proof(ep, _LABEL_ACC)
+        if not self._post_frame(ep, KIND_CHALLENGE, 0, b"", challenge):
+            ep._enqueue(KIND_CHALLENGE, 0, b"", challenge, None)
+
+    def _on_challenge(self, uuid: int, conn: int, payload) -> None:
+        """The acceptor's answer to our HELLO: check its proof, send ours."""
+        ep = self._conns.get(conn)
+        if ep is None or ep.peer_uuid != uuid or ep.authed or ep._exc is not None:
+            return self._refuse("unexpected CHALLENGE", uuid, conn)
+        payload = bytes(payload)
+        if len(payload) != _NONCE + auth.TAG_LEN:
+            self._refuse("malformed CHALLENGE", uuid, conn)
+            return ep._fail(ConnectionLost("ofi: peer sent a malformed handshake"))
+        ep._peer_nonce = payload[:_NONCE]
+        if not auth.check(self.key, payload[_NONCE:], _LABEL_ACC, *self._transcript(ep)):
+            self._refuse("acceptor's proof does not match the job key", uuid, conn)
+            return ep._fail(ConnectionLost(
+                f"ofi: peer pid {ep.peer_pid} failed authentication (not a member of this job)"))
+        self._set_token(ep)
+        self._streams[(True, uuid, conn)] = [1, {}, True]
+        ep.authed = True
+        proof = self._proof(ep, _LABEL_CON)
+        ep._queue.appendleft((KIND_AUTH, 0, b"", proof, None))   # before any queued frame
+        self._pending.add(ep)
+        ep._flush()
+
+    def _on_auth(self, ep: OfiEndpoint, payload) -> None:
+        if ep.authed or not ep.accepted:
+            return self._refuse("unexpected AUTH", ep.peer_uuid, ep.conn_id)
+        self._pending_auth.pop((ep.peer_uuid, ep.conn_id), None)
+        if not auth.check(self.key, bytes(payload), _LABEL_CON, *self._transcript(ep)):
+            self._refuse("connector's proof does not match the job key", ep.peer_uuid,
+                         ep.conn_id)
+            return ep._fail(ConnectionLost("ofi: peer failed authentication"), notify=False)
+        ep.authed = True
+        if ep._queue or ep._rma_queue:
+            self._pending.add(ep)
 
     def _forget(self, ep: OfiEndpoint) -> None:
         st = self._streams.get((not ep.accepted, ep.peer_uuid, ep.conn_id))
@@ -716,6 +864,8 @@ class OfiInterface(Interface):
                 for slot, _len in stash.values():
                     self._post_recv(slot)
         if ep.accepted:
+            if self._pending_auth.get((ep.peer_uuid, ep.conn_id)) is ep:
+                del self._pending_auth[(ep.peer_uuid, ep.conn_id)]
             if self._accepted.get((ep.peer_uuid, ep.conn_id)) is ep:
                 del self._accepted[(ep.peer_uuid, ep.conn_id)]
         elif self._conns.get(ep.conn_id) is ep:
@@ -757,7 +907,8 @@ class OfiInterface(Interface):
         plen = len(payload) if type(payload) is bytes else payload.nbytes
         view = self._tx_view
         PREFIX.pack_into(view, off, FRAME_MAGIC, am_id, kind, hlen, ep._tx_seq, plen,
-                         ep.conn_id, self.uuid)
+                         ep.conn_id, self.uuid,
+                         0 if kind == KIND_HELLO or kind == KIND_CHALLENGE else ep.token)
         start = off + _PSIZE
         if hlen:
             view[start:start + hlen] = header
@@ -924,14 +1075,37 @@ class OfiInterface(Interface):
             log.warning("ofi: runt frame of %d bytes dropped", length)
             self._post_recv(slot)
             return 0
-        magic, _am, kind, _hl, seq, _pl, conn, uuid = PREFIX.unpack_from(self._rx_view, off)
-        if magic != FRAME_MAGIC or kind > KIND_REPLY_BYE:
-            self._bad_frame(kind, conn, uuid, "bad frame magic or kind")
+        magic, _am, kind, hlen, seq, plen, conn, uuid, token = \
+            PREFIX.unpack_from(self._rx_view, off)
+        if magic != FRAME_MAGIC or kind > KIND_AUTH:
+            self.rejected += 1
+            log.debug("ofi: frame with bad magic or kind dropped")
+            self._post_recv(slot)
+            return 0
+        if kind == KIND_HELLO or kind == KIND_CHALLENGE:
+            # handshake frames open a stream (seq 0); they cannot carry a token
+            if _PSIZE + hlen + plen == length and not hlen:
+                start = off + _PSIZE
+                (self._on_hello if kind == KIND_HELLO else self._on_challenge)(
+                    uuid, conn, self._rx_view[start:start + plen])
+            else:
+                self.rejected += 1
+            self._post_recv(slot)
+            return 0
+        from_acceptor = _FROM_ACCEPTOR[kind]
+        ep = self._conns.get(conn) if from_acceptor else self._accepted.get((uuid, conn))
+        if ep is None or ep.peer_uuid != uuid:
+            self.rejected += 1
+            log.debug("ofi: frame for unknown connection %d of %x dropped", conn, uuid)
+            self._post_recv(slot)
+            return 0
+        if token != ep.token or not ep.token:
+            self._refuse("frame with a wrong token", uuid, conn)
             self._post_recv(slot)
             return 0
         # Completions may come out of order (ofi_rxm moves big messages by its
         # own rendezvous), so each stream's frames are put back in order.
-        key = (kind >= KIND_REPLY, uuid, conn)
+        key = (from_acceptor, uuid, conn)
         st = self._streams.get(key)
         if st is None:
             st = self._streams[key] = [0, {}, True]
@@ -959,7 +1133,10 @@ class OfiInterface(Interface):
             off = slot * self.slot_size
 
     def _bad_frame(self, kind, conn, uuid, why) -> None:
-        ep = self._conns.get(conn) if kind >= KIND_REPLY else self._accepted.get((uuid, conn))
+        """A malformed frame that carried its connection's token (so came
+        from the peer itself) fails that connection."""
+        ep = self._conns.get(conn) if _FROM_ACCEPTOR[kind] else \
+            self._accepted.get((uuid, conn))
         if ep is not None and ep.peer_uuid == uuid:
             ep._fail(ProtocolError(f"ofi: malformed frame from peer pid {ep.peer_pid}: {why}"))
         else:
@@ -968,14 +1145,11 @@ class OfiInterface(Interface):
 
     def _deliver(self, off: int, length: int) -> None:
         view = self._rx_view
-        magic, am_id, kind, hlen, _seq, plen, conn, uuid = PREFIX.unpack_from(view, off)
+        magic, am_id, kind, hlen, _seq, plen, conn, uuid, _token = PREFIX.unpack_from(view, off)
         if _PSIZE + hlen + plen != length:
             self._bad_frame(kind, conn, uuid, f"lengths {hlen}+{plen} do not add up to {length}")
             return
-        if kind == KIND_HELLO:
-            self._accept(uuid, conn, view[off + _PSIZE + hlen:off + length])
-            return
-        if kind >= KIND_REPLY:
+        if _FROM_ACCEPTOR[kind]:
             ep = self._conns.get(conn)
             if ep is not None and ep.peer_uuid != uuid:
                 ep = None
@@ -983,11 +1157,16 @@ class OfiInterface(Interface):
             ep = self._accepted.get((uuid, conn))
         if ep is None:
             self.rejected += 1
-            log.info("ofi: frame for unknown connection %d of %x dropped", conn, uuid)
+            log.debug("ofi: frame for unknown connection %d of %x dropped", conn, uuid)
             return
+        if kind == KIND_AUTH:
+            return self._on_auth(ep, view[off + _PSIZE + hlen:off + length])
         if kind in (KIND_BYE, KIND_REPLY_BYE):
-            ep._fail(ConnectionLost(f"ofi peer pid {ep.peer_pid} closed the connection"))
+            ep._fail(ConnectionLost(f"ofi peer pid {ep.peer_pid} closed the connection"),
+                     notify=ep.authed or not ep.accepted)
             return
+        if not ep.authed:
+            return self._refuse("frame before the handshake completed", uuid, conn)
         if ep._closed:
             return
         start = off + _PSIZE

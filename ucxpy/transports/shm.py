@@ -14,6 +14,15 @@ sleep), maps the segment, *unlinks it immediately* (so a killed process never
 leaks it) and creates the accepted endpoint.  The kernel stamps datagrams with
 the sender's credentials; only processes of our own uid are accepted.
 
+Security: the boundary is the user, as for ptrace and CMA (a process of the
+same uid could read our memory anyway), so shm needs no job key.  Segments
+are created ``O_EXCL`` with mode 0600; a segment is mapped only if it is a
+regular file owned by our uid that nobody else may access; connection
+requests and refusals (NACK) count only when the kernel-stamped sender is
+of our uid (others are dropped and counted in ``rejected`` and
+``ucxpy.auth.failures["shm"]``).  Wake-ups are accepted from anyone: they
+only make us look at our rings.
+
 Connection states (per endpoint)::
 
     state      event                              next
@@ -57,11 +66,13 @@ import os
 import re
 import secrets
 import socket
+import stat
 import struct
 import time
 from collections import deque
 from typing import Callable, Optional
 
+from .. import auth
 from .._native import ffi, lib
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
                       RemoteAccessError)
@@ -279,10 +290,17 @@ class ShmSegment:
     def open(cls, name: str, capacity: int) -> "ShmSegment":
         """Map a peer's segment and unlink its name at once."""
         path = os.path.join(SHM_DIR, name)
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
+                    or st.st_mode & 0o077:
+                # not the job user's private segment: leave it (and its name) alone
+                raise PermissionError(errno.EPERM, f"shm segment {name} is not owned by us "
+                                      f"alone (uid {st.st_uid}, mode "
+                                      f"{stat.S_IMODE(st.st_mode):o})")
             _unlink_quiet(path)
-            if os.fstat(fd).st_size != 2 * (HDR + capacity):
+            if st.st_size != 2 * (HDR + capacity):
                 raise OSError(errno.EINVAL, f"shm segment {name} has the wrong size")
             return cls(fd, capacity, path, owner=False)
         finally:
@@ -635,6 +653,8 @@ class ShmInterface(Interface):
         self._orphans: list = []            # (deadline, path, peer socket) of closed, unmapped segments
         self._armed = False
         self._closed = False
+        #: control datagrams dropped: other users' requests and refusals
+        self.rejected = 0
         now = time.monotonic()
         self._next_housekeeping = now + _HOUSEKEEPING
         self._next_liveness = now + _LIVENESS
@@ -738,6 +758,10 @@ class ShmInterface(Interface):
             if msg[:4] == _REQ_MAGIC:
                 self._accept(msg, _creds(anc))
             elif msg[:1] == _NACK:
+                cred = _creds(anc)
+                if cred is None or cred[1] != os.getuid():
+                    self._refuse("refusal from another user", cred)
+                    continue
                 self._nacked(msg[1:].decode("ascii", "replace"))
 
     def _accept(self, msg: bytes, cred) -> None:
@@ -747,9 +771,9 @@ class ShmInterface(Interface):
             return
         pid, capacity, probe, name, peer_sock = req
         if not _own_user(cred, pid):
-            log.warning("shm: connection request from pid %s uid %s refused",
-                        cred and cred[0], cred and cred[1])
-            self._send_ctl(peer_sock, _NACK + name.encode())
+            self._refuse("connection request from another user or pid", cred)
+            if cred is not None and cred[1] == os.getuid():
+                self._send_ctl(peer_sock, _NACK + name.encode())
             return
         if capacity < 4096 or capacity > MAX_RING or capacity & (capacity - 1):
             self._send_ctl(peer_sock, _NACK + name.encode())
@@ -757,7 +781,10 @@ class ShmInterface(Interface):
         try:
             seg = ShmSegment.open(name, capacity)
         except OSError as e:
-            log.warning("shm: cannot map %s: %s", name, e)
+            if isinstance(e, PermissionError):
+                self._refuse(str(e), cred)
+            else:
+                log.warning("shm: cannot map %s: %s", name, e)
             self._send_ctl(peer_sock, _NACK + name.encode())
             return
         try:
@@ -767,6 +794,10 @@ class ShmInterface(Interface):
             self._send_ctl(peer_sock, _NACK + name.encode())
             return
         self._add(ep)
+
+    def _refuse(self, why: str, cred) -> None:
+        self.rejected += 1
+        auth.refused("shm", why, f"pid {cred and cred[0]} uid {cred and cred[1]}")
 
     def _nacked(self, name: str) -> None:
         for ep in list(self._eps):

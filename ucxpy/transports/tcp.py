@@ -17,18 +17,42 @@ Interface address (network byte order, 8 + 4*n bytes)::
 
     version u8 | n u8 | port u16 | nonce u32 | n x IPv4 (4 bytes)
 
-``nonce`` is random per interface.  A connector tries the IPs in turn (those
-that are also local first) and only accepts the listener that proves it owns
-that nonce, so a candidate IP that happens to exist on several hosts (docker
-bridges, ...) cannot connect us to the wrong process.
+The listener binds one address (see :mod:`ucxpy.netaddr`): ``UCXPY_TCP_IFACE``,
+else loopback for a single-host job or a process without a job key, else the
+routed one; that address is the only one advertised (``n`` = 1; older
+addresses with several IPs are still tried in turn, same-host ones first).
+``nonce`` is random per interface and names it: a connector only accepts the
+listener whose hello carries the nonce it dialled, so an IP that exists on
+several hosts (docker bridges, ...) cannot connect us to the wrong process.
+The nonce is no secret: membership is proven with the job key.
 
-Handshake: both sides send ``HELLO`` (12 bytes) as their first bytes::
+Handshake (version 2).  Both sides send ``HELLO`` (32 bytes) first::
 
-    magic b"UXTC" | version u16 | role u16 (0 connector, 1 acceptor) | nonce u32
+    magic b"UXTC" | version u16 | role u16 (0 connector, 1 acceptor)
+    | nonce u32 | flags u32 (0) | challenge 16 random bytes
 
-the connector sends the nonce it wants, the acceptor its own.  Frames flow only
-after the peer's hello has been verified.  Stray clients and wrong protocols
-are dropped without involving the owner (counted in ``rejected``).
+the connector sends the interface nonce it wants, the acceptor its own; the
+challenges are fresh for every connection.  Once a side has the peer's hello
+it sends ``PROOF``, 32 bytes::
+
+    HMAC-SHA256(job key, "ucxpy-tcp-2 <its role>", connector challenge,
+                acceptor challenge, interface nonce, TLS binding)
+
+and frames flow only after the peer's proof checked out
+(``hmac.compare_digest``).  The hellos cross on the wire, so this costs one
+extra round trip at connection time and nothing per frame.  A recorded
+handshake replayed later fails (the other side's challenge is new); a side
+cannot be made to prove for the other role (the role is in the label).  A
+peer that fails is dropped without involving the owner and counted
+(``rejected``, ``auth_failures``, ``ucxpy.auth.failures["tcp"]``).
+
+TLS (``UCXPY_TCP_TLS=y``): the hello exchange runs inside TLS 1.3.  Each
+process makes a throw-away self-signed certificate (``openssl`` command);
+nobody checks it against a CA: instead the SHA-256 of the acceptor's
+certificate is the *TLS binding* in both proofs, so a man in the middle
+showing its own certificate cannot produce a valid proof (the certificate is
+pinned through the job key).  Both sides of a job must agree on
+``UCXPY_TCP_TLS``.
 
 Frame (little-endian 16-byte prefix, then header, then payload)::
 
@@ -40,13 +64,18 @@ Connection states
 =============  ===========================  ==================================
 state          event                        next
 =============  ===========================  ==================================
-CONNECTING     socket writable, no error    HANDSHAKE (hello sent)
+CONNECTING     socket writable, no error    HANDSHAKE (hello sent, or the TLS
+                                            handshake started)
 CONNECTING     error / timeout              CONNECTING (next IP) or FAILED
 CONNECTING     all IPs failed, some only    CONNECTING after a backoff (0.05 s
                transiently (no route: ARP   doubling to 1 s), until
                lost on a lossy link)        peer_timeout since connect()
-HANDSHAKE      valid peer hello             ESTABLISHED (queued frames flow)
-HANDSHAKE      bad hello / EOF (connector)  CONNECTING (next IP) or FAILED
+HANDSHAKE      TLS done (UCXPY_TCP_TLS)     HANDSHAKE (hello sent)
+HANDSHAKE      valid peer hello             HANDSHAKE (proof sent)
+HANDSHAKE      valid peer proof             ESTABLISHED (queued frames flow)
+HANDSHAKE      bad hello or proof, EOF,     acceptor: dropped (counted);
+               TLS error, peer_timeout      connector: CONNECTING (next IP)
+                                            or FAILED
 ESTABLISHED    EOF, reset, malformed frame  FAILED (owner.conn_failed once)
 ESTABLISHED    close() and queue drained    DRAINING (shutdown(SHUT_WR) sent)
 DRAINING       EOF / peer_timeout           CLOSED
@@ -56,17 +85,21 @@ from __future__ import annotations
 
 import collections
 import errno
-import fcntl
+import hmac
 import logging
 import os
 import select
 import socket
+import ssl
 import struct
 import time
 from itertools import islice
 from typing import Callable, Optional
 
-from ..errors import ConnectionLost, MessageTooLarge, ProtocolError, TransportUnavailable
+from .. import auth
+from ..errors import (ConfigError, ConnectionLost, MessageTooLarge, ProtocolError,
+                      TransportUnavailable)
+from ..netaddr import listen_ipv4, local_ipv4s
 from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs,
                    TransportEndpoint, byte_view)
 
@@ -75,8 +108,11 @@ log = logging.getLogger(__name__)
 ADDR_VERSION = 1
 _ADDR = struct.Struct("!BBHI")
 HELLO_MAGIC = b"UXTC"
-HELLO_VERSION = 1
-_HELLO = struct.Struct("<4sHHI")
+HELLO_VERSION = 2
+_HELLO = struct.Struct("<4sHHII16s")
+PROOF_LEN = auth.TAG_LEN
+_PROOF_LABEL = (b"ucxpy-tcp-2 connector", b"ucxpy-tcp-2 acceptor")
+_U32 = struct.Struct("<I")
 ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
 FRAME_MAGIC = 0xC5A7
 PREFIX = struct.Struct("<HBBHxxQ")
@@ -102,50 +138,28 @@ _LOST_ERRNOS = (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDO
 
 # ----------------------------------------------------------------- addresses
 
-def _ipv4_of_device(name: str) -> Optional[str]:
-    """Primary IPv4 address of network device ``name`` (Linux SIOCGIFADDR)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            res = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
-        return socket.inet_ntoa(res[20:24])
-    except (OSError, ValueError):
-        return None
+def advertised_ipv4s(tcp_iface: str, keyed: bool = True) -> list:
+    """The one IP to bind and put in our address (:func:`ucxpy.netaddr.listen_ipv4`):
+    ``tcp_iface`` (an IP or a device name) if set, else loopback without a
+    job key, else the address of the default route."""
+    ip = listen_ipv4(tcp_iface, keyed)
+    if ip is None:
+        raise TransportUnavailable(f"tcp: UCXPY_TCP_IFACE={tcp_iface!r} is neither an "
+                                   f"IPv4 address nor a device with one")
+    return [ip]
 
 
-def _device_ipv4s() -> list:
-    try:
-        names = [n for _, n in socket.if_nameindex()]
-    except OSError:
-        return []
-    return [ip for ip in map(_ipv4_of_device, names) if ip]
+def pack_hello(role: int, nonce: int, challenge: bytes) -> bytes:
+    """The 32-byte HELLO of ``role`` (see the module docstring)."""
+    return _HELLO.pack(HELLO_MAGIC, HELLO_VERSION, role, nonce, 0, challenge)
 
 
-def local_ipv4s() -> list:
-    """Every IPv4 address of this host: hostname's first, then the devices'."""
-    ips = []
-    try:
-        ips += socket.gethostbyname_ex(socket.gethostname())[2]
-    except OSError:
-        pass
-    ips += _device_ipv4s()
-    return list(dict.fromkeys(ips))
-
-
-def advertised_ipv4s(tcp_iface: str) -> list:
-    """IPs to put in our address: ``tcp_iface`` (an IP or a device name) if set,
-    otherwise every non-loopback address, falling back to 127.0.0.1."""
-    if tcp_iface:
-        try:
-            socket.inet_aton(tcp_iface)
-            return [tcp_iface]
-        except OSError:
-            ip = _ipv4_of_device(tcp_iface)
-            if ip is None:
-                raise TransportUnavailable(f"tcp: UCXPY_TCP_IFACE={tcp_iface!r} is neither an "
-                                           f"IPv4 address nor a device with one") from None
-            return [ip]
-    ips = [ip for ip in local_ipv4s() if not ip.startswith("127.")]
-    return ips[:32] or ["127.0.0.1"]
+def handshake_proof(key: bytes, role: int, connector_challenge: bytes,
+                    acceptor_challenge: bytes, nonce: int, binding: bytes = b"") -> bytes:
+    """The PROOF ``role`` sends: HMAC over both challenges, the acceptor's
+    interface nonce and the TLS binding (empty without TLS)."""
+    return auth.tag(key, _PROOF_LABEL[role], connector_challenge, acceptor_challenge,
+                    _U32.pack(nonce), binding)
 
 
 def pack_address(ips, port: int, nonce: int) -> bytes:
@@ -196,7 +210,10 @@ class TcpEndpoint(TransportEndpoint):
         self._rbuf = bytearray(RBUF_SIZE)
         self._rview = memoryview(self._rbuf)
         self._rstart = self._rend = 0
-        self._verified = False
+        self._verified = False         # the peer's proof checked out
+        self._hs_step = 0              # 0: expecting the peer's hello, 1: its proof
+        self._challenge = self._peer_challenge = self._binding = b""
+        self._tls_pending = False      # TLS handshake still running
         self._dest_declined = False    # recv_dest returned None for the frame at _rstart
         self._pl = None                # large payload being received: [view, got, am_id, header, direct]
         self._big = None               # see _big_buffer
@@ -451,35 +468,110 @@ class TcpEndpoint(TransportEndpoint):
         self._connect_next()
 
     def _connected(self) -> None:
-        self.iface._timed.discard(self)
+        """TCP is up: start the handshake, which must finish within peer_timeout."""
         self.iface._poller.modify(self.fd, _IN)
         self._state = HANDSHAKE
+        self._deadline = time.monotonic() + self.iface.peer_timeout
+        self.iface._timed.add(self)
+        self._hs_begin()
+
+    # ---- handshake (both roles)
+    def _hs_begin(self) -> None:
+        """Fresh challenge; then TLS first (UCXPY_TCP_TLS) or the hello at once."""
+        self._challenge = auth.new_nonce()
+        self._peer_challenge = b""
+        self._hs_step = 0
+        self._binding = b""
+        tls = self.iface.tls
+        if tls is None:
+            self._send_hello()
+            return
         try:
-            self.sock.send(_HELLO.pack(HELLO_MAGIC, HELLO_VERSION, ROLE_CONNECTOR, self._nonce))
-        except OSError as e:   # a fresh socket always takes 12 bytes; anything else is an error
-            self._tried.append(f"{self._addr[0]}:{self._port}: {e}")
-            self._connect_next()
+            self.sock = tls.wrap(self.sock, server=self.accepted)
+        except OSError as e:
+            self._bad_hello(f"cannot start TLS: {e}")
+            return
+        self._tls_pending = True
+        self._tls_step()
+
+    def _tls_step(self) -> None:
+        """Advance the non-blocking TLS handshake; send the hello once it is done."""
+        try:
+            self.sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self.iface._poller.modify(self.fd, _IN)
+            return
+        except ssl.SSLWantWriteError:
+            self.iface._poller.modify(self.fd, _IN | _OUT)
+            return
+        except (ssl.SSLError, OSError) as e:
+            self._bad_hello(f"TLS handshake failed: {e}")
+            return
+        self._tls_pending = False
+        self.iface._poller.modify(self.fd, _IN)
+        self._binding = self.sock.binding(server=self.accepted)
+        self._send_hello()
+
+    def _send_hello(self) -> None:
+        role, nonce = ((ROLE_ACCEPTOR, self.iface.nonce) if self.accepted
+                       else (ROLE_CONNECTOR, self._nonce))
+        self._hs_send(pack_hello(role, nonce, self._challenge))
+
+    def _hs_send(self, data: bytes) -> None:
+        """Handshake messages are tiny and go into an empty socket buffer."""
+        try:
+            n = self.sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            n = 0
+        except OSError as e:
+            self._bad_hello(f"handshake send failed: {e}")
+            return
+        if n != len(data):
+            self._bad_hello("handshake message did not fit the socket buffer")
+
+    def _proof(self, role: int) -> bytes:
+        if self.accepted:
+            nc, na, nonce = self._peer_challenge, self._challenge, self.iface.nonce
+        else:
+            nc, na, nonce = self._challenge, self._peer_challenge, self._nonce
+        return handshake_proof(self.iface.key, role, nc, na, nonce, self._binding)
 
     def _bad_hello(self, why: str) -> None:
         if self.accepted:
             self.iface.rejected += 1
-            log.info("tcp: rejected incoming connection %r: %s", self, why)
+            log.debug("tcp: rejected incoming connection %r: %s", self, why)
             self._fail(ProtocolError(why), notify=False)
         else:
             self._tried.append(f"{self._addr[0]}:{self._port}: {why}")
             self._connect_next()
 
-    def _check_hello(self) -> None:
-        magic, ver, role, nonce = _HELLO.unpack_from(self._rbuf, self._rstart)
-        self._rstart += _HELLO.size
-        want_role = ROLE_CONNECTOR if self.accepted else ROLE_ACCEPTOR
-        want_nonce = self.iface.nonce if self.accepted else self._nonce
-        if magic != HELLO_MAGIC or role != want_role:
-            return self._bad_hello(f"not a ucxpy tcp peer (hello {bytes(magic)!r}, role {role})")
-        if ver != HELLO_VERSION:
-            return self._bad_hello(f"tcp protocol version {ver}, expected {HELLO_VERSION}")
-        if nonce != want_nonce:
-            return self._bad_hello("peer is a different ucxpy interface (nonce mismatch)")
+    def _check_handshake(self) -> None:
+        """Consume the peer's next handshake message (hello, then proof)."""
+        mine = ROLE_ACCEPTOR if self.accepted else ROLE_CONNECTOR
+        peer = 1 - mine
+        if self._hs_step == 0:
+            magic, ver, role, nonce, flags, challenge = _HELLO.unpack_from(self._rbuf,
+                                                                           self._rstart)
+            self._rstart += _HELLO.size
+            want_nonce = self.iface.nonce if self.accepted else self._nonce
+            if magic != HELLO_MAGIC or role != peer:
+                return self._bad_hello(f"not a ucxpy tcp peer (hello {bytes(magic)!r}, "
+                                       f"role {role})")
+            if ver != HELLO_VERSION:
+                return self._bad_hello(f"tcp protocol version {ver}, expected {HELLO_VERSION}")
+            if nonce != want_nonce:
+                return self._bad_hello("peer is a different ucxpy interface (nonce mismatch)")
+            if flags:
+                return self._bad_hello(f"unknown hello flags {flags:#x}")
+            self._peer_challenge = bytes(challenge)
+            self._hs_step = 1
+            return self._hs_send(self._proof(mine))
+        mac = bytes(self._rbuf[self._rstart:self._rstart + PROOF_LEN])
+        self._rstart += PROOF_LEN
+        if not hmac.compare_digest(mac, self._proof(peer)):
+            self.iface.auth_failures += 1
+            auth.refused("tcp", "proof does not match the job key", repr(self))
+            return self._bad_hello("peer failed authentication (wrong or no job key)")
         self._verified = True
         self._state = ESTABLISHED
         self._open = not self._closing
@@ -536,7 +628,8 @@ class TcpEndpoint(TransportEndpoint):
                 continue
             self._rend = rend + n
             events += self._parse()
-            if self._state not in (ESTABLISHED, HANDSHAKE) or n < want and self._pl is None:
+            if self._state not in (ESTABLISHED, HANDSHAKE) or n < want and self._pl is None \
+                    or self.sock is not sock:
                 return events
 
     def _read_error(self, err: Optional[OSError]) -> int:
@@ -580,10 +673,14 @@ class TcpEndpoint(TransportEndpoint):
             rstart = self._rstart
             avail = self._rend - rstart
             if not self._verified:
-                if avail < _HELLO.size:
+                if avail < (_HELLO.size if self._hs_step == 0 else PROOF_LEN):
+                    if self._hs_step == 0 and avail >= 4 and buf[rstart:rstart + 4] != HELLO_MAGIC:
+                        self._bad_hello(f"not a ucxpy tcp peer (starts with "
+                                        f"{bytes(buf[rstart:rstart + 4])!r})")
                     return events
-                self._check_hello()
-                if self._state != ESTABLISHED:
+                sock = self.sock
+                self._check_handshake()
+                if self._state not in (HANDSHAKE, ESTABLISHED) or self.sock is not sock:
                     return events
                 continue
             if avail < _PSIZE:
@@ -658,10 +755,19 @@ class TcpInterface(Interface):
         self._sndbuf = int(getattr(config, "tcp_sndbuf", 0) or 0)
         self._rcvbuf = int(getattr(config, "tcp_rcvbuf", 0) or 0)
         self.nonce = int.from_bytes(os.urandom(4), "little")
-        #: incoming connections dropped during the handshake (stray clients, wrong protocol)
+        #: incoming connections dropped during the handshake (stray clients,
+        #: wrong protocol, failed authentication)
         self.rejected = 0
+        #: handshakes whose proof did not match our key (either role)
+        self.auth_failures = 0
+        job_key = auth.job_key(config)
+        self.key = job_key or auth.process_key()
+        self.tls = None
+        if getattr(config, "tcp_tls", False):
+            from .tcp_tls import TlsCredentials
+            self.tls = TlsCredentials.get()
         tcp_iface = getattr(config, "tcp_iface", "") or ""
-        ips = advertised_ipv4s(tcp_iface)
+        ips = advertised_ipv4s(tcp_iface, keyed=job_key is not None)
         self._by_fd: dict = {}
         self._timed: set = set()
         self._notify = collections.deque()
@@ -670,7 +776,7 @@ class TcpInterface(Interface):
         lsock = self._new_socket()
         try:
             lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            lsock.bind((ips[0] if tcp_iface else "0.0.0.0", 0))
+            lsock.bind((ips[0], 0))
             lsock.listen(512)
         except OSError as e:
             lsock.close()
@@ -685,11 +791,16 @@ class TcpInterface(Interface):
     @classmethod
     def query(cls, config) -> Availability:
         try:
-            ips = advertised_ipv4s(getattr(config, "tcp_iface", "") or "")
+            ips = advertised_ipv4s(getattr(config, "tcp_iface", "") or "",
+                                   keyed=auth.job_key(config) is not None)
             socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
-        except (OSError, TransportUnavailable) as e:
+            if getattr(config, "tcp_tls", False):
+                from .tcp_tls import TlsCredentials
+                TlsCredentials.get()
+        except (OSError, TransportUnavailable, ConfigError) as e:
             return Availability(False, str(e))
-        return Availability(True, devices=ips)
+        return Availability(True, "TLS" if getattr(config, "tcp_tls", False) else "",
+                            devices=ips)
 
     def address(self) -> bytes:
         return self._address
@@ -752,14 +863,11 @@ class TcpInterface(Interface):
             self._tune(sock)
             ep = TcpEndpoint(self, sock=sock)
             ep.fd = sock.fileno()
-            ep._deadline = time.monotonic() + self.peer_timeout    # for the hello
+            ep._deadline = time.monotonic() + self.peer_timeout    # for the handshake
             self._timed.add(ep)
             self._by_fd[ep.fd] = ep
             self._poller.register(ep.fd, _IN)
-            try:
-                sock.send(_HELLO.pack(HELLO_MAGIC, HELLO_VERSION, ROLE_ACCEPTOR, self.nonce))
-            except OSError as e:
-                ep._fail(ConnectionLost(f"tcp accept: {e}"), notify=False)
+            ep._hs_begin()
             n += 1
 
     def _forget(self, ep: TcpEndpoint) -> None:
@@ -796,6 +904,13 @@ class TcpInterface(Interface):
                 if ep._state == CONNECTING:
                     ep._finish_connect()
                     continue
+                if ep._tls_pending:
+                    ep._tls_step()
+                    if ep._tls_pending or ep._state != HANDSHAKE:
+                        continue
+                    # TLS may hold the peer's hello already: epoll will not say so
+                    events += ep._on_readable()
+                    continue
                 if ev & (_IN | select.POLLERR | select.POLLHUP):
                     events += ep._on_readable()
                 if ev & _OUT and ep._state == ESTABLISHED:
@@ -824,8 +939,8 @@ class TcpInterface(Interface):
                 ep._connect_next()
             elif ep._state == DRAINING:
                 ep._finish(None)
-            elif ep._state == HANDSHAKE and ep.accepted:
-                ep._bad_hello("no hello within peer_timeout")
+            elif ep._state == HANDSHAKE and not ep._verified:
+                ep._bad_hello("no handshake within peer_timeout")
             else:
                 self._timed.discard(ep)
 

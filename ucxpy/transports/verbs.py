@@ -19,16 +19,27 @@ Interface address (little-endian)::
 Wire-up.  An RC queue pair must learn its peer's QP number, PSN and path
 (lid / gid) before it can move to RTR, and the transport contract connects
 from the interface address alone, so each interface listens on a small
-out-of-band TCP socket (the IPs and port in its address, chosen like the tcp
-transport's, ``UCXPY_TCP_IFACE`` applies).  Three fixed-size messages::
+out-of-band TCP socket (the IP and port in its address, chosen like the tcp
+transport's: one address, ``UCXPY_TCP_IFACE`` applies).  Three fixed-size
+messages, which also prove that both sides hold the job key
+(:mod:`ucxpy.auth`)::
 
     connector                                   acceptor
     create QP, RESET->INIT, post receives
-    REQ (uuid, qpn, psn, lid, gid, mtu) ---->   create QP, RESET->INIT, post receives,
+    REQ (uuid, qpn, psn, lid, gid, mtu, Nc) ->  create QP, RESET->INIT, post receives,
                                                 INIT->RTR (connector's qpn/psn/path),
-                                   <---- REP    RTR->RTS, REP (its qpn, psn, lid, gid)
-    INIT->RTR->RTS, RTU ------------------>     frames may flow both ways
+                  <---- REP (..., Na, HMAC)     RTR->RTS, REP (its qpn, psn, lid, gid)
+    check the HMAC; INIT->RTR->RTS;
+    RTU (HMAC) -------------------------->     check the HMAC: frames may flow both ways
     frames flow
+
+The HMACs (``"acceptor"`` in REP, ``"connector"`` in RTU) cover both
+messages REQ and REP whole, so both fresh nonces ``Nc``/``Na`` and the QP
+data: a replayed or forged exchange fails.  Frames that reach an accepted
+QP before the RTU checked out are held in their receive slots and
+delivered only then (dropped if it fails); a peer failing its proof is
+disconnected and counted (``auth_failures``, ``ucxpy.auth.failures["verbs"]``).
+The queue pair itself only talks to the QP number it was connected to.
 
 The socket stays open afterwards: EOF or an error on it means the peer
 process died (the fast failure report RC alone gives only after its retry
@@ -73,6 +84,7 @@ import struct
 import weakref
 from typing import Callable, Optional
 
+from .. import auth
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
@@ -212,9 +224,12 @@ _ADDR_MAGIC = b"UVRB"
 _VERSION = 1
 _RKEY = struct.Struct("<4sQIQQ")
 _RKEY_MAGIC = b"VRK1"
-#: out-of-band messages: magic, kind, pad, uuid, qpn, psn, lid, mtu, global, pad, gid
-_OOB = struct.Struct("<4sBxxxQIIHBBxx16s")
-_OOB_MAGIC = b"UVOB"
+#: out-of-band messages: magic, kind, pad, uuid, qpn, psn, lid, mtu, global, pad, gid,
+#: nonce, HMAC
+_OOB = struct.Struct("<4sBxxxQIIHBBxx16s16s32s")
+_OOB_MAGIC = b"UVO2"
+_MAC = auth.TAG_LEN
+_LABEL_ACC, _LABEL_CON = b"ucxpy-verbs-2 acceptor", b"ucxpy-verbs-2 connector"
 OOB_REQ, OOB_REP, OOB_RTU = 1, 2, 3
 LINK_LAYER_ETHERNET = 2
 PREFIX = struct.Struct("<HBBHHI")
@@ -260,14 +275,14 @@ def unpack_rkey(data) -> tuple:
 
 
 def pack_oob(kind: int, uuid: int, qpn: int, psn: int, lid: int, mtu: int, is_global: bool,
-             gid: bytes) -> bytes:
+             gid: bytes, nonce: bytes = bytes(16), mac: bytes = bytes(_MAC)) -> bytes:
     return _OOB.pack(_OOB_MAGIC, kind, uuid, qpn, psn, lid, mtu, 1 if is_global else 0,
-                     bytes(gid))
+                     bytes(gid), bytes(nonce), bytes(mac))
 
 
 def unpack_oob(data) -> dict:
     try:
-        magic, kind, uuid, qpn, psn, lid, mtu, glob, gid = _OOB.unpack(bytes(data))
+        magic, kind, uuid, qpn, psn, lid, mtu, glob, gid, nonce, mac = _OOB.unpack(bytes(data))
     except struct.error:
         raise ProtocolError("verbs: short out-of-band message") from None
     if magic != _OOB_MAGIC or kind not in (OOB_REQ, OOB_REP, OOB_RTU):
@@ -275,7 +290,7 @@ def unpack_oob(data) -> dict:
     if kind != OOB_RTU and (qpn == 0 or qpn >= 1 << 24 or psn >= 1 << 24 or mtu not in MTU_BYTES):
         raise ProtocolError("verbs: out-of-band message with invalid QP data")
     return dict(kind=kind, uuid=uuid, qpn=qpn, psn=psn, lid=lid, mtu=mtu, glob=bool(glob),
-                gid=gid)
+                gid=gid, nonce=nonce, mac=mac, body=bytes(data)[:-_MAC])
 
 
 def _env_int(name: str, default: int) -> int:
@@ -323,6 +338,10 @@ class VerbsEndpoint(TransportEndpoint):
         self._queue = collections.deque()
         self._rma_queue = collections.deque()
         self._oob_in = b""
+        self.authed = False           # the peer proved it holds the job key
+        self._nonce = auth.new_nonce()
+        self._req_body = b""          # REQ without its (empty) HMAC: part of both proofs
+        self._held = []               # (slot, length) received before the proof
         self.psn = random.getrandbits(24)
         self.qp = None
         self.qpn = 0
@@ -382,14 +401,22 @@ class VerbsEndpoint(TransportEndpoint):
                     **{"global": msg["glob"] or self.iface.use_grh})
 
     # -- out-of-band handshake ----------------------------------------------------
-    def _oob_send(self, kind: int) -> None:
+    def _oob_body(self, kind: int, nonce: bytes = bytes(16)) -> bytes:
         iface = self.iface
-        msg = pack_oob(kind, iface.uuid, self.qpn, self.psn, iface.lid, iface.mtu,
-                       iface.use_grh, iface.gid)
+        return pack_oob(kind, iface.uuid, self.qpn, self.psn, iface.lid, iface.mtu,
+                        iface.use_grh, iface.gid, nonce)[:-_MAC]
+
+    def _oob_send(self, body: bytes, mac: bytes = bytes(_MAC)) -> None:
         try:
-            self.sock.sendall(msg)     # 48 bytes into an empty socket buffer
+            self.sock.sendall(body + mac)     # 96 bytes into an empty socket buffer
         except OSError as e:
             self._fail(ConnectionLost(f"verbs: out-of-band send failed: {e}"))
+
+    def _auth_failed(self, who: str) -> None:
+        self.iface.auth_failures += 1
+        auth.refused("verbs", f"{who}'s proof does not match the job key", repr(self))
+        self._fail(ConnectionLost("verbs: peer failed authentication (not a member of "
+                                  "this job)"))
 
     def _on_oob_readable(self) -> None:
         try:
@@ -415,19 +442,34 @@ class VerbsEndpoint(TransportEndpoint):
 
     def _on_oob(self, msg: dict) -> None:
         local = self.iface.local_qp_info(self.psn)
+        key = self.iface.key
         if msg["kind"] == OOB_REQ and self.state == ACCEPTING:
             self.peer_uuid = msg["uuid"]
+            self._req_body = msg["body"]
             self.qp_state.connect(local, self._remote_info(msg))
             self.state = WAIT_RTU
-            self._oob_send(OOB_REP)
+            self._rep_body = self._oob_body(OOB_REP, self._nonce)
+            self._oob_send(self._rep_body,
+                           auth.tag(key, _LABEL_ACC, self._req_body, self._rep_body))
         elif msg["kind"] == OOB_REP and self.state == REQ_SENT:
             if msg["uuid"] != self.peer_uuid:
                 raise ProtocolError("verbs: REP from another interface than addressed")
+            if not auth.check(key, msg["mac"], _LABEL_ACC, self._req_body, msg["body"]):
+                return self._auth_failed("acceptor")
+            self.authed = True
             self.qp_state.connect(local, self._remote_info(msg))
-            self._oob_send(OOB_RTU)
+            self._oob_send(self._oob_body(OOB_RTU),
+                           auth.tag(key, _LABEL_CON, self._req_body, msg["body"]))
             self._established()
         elif msg["kind"] == OOB_RTU and self.state == WAIT_RTU:
+            if not auth.check(key, msg["mac"], _LABEL_CON, self._req_body, self._rep_body):
+                return self._auth_failed("connector")
+            self.authed = True
             self._established()
+            held, self._held = self._held, []
+            for slot, length in held:
+                if self._exc is None:
+                    self._on_recv(slot, length)
         else:
             raise ProtocolError(f"verbs: unexpected out-of-band message {msg['kind']} "
                                 f"in state {self.state}")
@@ -444,7 +486,8 @@ class VerbsEndpoint(TransportEndpoint):
                                       f"{os.strerror(err)}"))
             return
         self.state = REQ_SENT
-        self._oob_send(OOB_REQ)
+        self._req_body = self._oob_body(OOB_REQ, self._nonce)
+        self._oob_send(self._req_body)
 
     # -- frames ------------------------------------------------------------------
     @property
@@ -502,6 +545,11 @@ class VerbsEndpoint(TransportEndpoint):
         return n
 
     def _on_recv(self, slot: int, length: int) -> None:
+        if not self.authed:
+            # the connector has not proven itself yet (its RTU is on the way):
+            # keep the slot, deliver once it has
+            self._held.append((slot, length))
+            return
         off = slot * self.iface.slot_size
         view = self._rx_view
         try:
@@ -738,13 +786,16 @@ class VerbsInterface(Interface):
         self._poller = select.poll()
         self._regs = {}               # id(view) -> (weakref, _Reg)
         self._dead_regs = []
+        self.key = auth.interface_key(config)
+        self.auth_failures = 0
+        ips = advertised_ipv4s(getattr(config, "tcp_iface", "") or "",
+                               keyed=auth.job_key(config) is not None)
         self._lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._lsock.bind(("", 0))
+        self._lsock.bind((ips[0], 0))
         self._lsock.listen(128)
         self._lsock.setblocking(False)
         self._poller.register(self._lsock.fileno(), select.POLLIN)
-        ips = advertised_ipv4s(getattr(config, "tcp_iface", ""))
         self._address = pack_address(self.port, int(a.link_layer), self.mtu, self.lid,
                                      self._lsock.getsockname()[1], os.getpid(), self.uuid,
                                      int(a.node_guid), self.gid, ips)
