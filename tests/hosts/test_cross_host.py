@@ -112,7 +112,8 @@ def test_mpiexec_cross_host(make_cluster):
     ok_lines(p, "XHOST OK", 4)
 
 
-API_PROGS = [("mpi_smoke.py", [], "mpi"), ("shmem_spec.py", [], "shmem")]
+# ids are pytest keywords: "mpi" alone would make pytest-mpi want --with-mpi
+API_PROGS = [("mpi_smoke.py", [], "mpi_shim"), ("shmem_spec.py", [], "shmem")]
 
 
 @pytest.mark.parametrize("prog,args,layer", API_PROGS, ids=[p[2] for p in API_PROGS])

@@ -16,8 +16,10 @@ with open("/proc/self/cmdline", "rb") as f:
 tcp = [i for i in world.worker.ifaces if i.name == "tcp"]
 listen = tcp[0]._listener.getsockname()[0] if tcp else "-"
 group = os.environ.get("UCXPY_GROUP", "0")
-print(f"KEY {group}:{world.rank} {hashlib.sha256(key).hexdigest()[:16]} {listen} "
-      f"{'LEAKED' if on_cmdline else 'ok'}", flush=True)
+# one write per line: the ranks share the launcher's stdout
+sys.stdout.write(f"KEY {group}:{world.rank} {hashlib.sha256(key).hexdigest()[:16]} {listen} "
+                 f"{'LEAKED' if on_cmdline else 'ok'}\n")
+sys.stdout.flush()
 if len(sys.argv) > 1 and sys.argv[1] == "spawn" and world.rank == 0:
     world.bootstrap.spawn([{"argv": [sys.executable, os.path.abspath(__file__)],
                             "maxprocs": 1}])
