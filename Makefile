@@ -53,12 +53,16 @@ bench: install
 	$(PY) -m pip install -q -e '.[bench]'
 	@command -v oshcc >/dev/null && OSHCC=oshcc $(PY) -m pip install -q shmem4py \
 	  || echo "note: shmem4py not installed; the bench skips its column"
-	$(PY) bench/run_bench.py --tls shm,tcp,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
+	$(PY) bench/run_bench.py --tls shm,tcp,tcp+tls,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
 	$(PY) bench/fabtests_ref.py
 
 ## mpi4py's released test suite against mpi_shim (sdist fetched at run time, never committed)
 conformance-mpi: install
-	$(PY) conformance/mpi/run.py --np 1,2,4 -v
+	mkdir -p conformance/mpi/results
+	$(PY) conformance/mpi/run.py --np 1,2,3,4 -v --launcher ucxpy-run \
+	  --json conformance/mpi/results/ucxpy-run.json
+	$(PY) conformance/mpi/run.py --np 1,2,3,4 -v --launcher mpiexec \
+	  --json conformance/mpi/results/mpiexec.json
 
 ## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)
 conformance-shmem: install

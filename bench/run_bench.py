@@ -5,7 +5,8 @@ Every comparison is measured in the same run, two ranks pinned to distinct
 CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
 
 ``tag``        ``tag_lat`` / ``tag_bw``: ucxpy over each of ``--tls``
-               (``UCXPY_TLS=shm``, ``tcp``, ``ofi``) under ``ucxpy-run``,
+               (``UCXPY_TLS=shm``, ``tcp``, ``ofi``; ``tcp+tls`` is tcp with
+               ``UCXPY_TCP_TLS=y``, the price of encryption) under ``ucxpy-run``,
                mpi_shim (``--mpi-shim`` under ``ucxpy-run``), mpi4py under
                ``mpiexec``, and a blocking Python socket ping-pong (the
                floor for tcp latency).
@@ -31,7 +32,7 @@ PASS/MISS (never fails), and saves ``bench/results/results.json`` and
 Usage::
 
     python bench/run_bench.py [--quick] [--repeat N] [--max-time S]
-                              [--tls shm,tcp,ofi] [--rma-tls shm,tcp]
+                              [--tls shm,tcp,tcp+tls,ofi] [--rma-tls shm,tcp]
                               [--suites tag,rma,coll,shmem]
 """
 from __future__ import annotations
@@ -480,7 +481,7 @@ def _repeat_job(label, tag, cmd_fn, env, repeat, timeout) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description="ucxpy / mpi_shim / shmem vs mpi4py, "
                                             "shmem4py and raw sockets")
-    p.add_argument("--tls", default="shm,tcp,ofi", help="ucxpy transports for the tag suite")
+    p.add_argument("--tls", default="shm,tcp,tcp+tls,ofi", help="ucxpy transports for the tag suite")
     p.add_argument("--rma-tls", default="shm,tcp", help="ucxpy transports for the rma suite")
     p.add_argument("--suites", default=",".join(SUITES),
                    help=f"comma-separated among {', '.join(SUITES)} (default: all)")
@@ -535,9 +536,14 @@ def main(argv=None) -> int:
     # -- ucxpy's own API, per transport
     for tl in dict.fromkeys((tls if "tag" in suites else []) +
                             (rma_tls if "rma" in suites else [])):
-        if not usable(tl):
+        # "tcp+tls": tcp with UCXPY_TCP_TLS=y, to price encryption against plain tcp
+        base, _, extra = tl.partition("+")
+        if not usable(base):
             continue
-        env = _clean_env(UCXPY_TLS=tl)
+        if extra == "tls" and base == "tcp" and shutil.which("openssl") is None:
+            errors.setdefault(f"ucxpy-{tl}", []).append("no openssl command (certificates)")
+            continue
+        env = _clean_env(UCXPY_TLS=base, **({"UCXPY_TCP_TLS": "y"} if extra == "tls" else {}))
         if "tag" in suites and tl in tls:
             a = perf_args([], TAG_TESTS, sizes["tag"], max_time)
             job(f"ucxpy-{tl}", "tag", lambda a=a: ucxpy_cmd(a, T), env)
@@ -612,6 +618,11 @@ def main(argv=None) -> int:
     if "tag" in suites:
         show("tag_lat", "tag_lat", ucx_tag + ["mpi_shim", "mpi4py", "raw-tcp"])
         show("tag_bw", "tag_bw", ucx_tag + ["mpi_shim", "mpi4py"])
+        if "tcp" in tls and "tcp+tls" in tls:
+            for t in ("tag_lat", "tag_bw"):
+                show(f"tls {t}", t, ["ucxpy-tcp+tls", "ucxpy-tcp"],
+                     [("ucxpy-tcp+tls", "ucxpy-tcp")],
+                     title=f"{t}: tcp with TLS (UCXPY_TCP_TLS=y) against plain tcp")
     if "rma" in suites:
         for t in RMA_TESTS:
             show(t, t, ucx_rma + ["mpi_shim", "mpi4py"],
