@@ -110,9 +110,22 @@ class ActiveMessages:
         if msg._rts is not None and not msg._taken and not keep:
             msg.drop()
 
-    def _deliver(self, msg: AmMessage) -> None:
+    def _deliver(self, msg: AmMessage, tep=None) -> None:
         handler = self.handlers.get(msg.am_id)
+        tr = self.worker.tr
+        if tr is not None and tep is not None:
+            tr.arrive(tep, "am", msg.source, msg.am_id, msg.length, handler is not None,
+                      None, msg._rts)
         if handler is not None:
+            if tr is not None and tr.events is not None:
+                from .trace import now
+                t0 = now()
+                try:
+                    self._dispatch(handler, msg)
+                finally:
+                    tr.event("am", "am_dispatch", tep.iface.name if tep else "",
+                             dur=now() - t0, ts=t0, am_id=msg.am_id, peer=msg.source)
+                return
             self._dispatch(handler, msg)
             return
         if msg.data is not None:           # the payload view dies with this call
@@ -127,7 +140,7 @@ class ActiveMessages:
         if len(user_header) != hlen:
             raise ValueError("active message header shorter than announced")
         self._deliver(AmMessage(self.worker, am_id, tep.owner_ep.remote_id, user_header,
-                                len(payload), data=payload))
+                                len(payload), data=payload), tep)
 
     def on_rts(self, tep, header, payload):
         am_id, hlen, sreq_id, size, raddr = wire.AM_RTS.unpack_from(header)
@@ -138,7 +151,7 @@ class ActiveMessages:
         from .rndv import RtsInfo
         rts = RtsInfo(tep, sreq_id, size, raddr, bytes(header[n + hlen:]))
         self._deliver(AmMessage(self.worker, am_id, tep.owner_ep.remote_id, user_header,
-                                size, rts=rts))
+                                size, rts=rts), tep)
 
 
 def am_send_nb(ep, am_id: int, header, data) -> Request:

@@ -76,6 +76,14 @@ class Config:
     auth_key: str = field(default="", repr=False)
     #: file holding the job key (used when auth_key is empty; mode 600)
     auth_key_file: str = ""
+    #: directory to write protocol event traces to, one file per rank
+    #: (trace.<rank>.jsonl; "" = off, the default: hooks cost one check)
+    trace: str = ""
+    #: events kept per worker when tracing (a ring buffer: the oldest are dropped)
+    trace_events: int = 1_000_000
+    #: count messages/bytes per protocol, peer and transport (Worker.stats())
+    #: and print them when the worker closes
+    stats: bool = False
 
     _CONVERT = {
         "tls": lambda s: tuple(x.strip() for x in s.split(",") if x.strip()),
@@ -93,6 +101,9 @@ class Config:
         "tcp_tls": _parse_bool,
         "auth_key": str,
         "auth_key_file": str,
+        "trace": str,
+        "trace_events": _parse_size,
+        "stats": _parse_bool,
     }
 
     @classmethod
@@ -132,6 +143,8 @@ class Config:
         for name in ("rndv_thresh", "short_thresh"):
             if getattr(self, name) < -1:
                 raise ConfigError(f"UCXPY_{name.upper()} must be >= 0 (or -1/auto)")
+        if self.trace_events < 1:
+            raise ConfigError("UCXPY_TRACE_EVENTS must be >= 1")
         if self.shm_ring_size < 4096 or self.shm_ring_size & (self.shm_ring_size - 1):
             raise ConfigError("UCXPY_SHM_RING_SIZE must be a power of two >= 4096")
         from . import auth

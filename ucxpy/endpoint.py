@@ -76,6 +76,10 @@ class Endpoint:
         self.short_thresh, self.rndv_thresh = protocol_thresholds(iface.attrs, self.worker.config)
         tep.send(wire.AmId.WIREUP, b"", self.worker.address_bytes)
         self._tep = tep
+        tr = self.worker.tr
+        if tr is not None:
+            tr.event("wireup", "wireup_connect", iface.name, peer=self.remote_id,
+                     short_thresh=self.short_thresh, rndv_thresh=self.rndv_thresh)
         return tep
 
     # -- sending -------------------------------------------------------------
@@ -109,6 +113,9 @@ class Endpoint:
         try:
             tep = self._tep or self.transport_endpoint()
             n = mv.nbytes
+            if self.worker.tr is not None:
+                return self._send_traced(tep, mv, eager_id, eager_header, rts_id, rts_struct,
+                                         rts_prefix, rts_suffix)
             if n < self.rndv_thresh:
                 if n <= self.short_thresh:
                     tep.send(eager_id, eager_header, bytes(mv))
@@ -128,6 +135,33 @@ class Endpoint:
             return req
         except ConnectionLost as e:
             raise self._named(e)
+
+    def _send_traced(self, tep, mv, eager_id, eager_header, rts_id, rts_struct, rts_prefix,
+                     rts_suffix) -> Request:
+        """:meth:`send_message` with the protocol choice recorded."""
+        n = mv.nbytes
+        kind = "tag" if eager_id == wire.AmId.TAG_EAGER else "am"
+        tr = self.worker.tr
+        if n < self.rndv_thresh:
+            tr.send(self, kind, "eager_short" if n <= self.short_thresh else "eager_copy", n,
+                    rts_prefix[0])
+            if n <= self.short_thresh:
+                tep.send(eager_id, eager_header, bytes(mv))
+                return COMPLETED
+            req = Request(self.worker)
+            if tep.send(eager_id, eager_header, mv, req._sent):
+                return COMPLETED
+            return req
+        req = Request(self.worker)
+        rndv = self.worker.rndv
+        sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
+        tr.send(self, kind, "rndv", n, rts_prefix[0], sreq_id)
+        try:
+            tep.send(rts_id, rts_struct.pack(*rts_prefix, sreq_id, n, raddr) + rts_suffix + rkey)
+        except BaseException:
+            rndv.sends.pop(sreq_id, None)
+            raise
+        return req
 
     def tag_send(self, buf, tag: int, timeout: Optional[float] = None) -> None:
         """Blocking :meth:`tag_send_nb`."""
@@ -194,6 +228,9 @@ class Endpoint:
     def fence(self, timeout: Optional[float] = None) -> None:
         """Operations issued before the fence complete at the target before
         those issued after it (UCX's ``ucp_ep_fence``)."""
+        tr = self.worker.tr
+        if tr is not None:
+            tr.event("rma", "fence", self.lane.name if self.lane else "", peer=self.remote_id)
         if self.worker.rma.outstanding(self):
             self.worker.wait_until(lambda: not self.worker.rma.outstanding(self),
                                    timeout, "fence")
@@ -212,6 +249,9 @@ class Endpoint:
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Wait until :meth:`flushed`."""
+        tr = self.worker.tr
+        if tr is not None:
+            tr.event("rma", "flush", self.lane.name if self.lane else "", peer=self.remote_id)
         self.worker.wait_until(self.flushed, timeout, f"flush of {self!r}")
 
     def close(self, timeout: Optional[float] = None) -> None:
@@ -242,6 +282,11 @@ class Endpoint:
         if self.failed is not None:
             return
         self.failed = exc
+        tr = self.worker.tr
+        if tr is not None:
+            tr.totals["peer.failures"] += 1
+            tr.event("fault", "peer_failure", self.lane.name if self.lane else "",
+                     peer=self.remote_id, error=f"{type(exc).__name__}: {exc}")
         self.worker._endpoint_failed(self, exc)
 
 

@@ -435,6 +435,8 @@ class RmaEngine:
         from .endpoint import COMPLETED, send_view
         mv = send_view(buf)
         off = rkey.check(address, mv.nbytes)
+        if self.worker.tr is not None:
+            self.worker.tr.rma("put", ep, mv.nbytes, rkey.mode)
         if rkey.mode == MAPPED:
             if mv.nbytes:
                 ffi.memmove(ffi.cast("char *", rkey._local_base + off), mv, mv.nbytes)
@@ -452,6 +454,8 @@ class RmaEngine:
         from .worker import recv_view
         mv = recv_view(buf)
         off = rkey.check(address, mv.nbytes)
+        if self.worker.tr is not None:
+            self.worker.tr.rma("get", ep, mv.nbytes, rkey.mode)
         if rkey.mode == MAPPED:
             if mv.nbytes:
                 ffi.memmove(mv, ffi.cast("char *", rkey._local_base + off), mv.nbytes)
@@ -525,6 +529,8 @@ class RmaEngine:
             raise ValueError("atomic size must be 4 or 8 bytes")
         off = rkey.check(address, size, align=size)
         code = ATOMIC_OPS[op]
+        if self.worker.tr is not None:
+            self.worker.tr.rma("atomic_" + op, ep, size, rkey.mode)
         if rkey.mode == MAPPED:
             req = Request(self.worker)
             req.complete(apply_atomic(rkey._local_base + off, code, size, value, compare))

@@ -118,6 +118,9 @@ class RendezvousProtocol:
         """Complete the send when nothing of it is outstanding any more."""
         if exc is not None or (not s.reading and s.busy == 0):
             if self.sends.pop(sreq_id, None) is not None:
+                tr = self.worker.tr
+                if tr is not None:
+                    tr.rndv_done(sreq_id=sreq_id)
                 s.req.complete(exc=exc)
 
     def on_rtr(self, tep, header, payload):
@@ -128,12 +131,22 @@ class RendezvousProtocol:
         if off + length > s.mv.nbytes:
             raise ProtocolError(f"RTR asks for [{off}, {off + length}) of a {s.mv.nbytes}-byte send")
         s.reading = False           # the receiver wants frames instead of reading
+        tr = self.worker.tr
+        if tr is not None:
+            tr.rndv("rtr", tep.iface.name, sreq_id=sreq_id, offset=off, length=length)
         self._send_frames(sreq_id, s, rreq_id, off, length)
 
     def _send_frames(self, sreq_id, s, rreq_id, start, length):
         out = s.ep.transport_endpoint()
         frag = out.iface.attrs.max_frame
         s.busy += 1                 # guards completion until every frame is posted
+        tr = self.worker.tr
+        if tr is not None:
+            tr.count("rndv.data_tx", length, s.ep.remote_id, out.iface.name)
+            if tr.events is not None:
+                for off in range(start, start + length, frag):
+                    tr.rndv("data", out.iface.name, sreq_id=sreq_id, offset=off,
+                            size=min(frag, start + length - off))
         for off in range(start, start + length, frag):
             s.busy += 1
             n = min(frag, start + length - off)
@@ -156,6 +169,9 @@ class RendezvousProtocol:
         if length > s.mv.nbytes:
             raise ProtocolError(f"RTP asks for {length} bytes of a {s.mv.nbytes}-byte send")
         out = s.ep.transport_endpoint()
+        tr = self.worker.tr
+        if tr is not None:
+            tr.rndv("rtp", tep.iface.name, sreq_id=sreq_id, length=length)
         if out.iface.attrs.caps & Caps.PUT_ZCOPY:
             s.busy += 1
 
@@ -171,6 +187,8 @@ class RendezvousProtocol:
                 return
             except RemoteAccessError:
                 s.busy -= 1         # refused: send the part as frames instead
+                if tr is not None:
+                    tr.rndv("fallback", out.iface.name, sreq_id=sreq_id, part="put")
             except Exception as e:
                 s.busy -= 1
                 self._settle(sreq_id, s, e)
@@ -183,6 +201,9 @@ class RendezvousProtocol:
         if s is None:
             return
         s.reading = False
+        tr = self.worker.tr
+        if tr is not None:
+            tr.rndv("ats", tep.iface.name, sreq_id=sreq_id, status=status)
         exc = None
         if status == wire.ATS_ERROR:
             exc = ConnectionLost("receiver failed to read the message", peer=s.ep.remote_id)
@@ -203,10 +224,13 @@ class RendezvousProtocol:
         r = self.recvs[rreq_id] = _Recv(dest, size, req, result, ep)
         caps = rts.tep.iface.attrs.caps
         start = 0
+        tr = self.worker.tr
         try:
             if rts.rkey and caps & Caps.GET_ZCOPY:
                 if caps & Caps.PUT_ZCOPY and size >= self.worker.config.rndv_split_thresh:
                     start = (size // 2) & ~4095     # page-aligned halves
+                if tr is not None:
+                    tr.rndv_recv(rts, rreq_id, "split" if start else "get", size)
                 if start:
                     r.exposed = dest[:start]
                     laddr, lkey = rts.tep.pack_local_key(r.exposed)
@@ -214,6 +238,10 @@ class RendezvousProtocol:
                                   wire.RTP.pack(rts.sreq_id, rreq_id, start, laddr) + lkey)
                 if self._get(rts, rreq_id, r, start):
                     return
+                if tr is not None:
+                    tr.rndv("fallback", rts.tep.iface.name, rreq_id=rreq_id, part="get")
+            elif tr is not None:
+                tr.rndv_recv(rts, rreq_id, "rtr", size)
             self._ask_frames(rts, rreq_id, r, start)
         except Exception as e:   # the sender is gone, ...
             self._ack(ep, rts.sreq_id, wire.ATS_ERROR)
@@ -227,10 +255,17 @@ class RendezvousProtocol:
                 self._ack(r.ep, rts.sreq_id, wire.ATS_OK)
                 self._landed(rreq_id, r, r.size - start)
             elif isinstance(exc, RemoteAccessError) and rreq_id in self.recvs:
+                tr = self.worker.tr
+                if tr is not None:
+                    tr.rndv("fallback", rts.tep.iface.name, rreq_id=rreq_id, part="get")
                 self._ask_frames(rts, rreq_id, r, start)   # failed, but the peer is there
             else:
                 self._ack(r.ep, rts.sreq_id, wire.ATS_ERROR)
                 self._fail_recv(rreq_id, exc)
+        tr = self.worker.tr
+        if tr is not None:
+            tr.rndv("get", rts.tep.iface.name, rreq_id=rreq_id, offset=start,
+                    size=r.size - start)
         try:
             if rts.tep.get(r.dest[start:], rts.raddr + start, rts.rkey, got):
                 got(None)
@@ -249,6 +284,9 @@ class RendezvousProtocol:
     def _landed(self, rreq_id, r, nbytes) -> None:
         r.received += nbytes
         if r.received == r.size and self.recvs.pop(rreq_id, None) is not None:
+            tr = self.worker.tr
+            if tr is not None:
+                tr.rndv_done(rreq_id=rreq_id)
             r.req.complete(r.result)
 
     def _fail_recv(self, rreq_id, exc) -> None:
@@ -291,6 +329,9 @@ class RendezvousProtocol:
                                 f"or smaller receive {rreq_id}")
         if not (isinstance(payload, memoryview) and payload.obj is r.dest.obj):
             r.dest[off:off + n] = payload
+        tr = self.worker.tr
+        if tr is not None and tr.events is not None:
+            tr.rndv("data_in", tep.iface.name, rreq_id=rreq_id, offset=off, size=n)
         self._landed(rreq_id, r, n)
 
     # -- failure -----------------------------------------------------------

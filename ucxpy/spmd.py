@@ -43,6 +43,12 @@ class World:
             addrs = bootstrap.allgather(self.worker.address_bytes, timeout=timeout)
             self.eps = [self.worker.connect(a) for a in addrs]
             bootstrap.barrier(timeout=timeout)
+            tr = self.worker.tr
+            if tr is not None:
+                tr.rank, tr.size = self.rank, self.size
+                if tr.tracing and self.size > 1:
+                    from .trace import align_clocks
+                    align_clocks(self, timeout=timeout)
         except BaseException:
             self.worker.close()
             raise

@@ -73,6 +73,7 @@ class Worker:
         self.config = context.config
         self.uuid = random.getrandbits(63)
         self.id = self.uuid if worker_id is None else worker_id
+        self.tr = None          # ucxpy.trace.Recorder with UCXPY_TRACE / UCXPY_STATS
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
         self.matcher = TagMatcher()
         self.rndv = RendezvousProtocol(self)
@@ -111,6 +112,9 @@ class Worker:
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
                                      tuple((i.name, i.address()) for i in self.ifaces))
         self.address_bytes = self.address.pack()
+        if self.config.trace or self.config.stats:
+            from .trace import Recorder
+            self.tr = Recorder(self, self.config)
         self.lock = None                     # set when a progress thread runs
         self.aio_drivers = {}                # asyncio loop -> ucxpy.aio.AsyncProgress
         self._progress_thread = None
@@ -185,6 +189,11 @@ class Worker:
         naps so oversubscribed ranks leave the CPU to each other."""
         if cond():
             return
+        if self.tr is not None:
+            return self._wait_traced(cond, timeout, what)
+        self._wait_loop(cond, timeout, what)
+
+    def _wait_loop(self, cond, timeout, what) -> None:
         deadline = deadline_of(timeout, self.config.timeout)
         progress = self.progress
         busy = self.config.busy_poll
@@ -210,15 +219,32 @@ class Worker:
                 self._idle_sleep(min(nap, max(deadline - now, 0)))
                 nap = min(nap * 2, 2e-3)
 
+    def _wait_traced(self, cond, timeout, what) -> None:
+        """:meth:`wait_until` with its busy and sleeping time recorded."""
+        from .trace import now
+        t0, slept0 = now(), self._slept_ns
+        try:
+            self._wait_loop(cond, timeout, what)
+        finally:
+            self.tr.wait(t0, now(), self._slept_ns - slept0, what)
+
+    _slept_ns = 0
+
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
         self.wait_until(lambda: req.done, timeout, repr(req))
 
     def _idle_sleep(self, seconds: float) -> None:
+        t0 = time.perf_counter_ns()
         fds = [fd for i in self.ifaces for fd in i.wait_fds()]
         if fds:
             select.select(fds, (), (), seconds)
         else:
             time.sleep(seconds)
+        dt = time.perf_counter_ns() - t0
+        self._slept_ns += dt
+        tr = self.tr
+        if tr is not None and tr.events is not None:
+            tr.event("progress", "sleep", "", dur=dt, ts=t0)
 
     def check_peers(self) -> None:
         """Ask the launcher whether a rank died; fail what depends on it."""
@@ -297,6 +323,9 @@ class Worker:
         tep.owner_ep = ep
         ep.incoming.add(tep)
         self._mark_hot(tep.iface)
+        tr = self.tr
+        if tr is not None:
+            tr.event("wireup", "wireup_accept", tep.iface.name, peer=ep.remote_id)
 
     def _on_close(self, tep, header, payload):
         ep = tep.owner_ep
@@ -388,8 +417,13 @@ class Worker:
         src = tep.owner_ep.remote_id
         req = self.matcher.match_posted(src, tag)
         if req is None:
-            self.matcher.unexpected.append(UnexpectedMessage(src, tag, len(payload), bytes(payload)))
+            m = UnexpectedMessage(src, tag, len(payload), bytes(payload))
+            self.matcher.unexpected.append(m)
+            if self.tr is not None:
+                self.tr.arrive(tep, "tag", src, tag, len(payload), False, m)
             return
+        if self.tr is not None:
+            self.tr.arrive(tep, "tag", src, tag, len(payload), True)
         n = len(payload)
         if n <= req.capacity:       # the common case of deliver_eager, inlined
             if n:
@@ -405,8 +439,13 @@ class Worker:
         src = tep.owner_ep.remote_id
         req = self.matcher.match_posted(src, tag)
         if req is None:
-            self.matcher.unexpected.append(UnexpectedMessage(src, tag, size, rts=rts))
+            m = UnexpectedMessage(src, tag, size, rts=rts)
+            self.matcher.unexpected.append(m)
+            if self.tr is not None:
+                self.tr.arrive(tep, "tag", src, tag, size, False, m, rts)
         else:
+            if self.tr is not None:
+                self.tr.arrive(tep, "tag", src, tag, size, True, None, rts)
             self._recv_rndv(req, src, tag, rts)
 
     def _recv_rndv(self, req, src, tag, rts):
@@ -420,6 +459,8 @@ class Worker:
         self.rndv.start_recv(rts, req.buf, req, TagInfo(src, tag, rts.size))
 
     def _deliver_unexpected(self, req, m: UnexpectedMessage):
+        if self.tr is not None:
+            self.tr.match_unexpected(m)
         if m.rts is None:
             deliver_eager(req, m.source, m.tag, m.data)
         else:
@@ -443,6 +484,8 @@ class Worker:
         src = self._source_id(source)
         tag &= FULL_MASK
         req = RecvRequest(self, mv, src, tag, tag_mask, self._cancel_recv)
+        if self.tr is not None:
+            self.tr.recv_posted(src, tag, tag_mask, req.capacity)
         if self.matcher.unexpected:
             m = self.matcher.find_unexpected(src, tag, tag_mask, remove=True)
             if m is not None:
@@ -556,6 +599,22 @@ class Worker:
             if ep.failed is None and not ep.closed:
                 ep.flush(timeout)
 
+    def stats(self) -> dict:
+        """Counters of this worker (see :mod:`ucxpy.trace`): messages and
+        bytes per protocol overall (``worker``), per peer (``endpoints``) and
+        per transport (``transports``), rendezvous variants and fallbacks,
+        the unexpected-queue high-water mark, busy-poll and sleep time.
+        Counting is on with ``UCXPY_STATS=y`` or ``UCXPY_TRACE``; otherwise
+        only the current state is reported and ``enabled`` is False."""
+        if self.tr is not None:
+            return self.tr.stats()
+        return {"enabled": False,
+                "worker": {"unexpected.depth": len(self.matcher.unexpected),
+                           "rndv.sends_in_flight": len(self.rndv.sends),
+                           "rndv.recvs_in_flight": len(self.rndv.recvs),
+                           "time.sleep_ns": self._slept_ns},
+                "endpoints": {}, "transports": {}}
+
     def close(self) -> None:
         """Close endpoints gracefully, then the transports (idempotent)."""
         if self.closed:
@@ -571,3 +630,5 @@ class Worker:
         self.rma.close()
         for iface in self.ifaces:
             iface.close()
+        if self.tr is not None:
+            self.tr.finish()

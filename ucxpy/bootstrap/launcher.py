@@ -639,6 +639,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--universe-size", type=int, default=0,
                    help="the MPI universe size ranks see (UNIVERSE_SIZE: how many processes "
                         "the job may grow to with MPI spawn; default max(N, CPUs))")
+    p.add_argument("--trace", default="", metavar="DIR",
+                   help="record protocol event traces of every rank in DIR "
+                        "(sets UCXPY_TRACE; merge them with ucxpy-trace)")
+    p.add_argument("--stats", action="store_true",
+                   help="print every rank's statistics at exit (sets UCXPY_STATS=y)")
     p.add_argument("-v", "--verbose", action="store_true")
     p.add_argument("command", nargs=argparse.REMAINDER, help="program and its arguments")
     return p
@@ -652,6 +657,11 @@ def main(argv=None) -> int:
         build_parser().error("no program given")
     if opts.np < 1:
         build_parser().error("-n must be at least 1")
+    if opts.trace:                       # the ranks inherit the environment
+        os.makedirs(opts.trace, exist_ok=True)
+        os.environ["UCXPY_TRACE"] = os.path.abspath(opts.trace)
+    if opts.stats:
+        os.environ["UCXPY_STATS"] = "y"
     status = Job(opts).run()
     sys.stdout.flush()
     return status
