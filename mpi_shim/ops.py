@@ -251,22 +251,49 @@ class _FakeReq:
         self.exc, self.result = None, info
 
 
+def _coll_name(gen) -> str:
+    """``g_allreduce`` / ``_g_Allreduce`` -> ``allreduce`` / ``Allreduce``."""
+    name = getattr(gen, "__name__", "collective")
+    return name[3:] if name.startswith("_g_") else name[2:] if name.startswith("g_") else name
+
+
+def _algorithm(gen) -> str:
+    """The innermost algorithm generator ``gen`` is running (``yield from``)."""
+    g, algo = gen, _coll_name(gen)
+    while getattr(g, "gi_yieldfrom", None) is not None:
+        g = g.gi_yieldfrom
+        if getattr(g, "__name__", "").startswith("g_"):
+            algo = g.__name__[2:]
+    return algo
+
+
+def _trace_begin(gen, blocking):
+    """A trace span for a collective (``ucxpy.trace.NO_SPAN`` when not tracing)."""
+    w = ENGINE.worker
+    if w is None or w.tr is None:
+        return ucxpy.trace.NO_SPAN
+    return ucxpy.trace.begin(w, "coll", _coll_name(gen), blocking=blocking)
+
+
 class GenOp(_Op):
     """A nonblocking collective: a generator yielding lists of ucxpy requests,
     resumed from completion callbacks when all of them are done."""
-    __slots__ = ("gen", "done", "exc", "result", "left", "reqs")
+    __slots__ = ("gen", "done", "exc", "result", "left", "reqs", "span")
 
     def __init__(self, gen):
         self.gen, self.done, self.exc, self.result = gen, False, None, None
         self.left, self.reqs = 0, ()
+        self.span = _trace_begin(gen, False)
         try:
             # argument errors (raised before the first message) surface at the call
             first = gen.send(None)
         except StopIteration as e:
             self.result, self.done, self.gen = e.value, True, None
+            ucxpy.trace.end(self.span, algorithm=_coll_name(gen))
             return
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
+        self.span.set(algorithm=_algorithm(gen))
         self._step(first)
 
     def _step(self, reqs=None):
@@ -289,6 +316,7 @@ class GenOp(_Op):
         except BaseException as e:      # reported by Wait/Test
             self.exc = e
         self.done, self.reqs, self.gen = True, (), None
+        ucxpy.trace.end(self.span)
 
     def _one(self, _r):
         self.left -= 1
@@ -308,8 +336,10 @@ class GenOp(_Op):
 
 def run(gen):
     """Run a collective generator to completion, blocking."""
+    span = _trace_begin(gen, True)
     try:
         reqs = gen.send(None)
+        span.set(algorithm=_algorithm(gen))
         while True:
             if not all(r.done for r in reqs):
                 ENGINE.wait_until(lambda: all(r.done for r in reqs))
@@ -318,4 +348,7 @@ def run(gen):
     except StopIteration as e:
         return e.value
     except ucxpy.UcxpyError as e:
+        span.set(error=type(e).__name__)
         raise translate(e) from None
+    finally:
+        ucxpy.trace.end(span)

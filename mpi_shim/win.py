@@ -23,6 +23,7 @@ uses post/complete notifications; Fence is flush + barrier.
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import pickle
@@ -414,6 +415,22 @@ def _shared_segment(n):
     return name, m
 
 
+
+def _epoch(method):
+    """Record a window synchronization call on the trace timeline (category
+    ``win``, the MPI name, the target rank when there is one)."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def traced(self, *args, **kwargs):
+        w = ENGINE.worker
+        if w is None or w.tr is None:
+            return method(self, *args, **kwargs)
+        extra = {"rank": args[0]} if args and name in ("Flush", "Lock", "Unlock") else {}
+        with ucxpy.trace.span(w, "win", name, **extra):
+            return method(self, *args, **kwargs)
+    return traced
+
 class Win(Handle, BufferExporter):
     """Remote memory access context."""
 
@@ -679,18 +696,21 @@ class Win(Handle, BufferExporter):
         return self._rma_req(self.Get_accumulate, origin, result, target_rank, target, op)
 
     # -- synchronization -----------------------------------------------------------------
+    @_epoch
     def Fence(self, assertion=0):
         """Perform an MPI fence synchronization on the window (collective)."""
         w = self._impl()
         self._call(w.flush)
         w.comm.Barrier()
 
+    @_epoch
     def Flush(self, rank):
         """Complete all outstanding RMA operations to a target."""
         if rank != PROC_NULL:
             self._call(self._impl().flush, rank)
         ENGINE.progress()           # every MPI call progresses (passive-target requests)
 
+    @_epoch
     def Flush_all(self):
         """Complete all outstanding RMA operations to all targets."""
         self._call(self._impl().flush)
@@ -703,12 +723,14 @@ class Win(Handle, BufferExporter):
         self._impl()
         ENGINE.progress()           # serve peers' lock and accumulate requests meanwhile
 
+    @_epoch
     def Lock(self, rank, lock_type=LOCK_EXCLUSIVE, assertion=0):
         """Begin an RMA access epoch at the target process."""
         if rank != PROC_NULL:
             self._call(self._impl().ctrl, rank, "lock", lock_type, True)
             self._impl().attrs.setdefault("_locks", {})[rank] = lock_type
 
+    @_epoch
     def Unlock(self, rank):
         """Complete an RMA access epoch at the target process."""
         if rank == PROC_NULL:
@@ -720,18 +742,21 @@ class Win(Handle, BufferExporter):
         self._call(w.flush, rank)
         self._call(w.ctrl, rank, "unlock", typ, True)
 
+    @_epoch
     def Lock_all(self, assertion=0):
         """Begin an RMA access epoch at all processes."""
         w = self._impl()
         for r in range(w.size):
             self.Lock(r, LOCK_SHARED)
 
+    @_epoch
     def Unlock_all(self):
         """Complete an RMA access epoch at all processes."""
         w = self._impl()
         for r in range(w.size):
             self.Unlock(r)
 
+    @_epoch
     def Post(self, group, assertion=0):
         """Start an RMA exposure epoch to a group."""
         w = self._impl()
@@ -739,6 +764,7 @@ class Win(Handle, BufferExporter):
         for r in w.post_group:
             w.ctrl(r, "post")
 
+    @_epoch
     def Start(self, group, assertion=0):
         """Start an RMA access epoch to a group."""
         w = self._impl()
@@ -747,6 +773,7 @@ class Win(Handle, BufferExporter):
         for r in w.start_group:
             w.posts[r] -= 1
 
+    @_epoch
     def Complete(self):
         """Complete an RMA access epoch started with Start."""
         w = self._impl()
@@ -760,6 +787,7 @@ class Win(Handle, BufferExporter):
     def _wait_done(self, w):
         return all(w.completes.get(r, 0) > 0 for r in w.post_group)
 
+    @_epoch
     def Wait(self):
         """Complete an RMA exposure epoch started with Post."""
         w = self._impl()

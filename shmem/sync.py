@@ -16,6 +16,8 @@ import operator
 
 import numpy as np
 
+import ucxpy
+
 from . import runtime
 from .ctx import ctx_state
 from .errors import DtypeMismatch, InvalidArray
@@ -61,25 +63,31 @@ def _cmp(cmp) -> CMP:
 # -- completion and barriers ---------------------------------------------------------
 def fence(ctx=None) -> None:
     """Order puts/AMOs issued before it to each PE ahead of those issued after."""
-    ctx_state(runtime.get(), ctx)
+    rt = runtime.get()
+    ucxpy.trace.mark(rt.worker, "shmem", "fence")
+    ctx_state(rt, ctx)
 
 
 def quiet(ctx=None) -> None:
     """Complete every put, AMO and nbi operation issued on ``ctx`` (default context)."""
     rt = runtime.get()
-    ctx_state(rt, ctx).quiet(rt)
+    with ucxpy.trace.span(rt.worker, "shmem", "quiet"):
+        ctx_state(rt, ctx).quiet(rt)
 
 
 def barrier_all() -> None:
     """Complete all outstanding operations, then wait for every PE."""
     rt = runtime.get()
-    rt.ctxs.quiet_all()
-    rt.teams.world.sync()
+    with ucxpy.trace.span(rt.worker, "shmem", "barrier_all"):
+        rt.ctxs.quiet_all()
+        rt.teams.world.sync()
 
 
 def sync_all() -> None:
     """Wait for every PE (no completion of RMA implied)."""
-    runtime.get().teams.world.sync()
+    rt = runtime.get()
+    with ucxpy.trace.span(rt.worker, "shmem", "sync_all"):
+        rt.teams.world.sync()
 
 
 def sync(team=None) -> None:

@@ -5,7 +5,7 @@ transports), :class:`Worker` (progress engine, tag matching), and
 :class:`Endpoint` (connection to a remote worker).  :func:`init` joins an SPMD
 job started by ``ucxpy-run`` or ``mpirun``.
 """
-from . import auth
+from . import auth, trace
 from .config import Config
 from .context import Context
 from .endpoint import Endpoint
