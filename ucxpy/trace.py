@@ -289,6 +289,50 @@ class Recorder:
             print(self.format_stats(), file=sys.stderr, flush=True)
 
 
+#: what the counters of :meth:`ucxpy.Worker.stats` mean (``ucxpy-info -s``)
+COUNTERS = (
+    ("tx.<tag|am>.<proto>.msgs/.bytes", "messages sent per protocol: eager_short (copied "
+     "at send), eager_copy, rndv"),
+    ("rx.<tag|am>.<eager|rndv>.msgs/.bytes", "messages (eager frames, RTS) arrived"),
+    ("rndv.<get|split|rtr>.msgs/.bytes", "rendezvous variant the receiver chose"),
+    ("rndv.data_tx.msgs/.bytes", "rendezvous ranges the sender streamed as data frames"),
+    ("rndv.fallback", "one-sided rendezvous copies refused, sent as frames instead"),
+    ("rma.<put|get|atomic_op>.msgs/.bytes", "RMA operations issued"),
+    ("tag_recv.posted", "tagged receives posted"),
+    ("unexpected.msgs / unexpected.hwm", "arrivals that found no receive / queue depth "
+     "high-water mark"),
+    ("match.unexpected", "receives matched from the unexpected queue"),
+    ("time.wait_ns / busy_ns / sleep_ns", "time in blocking waits: busy-polling vs "
+     "sleeping on file descriptors"),
+    ("peer.failures", "endpoints failed (peer died or connection lost)"),
+)
+
+
+def self_test(config) -> dict:
+    """Statistics of a loopback exchange (one message per protocol) on a
+    fresh worker with counting on; for ``ucxpy-info -s``."""
+    import dataclasses
+    from .context import Context
+    cfg = dataclasses.replace(config, stats=False, trace="", tls=("self",))
+    ctx = Context(cfg)
+    w = ctx.create_worker()
+    w.tr = Recorder(w, dataclasses.replace(cfg, stats=False))
+    try:
+        ep = w.connect(w.address_bytes)
+        ep.transport_endpoint()
+        sizes = [0, ep.short_thresh + 1, ep.rndv_thresh]
+        buf = bytearray(max(sizes))
+        for i, n in enumerate(sizes):
+            r = w.tag_recv_nb(buf, tag=i)
+            ep.tag_send_nb(bytes(n), i).wait(10)
+            r.wait(10)
+        return w.stats()
+    finally:
+        w.tr._finished = True
+        _live.discard(w.tr)
+        w.close()
+
+
 # -- public API for layers above the core -------------------------------------------
 
 def recorder(worker):

@@ -375,6 +375,23 @@ def print_devices(config, out) -> None:
         print(f"\n# {name}: {state}", file=out)
 
 
+def print_stats(config, out) -> int:
+    """What the statistics count, and those of a loopback self-test."""
+    from ..trace import COUNTERS, self_test
+    print("# Statistics (Worker.stats(); UCXPY_STATS=y prints them at exit, "
+          "UCXPY_TRACE=DIR records them in each trace header)", file=out)
+    print(_table(list(COUNTERS), ("counter", "meaning")), file=out)
+    try:
+        st = self_test(config)
+    except Exception as e:
+        print(f"# loopback self-test failed: {type(e).__name__}: {e}", file=out)
+        return 1
+    print("\n# loopback self-test on 'self' (one message each: eager short, eager copy, "
+          "rendezvous)", file=out)
+    print(_table(sorted(st["worker"].items()), ("counter", "value")), file=out)
+    return 0
+
+
 # --------------------------------------------------------------- entry point
 
 def main(argv=None) -> int:
@@ -384,6 +401,8 @@ def main(argv=None) -> int:
                    help="print lane and protocol per message size for local and remote peers")
     p.add_argument("-d", action="store_true", help="list devices")
     p.add_argument("-t", action="store_true", help="list transports (the default)")
+    p.add_argument("-s", "--stats", action="store_true",
+                   help="describe the statistics counters and show those of a loopback test")
     p.add_argument("-n", type=int, default=4, metavar="RANKS",
                    help="group size for the collective table of -e (default 4)")
     args = p.parse_args(argv)
@@ -399,7 +418,9 @@ def main(argv=None) -> int:
     if args.e:
         status = 1 if err else print_protocols(config, out)
         print_collectives(args.n, out)
-    if args.t or not (args.c or args.d or args.e):
+    if args.stats:
+        status = print_stats(config, out) or status
+    if args.t or not (args.c or args.d or args.e or args.stats):
         print_transports(config, out)
     out.flush()
     return status
