@@ -7,6 +7,9 @@ CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
 ``tag``        ``tag_lat`` / ``tag_bw``: ucxpy over each of ``--tls``
                (``UCXPY_TLS=shm``, ``tcp``, ``ofi``; ``tcp+tls`` is tcp with
                ``UCXPY_TCP_TLS=y``, the price of encryption) under ``ucxpy-run``,
+               ``tag_lat`` once more on shm with ``UCXPY_TRACE`` set
+               (``ucxpy-shm+trace``: the price of tracing; every other
+               column runs with tracing off, the default path),
                mpi_shim (``--mpi-shim`` under ``ucxpy-run``), mpi4py under
                ``mpiexec``, and a blocking Python socket ping-pong (the
                floor for tcp latency).
@@ -490,6 +493,11 @@ def main(argv=None) -> int:
     p.add_argument("--max-time", type=float, default=0.4, help="seconds per size and run")
     p.add_argument("--quick", action="store_true", help="fewer sizes, shorter runs")
     p.add_argument("--skip-mpi", action="store_true", help="do not run the mpi4py reference")
+    p.add_argument("--skip-trace", action="store_true",
+                   help="do not run the traced ucxpy-shm tag_lat job")
+    p.add_argument("--only-trace", action="store_true",
+                   help="tag suite: run only ucxpy-shm and ucxpy-shm+trace tag_lat (a smoke "
+                        "of the tracing cost)")
     p.add_argument("--skip-shmem4py", action="store_true", help="do not run shmem4py")
     p.add_argument("--timeout", type=float, default=240, help="seconds per job")
     p.add_argument("--raw-peer", nargs=2, type=int, help=argparse.SUPPRESS)
@@ -533,6 +541,8 @@ def main(argv=None) -> int:
 
     tls = [t.strip() for t in args.tls.split(",") if t.strip()]
     rma_tls = [t.strip() for t in args.rma_tls.split(",") if t.strip()]
+    if args.only_trace:
+        tls, rma_tls, suites, args.skip_mpi = ["shm"], [], ["tag"], True
     # -- ucxpy's own API, per transport
     for tl in dict.fromkeys((tls if "tag" in suites else []) +
                             (rma_tls if "rma" in suites else [])):
@@ -551,10 +561,21 @@ def main(argv=None) -> int:
             a = perf_args([], RMA_TESTS, sizes["rma"], max_time)
             job(f"ucxpy-{tl}", "rma", lambda a=a: ucxpy_cmd(a, T), env)
 
+    # -- the price of tracing: shm tag_lat again with UCXPY_TRACE (the ring of
+    # UCXPY_TRACE_EVENTS=200000 fills and evicts, as in a long traced run)
+    if "tag" in suites and "shm" in tls and not args.skip_trace and "ucxpy-shm" in impls:
+        import tempfile
+        with tempfile.TemporaryDirectory(prefix="ucxpy-bench-trace-") as tdir:
+            env = _clean_env(UCXPY_TLS="shm", UCXPY_TRACE=tdir, UCXPY_TRACE_EVENTS="200000")
+            a = perf_args([], ("tag_lat",), sizes["tag"], max_time)
+            job("ucxpy-shm+trace", "tag", lambda a=a: ucxpy_cmd(a, T), env)
+
     # -- the same mpi4py code: mpi_shim under ucxpy-run, mpi4py on MPICH under mpiexec
     mpi_impls = [("mpi_shim", ["--mpi-shim"], lambda a, n: ucxpy_cmd(a, T, n), _clean_env())]
     if not args.skip_mpi:
         mpi_impls.append(("mpi4py", ["--mpi4py"], lambda a, n: mpi_cmd(a, n), _clean_env()))
+    if args.only_trace:
+        mpi_impls = []
     for label, flag, launch, env in mpi_impls:
         if "tag" in suites:
             a = perf_args(flag, TAG_TESTS, sizes["tag"], max_time)
@@ -618,6 +639,10 @@ def main(argv=None) -> int:
     if "tag" in suites:
         show("tag_lat", "tag_lat", ucx_tag + ["mpi_shim", "mpi4py", "raw-tcp"])
         show("tag_bw", "tag_bw", ucx_tag + ["mpi_shim", "mpi4py"])
+        if "ucxpy-shm+trace" in impls:
+            show("trace tag_lat", "tag_lat", ["ucxpy-shm+trace", "ucxpy-shm"],
+                 [("ucxpy-shm+trace", "ucxpy-shm")],
+                 title="tag_lat: shm with UCXPY_TRACE on against off (the default path)")
         if "tcp" in tls and "tcp+tls" in tls:
             for t in ("tag_lat", "tag_bw"):
                 show(f"tls {t}", t, ["ucxpy-tcp+tls", "ucxpy-tcp"],
