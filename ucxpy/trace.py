@@ -118,12 +118,18 @@ class Recorder:
 
     def count(self, key, nbytes=0, peer=None, lane=None) -> None:
         """``key.msgs += 1`` and ``key.bytes += nbytes`` overall, per peer, per lane."""
-        for c in (self.totals,
-                  None if peer is None else self.per_peer[peer],
-                  None if lane is None else self.per_lane[lane]):
-            if c is not None:
-                c[key + ".msgs"] += 1
-                c[key + ".bytes"] += nbytes
+        msgs, size = key + ".msgs", key + ".bytes"
+        c = self.totals
+        c[msgs] += 1
+        c[size] += nbytes
+        if peer is not None:
+            c = self.per_peer[peer]
+            c[msgs] += 1
+            c[size] += nbytes
+        if lane is not None:
+            c = self.per_lane[lane]
+            c[msgs] += 1
+            c[size] += nbytes
 
     # -- core hooks (each called from one `if tr is not None:` site) -----------
     def send(self, ep, kind, proto, nbytes, tag, sreq_id=None) -> None:
@@ -264,7 +270,14 @@ class Recorder:
             return
         path = self.path()
         tmp = f"{path}.tmp{os.getpid()}"
-        events = list(self.events)
+        for _ in range(100):         # a progress thread may append meanwhile
+            try:
+                events = list(self.events)
+                break
+            except RuntimeError:
+                continue
+        else:
+            raise RuntimeError("trace ring kept changing while being written")
         with open(tmp, "w") as f:
             f.write(json.dumps(self.header()) + "\n")
             for ts, dur, cat, name, lane, args in events:

@@ -221,12 +221,11 @@ class Worker:
 
     def _wait_traced(self, cond, timeout, what) -> None:
         """:meth:`wait_until` with its busy and sleeping time recorded."""
-        from .trace import now
-        t0, slept0 = now(), self._slept_ns
+        t0, slept0 = time.perf_counter_ns(), self._slept_ns
         try:
             self._wait_loop(cond, timeout, what)
         finally:
-            self.tr.wait(t0, now(), self._slept_ns - slept0, what)
+            self.tr.wait(t0, time.perf_counter_ns(), self._slept_ns - slept0, what)
 
     _slept_ns = 0
 
