@@ -290,3 +290,26 @@ def test_info_stats_section():
     assert "Traceback" not in cp.stdout + cp.stderr
     assert "unexpected.hwm" in cp.stdout and "loopback self-test" in cp.stdout
     assert "tx.tag.rndv.msgs" in cp.stdout
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("layer", ["mpi_shim", "shmem"])
+def test_layers_on_the_same_timeline(layer, tmp_path):
+    tdir = tmp_path / "trace"
+    launch(2, ["--trace", str(tdir), sys.executable,
+               os.path.join(ROOT, "tests", "progs", "trace_layers.py"), layer], cwd=str(tmp_path))
+    with open(tdir / "trace.0.jsonl") as f:
+        events = [json.loads(l) for l in f.read().splitlines()[1:]]
+    spans = [(e["cat"], e["name"], e.get("args", {})) for e in events if e.get("dur")]
+    if layer == "mpi_shim":
+        algos = [a.get("algorithm") for c, n, a in spans if c == "coll" and n == "Allreduce"]
+        assert algos.count("allreduce_ring") == 2 and "allreduce_rd" in algos
+        assert any(a.get("blocking") is False for c, n, a in spans if c == "coll")
+        win = [n for c, n, a in spans if c == "win"]
+        assert win.count("Fence") == 2 and "Lock" in win and "Unlock" in win
+    else:
+        names = {n for c, n, a in spans if c == "shmem"}
+        assert {"quiet", "barrier_all"} <= names
+        assert any(e["cat"] == "shmem" and e["name"] == "fence" for e in events)
+    doc = tool("merge", str(tdir), "-o", str(tmp_path / "job.json"))
+    assert doc.returncode == 0, doc.stderr
