@@ -313,3 +313,21 @@ def test_layers_on_the_same_timeline(layer, tmp_path):
         assert any(e["cat"] == "shmem" and e["name"] == "fence" for e in events)
     doc = tool("merge", str(tdir), "-o", str(tmp_path / "job.json"))
     assert doc.returncode == 0, doc.stderr
+
+
+@pytest.mark.timeout(120)
+def test_peer_failure_is_traced(tmp_path):
+    """Rank 1 is SIGKILLed; rank 0's trace (written at its exit) shows it."""
+    tdir = tmp_path / "trace"
+    cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", "2", "--timeout", "60",
+           "--trace", str(tdir), sys.executable,
+           os.path.join(ROOT, "tests", "progs", "dead_peer.py"), "midway"]
+    cp = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=90,
+                        cwd=str(tmp_path))
+    assert "DETECTED" in cp.stdout, cp.stdout + cp.stderr
+    with open(tdir / "trace.0.jsonl") as f:
+        lines = f.read().splitlines()
+    events = [json.loads(l) for l in lines[1:]]
+    fails = [e for e in events if e["name"] == "peer_failure"]
+    assert fails and fails[0]["args"]["peer"] == 1
+    assert json.loads(lines[0])["stats"]["worker"]["peer.failures"] >= 1
