@@ -113,13 +113,14 @@ class Endpoint:
         try:
             tep = self._tep or self.transport_endpoint()
             n = mv.nbytes
-            if self.worker.tr is not None:
-                return self._send_traced(tep, mv, eager_id, eager_header, rts_id, rts_struct,
-                                         rts_prefix, rts_suffix)
             if n < self.rndv_thresh:
                 if n <= self.short_thresh:
+                    if self.worker.tr is not None:
+                        self.worker.tr.send(self, eager_id, "eager_short", n, rts_prefix[0])
                     tep.send(eager_id, eager_header, bytes(mv))
                     return COMPLETED
+                if self.worker.tr is not None:
+                    self.worker.tr.send(self, eager_id, "eager_copy", n, rts_prefix[0])
                 req = Request(self.worker)
                 if tep.send(eager_id, eager_header, mv, req._sent):
                     return COMPLETED
@@ -127,6 +128,8 @@ class Endpoint:
             req = Request(self.worker)
             rndv = self.worker.rndv
             sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
+            if self.worker.tr is not None:
+                self.worker.tr.send(self, eager_id, "rndv", n, rts_prefix[0], sreq_id)
             try:
                 tep.send(rts_id, rts_struct.pack(*rts_prefix, sreq_id, n, raddr) + rts_suffix + rkey)
             except BaseException:
@@ -135,33 +138,6 @@ class Endpoint:
             return req
         except ConnectionLost as e:
             raise self._named(e)
-
-    def _send_traced(self, tep, mv, eager_id, eager_header, rts_id, rts_struct, rts_prefix,
-                     rts_suffix) -> Request:
-        """:meth:`send_message` with the protocol choice recorded."""
-        n = mv.nbytes
-        kind = "tag" if eager_id == wire.AmId.TAG_EAGER else "am"
-        tr = self.worker.tr
-        if n < self.rndv_thresh:
-            tr.send(self, kind, "eager_short" if n <= self.short_thresh else "eager_copy", n,
-                    rts_prefix[0])
-            if n <= self.short_thresh:
-                tep.send(eager_id, eager_header, bytes(mv))
-                return COMPLETED
-            req = Request(self.worker)
-            if tep.send(eager_id, eager_header, mv, req._sent):
-                return COMPLETED
-            return req
-        req = Request(self.worker)
-        rndv = self.worker.rndv
-        sreq_id, raddr, rkey = rndv.post_send(self, tep, mv, req)
-        tr.send(self, kind, "rndv", n, rts_prefix[0], sreq_id)
-        try:
-            tep.send(rts_id, rts_struct.pack(*rts_prefix, sreq_id, n, raddr) + rts_suffix + rkey)
-        except BaseException:
-            rndv.sends.pop(sreq_id, None)
-            raise
-        return req
 
     def tag_send(self, buf, tag: int, timeout: Optional[float] = None) -> None:
         """Blocking :meth:`tag_send_nb`."""

@@ -42,6 +42,8 @@ import threading
 import time
 import weakref
 
+from .wire import AmId
+
 now = time.perf_counter_ns
 
 #: tags whose top byte is 0xFF belong to ucxpy's own collectives (see ucxpy.tag)
@@ -132,7 +134,10 @@ class Recorder:
             c[size] += nbytes
 
     # -- core hooks (each called from one `if tr is not None:` site) -----------
-    def send(self, ep, kind, proto, nbytes, tag, sreq_id=None) -> None:
+    def send(self, ep, eager_id, proto, nbytes, tag, sreq_id=None) -> None:
+        """A tag (``eager_id`` TAG_EAGER) or active message (``tag`` = AM id)
+        is being sent to ``ep`` by protocol ``proto``."""
+        kind = "tag" if eager_id == AmId.TAG_EAGER else "am"
         peer = ep.remote_id
         lane = ep.lane.name if ep.lane is not None else "?"
         self._tx_seq[peer, kind] += 1
