@@ -176,6 +176,8 @@ class RendezvousProtocol:
             s.busy += 1
 
             part = s.mv[:length]
+            if tr is not None:
+                tr.rndv("put", out.iface.name, sreq_id=sreq_id, size=length)
 
             def put_done(exc, s=s, i=sreq_id, part=part):
                 if exc is None:
@@ -299,6 +301,9 @@ class RendezvousProtocol:
         r = self.recvs.get(rreq_id)
         if r is None or r.received + nbytes > r.size:
             raise ProtocolError(f"FIN of {nbytes} bytes for unknown or smaller receive {rreq_id}")
+        tr = self.worker.tr
+        if tr is not None:
+            tr.rndv("fin", tep.iface.name, rreq_id=rreq_id, size=nbytes)
         self._landed(rreq_id, r, nbytes)
 
     def drop(self, rts: RtsInfo) -> None:
