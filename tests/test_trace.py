@@ -147,7 +147,7 @@ def test_missing_trace_is_a_clear_error(tmp_path):
 
 @pytest.mark.timeout(120)
 def test_off_leaves_no_files_and_stats_print_at_exit(tmp_path):
-    cp = launch(2, [sys.executable, EXAMPLE], cwd=str(tmp_path), UCXPY_STATS="y")
+    cp = launch(2, ["--stats", sys.executable, EXAMPLE], cwd=str(tmp_path))
     assert os.listdir(tmp_path) == []
     for r in range(2):
         assert f"ucxpy stats [rank {r} " in cp.stderr, cp.stderr

@@ -79,7 +79,8 @@ class Config:
     #: directory to write protocol event traces to, one file per rank
     #: (trace.<rank>.jsonl; "" = off, the default: hooks cost one check)
     trace: str = ""
-    #: events kept per worker when tracing (a ring buffer: the oldest are dropped)
+    #: events kept per worker when tracing (a ring buffer: the oldest are dropped;
+    #: a few hundred bytes of memory each)
     trace_events: int = 1_000_000
     #: count messages/bytes per protocol, peer and transport (Worker.stats())
     #: and print them when the worker closes
