@@ -81,7 +81,7 @@ class Config:
     trace: str = ""
     #: events kept per worker when tracing (a ring buffer: the oldest are dropped;
     #: a few hundred bytes of memory each)
-    trace_events: int = 1_000_000
+    trace_events: int = 200_000
     #: count messages/bytes per protocol, peer and transport (Worker.stats())
     #: and print them when the worker closes
     stats: bool = False
