@@ -14,92 +14,95 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-impl, testdir, module, outdir = sys.argv[1:5]
-if impl == "shim":
-    sys.path[:0] = [os.path.join(ROOT, "mpi_shim", "dropin"), ROOT]
-sys.path.insert(0, testdir)
+# mpi4py.futures servers (test_util_pool) run the parent's main script
+# under another name, to resolve pickled functions: nothing to do there.
+if __name__ == "__main__":
+    impl, testdir, module, outdir = sys.argv[1:5]
+    if impl == "shim":
+        sys.path[:0] = [os.path.join(ROOT, "mpi_shim", "dropin"), ROOT]
+    sys.path.insert(0, testdir)
 
-if os.environ.get("CONFORMANCE_TRACE_AFTER"):     # debugging hangs
-    import faulthandler
-    faulthandler.dump_traceback_later(float(os.environ["CONFORMANCE_TRACE_AFTER"]), exit=True)
+    if os.environ.get("CONFORMANCE_TRACE_AFTER"):     # debugging hangs
+        import faulthandler
+        faulthandler.dump_traceback_later(float(os.environ["CONFORMANCE_TRACE_AFTER"]), exit=True)
 
-from mpi4py import MPI  # noqa: E402  (shim: the adapter over mpi_shim.MPI)
+    from mpi4py import MPI  # noqa: E402  (shim: the adapter over mpi_shim.MPI)
 
-rank = MPI.COMM_WORLD.Get_rank()
-outcome = {}
-out_path = os.path.join(outdir, f"{module}.{rank}.json")
-
-
-def _save():
-    with open(out_path + ".tmp", "w") as f:
-        json.dump(outcome, f)
-    os.replace(out_path + ".tmp", out_path)
+    rank = MPI.COMM_WORLD.Get_rank()
+    outcome = {}
+    out_path = os.path.join(outdir, f"{module}.{rank}.json")
 
 
-class Result(unittest.TestResult):
-    def startTest(self, test):
-        super().startTest(test)
-        outcome[test.id()] = "running"
-        self._t0 = time.monotonic()
-        _save()
+    def _save():
+        with open(out_path + ".tmp", "w") as f:
+            json.dump(outcome, f)
+        os.replace(out_path + ".tmp", out_path)
 
-    def addSuccess(self, test):
-        if outcome.get(test.id()) == "running":
+
+    class Result(unittest.TestResult):
+        def startTest(self, test):
+            super().startTest(test)
+            outcome[test.id()] = "running"
+            self._t0 = time.monotonic()
+            _save()
+
+        def addSuccess(self, test):
+            if outcome.get(test.id()) == "running":
+                outcome[test.id()] = "pass"
+
+        def addFailure(self, test, err):
+            super().addFailure(test, err)
+            outcome[test.id()] = "fail"
+            self._log(test, err)
+
+        def addError(self, test, err):
+            super().addError(test, err)
+            outcome[getattr(test, "id", lambda: str(test))()] = "error"
+            self._log(test, err)
+
+        def addSkip(self, test, reason):
+            outcome[test.id()] = "skip"
+
+        def addExpectedFailure(self, test, err):
             outcome[test.id()] = "pass"
 
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        outcome[test.id()] = "fail"
-        self._log(test, err)
+        def addUnexpectedSuccess(self, test):
+            outcome[test.id()] = "pass"
 
-    def addError(self, test, err):
-        super().addError(test, err)
-        outcome[getattr(test, "id", lambda: str(test))()] = "error"
-        self._log(test, err)
+        def addSubTest(self, test, subtest, err):
+            if err is not None:
+                tid = test.id()
+                if issubclass(err[0], unittest.SkipTest):
+                    return
+                outcome[tid] = "fail" if issubclass(err[0], test.failureException) else "error"
+                self._log(subtest, err)
 
-    def addSkip(self, test, reason):
-        outcome[test.id()] = "skip"
+        def _log(self, test, err):
+            if os.environ.get("CONFORMANCE_VERBOSE") and rank == 0:
+                import traceback
+                print(f"--- {test}", "".join(traceback.format_exception(*err))[-1500:],
+                      file=sys.stderr, flush=True)
 
-    def addExpectedFailure(self, test, err):
-        outcome[test.id()] = "pass"
-
-    def addUnexpectedSuccess(self, test):
-        outcome[test.id()] = "pass"
-
-    def addSubTest(self, test, subtest, err):
-        if err is not None:
-            tid = test.id()
-            if issubclass(err[0], unittest.SkipTest):
-                return
-            outcome[tid] = "fail" if issubclass(err[0], test.failureException) else "error"
-            self._log(subtest, err)
-
-    def _log(self, test, err):
-        if os.environ.get("CONFORMANCE_VERBOSE") and rank == 0:
-            import traceback
-            print(f"--- {test}", "".join(traceback.format_exception(*err))[-1500:],
-                  file=sys.stderr, flush=True)
-
-    def stopTest(self, test):
-        super().stopTest(test)
-        _save()
+        def stopTest(self, test):
+            super().stopTest(test)
+            _save()
 
 
-mod = __import__(module)
-suite = unittest.defaultTestLoader.loadTestsFromModule(mod)
+    mod = __import__(module)
+    suite = unittest.defaultTestLoader.loadTestsFromModule(mod)
 
 
-def _flat(s):
-    for t in s:
-        yield from (_flat(t) if isinstance(t, unittest.TestSuite) else [t])
+    def _flat(s):
+        for t in s:
+            yield from (_flat(t) if isinstance(t, unittest.TestSuite) else [t])
 
 
-pattern = os.environ.get("CONFORMANCE_K")
-if pattern:
-    suite = unittest.TestSuite(t for t in _flat(suite) if pattern in t.id())
-for t in _flat(suite):              # tests a killed job never reached count as errors
-    outcome[t.id()] = "notrun"
-suite.run(Result())
-_save()
-MPI.COMM_WORLD.Barrier()
-MPI.Finalize()
+    pattern = os.environ.get("CONFORMANCE_K")
+    if pattern:
+        suite = unittest.TestSuite(t for t in _flat(suite) if pattern in t.id())
+    for t in _flat(suite):              # tests a killed job never reached count as errors
+        outcome[t.id()] = "notrun"
+    suite.run(Result())
+    _save()
+    MPI.COMM_WORLD.Barrier()
+    MPI.Finalize()
