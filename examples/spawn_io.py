@@ -1,7 +1,8 @@
 """Spawned workers write one file together through a non-contiguous view.
 
 The parent (run it as a one-process job: ``ucxpy-run -n 1 python
-examples/spawn_io.py``) spawns WORKERS processes.  The file is a sequence of
+examples/spawn_io.py``, or ``mpiexec -n 1 python examples/spawn_io.py``
+under MPICH's mpiexec) spawns WORKERS processes.  The file is a sequence of
 32-bit integers, integer ``i`` holding the value ``i``; it is cut into
 blocks of BLOCK integers dealt out round robin: block ``k`` belongs to
 worker ``k % WORKERS``.  Each worker sees only its own blocks, through a

@@ -21,8 +21,11 @@ with known peers a local alias) and both groups form one intercommunicator.
 ``Accept`` on it while the children, at their MPI initialization, ``Connect``
 to it from their own ``COMM_WORLD``: that intercommunicator is
 ``Comm.Get_parent()`` in the children and what ``Spawn`` returns in the
-parents.  Launchers that cannot start processes (mpiexec through PMI, a
-single process) make ``Spawn`` raise ``ERR_SPAWN`` at the call.
+parents.  Under MPICH's ``mpiexec`` the PMI bootstrap asks Hydra to start
+them (PMI-1 ``spawn``, the port and the job key pre-put in the children's
+key-value space).  Launchers that cannot start processes (Open MPI's
+``mpirun`` through mpi4py, Slurm's PMI-2, a single process) make ``Spawn``
+raise ``ERR_SPAWN`` at the call.
 
 Names (``Publish_name``/``Lookup_name``) live in the launcher's key-value
 store: visible to every process of the job, including spawned ones.
@@ -291,13 +294,11 @@ def join(fd):
 
 # -- spawn ----------------------------------------------------------------------------
 def universe_size():
-    v = os.environ.get("UCXPY_UNIVERSE_SIZE")
-    return int(v) if v else ENGINE.world.size
+    return _boot().universe_size()
 
 
 def appnum():
-    v = os.environ.get("UCXPY_APPNUM")
-    return int(v) if v else None
+    return _boot().appnum()
 
 
 def get_parent():
@@ -312,7 +313,7 @@ def forget_parent(impl) -> None:
 
 def connect_parent() -> None:
     """Children of a spawn: connect to the parents (at MPI initialization)."""
-    port = os.environ.get("UCXPY_PARENT_PORT")
+    port = _boot().parent_port()
     if port:
         from .comm import COMM_WORLD
         _state["parent"] = connect(COMM_WORLD, port, 0)._h

@@ -47,11 +47,13 @@ def test_mpi_io(launcher, n, tls):
     assert len(re.findall(r"MPI-IO OK \d+ ok", proc.stdout)) == n, out[-4000:]
 
 
-def test_spawn_io_example():
+@pytest.mark.parametrize("launcher", ["ucxpy-run", "mpiexec"])
+def test_spawn_io_example(launcher):
     """A one-process job spawns 3 workers writing interleaved blocks; the parent
-    checks every byte."""
-    _skip_unless("ucxpy-run", "shm,tcp")
-    proc = run_job(["python", os.path.join(ROOT, "examples", "spawn_io.py")], 1, timeout=200)
+    checks every byte (mpiexec: the workers are started by Hydra, over PMI)."""
+    _skip_unless(launcher, "shm,tcp")
+    proc = run_job(["python", os.path.join(ROOT, "examples", "spawn_io.py")], 1, timeout=200,
+                   launcher=launcher)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     assert "SPAWN-IO OK 768000" in proc.stdout, out[-4000:]

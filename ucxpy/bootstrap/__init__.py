@@ -120,11 +120,30 @@ class Bootstrap:
 
     # -- dynamic processes -------------------------------------------------
     def spawn(self, apps, **extra) -> tuple:
-        """Start new processes through the launcher (see
-        :meth:`ucxpy.bootstrap.zmq_boot.ZmqBootstrap.spawn`); launchers that
-        cannot raise :class:`~ucxpy.errors.BootstrapError`."""
+        """Start new processes through the launcher: ``apps`` is a list of
+        ``{"argv": [...], "maxprocs": n, "env": {...}, "wdir": path}`` forming
+        one new group; ``port`` (in ``extra``) is what the children's
+        :meth:`parent_port` returns.  Returns ``(group, errcodes)`` once
+        started (errcodes: one list per app).  Launchers that cannot start
+        processes raise :class:`~ucxpy.errors.BootstrapError`."""
         raise BootstrapError(f"the {self.kind} bootstrap cannot start new processes "
-                             "(run the job under ucxpy-run to spawn)")
+                             "(run the job under ucxpy-run or MPICH's mpiexec to spawn)")
+
+    def parent_port(self):
+        """The port a spawning job asked this one to connect to, or None."""
+        return os.environ.get("UCXPY_PARENT_PORT") or None
+
+    def universe_size(self):
+        """How many processes the job may grow to (None: the launcher does
+        not say)."""
+        v = os.environ.get("UCXPY_UNIVERSE_SIZE")
+        return int(v) if v else self.size
+
+    def appnum(self):
+        """Which application of an MPMD launch (or spawn) this process runs,
+        or None."""
+        v = os.environ.get("UCXPY_APPNUM")
+        return int(v) if v else None
 
     # -- security and placement (used by ucxpy.spmd before the worker exists) --
     def job_key(self, timeout=None):

@@ -18,6 +18,11 @@ then every rank gets every key.  Reads wait on the socket with the caller's
 timeout, so a rank that never arrives yields
 :class:`~ucxpy.bootstrap.BootstrapTimeout` instead of a hang.  Failure
 detection is the launcher's: Hydra and Slurm kill the job when a rank dies.
+
+MPI spawn (PMI-1 only, which Hydra implements): the spawning rank sends one
+``mcmd=spawn`` segment per application with the parents' port, the job key
+and each app's environment as *pre-put* keys of the new job's key-value
+space; the children (``PMI_SPAWNED=1``) read them at start-up.
 """
 from __future__ import annotations
 
@@ -77,7 +82,10 @@ class PmiBootstrap(Bootstrap):
         self._closed = False
         self._timeout = resolve_timeout(timeout)
         self._handshake(env)
+        self.spawned = bool(env.get("PMI_SPAWNED"))
         self.local_rank, self.local_size = self._placement(env)
+        if self.spawned:
+            self._apply_spawn_env()
 
     # -- wire ----------------------------------------------------------------
     def _send(self, text: str) -> None:
@@ -220,6 +228,101 @@ class PmiBootstrap(Bootstrap):
         else:
             self._call("kvs-fence", "kvs-fence-response", timeout)
 
+    # -- dynamic processes -------------------------------------------------------
+    def _preput(self, key, value: bytes) -> list:
+        """``(key, value)`` pairs that make ``value`` readable with :meth:`get`
+        in the spawned job's key-value space (same chunking as :meth:`put`)."""
+        hexed = bytes(value).hex()
+        parts = [hexed[i:i + 2 * self.chunk] for i in range(0, len(hexed), 2 * self.chunk)] \
+            or [""]
+        return [(f"{key}#n", str(len(parts)))] + \
+            [(f"{key}#{i}", p or "-") for i, p in enumerate(parts)]
+
+    def spawn(self, apps, port=None, **extra) -> tuple:
+        """Ask the process manager to start ``apps`` as a new job (PMI-1
+        ``mcmd=spawn``, one segment per app, as Hydra's PMI_Spawn_multiple
+        takes them).  The children find ``port``, this job's key and their
+        app's environment pre-put in their key-value space (see
+        :meth:`parent_port`).  Hydra reports success for the whole spawn
+        only, so every started process gets error code 0."""
+        if self.version != 1:
+            raise BootstrapError("spawn needs the PMI-1 wire protocol (Hydra's mpiexec); "
+                                 "PMI-2 process managers such as Slurm's do not spawn")
+        pre = []
+        if port:
+            pre += self._preput("ucxpy-parent-port", str(port).encode())
+        key = getattr(self, "_job_key", None)
+        if key:
+            pre += self._preput("ucxpy-parent-key", key)
+        for appnum, app in enumerate(apps):
+            if app.get("env"):
+                env = "\0".join(f"{k}={v}" for k, v in app["env"].items())
+                pre += self._preput(f"ucxpy-env-{appnum}", env.encode())
+        segments = []
+        for i, app in enumerate(apps, 1):
+            argv = [str(a) for a in app["argv"]]
+            for a in argv + [str(app.get("wdir") or "")]:
+                if "\n" in a:
+                    raise BootstrapError(f"spawn: PMI cannot pass {a!r} (it holds a newline)")
+            lines = ["mcmd=spawn", f"nprocs={int(app['maxprocs'])}", f"execname={argv[0]}",
+                     f"totspawns={len(apps)}", f"spawnssofar={i}", f"argcnt={len(argv) - 1}"]
+            lines += [f"arg{j}={a}" for j, a in enumerate(argv[1:], 1)]
+            lines.append(f"preput_num={len(pre)}")
+            for j, (k, v) in enumerate(pre):
+                lines += [f"preput_key_{j}={k}", f"preput_val_{j}={v}"]
+            info = [("wdir", str(app["wdir"]))] if app.get("wdir") else []
+            lines.append(f"info_num={len(info)}")
+            for j, (k, v) in enumerate(info):
+                lines += [f"info_key_{j}={k}", f"info_val_{j}={v}"]
+            segments.append("\n".join(lines + ["endcmd"]) + "\n")
+        for seg in segments:           # Hydra answers once, after the last one
+            self._send(seg)
+        reply = self._recv("spawn")
+        if reply.get("cmd") != "spawn_result" or reply.get("rc", "0") != "0":
+            raise BootstrapError(f"PMI spawn failed: {reply}")
+        self._spawns = getattr(self, "_spawns", 0) + 1
+        return self._spawns, [[0] * int(app["maxprocs"]) for app in apps]
+
+    def parent_port(self):
+        """A spawned job's parent port (pre-put by the parents' :meth:`spawn`)."""
+        if not self.spawned:
+            return super().parent_port()
+        v = self.lookup("ucxpy-parent-port")
+        return v.decode() if v else None
+
+    def universe_size(self):
+        """PMI's universe size (Hydra answers -1 unless told: then None, as MPICH)."""
+        if self.version != 1:
+            return super().universe_size()
+        n = int(self._call("get_universe_size", "universe_size").get("size", "-1"))
+        return n if n > 0 else None
+
+    def appnum(self):
+        if self.version != 1:
+            return super().appnum()
+        return int(self._call("get_appnum", "appnum").get("appnum", "0"))
+
+    def _apply_spawn_env(self) -> None:
+        """The environment the parents asked for this app (``info`` "env"):
+        Hydra starts children with its own, so it is applied here, before
+        anything reads configuration."""
+        v = self.lookup(f"ucxpy-env-{self.appnum()}") if self.version == 1 else None
+        if v:
+            for item in v.decode().split("\0"):
+                k, _, val = item.partition("=")
+                if k:
+                    os.environ[k] = val
+
+    def job_key(self, timeout=None) -> bytes:
+        """Rank 0 makes the job key (or takes ``UCXPY_AUTH_KEY``) and
+        broadcasts it through the launcher (collective); spawned jobs use
+        their parents' key, so that the two can connect."""
+        if self.spawned and getattr(self, "_job_key", None) is None:
+            key = self.lookup("ucxpy-parent-key")
+            if key:
+                self._job_key = bytes(key)
+        return self._broadcast_job_key(timeout)
+
     # -- collectives -----------------------------------------------------------
     def allgather(self, data: bytes, timeout=None) -> list:
         timeout = resolve_timeout(timeout)
@@ -246,10 +349,6 @@ class PmiBootstrap(Bootstrap):
         self._fence(timeout)
         return bytes(data) if self.rank == root else self.get(f"ucxpy-bc{seq}", timeout)
 
-    def job_key(self, timeout=None) -> bytes:
-        """Rank 0 makes the job key (or takes ``UCXPY_AUTH_KEY``) and
-        broadcasts it through the launcher (collective)."""
-        return self._broadcast_job_key(timeout)
 
     def listen_address(self):
         return self._placement_listen_address()
