@@ -9,9 +9,15 @@ of ``progress()`` (a bad peer costs that peer its connection:
 ProtocolError / ConnectionLost / RemoteAccessError), never crashes or hangs,
 and keeps serving a healthy peer afterwards.
 
+Remote memory access is also checked for *what succeeds*: a put, get or
+atomic through a genuine key completes only when ``[addr, addr+len)`` lies
+inside the registered region (and then moves exactly those bytes), and
+fails with RemoteAccessError otherwise, in every access mode (mapped, CMA,
+AM over shm and tcp, ofi RDMA), at the exact boundaries too.
+
 Examples are bounded (``FUZZ_EXAMPLES``, default small enough for CI: the
 whole file runs in well under a minute); set e.g. FUZZ_EXAMPLES=2000 for a
-longer run.  Addresses that survive mutation are only ever connected to when
+longer run.  Hypothesis is derandomized (the same examples every run).  Addresses that survive mutation are only ever connected to when
 they point at loopback or at an abstract unix socket.
 """
 from __future__ import annotations
@@ -23,7 +29,7 @@ import struct
 import time
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 import ucxpy
@@ -35,7 +41,9 @@ from ucxpy.transports import tcp as tcp_mod
 from conftest import tcp_member_socket, transport_available
 
 N = int(os.environ.get("FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=N, deadline=None, derandomize=False, database=None,
+# derandomize: the same examples on every run (a failure reproduces by
+# rerunning the test); the @example cases are the regression corpus.
+FUZZ = settings(max_examples=N, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
 pytestmark = pytest.mark.timeout(240)
 
@@ -414,7 +422,11 @@ def test_unpack_rkey_malformed(rkey_pair, data):
     addr = data.draw(st.one_of(st.just(mh.address), st.integers(0, (1 << 64) - 1),
                                st.integers(mh.address - 16, mh.address + 8200)))
     n = data.draw(st.integers(0, 64))
+    genuine = ep.unpack_rkey(valid)
+    same_region = all(getattr(key, f) == getattr(genuine, f) for f in
+                      ("mem_id", "base", "length", "pid", "slot", "table", "segment"))
     for op in ("put", "get", "amo"):
+        size = 8 if op == "amo" else n
         try:
             if op == "put":
                 req = ep.put_nb(bytes(n), addr, key)
@@ -428,6 +440,15 @@ def test_unpack_rkey_malformed(rkey_pair, data):
         assert req.done, "RMA with a fuzzed key hung"
         if req.exc is not None:
             assert isinstance(req.exc, (RemoteAccessError, ProtocolError)), repr(req.exc)
+            continue
+        # it succeeded: that is only allowed inside the registered region.
+        # The AM target checks against its own registry whatever the key
+        # says; a MAPPED key whose region fields were mutated is translated
+        # by its own base (and its segment length is checked when mapped),
+        # so the strict check applies to keys describing the real region.
+        if same_region or key.mode == "am":
+            assert in_region(mh, addr, size, 8 if op == "amo" else 1), \
+                (op, hex(addr), size, key)
 
 
 @pytest.mark.timeout(30)
@@ -451,3 +472,176 @@ def test_rkey_names_and_slot_are_validated(rkey_pair):
     g[6] = rma.TABLE_SLOTS + 5
     with pytest.raises(RemoteAccessError):
         ep.unpack_rkey(rma._RKEY.pack(*g) + tail)
+
+
+# ------------------------------------------ RMA: success only inside the region
+
+#: not a page multiple: an access just past the end lands in mapped memory
+#: of the segment's last page, so a broken range check shows up as a failed
+#: assertion, not as a crash of the test process
+REGION = 4000
+#: RMA access modes; each fixture param builds a (initiator, target) pair
+#: whose genuine key takes that mode (CMA is forced on an in-process
+#: user-buffer key: the same copy path as to another process's pid)
+RMA_MODES = ["mapped", "cma", "am-shm", "am-tcp", "rdma-ofi"]
+
+
+def in_region(mh, addr, n, align=1):
+    return mh.address <= addr and addr + n <= mh.address + mh.length and addr % align == 0
+
+
+class RmaTarget:
+    def __init__(self, mode):
+        from ucxpy import rma
+        tls = {"mapped": "shm", "cma": "shm", "am-shm": "shm", "am-tcp": "tcp",
+               "rdma-ofi": "ofi"}[mode]
+        if not transport_available(tls):
+            pytest.skip(f"transport {tls} unavailable (no {mode} RMA here)")
+        self.a, self.b = make_worker(tls), make_worker(tls)
+        self.ep = self.a.connect(self.b.address_bytes)
+        self.b.connect(self.a.address_bytes)
+        self.mh = self.b.mem_map(length=REGION) if mode == "mapped" else \
+            self.b.mem_map(bytearray(REGION))
+        self.key = self.ep.unpack_rkey(self.mh.pack_rkey())
+        if mode == "cma":
+            assert self.key.mode == rma.AM        # same pid: not chosen by itself
+            self.key.mode = rma.CMA
+            probe = bytearray(1)
+            try:
+                rma.RmaEngine._cma(rma.lib.ucxpy_cma_read, self.key, memoryview(probe),
+                                   self.mh.address)
+            except RemoteAccessError as e:
+                self.close()
+                pytest.skip(f"CMA not permitted here: {e}")
+        want = {"mapped": rma.MAPPED, "cma": rma.CMA, "am-shm": rma.AM, "am-tcp": rma.AM,
+                "rdma-ofi": rma.RDMA}[mode]
+        assert self.key.mode == want, (mode, self.key)
+
+    def run(self, req):
+        assert drive([self.a, self.b], lambda: req.done, 10), "RMA hung"
+        return req.wait(0)
+
+    def close(self):
+        self.mh.unmap()
+        close_worker(self.a)
+        close_worker(self.b)
+
+
+@pytest.fixture(scope="module", params=RMA_MODES)
+def rma_target(request):
+    t = RmaTarget(request.param)
+    yield t
+    t.close()
+
+
+def _attempt(t, fn):
+    """Run one RMA call to completion: (True, result) or (False, exception);
+    anything but RemoteAccessError is a test failure."""
+    try:
+        return True, t.run(fn())
+    except RemoteAccessError as e:
+        return False, e
+
+
+def _check_access(t, op, off, n):
+    """``op`` of ``n`` bytes at region offset ``off`` (may be outside):
+    succeeds exactly when inside, moves exactly the addressed bytes, and
+    leaves the region untouched when refused."""
+    mh, ep, key = t.mh, t.ep, t.key
+    addr = mh.address + off
+    pattern = bytes((i * 7 + 3) & 0xFF for i in range(mh.length))
+    mh.buf[:] = pattern
+    if op == "put":
+        src = bytes((0xA5 ^ i) & 0xFF for i in range(n)) or b""
+        ok, res = _attempt(t, lambda: ep.put_nb(src, addr, key))
+        inside = in_region(mh, addr, n)
+        expect = pattern[:off] + src + pattern[off + n:] if ok else pattern
+    elif op == "get":
+        dst = bytearray(b"\xEE" * n)
+        ok, res = _attempt(t, lambda: ep.get_nb(dst, addr, key))
+        inside = in_region(mh, addr, n)
+        if ok:
+            assert bytes(dst) == pattern[off:off + n], (op, off, n)
+        else:
+            assert bytes(dst) == b"\xEE" * n, "refused get wrote the local buffer"
+        expect = pattern
+    else:
+        ok, res = _attempt(t, lambda: ep.atomic_fetch_nb("add", 1, addr, key, size=8))
+        inside = in_region(mh, addr, 8, align=8)
+        if ok:
+            old = int.from_bytes(pattern[off:off + 8], "little")
+            assert res == old, (op, off, res, old)
+            expect = pattern[:off] + ((old + 1) % (1 << 64)).to_bytes(8, "little") + \
+                pattern[off + 8:]
+        else:
+            expect = pattern
+    assert ok == inside, f"{op} of {n} B at offset {off} of a {mh.length}-byte region " \
+        f"({key.mode}): {'succeeded' if ok else f'failed ({res!r})'}"
+    if not ok:
+        assert "outside" in str(res) or "misaligned" in str(res) or "registered" in str(res), res
+    assert bytes(mh.buf) == expect, f"{op} at offset {off}+{n} touched the wrong bytes"
+
+
+#: exact boundaries: (op, offset, length)
+BOUNDARIES = [
+    ("put", 0, REGION), ("get", 0, REGION),                      # whole region
+    ("put", REGION - 1, 1), ("get", REGION - 1, 1),              # last byte
+    ("put", REGION, 0), ("get", REGION, 0),                      # empty, at the end
+    ("put", REGION, 1), ("get", REGION, 1),                      # one past the end
+    ("put", REGION - 1, 2), ("get", REGION - 1, 2),              # straddles the end
+    ("put", 0, REGION + 1), ("get", 0, REGION + 1),              # whole region + 1
+    ("put", -1, 1), ("get", -1, 1), ("put", -1, 2),              # one before the start
+    ("amo", REGION - 8, 8), ("amo", 0, 8),                       # last / first word
+    ("amo", REGION, 8), ("amo", REGION - 4, 8), ("amo", -8, 8),  # past / straddling / before
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("op,off,n", BOUNDARIES, ids=[f"{o}@{f}+{n}" for o, f, n in BOUNDARIES])
+def test_rma_exact_boundaries(rma_target, op, off, n):
+    _check_access(rma_target, op, off, n)
+
+
+@FUZZ
+@given(op=st.sampled_from(["put", "get", "amo"]),
+       off=st.one_of(st.integers(-80, REGION + 80), st.integers(-(1 << 20), 1 << 20)),
+       n=st.one_of(st.integers(0, 300), st.integers(REGION - 8, REGION + 8)))
+@example(op="put", off=REGION - 1, n=1)
+@example(op="put", off=REGION, n=1)
+@example(op="get", off=REGION - 3, n=4)
+@example(op="get", off=0, n=REGION)
+@example(op="put", off=-1, n=300)
+@example(op="amo", off=REGION - 8, n=8)
+@example(op="amo", off=REGION - 4, n=8)
+def test_rma_success_only_inside_region(rma_target, op, off, n):
+    """Fuzzed offsets and lengths around the region through the genuine key."""
+    _check_access(rma_target, op, off, n)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("op,off,n", [("put", REGION, 1), ("get", REGION - 1, 2),
+                                      ("put", -1, 1), ("amo", REGION, 8)])
+def test_rma_target_checks_itself(rma_target, op, off, n):
+    """A key that claims more than was registered (widened by the initiator)
+    still cannot reach past the region where the target or the provider
+    serves the access (AM: the target's registry; RDMA: the registration);
+    MAPPED/CMA trust the key like a pointer, so they are not probed here."""
+    t = rma_target
+    if t.key.mode not in ("am", "rdma"):
+        pytest.skip(f"{t.key.mode}: the initiator's range check is the check")
+    if t.key.mode == "rdma" and op == "amo":
+        pytest.skip("atomics over an RDMA lane are served as in AM mode: covered there")
+    wide = t.ep.unpack_rkey(t.mh.pack_rkey())
+    wide.base -= 64
+    wide.length += 128
+    addr = t.mh.address + off
+    t.mh.buf[:] = bytes(REGION)
+    if op == "put":
+        fn = lambda: t.ep.put_nb(b"\xff" * n, addr, wide)
+    elif op == "get":
+        fn = lambda: t.ep.get_nb(bytearray(n), addr, wide)
+    else:
+        fn = lambda: t.ep.atomic_fetch_nb("add", 1, addr, wide, size=8)
+    ok, res = _attempt(t, fn)
+    assert not ok, f"{op} at offset {off}+{n} past the registration succeeded ({t.key.mode})"
+    assert bytes(t.mh.buf) == bytes(REGION)

@@ -3,6 +3,7 @@ real multi-process job (tests/progs/shmem_spec.py), under both launchers and
 in both access modes (MAPPED over shm; AM over tcp, where targets progress)."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -19,7 +20,8 @@ PROG = f"{PROGS}/shmem_spec.py"
 def _check(r, section, n):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
-    # ranks' lines may interleave: count occurrences, not lines
+    # ranks' lines may interleave: count occurrences, not lines (and match
+    # fields of a known shape, not up to whitespace)
     assert r.stdout.count(f"SHMEM-SPEC OK {section} ") == n, out[-4000:]
 
 
@@ -38,12 +40,29 @@ def test_spec_mpiexec(section):
     _check(r, section, 2)
 
 
+#: sections whose operations on other PEs go through RMA operations of the
+#: core (in AM mode: frames served by the target), counted per access mode
+RMA_SECTIONS = {"rma", "amo", "signal", "ctx", "ordering", "p2p", "lock"}
+
+
 @pytest.mark.parametrize("section", SECTIONS)
 def test_spec_am_mode(section):
-    """No shm transport: every peer in AM mode (as PEs on other hosts are)."""
+    """No shm transport: every peer in AM mode (as PEs on other hosts are).
+    The PEs check it themselves (EXPECT_MODE: heap access mode per peer, and
+    worker.stats() RMA counters per access mode); here we check their report."""
     r = run_job(["python", PROG, section], 2, timeout=180,
-                env={"UCXPY_TLS": "self,tcp", "EXPECT_NPES": "2"})
+                env={"UCXPY_TLS": "self,tcp", "EXPECT_NPES": "2", "UCXPY_STATS": "y",
+                     "EXPECT_MODE": "am"})
     _check(r, section, 2)
+    modes = re.findall(rf"SHMEM-SPEC MODES {section} (\d+) peers=([a-z,]*) "
+                       r"rma=((?:[a-z]+:\d+)(?:,[a-z]+:\d+)*|)", r.stdout)
+    assert len(modes) == 2, r.stdout[-4000:]
+    for _pe, peers, rma in modes:
+        assert peers == "am", modes
+        used = dict(item.split(":") for item in rma.split(",") if item)
+        assert set(used) <= {"am"}, modes
+        if section in RMA_SECTIONS:
+            assert int(used.get("am", 0)) > 0, modes
 
 
 def test_spec_all_sections_four_pes():

@@ -225,10 +225,16 @@ def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
         pytest.skip("shm unavailable")
     from ucxpy.transports import shm
 
-    def refused(self, *args, **kwargs):
-        raise ucxpy.RemoteAccessError("process_vm_readv: Operation not permitted")
+    calls = {"get": 0, "put": 0}
+
+    def refusing(op):
+        def refused(self, *args, **kwargs):
+            calls[op] += 1
+            raise ucxpy.RemoteAccessError("process_vm_readv: Operation not permitted")
+        return refused
 
     def fails_later(self, local, remote_addr, rkey, on_complete):
+        calls["get"] += 1
         on_complete(ucxpy.RemoteAccessError("provider: Operation canceled"))
         return False
     if refuse == "get-fails-later":
@@ -236,11 +242,17 @@ def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
     else:
         for op in (refuse or "").split("+"):
             if op:
-                monkeypatch.setattr(shm.ShmEndpoint, op, refused)
-    p = Pair("shm", rndv_thresh=0, rndv_split_thresh=split)
+                monkeypatch.setattr(shm.ShmEndpoint, op, refusing(op))
+    sizes = (1, 4096, 8191, (1 << 20) + 5)
+    # the receiver gets [start, n) of every message; with split it also asks
+    # the sender to put the first, page-aligned half (start > 0 only)
+    starts = [(n // 2) & ~4095 if split == "0" else 0 for n in sizes]
+    want_get = len(sizes) if refuse and "get" in refuse else 0
+    want_put = sum(1 for s in starts if s) if refuse and "put" in refuse else 0
+    p = Pair("shm", rndv_thresh=0, rndv_split_thresh=split, stats=True)
     try:
         a, b = p.workers
-        for n in (1, 4096, 8191, (1 << 20) + 5):
+        for n in sizes:
             data = np.random.default_rng(n).integers(0, 255, n, dtype=np.uint8)
             out = np.zeros(n + 3, np.uint8)
             r = b.tag_recv_nb(out, 4)
@@ -248,5 +260,16 @@ def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
             info, _ = p.wait(r, s)
             assert info.length == n and np.array_equal(out[:n], data)
             assert not b.rndv.recvs and not a.rndv.sends
+        # the refusal path really ran, once per refused copy, and was counted
+        # where it happened: get refusals at the receiver, put refusals at
+        # the sender
+        assert (calls["get"], calls["put"]) == (want_get, want_put), calls
+        recv_stats, send_stats = b.stats()["worker"], a.stats()["worker"]
+        assert recv_stats.get("rndv.fallback", 0) == want_get, recv_stats
+        assert send_stats.get("rndv.fallback", 0) == want_put, send_stats
+        if split == "0":
+            assert recv_stats.get("rndv.split.msgs", 0) == sum(1 for s in starts if s)
+        if not refuse:
+            assert recv_stats.get("rndv.rtr.msgs", 0) == 0      # nothing fell back
     finally:
         p.close()

@@ -213,6 +213,7 @@ class Recorder:
     def rma(self, op, ep, nbytes, mode) -> None:
         lane = ep.lane.name if ep.lane is not None else mode
         self.count(f"rma.{op}", nbytes, ep.remote_id, lane)
+        self.totals[f"rma.mode.{mode}"] += 1
         if self.events is not None:
             self.event("rma", op, lane, peer=ep.remote_id, size=nbytes, mode=mode)
 
@@ -316,6 +317,9 @@ COUNTERS = (
     ("rndv.data_tx.msgs/.bytes", "rendezvous ranges the sender streamed as data frames"),
     ("rndv.fallback", "one-sided rendezvous copies refused, sent as frames instead"),
     ("rma.<put|get|atomic_op>.msgs/.bytes", "RMA operations issued"),
+    ("rma.mode.<mapped|cma|rdma|am>", "RMA operations issued per access mode of the "
+     "remote key (direct loads/stores of layers above, e.g. shmem's MAPPED heap, are "
+     "not RMA operations and are not counted)"),
     ("tag_recv.posted", "tagged receives posted"),
     ("unexpected.msgs / unexpected.hwm", "arrivals that found no receive / queue depth "
      "high-water mark"),

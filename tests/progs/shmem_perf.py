@@ -1,5 +1,9 @@
 """Latency of small shmem operations between two same-host PEs.
-Prints 'SHMEM-PERF <name> <microseconds>' lines from PE 0 (best of 5 runs)."""
+Prints 'SHMEM-PERF <name> <microseconds> (<mode>)' lines from PE 0 (best of
+5 runs), <mode> being the access mode each operation actually used: the
+RMA access modes its run counted in worker.stats() (needs UCXPY_STATS=y;
+"am", "cma", ... joined by "+"), or "mapped" when it issued no RMA operation
+and the peer's heap is mapped (direct loads, stores and native atomics)."""
 import time
 
 import numpy as np
@@ -15,13 +19,32 @@ ctr = shmem.zeros(1, "i8")
 ITERS = 5000
 
 
+worker = shmem.runtime.get().worker
+peer_mode = shmem.heap_info()["modes"][peer]
+
+
+def rma_modes():
+    w = worker.stats()["worker"]
+    return {k[len("rma.mode."):]: v for k, v in w.items() if k.startswith("rma.mode.")}
+
+
+def mode_used(before, after):
+    if not worker.stats()["enabled"]:
+        return "unknown (run with UCXPY_STATS=y)"
+    used = sorted(m for m in after if after[m] > before.get(m, 0))
+    if used:
+        return "+".join(used)
+    return "mapped" if peer_mode == "mapped" else f"none ({peer_mode} peer, no RMA counted)"
+
+
 def best(fn):
     times = []
+    before = rma_modes()
     for _ in range(5):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) / ITERS * 1e6)
-    return min(times)
+    return min(times), mode_used(before, rma_modes())
 
 
 def put_quiet():
@@ -50,9 +73,8 @@ shmem.barrier_all()
 t0 = time.perf_counter()
 for _ in range(200):
     shmem.barrier_all()
-results["barrier_all"] = (time.perf_counter() - t0) / 200 * 1e6
+results["barrier_all"] = ((time.perf_counter() - t0) / 200 * 1e6, "collective")
 if me == 0:
-    modes = shmem.heap_info()["modes"]
-    for k, v in results.items():
-        print(f"SHMEM-PERF {k} {v:.2f} ({modes[peer]})", flush=True)
+    for k, (v, mode) in results.items():
+        print(f"SHMEM-PERF {k} {v:.2f} ({mode})", flush=True)
 shmem.finalize()

@@ -144,7 +144,7 @@ def section_amo():
     x = shmem.array(1.5)
     shmem.barrier_all()
     if me == n - 1:
-        assert shmem.atomic_swap(x, 2.25, 0) in (1.5, 2.25)
+        assert shmem.atomic_swap(x, 2.25, 0) == 1.5       # nobody else writes x
         assert shmem.atomic_fetch(x, 0) == 2.25
     shmem.barrier_all()
     shmem.free(x)
@@ -396,7 +396,29 @@ def section_errors():
 SECTIONS = {name[len("section_"):]: fn for name, fn in globals().items()
             if name.startswith("section_")}
 
+#: EXPECT_MODE=am: every other PE must be reached in AM mode, and each
+#: section's RMA operations (counted with UCXPY_STATS=y) must all have gone
+#: through AM-mode keys.  Printed per section as
+#: ``SHMEM-SPEC MODES <section> <pe> peers=<mode,...> rma=<mode:count,...>``.
+EXPECT_MODE = os.environ.get("EXPECT_MODE", "")
+
+
+def _rma_modes():
+    w = shmem.runtime.get().worker.stats()["worker"]
+    return {k[len("rma.mode."):]: v for k, v in w.items() if k.startswith("rma.mode.")}
+
+
 for name in sys.argv[1:] or list(SECTIONS):
+    before = _rma_modes()
     SECTIONS[name]()
+    after = _rma_modes()
+    used = {m: after[m] - before.get(m, 0) for m in after if after[m] != before.get(m, 0)}
+    peers = [m for pe, m in enumerate(shmem.heap_info()["modes"]) if pe != me]
+    if EXPECT_MODE:
+        assert shmem.runtime.get().worker.stats()["enabled"], "EXPECT_MODE needs UCXPY_STATS=y"
+        assert set(peers) == {EXPECT_MODE}, (name, peers)
+        assert set(used) <= {EXPECT_MODE}, (name, used)
+    print(f"SHMEM-SPEC MODES {name} {me} peers={','.join(peers)} "
+          f"rma={','.join(f'{m}:{c}' for m, c in sorted(used.items()))}", flush=True)
     print(f"SHMEM-SPEC OK {name} {me}", flush=True)
 shmem.finalize()
