@@ -1,7 +1,9 @@
 """Shared fixtures: in-process worker pairs driven together, and job launching."""
 from __future__ import annotations
 
+import collections
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -136,3 +138,100 @@ def run_job(args, n, timeout=120, env=None, launcher="ucxpy-run"):
         cmd = ["mpiexec", "-n", str(n)] + args
     return subprocess.run(cmd, env=e, capture_output=True, text=True, timeout=timeout + 30,
                           cwd=ROOT)
+
+
+# ------------------------------------------------- coverage of environments
+#: the components a run may or may not exercise, and how to tell from the
+#: test ids which tests exercised them
+ENV_COMPONENTS = {
+    "tcp": "tcp", "shm": "shm", "ofi": "ofi", "verbs": "verbs",
+    "mpiexec (MPICH)": "mpiexec", "Open MPI": "openmpi",
+    "host tests (netns)": "tests/hosts/", "shmem4py comparison": "shmem4py",
+}
+
+
+def _environment(session):
+    """{component: (tests run, tests skipped, available here, why not)}."""
+    import importlib.util
+    import shutil as _sh
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    if tr is None:
+        return {}
+    avail = {t: transport_available(t) for t in ("tcp", "shm", "ofi", "verbs")}
+    avail["mpiexec (MPICH)"] = bool(_sh.which("mpiexec")) and \
+        importlib.util.find_spec("mpi4py") is not None
+    avail["Open MPI"] = have_openmpi()
+    avail["shmem4py comparison"] = _sh.which("oshcc") is not None
+    try:
+        from hosts.netns import skip_reason
+        why_hosts = skip_reason()
+    except Exception as e:             # noqa: BLE001 - reported, not raised
+        why_hosts = f"cannot probe: {e}"
+    avail["host tests (netns)"] = not why_hosts
+    out = {}
+    for name, needle in ENV_COMPONENTS.items():
+        ran = skipped = 0
+        reasons = collections.Counter()
+        for state in ("passed", "failed", "skipped"):
+            for rep in tr.stats.get(state, []):
+                nodeid = getattr(rep, "nodeid", "")
+                if needle not in nodeid.lower() and needle not in nodeid:
+                    continue
+                if getattr(rep, "when", "call") != "call" and state != "skipped":
+                    continue
+                if state == "skipped":
+                    skipped += 1
+                    reasons[str(rep.longrepr[-1] if isinstance(rep.longrepr, tuple)
+                                else rep.longrepr)[:90]] += 1
+                else:
+                    ran += 1
+        why = why_hosts if name.startswith("host") else ""
+        out[name] = (ran, skipped, avail[name], why, reasons.most_common(1))
+    return out
+
+
+def _could_run_but_skipped(env):
+    """Components this machine could have run (with what `make deps` installs)
+    that a run skipped entirely: the CI run fails on them."""
+    bad = []
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    apt = shutil.which("apt-get") is not None
+    for name, (ran, skipped, available, why, _) in env.items():
+        if ran or not skipped:
+            continue
+        if name == "ofi" and not available and root and apt:
+            bad.append("ofi: root and apt-get are here, but libfabric is missing "
+                       "(`make deps` installs it)")
+        elif name == "host tests (netns)" and available:
+            bad.append("host tests: network namespaces work here, yet every host test skipped")
+        elif name in ("tcp", "shm"):
+            bad.append(f"{name}: every {name} test skipped")
+    return bad
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if getattr(session.config.option, "collectonly", False):
+        return
+    env = _environment(session)
+    if not env:
+        return
+    lines = ["", "environments covered by this run (tests run / skipped; available here):"]
+    for name, (ran, skipped, available, why, reason) in env.items():
+        note = "" if available else "  [not available here" + (f": {why}" if why else "") + "]"
+        if skipped and reason:
+            note += f"  e.g. skipped: {reason[0][0]}"
+        lines.append(f"  {name:22s} {ran:5d} run {skipped:5d} skipped{note}")
+    bad = _could_run_but_skipped(env)
+    strict = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    if bad:
+        lines.append(("FAIL (CI=true)" if strict else "note") +
+                     ": components this machine could run were skipped:")
+        lines += [f"  - {b}" for b in bad]
+    session.config._ucxpy_env_summary = lines
+    if bad and strict and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    for line in getattr(config, "_ucxpy_env_summary", []):
+        terminalreporter.write_line(line)

@@ -253,13 +253,14 @@ def test_remote_host_without_agent_is_refused():
 def test_check_failures_is_cheap():
     r = launch(2, "boot_misc.py", "bench", timeout=50)
     assert r.returncode == 0, r.stderr
-    costs = [int(x) for x in re.findall(r"check_failures_ns=(\d+)", r.stdout)]
-    assert len(costs) == 2, r.stdout
-    # ~0.1 us on an idle machine.  Figures come from benchmarks, not test
-    # assertions: the bound is checked only when asked for.
-    print(f"check_failures cost per call: {costs} ns")
-    if os.environ.get("UCXPY_PERF_STRICT") == "1":
-        assert max(costs) < 5000, costs
+    found = re.findall(r"check_failures_ns=(\d+) polls=(\d+) allowed=(\d+)", r.stdout)
+    assert len(found) == 2, r.stdout
+    # what makes it cheap: 200000 calls look at the notice socket at most
+    # once per check_interval (the cost itself, ~0.1 us per call on an idle
+    # machine, is printed for information: figures come from benchmarks)
+    for ns, polls, allowed in found:
+        assert 1 <= int(polls) <= int(allowed), (polls, allowed, r.stdout)
+    print(f"check_failures cost per call: {[int(f[0]) for f in found]} ns")
 
 
 # ---------------------------------------------------------------------------

@@ -355,10 +355,87 @@ def test_atomic_operations(bits):
     assert cell[1] == 0 and cell[0] == 0                            # neighbour untouched
 
 
-def test_fences_are_callable():
-    lib.ucxpy_fence_acquire()
-    lib.ucxpy_fence_release()
-    lib.ucxpy_fence_seq_cst()
+def _disassemble(func):
+    """Instructions of one exported function of the built extension."""
+    import platform
+    import shutil
+    import subprocess
+    if platform.machine() not in ("x86_64", "AMD64") or shutil.which("objdump") is None:
+        pytest.skip("instruction check written for x86-64 with objdump")
+    out = subprocess.run(["objdump", "-d", "--no-show-raw-insn", native.__file__],
+                         capture_output=True, text=True, timeout=60).stdout
+    body, inside = [], False
+    for line in out.splitlines():
+        if line.endswith(f"<{func}>:"):
+            inside = True
+        elif inside and not line.strip():
+            break
+        elif inside:
+            body.append(line.split(":", 1)[-1].strip())
+    assert body, f"{func} not found in {native.__file__}"
+    return body
+
+
+def _full_barrier(insns):
+    return any(i.startswith("mfence") or i.startswith("lock ") or i.startswith("xchg")
+               for i in insns)
+
+
+@pytest.mark.parametrize("func", ["ucxpy_fence_seq_cst", "ucxpy_ring_arm_consumer",
+                                  "ucxpy_ring_arm_producer", "ucxpy_ring_push",
+                                  "ucxpy_ring_release"])
+def test_store_load_fences_are_real_barriers(func):
+    """x86 reorders a store before a later load (store buffering), so the
+    sleeper/waker handshake of the ring (set my flag, then read the other
+    side's index; Dekker style, see native/ring.c) needs a full barrier in
+    the machine code, not just a compiler barrier: a seq_cst fence weakened
+    to acquire/release would compile to nothing here and lose wake-ups
+    without any Python-level test noticing."""
+    insns = _disassemble(func)
+    assert _full_barrier(insns), f"{func} has no full barrier:\n" + "\n".join(insns)
+
+
+def _mp_writer(path, size, rounds):
+    mm = _map(path, size)
+    base = ffi.from_buffer(mm)
+    data = ffi.cast("uint64_t *", base + 64)
+    for i in range(1, rounds + 1):
+        while lib.ucxpy_atomic_load64(base + 8) != i - 1:   # reader took round i-1
+            pass
+        for k in range(8):
+            data[k] = i * 8 + k
+        lib.ucxpy_fence_release()
+        lib.ucxpy_atomic_swap64(base, i)                  # publish round i
+
+
+def test_fences_order_a_message_between_processes():
+    """Message passing: the writer fills 8 words, release-fences, publishes a
+    round number; the reader sees the number, acquire-fences and must read
+    exactly that round's words (never a mix of two rounds), 20000 rounds."""
+    size, rounds = 4096, 20000
+    path, fd = _shm_file(size)
+    os.close(fd)
+    try:
+        mm = _map(path, size)
+        base = ffi.from_buffer(mm)
+        data = ffi.cast("uint64_t *", base + 64)
+        p = _spawn(_mp_writer, path, size, rounds)
+        for i in range(1, rounds + 1):
+            spins = 0
+            while lib.ucxpy_atomic_load64(base) != i:
+                spins += 1
+                if spins % 100000 == 0:
+                    assert p.is_alive() or lib.ucxpy_atomic_load64(base) == i, \
+                        f"writer died at round {i}"
+                    os.sched_yield()
+            lib.ucxpy_fence_acquire()
+            got = [data[k] for k in range(8)]
+            assert got == [i * 8 + k for k in range(8)], (i, got)
+            lib.ucxpy_atomic_swap64(base + 8, i)
+        p.join(10)
+        assert p.exitcode == 0
+    finally:
+        os.unlink(path)
 
 
 def _hammer(path, size, iters, slot):

@@ -581,15 +581,27 @@ def test_peer_killed_is_connection_lost(children, direction):
         os.kill(child.pid, signal.SIGKILL)
         child.wait(5)
         t0 = time.monotonic()
+        raised = False
         try:
             ep.send(1, b"x", rand(1 << 20), pending.append)   # may be queued or fail at once
         except ConnectionLost:
-            pass
+            raised = True
         drive([iface], lambda: owner.failed, timeout=5)
         assert time.monotonic() - t0 < 2
         assert len(owner.failed) == 1 and owner.failed[0][0] is ep
         assert isinstance(owner.failed[0][1], ConnectionLost)
-        assert pending in ([], [None]) or isinstance(pending[0], ConnectionLost)
+        settle = time.monotonic() + 0.2                       # nothing more may arrive
+        while time.monotonic() < settle:
+            iface.progress()
+        if raised:                     # refused at the call: no completion besides
+            assert pending == [], pending
+        else:
+            # completed exactly once: with ConnectionLost, or with None when
+            # the kernel took the whole message before the peer's reset came
+            # back (the connection's failure is reported all the same)
+            assert len(pending) == 1, pending
+            assert pending[0] is None or isinstance(pending[0], ConnectionLost), pending
+        assert len(owner.failed) == 1, owner.failed
         with pytest.raises(ConnectionLost):
             ep.send(1, b"y")
     finally:
@@ -616,15 +628,18 @@ def raw_socket_half_rtt(iters):
     try:
         s = socket.create_connection(("127.0.0.1", int(p.stdout.readline())))
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        msg = b"x" * 8
-        for _ in range(iters // 10):
-            s.sendall(msg)
-            s.recv(64)
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            s.sendall(msg)
-            s.recv(64)
-        dt = time.perf_counter() - t0
+        for rnd in (iters // 10, iters):
+            t0 = time.perf_counter()
+            for i in range(rnd):
+                msg = i.to_bytes(8, "little")
+                s.sendall(msg)
+                got = b""
+                while len(got) < 8:
+                    chunk = s.recv(8 - len(got))
+                    assert chunk, "raw echo closed the connection"
+                    got += chunk
+                assert got == msg, (i, got)
+            dt = time.perf_counter() - t0
         s.close()
         return dt / iters / 2
     finally:
@@ -643,19 +658,22 @@ def transport_half_rtt(iters, spawn, busy_poll=0.002):
     try:
         ep = iface.connect(bytes.fromhex(child.stdout.readline().strip()))
         frames = owner.frames
-        payload = b"x" * 8
         progress = iface.progress
         fds = iface.wait_fds()
         for rnd in (iters // 10, iters):
             t0 = time.perf_counter()
-            for _ in range(rnd):
-                ep.send(1, b"", payload)
+            for i in range(rnd):
+                payload = i.to_bytes(8, "little")
+                ep.send(1, b"h", payload)
                 if not progress() and not frames:
                     spin_until = time.perf_counter() + busy_poll
                     while not frames:
                         if not progress() and time.perf_counter() > spin_until:
                             select.select(fds, [], [], 0.5)
-                frames.clear()
+                # exactly the one echo of this ping, with its header and bytes
+                assert len(frames) == 1, (i, frames)
+                _, am_id, hdr, got = frames.pop()
+                assert (am_id, hdr, bytes(got)) == (1, b"h", payload), (i, am_id, hdr, got)
             dt = time.perf_counter() - t0
         return dt / iters / 2
     finally:
@@ -665,22 +683,24 @@ def transport_half_rtt(iters, spawn, busy_poll=0.002):
 
 
 @pytest.mark.timeout(120)
-def test_pingpong_latency(children):
-    """Two processes: informative (scheduling noise on a shared machine is
-    larger than the effect); asserted only with UCXPY_PERF_STRICT=1."""
+def test_pingpong_echoes_every_message(children):
+    """Two processes ping-pong 2200 distinct 8-byte messages, spinning then
+    sleeping in select(): every echo is exactly its ping (no loss, no
+    duplicate, no reorder), against a raw blocking socket doing the same.
+    The half round trips are printed for information; the figures that
+    count come from ``make bench`` (tcp against the raw socket)."""
     raw = raw_socket_half_rtt(2000)
     ours = transport_half_rtt(2000, children)
     print(f"\nhalf round trip, 8 B: raw blocking socket {raw * 1e6:.1f} us, "
           f"TcpInterface spin-then-sleep {ours * 1e6:.1f} us")
-    if os.environ.get("UCXPY_PERF_STRICT") == "1":
-        assert ours < 1.5 * raw
 
 
 @pytest.mark.timeout(60)
 def test_per_frame_overhead_in_process():
     """The transport's own CPU cost per small frame, against the bare
-    send()+recv_into() syscalls it needs (CPU time, best of several rounds);
-    informative, asserted only with UCXPY_PERF_STRICT=1."""
+    send()+recv_into() syscalls it needs (CPU time, best of several rounds),
+    printed for information; what is asserted is that each of the 16000
+    frames arrives once, in order, with its own bytes.""" 
     ls = socket.socket()
     ls.bind(("127.0.0.1", 0))
     ls.listen()
@@ -705,14 +725,17 @@ def test_per_frame_overhead_in_process():
         ep = a.connect(b.address())
         ep.send(1, b"")
         drive([a, b], lambda: ob.frames)
+        ob.frames.clear()
         frames, progress = ob.frames, b.progress
 
         def ours(n):
             t0 = time.thread_time()
-            for _ in range(n):
-                ep.send(1, b"", b"x" * 8)
+            for i in range(n):
+                payload = i.to_bytes(8, "little")
+                ep.send(1, b"", payload)
                 while not frames:
                     progress()
+                assert len(frames) == 1 and bytes(frames[0][3]) == payload, (i, frames)
                 frames.clear()
             return (time.thread_time() - t0) / n
 
@@ -720,8 +743,6 @@ def test_per_frame_overhead_in_process():
         t_ours = min(ours(2000) for _ in range(7))
         print(f"\nper 8 B frame in one process: bare syscalls {t_bare * 1e6:.2f} us, "
               f"TcpInterface {t_ours * 1e6:.2f} us")
-        if os.environ.get("UCXPY_PERF_STRICT") == "1":   # figures belong to benchmarks
-            assert t_ours < 1.5 * t_bare + 5e-6
     finally:
         a.close()
         b.close()
