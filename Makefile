@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev
 
-.PHONY: install deps run test test-hosts bench conformance-mpi conformance-shmem clean
+.PHONY: install deps run test test-hosts test-verbs bench conformance-mpi conformance-shmem clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -46,6 +46,13 @@ test: install
 ## `make test` runs them too)
 test-hosts: install
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests/hosts
+
+## the verbs transport on a real device: an HCA, or Soft-RoCE created here
+## (root + the rdma_rxe kernel module; tests/conftest.py rdma_device()):
+## its own tests plus the whole tag / AM / RMA suite over verbs (docs/rdma.md)
+test-verbs: install
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests/test_transport_verbs.py \
+	  tests/test_tag_matching.py tests/test_am.py tests/test_rma.py -k "verbs"
 
 ## latency / bandwidth / RMA / allreduce / shmem against mpi4py on MPICH and
 ## shmem4py on Open MPI's OSHMEM, measured in the same run (not part of CI)

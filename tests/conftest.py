@@ -105,11 +105,68 @@ def pair(tl):
     p.close()
 
 
-@pytest.fixture(params=["tcp", "shm", "ofi"])
+@pytest.fixture(params=["tcp", "shm", "ofi", "verbs"])
 def tl(request):
+    if request.param == "verbs":
+        why = rdma_device()
+        if why:
+            pytest.skip(f"transport verbs unavailable: {why}")
     if not transport_available(request.param):
         pytest.skip(f"transport {request.param} unavailable")
     return request.param
+
+
+#: Soft-RoCE device this run created (deleted at exit), and why verbs cannot run
+_RXE = {"why": None, "created": []}
+RXE_NAME = "ucxpyrxe0"
+
+
+def rdma_device() -> str:
+    """'' when an RDMA device is usable; else why not.  Without one, as root,
+    tries to create a Soft-RoCE device (``modprobe rdma_rxe``, ``rdma link
+    add ucxpyrxe0 type rxe netdev <default-route interface>``) so that the
+    whole tag/AM/RMA suite runs over verbs (``make test-verbs``; see
+    docs/rdma.md); the device is deleted when the run ends."""
+    if _RXE["why"] is not None:
+        return _RXE["why"]
+    import atexit
+
+    def run(*cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            return subprocess.CompletedProcess(cmd, 127, "", str(e))
+
+    why = ""
+    if not transport_available("verbs"):
+        if os.environ.get("UCXPY_TEST_SOFT_ROCE", "y").lower() in ("0", "n", "no"):
+            why = "no RDMA device (UCXPY_TEST_SOFT_ROCE=n: no Soft-RoCE attempt)"
+        elif not hasattr(os, "geteuid") or os.geteuid() != 0:
+            why = "no RDMA device, and creating a Soft-RoCE one needs root"
+        elif shutil.which("rdma") is None:
+            why = "no RDMA device, and iproute2's rdma tool is missing"
+        else:
+            loaded = os.path.isdir("/sys/module/rdma_rxe")
+            p = subprocess.CompletedProcess((), 0) if loaded else run("modprobe", "rdma_rxe")
+            if p.returncode != 0 and shutil.which("modprobe") is None:
+                why = ("no RDMA device, and no rdma_rxe module loaded (modprobe is missing: "
+                       "apt-get install kmod)")
+            elif p.returncode != 0:
+                why = ("no RDMA device, and this kernel cannot load Soft-RoCE "
+                       f"(modprobe rdma_rxe: {(p.stderr or p.stdout).strip() or p.returncode})")
+            else:
+                route = run("ip", "-o", "route", "show", "default").stdout.split()
+                netdev = route[route.index("dev") + 1] if "dev" in route else "lo"
+                p = run("rdma", "link", "add", RXE_NAME, "type", "rxe", "netdev", netdev)
+                if p.returncode != 0:
+                    why = f"rdma link add {RXE_NAME} failed: {(p.stderr or p.stdout).strip()}"
+                else:
+                    _RXE["created"].append(RXE_NAME)
+                    atexit.register(run, "rdma", "link", "delete", RXE_NAME)
+                    if not transport_available("verbs"):
+                        why = f"created {RXE_NAME} over {netdev}, yet verbs is unavailable"
+    _RXE["why"] = why
+    return why
 
 
 #: Debian's Open MPI, used beside the mpich wheel's mpiexec (see README)
@@ -157,7 +214,8 @@ def _environment(session):
     tr = session.config.pluginmanager.get_plugin("terminalreporter")
     if tr is None:
         return {}
-    avail = {t: transport_available(t) for t in ("tcp", "shm", "ofi", "verbs")}
+    avail = {t: transport_available(t) for t in ("tcp", "shm", "ofi")}
+    avail["verbs"] = not rdma_device()
     avail["mpiexec (MPICH)"] = bool(_sh.which("mpiexec")) and \
         importlib.util.find_spec("mpi4py") is not None
     avail["Open MPI"] = have_openmpi()
@@ -185,7 +243,7 @@ def _environment(session):
                                 else rep.longrepr)[:90]] += 1
                 else:
                     ran += 1
-        why = why_hosts if name.startswith("host") else ""
+        why = why_hosts if name.startswith("host") else rdma_device() if name == "verbs" else ""
         out[name] = (ran, skipped, avail[name], why, reasons.most_common(1))
     return out
 
@@ -218,7 +276,7 @@ def pytest_sessionfinish(session, exitstatus):
     lines = ["", "environments covered by this run (tests run / skipped; available here):"]
     for name, (ran, skipped, available, why, reason) in env.items():
         note = "" if available else "  [not available here" + (f": {why}" if why else "") + "]"
-        if skipped and reason:
+        if skipped and reason and available:
             note += f"  e.g. skipped: {reason[0][0]}"
         lines.append(f"  {name:22s} {ran:5d} run {skipped:5d} skipped{note}")
     bad = _could_run_but_skipped(env)
