@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev
 
-.PHONY: install deps run test test-hosts test-verbs bench conformance-mpi conformance-shmem clean
+.PHONY: install deps run test test-hosts test-verbs mutation bench conformance-mpi conformance-shmem clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -53,6 +53,12 @@ test-hosts: install
 test-verbs: install
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests/test_transport_verbs.py \
 	  tests/test_tag_matching.py tests/test_am.py tests/test_rma.py -k "verbs"
+
+## mutation testing of the pure-logic modules (setup.cfg [mutmut]): per-module
+## kill rates against tests/mutation-baseline.json (>= 90 %); not part of CI
+mutation: install
+	$(PY) -m pip install -q mutmut
+	$(PY) tests/mutation_run.py
 
 ## latency / bandwidth / RMA / allreduce / shmem against mpi4py on MPICH and
 ## shmem4py on Open MPI's OSHMEM, measured in the same run (not part of CI)

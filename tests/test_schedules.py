@@ -105,3 +105,84 @@ def test_allreduce_algorithm_choice():
     assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 4, False) == "recursive_doubling"
     assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 1, True) == "recursive_doubling"
     assert allreduce_algorithm(ALLREDUCE_RING_MIN, 2, 4, True) == "recursive_doubling"
+
+
+@pytest.mark.parametrize("call", [
+    lambda: binomial_tree(0, 3, 3), lambda: binomial_tree(3, 3, 0),
+    lambda: binomial_tree(-1, 3, 0), lambda: binomial_tree(0, 3, -1),
+    lambda: recursive_doubling(4, 4), lambda: recursive_doubling(-1, 4),
+], ids=["root=n", "rank=n", "rank<0", "root<0", "rd-rank=n", "rd-rank<0"])
+def test_out_of_group_ranks_are_refused_with_the_numbers(call):
+    with pytest.raises(ValueError, match=r"outside a group of [34]"):
+        call()
+
+
+@pytest.mark.parametrize("rank,n", [(3, 3), (-1, 3), (1, 1)])
+def test_ring_refuses_out_of_group_ranks(rank, n):
+    from ucxpy.schedules import ring_allreduce
+    with pytest.raises(ValueError, match=f"rank {rank} outside a group of {n}"):
+        ring_allreduce(rank, n)
+
+
+@pytest.mark.parametrize("n", range(1, 34))
+def test_recursive_doubling_fold_and_unfold_pair_up(n):
+    """Each rank that sits out gives its value to exactly one neighbour and
+    gets the result back from that same neighbour; the plan is the exact
+    mirror on both sides, and core ranks have log2(pof2) partners."""
+    plans = [recursive_doubling(r, n) for r in range(n)]
+    pof2 = 1 << (n.bit_length() - 1)
+    for r, p in enumerate(plans):
+        if p.fold is None:
+            assert p.unfold is None and len(p.partners) == pof2.bit_length() - 1
+            continue
+        kind, peer = p.fold
+        assert p.unfold == ("recv" if kind == "send" else "send", peer), (r, p)
+        assert plans[peer].unfold == (kind, r), (r, p, plans[peer])
+        if kind == "send":
+            assert p.partners == [] and peer == r + 1
+        else:
+            assert peer == r - 1 and len(p.partners) == pof2.bit_length() - 1
+    assert sum(p.fold is not None and p.fold[0] == "send" for p in plans) == n - pof2
+
+
+@pytest.mark.parametrize("n", range(1, 12))
+def test_ring_plan_has_n_minus_1_steps_each_way(n):
+    from ucxpy.schedules import ring_allreduce
+    for r in range(n):
+        p = ring_allreduce(r, n)
+        assert len(p.reduce_scatter) == n - 1 and len(p.allgather) == n - 1
+        assert (p.right, p.left, p.owned) == ((r + 1) % n, (r - 1) % n, (r + 1) % n)
+
+
+def test_allreduce_algorithm_boundaries():
+    from ucxpy.schedules import ALLREDUCE_RING_MIN, allreduce_algorithm
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 2, 2, True) == "ring"       # n=2, count=n
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN - 1, 1 << 13, 2, True) == "recursive_doubling"
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 3, 4, True) == "recursive_doubling"
+
+
+def test_collective_table_is_what_ucxpy_info_prints():
+    from ucxpy.schedules import collective_table
+    assert collective_table(4) == [
+        ("barrier", "-", "dissemination"),
+        ("bcast", "any", "binomial tree"),
+        ("reduce", "any", "binomial tree (rank order for non-commutative ops)"),
+        ("allreduce", "< 64 KiB", "recursive_doubling"),
+        ("allreduce", ">= 64 KiB", "ring (commutative ops; else recursive doubling)"),
+        ("scan/exscan", "any", "recursive doubling"),
+        ("allgather", "any", "ring"),
+        ("gather/scatter/alltoall", "any", "direct (all messages at once)"),
+    ]
+
+
+def test_collective_table_names_what_the_layers_choose():
+    from ucxpy.schedules import collective_table
+    t4 = collective_table(4)
+    assert ("allreduce", "< 64 KiB", "recursive_doubling") in t4
+    assert ("allreduce", ">= 64 KiB", "ring (commutative ops; else recursive doubling)") in t4
+    assert [row[0] for row in t4] == ["barrier", "bcast", "reduce", "allreduce", "allreduce",
+                                      "scan/exscan", "allgather", "gather/scatter/alltoall"]
+    assert all(len(row) == 3 and all(isinstance(x, str) and x for x in row) for row in t4)
+    t1 = collective_table(1)
+    assert t1[4][2].startswith("recursive_doubling")          # one rank never rings
+    assert dict((r[0], r[2]) for r in t4)["bcast"] == "binomial tree"
