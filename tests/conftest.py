@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -232,9 +233,12 @@ def _environment(session):
         reasons = collections.Counter()
         for state in ("passed", "failed", "skipped"):
             for rep in tr.stats.get(state, []):
-                nodeid = getattr(rep, "nodeid", "")
-                if needle not in nodeid.lower() and needle not in nodeid:
-                    continue
+                nodeid = getattr(rep, "nodeid", "").lower()
+                if "/" in needle:
+                    if needle not in nodeid:
+                        continue
+                elif not re.search(rf"(?<![a-z]){needle}(?![a-z0-9])", nodeid):
+                    continue      # "shm" in test_transport_shm.py or [shm], not in shmem4py
                 if getattr(rep, "when", "call") != "call" and state != "skipped":
                     continue
                 if state == "skipped":
