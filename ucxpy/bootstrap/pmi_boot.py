@@ -294,13 +294,17 @@ class PmiBootstrap(Bootstrap):
         """PMI's universe size (Hydra answers -1 unless told: then None, as MPICH)."""
         if self.version != 1:
             return super().universe_size()
-        n = int(self._call("get_universe_size", "universe_size").get("size", "-1"))
-        return n if n > 0 else None
+        if not hasattr(self, "_universe"):
+            n = int(self._call("get_universe_size", "universe_size").get("size", "-1"))
+            self._universe = n if n > 0 else None
+        return self._universe
 
     def appnum(self):
         if self.version != 1:
             return super().appnum()
-        return int(self._call("get_appnum", "appnum").get("appnum", "0"))
+        if not hasattr(self, "_appnum"):
+            self._appnum = int(self._call("get_appnum", "appnum").get("appnum", "0"))
+        return self._appnum
 
     def _apply_spawn_env(self) -> None:
         """The environment the parents asked for this app (``info`` "env"):
