@@ -192,12 +192,8 @@ class PmiBootstrap(Bootstrap):
 
     def put(self, key: str, value: bytes) -> None:
         """Publish ``value`` (any bytes) under ``key``; visible after the next fence."""
-        hexed = bytes(value).hex()
-        parts = [hexed[i:i + 2 * self.chunk] for i in range(0, len(hexed), 2 * self.chunk)] \
-            or [""]
-        self._put1(f"{key}#n", str(len(parts)))
-        for i, p in enumerate(parts):
-            self._put1(f"{key}#{i}", p or "-")
+        for k, v in self._chunks(key, value):
+            self._put1(k, v)
 
     def get(self, key: str, timeout=None) -> bytes:
         """The value put under ``key`` (waits, re-asking, until ``timeout``)."""
@@ -229,9 +225,10 @@ class PmiBootstrap(Bootstrap):
             self._call("kvs-fence", "kvs-fence-response", timeout)
 
     # -- dynamic processes -------------------------------------------------------
-    def _preput(self, key, value: bytes) -> list:
-        """``(key, value)`` pairs that make ``value`` readable with :meth:`get`
-        in the spawned job's key-value space (same chunking as :meth:`put`)."""
+    def _chunks(self, key, value: bytes) -> list:
+        """The ``(key, value)`` pairs that store ``value`` so that :meth:`get`
+        reads it back: a count, then hex chunks below the server's value limit
+        (what :meth:`put` writes, and :meth:`spawn` pre-puts for children)."""
         hexed = bytes(value).hex()
         parts = [hexed[i:i + 2 * self.chunk] for i in range(0, len(hexed), 2 * self.chunk)] \
             or [""]
@@ -250,14 +247,14 @@ class PmiBootstrap(Bootstrap):
                                  "PMI-2 process managers such as Slurm's do not spawn")
         pre = []
         if port:
-            pre += self._preput("ucxpy-parent-port", str(port).encode())
+            pre += self._chunks("ucxpy-parent-port", str(port).encode())
         key = getattr(self, "_job_key", None)
         if key:
-            pre += self._preput("ucxpy-parent-key", key)
+            pre += self._chunks("ucxpy-parent-key", key)
         for appnum, app in enumerate(apps):
             if app.get("env"):
                 env = "\0".join(f"{k}={v}" for k, v in app["env"].items())
-                pre += self._preput(f"ucxpy-env-{appnum}", env.encode())
+                pre += self._chunks(f"ucxpy-env-{appnum}", env.encode())
         segments = []
         for i, app in enumerate(apps, 1):
             argv = [str(a) for a in app["argv"]]
