@@ -37,8 +37,31 @@ def _preq(factory):
     return make_prequest(lambda: GenOp(factory()))
 
 
+#: numpy element kinds a reduction takes as they are (native byte order):
+#: the datatype mpi4py infers from such an array is the element itself
+_PLAIN = frozenset("bhilqBHILQfdFD?")
+
+
+def _plain(a) -> bool:
+    return type(a) is np.ndarray and a.dtype.char in _PLAIN and a.dtype.isnative \
+        and a.flags.c_contiguous
+
+
 def _operand(sendbuf, recvbuf):
-    """(numpy operand, result Msg or None, codec) of a reduction."""
+    """(numpy operand, result Msg or None, codec) of a reduction.
+
+    Plain contiguous numpy arrays of one element type (the common case) skip
+    the message parser: the operand is a read-only flat view of the send
+    buffer (of ``recvbuf`` with ``IN_PLACE``), no copy, and the "Msg" is
+    ``recvbuf`` itself, which :func:`.op.store` and the ring allreduce write
+    straight into.  The algorithms never write into their operand."""
+    if _plain(recvbuf) and recvbuf.flags.writeable:
+        if sendbuf is IN_PLACE:
+            return _view(recvbuf), recvbuf, G.Codec(recvbuf.dtype, recvbuf.size)
+        if _plain(sendbuf) and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size:
+            return _view(sendbuf), recvbuf, G.Codec(sendbuf.dtype, sendbuf.size)
+    elif recvbuf is None and _plain(sendbuf):
+        return _view(sendbuf), None, G.Codec(sendbuf.dtype, sendbuf.size)
     rm = parse(recvbuf, writable=True) if recvbuf is not None else None
     if sendbuf is IN_PLACE:
         if rm is None:
@@ -50,6 +73,12 @@ def _operand(sendbuf, recvbuf):
         _same(sm, rm, sm.count)
     x = np.array(typed(sm), copy=True)
     return x, rm, G.Codec(x.dtype, len(x))
+
+
+def _view(a):
+    x = a.reshape(-1).view()
+    x.flags.writeable = False
+    return x
 
 
 def _same(sm, rm, rcount):
@@ -200,7 +229,8 @@ class Coll:
             store(rm, res)
             return
         x, rm, codec = _operand(sendbuf, recvbuf)
-        res = yield from G.g_allreduce(c, x, op, codec)
+        out = rm.reshape(-1) if type(rm) is np.ndarray else None
+        res = yield from G.g_allreduce(c, x, op, codec, out)
         store(rm, res)
 
     def Allreduce(self, sendbuf, recvbuf, op=SUM) -> None:

@@ -196,30 +196,68 @@ def _commutes(op) -> bool:
     return op.Is_commutative() and op.name not in ("REPLACE", "NO_OP")
 
 
-def g_allreduce(c, x, op, codec):
+def g_allreduce(c, x, op, codec, out=None):
     """Recursive doubling, or the ring for large arrays and commutative ops
-    (:func:`ucxpy.schedules.allreduce_algorithm` decides)."""
+    (:func:`ucxpy.schedules.allreduce_algorithm` decides).  ``out``: where
+    the ring may build the result (a flat array like ``x``), else its own."""
     if codec.dtype is not None and allreduce_algorithm(
             x.nbytes, len(x), c.size, _commutes(op)) == "ring":
-        return (yield from g_allreduce_ring(c, x, op))
+        return (yield from g_allreduce_ring(c, x, op, out))
     return (yield from g_allreduce_rd(c, x, op, codec))
 
 
-def g_allreduce_ring(c, x, op):
-    """Ring reduce-scatter then ring allgather on ``n`` blocks of ``x``."""
+class ScratchPool:
+    """Receive buffers of the large reductions, reused from call to call.
+
+    A fresh multi-megabyte numpy array is mapped anew by the allocator and
+    page-faults on first touch (about a microsecond per 4 KiB page), which
+    costs more than the reduction itself; MPICH keeps its temporaries warm
+    the same way.  A buffer goes back to the pool only once no transfer can
+    still write into it (a collective that fails keeps its buffer)."""
+
+    KEEP = 4                 # buffers kept
+    MAX_KEPT = 64 << 20      # larger ones are not kept
+
+    def __init__(self):
+        self.free = []
+
+    def take(self, nbytes: int) -> np.ndarray:
+        for i, b in enumerate(self.free):
+            if len(b) >= nbytes:
+                return self.free.pop(i)
+        return np.empty(max(nbytes, 1), np.uint8)
+
+    def give(self, buf: np.ndarray) -> None:
+        if len(buf) <= self.MAX_KEPT and len(self.free) < self.KEEP:
+            self.free.append(buf)
+
+
+SCRATCH = ScratchPool()
+
+
+def g_allreduce_ring(c, x, op, out=None):
+    """Ring reduce-scatter then ring allgather on ``n`` blocks, built in
+    ``out`` (``x`` itself may be ``out``: ``IN_PLACE``).  No full copy of
+    ``x``: the first step sends this rank's own block straight from ``x``,
+    each received block is combined with ``x``'s into ``out``, and the
+    allgather overwrites the rest."""
     tag, n = c.coll_tag(), c.size
     plan = ring_allreduce(c.rank, n)
-    acc = x if x.flags.writeable and x.flags.c_contiguous else np.array(x, copy=True)
+    acc = out if out is not None else np.empty_like(x)
     bounds = block_bounds(len(acc), n)
+    item = acc.dtype.itemsize
+    raw = SCRATCH.take(max(hi - lo for lo, hi in bounds) * item)
     k = 0
     for sb, rb in plan.reduce_scatter:
         lo, hi = bounds[rb]
-        buf = np.empty(hi - lo, acc.dtype)
-        r = _rcv(c, plan.left, memoryview(buf).cast("B"), tag | (k & 0xFF))
+        buf = raw[:(hi - lo) * item]
+        r = _rcv(c, plan.left, memoryview(buf), tag | (k & 0xFF))
         slo, shi = bounds[sb]
-        yield [_snd(c, plan.right, memoryview(acc[slo:shi]).cast("B"), tag | (k & 0xFF)), r]
-        acc[lo:hi] = op.combine(buf, acc[lo:hi], None)
+        src = x if k == 0 else acc
+        yield [_snd(c, plan.right, memoryview(src[slo:shi]).cast("B"), tag | (k & 0xFF)), r]
+        op.combine_to(buf.view(acc.dtype), x[lo:hi], acc[lo:hi])
         k += 1
+    SCRATCH.give(raw)
     for sb, rb in plan.allgather:
         lo, hi = bounds[rb]
         r = _rcv(c, plan.left, memoryview(acc[lo:hi]).cast("B"), tag | (k & 0xFF))

@@ -21,6 +21,7 @@ bits   field    meaning
 """
 from __future__ import annotations
 
+import os
 import select
 import threading
 import time
@@ -118,7 +119,7 @@ class Engine:
                 return self.worker.progress()
             with self.lock:
                 n = self.worker.progress()
-            if not n:
+            if not n and threading.active_count() > 1:
                 time.sleep(0)           # a polling loop (Test) lets other threads in
             return n
         except ucxpy.UcxpyError as e:
@@ -153,9 +154,17 @@ class Engine:
         deadline = None if not limit else time.monotonic() + limit
         spin_until = time.monotonic() + self.busy
         nap = 20e-6
+        shared = lock
+        share = w.oversubscribed()
+        burst = 8 if share else 64
         while True:
+            # THREAD_MULTIPLE with one thread alive (mpi4py's default level in
+            # most programs): nobody else can want the lock, so this pass
+            # polls without it, as at the lower levels.  Only a live thread
+            # can start another, and this one is here: the count is exact.
+            lock = shared if shared is not None and threading.active_count() > 1 else None
             if lock is None:
-                for _ in range(64):
+                for _ in range(burst):
                     if w.progress():
                         if cond():
                             return
@@ -183,6 +192,8 @@ class Engine:
             if now >= spin_until:
                 self._idle_sleep(nap)
                 nap = min(nap * 2, 2e-3)
+            elif share:
+                os.sched_yield()        # more ranks than CPUs: let the peer run
             elif lock is not None:
                 time.sleep(0)           # let another thread take the lock
 

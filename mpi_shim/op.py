@@ -189,6 +189,20 @@ class Op(Handle):
         except TypeError:
             raise Exception(ERR_OP, f"{h.name} is not defined for {left.dtype}") from None
 
+    def combine_to(self, left, right, out) -> None:
+        """``out = left op right``, written into ``out`` (which may be
+        ``right``): a predefined ufunc op writes there directly, with no
+        temporary (for a large array a fresh one costs a page fault per 4 KiB
+        on first touch); the others combine, then copy."""
+        h = self._h
+        if h is not None and h.user is None and isinstance(h.arr, np.ufunc):
+            try:
+                h.arr(left, right, out=out)
+            except TypeError:
+                raise Exception(ERR_OP, f"{h.name} is not defined for {left.dtype}") from None
+            return
+        out[...] = self.combine(left, right, None)
+
     def Reduce_local(self, inbuf, inoutbuf) -> None:
         """Apply a reduction operation to local data."""
         from .datatype import parse
@@ -240,7 +254,14 @@ def reduce_into(op, left_msg, inout_msg):
 
 
 def store(msg, arr):
-    """Write ``arr`` (packed) into the message's layout."""
+    """Write ``arr`` (packed) into the message's layout (or into a plain
+    contiguous numpy array of the same element type, see ``cco._operand``)."""
+    if type(msg) is np.ndarray:
+        flat = msg.reshape(-1)
+        if not (isinstance(arr, np.ndarray) and arr.ctypes.data == flat.ctypes.data
+                and arr.size == flat.size and arr.dtype == flat.dtype):
+            flat[:] = arr                # (the ring reduces in recvbuf itself)
+        return
     c = msg.contig()
     raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)
     if c is not None:

@@ -61,6 +61,55 @@ def test_many_ranks_oversubscribed(tls):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode,expect", [("auto", 1), ("n", 0)])
+def test_allreduce_loop_8_ranks_oversubscribed(mode, expect):
+    """8 ranks on this machine's cores, Allreduce in a loop (recursive doubling
+    and the ring), every result checked: waiting with more ranks than cores
+    must neither lose a wake-up nor crawl into the timeout.  "auto" detects
+    the oversubscription (sched_yield between short polling bursts); "n"
+    forces plain spinning, which must still finish (busy-poll then sleep)."""
+    from ucxpy.worker import usable_cpus
+    if usable_cpus() >= 8:
+        pytest.skip("this machine has 8 or more CPUs: 8 ranks are not oversubscribed")
+    t0 = time.monotonic()
+    p = run_job(["python", os.path.join(PROGS, "mpi_allreduce_loop.py")], 8, timeout=240,
+                env={"UCXPY_TLS": "shm", "UCXPY_OVERSUBSCRIBED": mode, "ARLOOP_ITERS": "200"})
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    rows = re.findall(r"ARLOOP (\d+) ok iters=200 oversubscribed=(\d)", p.stdout)
+    assert sorted(int(r) for r, _ in rows) == list(range(8)), out[-3000:]
+    assert {int(f) for _, f in rows} == {expect}, rows
+    print(f"8 ranks, {mode}: 200 allreduces in {time.monotonic() - t0:.1f} s (informative)")
+
+
+def test_oversubscription_decision():
+    """UCXPY_OVERSUBSCRIBED: y/n force; auto compares the launcher's local
+    rank count with the usable CPUs, and says no outside a job."""
+    import ucxpy
+    from ucxpy.config import ConfigError
+    from ucxpy.worker import usable_cpus
+
+    class Boot:
+        def __init__(self, local_size):
+            self.local_size = local_size
+
+    cpus = usable_cpus()
+    assert cpus >= 1
+    cases = [("y", None, True), ("n", Boot(cpus + 5), False), ("auto", None, False),
+             ("auto", Boot(cpus), False), ("auto", Boot(cpus + 1), True), ("", Boot(cpus + 1), True)]
+    for mode, boot, want in cases:
+        ctx = ucxpy.Context(ucxpy.Config.from_env({"UCXPY_OVERSUBSCRIBED": mode}, tls="self"))
+        w = ctx.create_worker()
+        try:
+            w.bootstrap = boot
+            assert w.oversubscribed() is want, (mode, boot and boot.local_size)
+        finally:
+            w.close()
+    with pytest.raises(ConfigError):
+        ucxpy.Config.from_env({"UCXPY_OVERSUBSCRIBED": "sometimes"})
+
+
+@pytest.mark.timeout(300)
 def test_soak_checksummed():
     """SOAK seconds of mixed-size traffic (eager short/copy, rendezvous)
     among 4 ranks, each streaming to the 3 others with 16 sends and 16

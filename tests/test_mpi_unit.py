@@ -68,6 +68,73 @@ def test_mpi_unit_objects():
     assert "UNIT OK" in proc.stdout
 
 
+REDUCE_SNIPPET = r'''
+import numpy as np
+from mpi_shim import MPI
+from mpi_shim.cco import _operand
+from mpi_shim.coll import ScratchPool
+from mpi_shim.op import store
+
+# plain arrays: a read-only view of the send buffer (no copy), recvbuf itself as the target
+a, b = np.arange(6.0).reshape(2, 3), np.zeros((2, 3))
+x, rm, codec = _operand(a, b)
+assert rm is b and np.shares_memory(x, a) and not x.flags.writeable and x.shape == (6,)
+assert codec.dtype == np.float64 and codec.count == 6
+x, rm, _ = _operand(MPI.IN_PLACE, b)
+assert rm is b and np.shares_memory(x, b) and not x.flags.writeable
+x, rm, _ = _operand(a, None)
+assert rm is None and np.shares_memory(x, a)
+# anything else is parsed: other dtypes or counts, big-endian, non-contiguous, read-only recvbuf
+for send, recv in ((a, np.zeros(6, "f4")), (a, np.zeros(5)), (a.astype(">f8"), np.zeros(6)),
+                   (a, np.zeros((3, 4))[:, :2]), ([a, MPI.DOUBLE], [b, MPI.DOUBLE])):
+    try:
+        x, rm, _ = _operand(send, recv)
+    except (ValueError, BufferError, MPI.Exception):
+        continue
+    assert type(rm) is not np.ndarray, (send, recv)
+ro = np.zeros(6); ro.flags.writeable = False
+try:
+    _operand(a, ro)
+except (ValueError, BufferError, MPI.Exception, TypeError):
+    pass
+else:
+    raise AssertionError("a read-only recvbuf was accepted")
+# store into the array, skipping a copy onto itself
+out = np.zeros((2, 3)); store(out, np.arange(6.0)); assert out.ravel().tolist() == list(range(6))
+store(out, out.reshape(-1)); assert out.ravel().tolist() == list(range(6))
+# combine_to: predefined ufuncs in place, user ops through combine
+l, r, o = np.array([1, 5, 3]), np.array([4, 2, 6]), np.zeros(3, int)
+MPI.SUM.combine_to(l, r, o); assert o.tolist() == [5, 7, 9]
+MPI.MAX.combine_to(l, r, r); assert r.tolist() == [4, 5, 6]
+MPI.MAXLOC  # (pairs: combine path, tested by the collectives)
+def _mul(inbuf, inout, dt):
+    io = np.frombuffer(inout, int); io *= np.frombuffer(inbuf, int)
+op = MPI.Op.Create(_mul, commute=True)
+op.combine_to(l, np.array([2, 2, 2]), o); assert o.tolist() == [2, 10, 6]
+op.Free()
+# scratch buffers are reused, big ones are not kept, and at most KEEP are
+pool = ScratchPool()
+s1 = pool.take(1000); assert len(s1) >= 1000
+pool.give(s1); assert pool.take(500) is s1
+pool.give(s1)
+big = pool.take(ScratchPool.MAX_KEPT + 1); pool.give(big); assert all(f is not big for f in pool.free)
+for _ in range(ScratchPool.KEEP + 3):
+    pool.give(np.empty(8, np.uint8))
+assert len(pool.free) == ScratchPool.KEEP
+print("REDUCE OK")
+'''
+
+
+def test_reduction_fast_path_helpers():
+    """The reduction operand fast path, store, Op.combine_to and the scratch
+    pool, in a one-rank job (the multi-rank results: tests/progs/mpi_coll.py)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-c", REDUCE_SNIPPET], env=env, capture_output=True,
+                          text=True, timeout=100, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "REDUCE OK" in proc.stdout
+
+
 def test_pytest_mpi_plugin_under_the_launcher():
     """The real pytest-mpi plugin on mpi_shim (drop-in mpi4py): marked tests run
     with --with-mpi under ucxpy-run, min_size is honoured, mpi_tmp_path is

@@ -37,6 +37,14 @@ def _parse_bool(text: str) -> bool:
     raise ConfigError(f"not a boolean: {text!r}")
 
 
+def _parse_tristate(text: str) -> str:
+    """"auto", "y" or "n" (the usual spellings of yes/no accepted)."""
+    t = str(text).strip().lower()
+    if t in ("", "auto", "try"):
+        return "auto"
+    return "y" if _parse_bool(t) else "n"
+
+
 @dataclass
 class Config:
     """Effective configuration.  Each field maps to ``UCXPY_<FIELD NAME>``."""
@@ -67,6 +75,10 @@ class Config:
     shm_cma: bool = True
     #: seconds a waiting worker spins before sleeping on file descriptors
     busy_poll: float = 0.002
+    #: more ranks on this host than CPUs: spin in short bursts and give the
+    #: CPU away (sched_yield) between them ("auto": decided from the
+    #: launcher's local rank count against the host's CPUs; "y"/"n" force)
+    oversubscribed: str = "auto"
     #: log level name
     log_level: str = "WARN"
     #: run a background progress thread (for RMA targets that do not progress)
@@ -97,6 +109,7 @@ class Config:
         "shm_ring_size": _parse_size,
         "shm_cma": _parse_bool,
         "busy_poll": float,
+        "oversubscribed": _parse_tristate,
         "log_level": str,
         "progress_thread": _parse_bool,
         "tcp_tls": _parse_bool,

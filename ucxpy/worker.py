@@ -61,6 +61,18 @@ class TagMessage:
         self._msg = msg
 
 
+def usable_cpus() -> int:
+    """CPUs the job's ranks on this host may share: this process's affinity
+    mask when it holds several CPUs (the job confined by taskset or a cpuset),
+    else every online CPU (a rank bound to one core of its own says nothing
+    about how many cores its job has)."""
+    try:
+        mask = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        mask = 0
+    return mask if mask > 1 else (os.cpu_count() or 1)
+
+
 class Worker:
     """Progress engine owning one interface per selected transport.
 
@@ -200,8 +212,10 @@ class Worker:
         now = time.monotonic()
         spin_until = now + busy
         nap = 20e-6
+        share = self.oversubscribed()
+        burst = 8 if share else 64
         while True:
-            for _ in range(64):
+            for _ in range(burst):
                 if progress():
                     if cond():
                         return
@@ -218,6 +232,31 @@ class Worker:
             if now >= spin_until:
                 self._idle_sleep(min(nap, max(deadline - now, 0)))
                 nap = min(nap * 2, 2e-3)
+            elif share:
+                os.sched_yield()
+
+    _oversubscribed = None
+
+    def oversubscribed(self) -> bool:
+        """Whether this host runs more of the job's ranks than it has CPUs
+        (``UCXPY_OVERSUBSCRIBED``; "auto" compares the launcher's local rank
+        count with the CPUs this process may run on).  Waiting then spins in
+        short bursts and yields the CPU between them (``sched_yield``), so
+        the rank that would make progress gets to run instead of waiting for
+        the spinner's time slice to end.  Decided once the worker has joined
+        a job; before that (or outside one) the answer is no."""
+        v = self._oversubscribed
+        if v is not None:
+            return v
+        mode, boot = self.config.oversubscribed, self.bootstrap
+        if mode in ("y", "n"):
+            v = mode == "y"
+        elif boot is None:             # not (yet) part of a launched job
+            return False
+        else:
+            v = getattr(boot, "local_size", 1) > usable_cpus()
+        self._oversubscribed = v
+        return v
 
     def _wait_traced(self, cond, timeout, what) -> None:
         """:meth:`wait_until` with its busy and sleeping time recorded."""

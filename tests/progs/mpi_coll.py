@@ -117,6 +117,54 @@ got = other.recv(source=(rank - 1) % size, tag=77)
 MPI.Request.Waitall([r1, r2])
 assert got == (rank - 1) % size and (outb == sum(range(size))).all()
 
+# plain numpy arrays take the reduction fast path (no message parser, the
+# ring reducing straight into recvbuf): same results as the [buf, type]
+# forms, which parse; send buffers untouched; odd sizes and every dtype
+for dt, mtype in (("i4", MPI.INT), ("i8", MPI.INT64_T), ("f4", MPI.FLOAT),
+                  ("f8", MPI.DOUBLE), ("c16", MPI.C_DOUBLE_COMPLEX), ("u1", MPI.UINT8_T)):
+    for count in (0, 1, 5, 9000, 70001):          # 70001 f8: the ring (>= 64 KiB)
+        mk = [(np.arange(count) * (r + 1) % 97).astype(dt) for r in range(size)]
+        send = mk[rank].reshape(-1, 1) if count else mk[rank]     # 2-D is fine too
+        keep = send.copy()
+        fast, slow = np.empty_like(send), np.empty_like(send)
+        for op in (MPI.SUM, MPI.MAX) if dt != "c16" else (MPI.SUM, MPI.PROD):
+            comm.Allreduce(send, fast, op)
+            comm.Allreduce([send, mtype], [slow, mtype], op)
+            assert np.array_equal(fast, slow), (dt, count, op)
+            assert np.array_equal(send, keep), (dt, count, "sendbuf changed")
+        ref = np.sum(np.stack(mk), 0, dtype=dt).reshape(send.shape)
+        comm.Allreduce(send, fast, MPI.SUM)
+        assert np.array_equal(fast, ref), (dt, count)
+        inp = send.copy()
+        comm.Allreduce(MPI.IN_PLACE, inp, MPI.SUM)
+        assert np.array_equal(inp, ref), (dt, count, "IN_PLACE")
+        out = np.zeros_like(send)
+        comm.Reduce(send, out if rank == size - 1 else None, MPI.SUM, size - 1)
+        assert rank != size - 1 or np.array_equal(out, ref), (dt, count, "Reduce")
+# big-endian and bool arrays go through the parser, with the same results
+be = np.arange(10, dtype=">f8") * (rank + 1)
+out = np.empty_like(be)
+comm.Allreduce(be, out, MPI.SUM)
+assert np.array_equal(out, np.arange(10) * sum(range(1, size + 1)))
+flags = np.array([rank == 0, True, False])
+out = np.empty_like(flags)
+comm.Allreduce(flags, out, MPI.LOR)
+assert list(out) == [True, True, False]
+# several large nonblocking allreduces at once (each keeps its own scratch)
+bigs = [np.full(100000 + 7 * j, rank + j, "f8") for j in range(3)]
+outs = [np.empty_like(b) for b in bigs]
+reqs = [comm.Iallreduce(b, o, MPI.SUM) for b, o in zip(bigs, outs)]
+MPI.Request.Waitall(reqs[::-1])
+for j, o in enumerate(outs):
+    assert (o == sum(r + j for r in range(size))).all(), j
+# a mismatch still raises, at once and on every rank
+try:
+    comm.Allreduce(np.zeros(3), np.zeros(4), MPI.SUM)
+except ValueError:
+    pass
+else:
+    raise AssertionError("Allreduce accepted buffers of different counts")
+
 # lowercase forms
 assert comm.bcast({"k": rank}, root=size - 1) == {"k": size - 1}
 assert comm.gather(rank, root=0) == (list(range(size)) if rank == 0 else None)
