@@ -231,7 +231,8 @@ class Coll:
         x, rm, codec = _operand(sendbuf, recvbuf)
         out = rm.reshape(-1) if type(rm) is np.ndarray else None
         res = yield from G.g_allreduce(c, x, op, codec, out)
-        store(rm, res)
+        if res is not out:               # (the ring builds the result in recvbuf)
+            store(rm, res)
 
     def Allreduce(self, sendbuf, recvbuf, op=SUM) -> None:
         """Reduce to all processes."""

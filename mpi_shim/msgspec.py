@@ -259,10 +259,12 @@ class Msg:
     ``obj`` is the user's buffer object (kept alive with the message).
     """
 
-    __slots__ = ("view", "count", "dtype", "offset", "obj")
+    __slots__ = ("view", "count", "dtype", "offset", "obj", "whole")
 
-    def __init__(self, view, count, dtype, offset=0, obj=None):
+    def __init__(self, view, count, dtype, offset=0, obj=None, whole=False):
         self.view, self.count, self.dtype, self.offset, self.obj = view, count, dtype, offset, obj
+        #: the message is exactly all of ``view`` (set by the parser's plain path)
+        self.whole = whole
 
     @property
     def nbytes(self) -> int:
@@ -284,6 +286,8 @@ class Msg:
 
     def contig(self):
         """The message's bytes as a memoryview slice when they are contiguous, else None."""
+        if self.whole:
+            return self.view
         if self.dtype._h is None:
             return self.view[0:0]
         r = packing.contiguous_range(self.offset, self.count, self._layout())
@@ -398,10 +402,42 @@ def _simple(msg, writable, blocks=1):
     return buf, obj, count, displ, dtype
 
 
+#: buffer format -> its predefined datatype when one element is one
+#: contiguous run of exactly the item size (None: use the full parser)
+_PLAIN_FORMATS = {}
+_PLAIN_TYPES = (np.ndarray, bytearray, bytes)
+
+
+def _plain_type(fmt, itemsize):
+    try:
+        return _PLAIN_FORMATS[fmt]
+    except KeyError:
+        pass
+    dt = None
+    try:
+        cand = _type_of_format(fmt)
+        tm = cand._h.typemap
+        if cand._h.committed and tm.extent == itemsize and tm.single_run() == (0, itemsize):
+            dt = cand
+    except (KeyError, BufferError, ValueError, AttributeError):
+        dt = None
+    _PLAIN_FORMATS[fmt] = dt
+    return dt
+
+
 def parse(msg, writable=False) -> Msg:
     """Parse a buffer message for point-to-point and rooted collectives (see the module)."""
     if isinstance(msg, Msg):
         return msg
+    if type(msg) in _PLAIN_TYPES:
+        # the common case, without the general parser: a whole contiguous
+        # numpy array or bytes object of a predefined element type
+        mv = memoryview(msg)
+        if mv.nbytes and mv.c_contiguous and not (writable and mv.readonly):
+            dt = _plain_type(mv.format, mv.itemsize)
+            if dt is not None:
+                flat = mv if mv.ndim == 1 and mv.format == "B" else mv.cast("B")
+                return Msg(flat, mv.nbytes // mv.itemsize, dt, 0, msg, True)
     buf, obj, count, displ, dtype = _simple(msg, writable)
     return _message(buf, obj, count, displ * dtype._h.typemap.extent, dtype, writable)
 

@@ -255,12 +255,10 @@ def reduce_into(op, left_msg, inout_msg):
 
 def store(msg, arr):
     """Write ``arr`` (packed) into the message's layout (or into a plain
-    contiguous numpy array of the same element type, see ``cco._operand``)."""
+    contiguous numpy array of the same element type, see ``cco._operand``;
+    callers skip it when the result was built there)."""
     if type(msg) is np.ndarray:
-        flat = msg.reshape(-1)
-        if not (isinstance(arr, np.ndarray) and arr.ctypes.data == flat.ctypes.data
-                and arr.size == flat.size and arr.dtype == flat.dtype):
-            flat[:] = arr                # (the ring reduces in recvbuf itself)
+        msg.reshape(-1)[:] = arr
         return
     c = msg.contig()
     raw = np.ascontiguousarray(arr).view(np.uint8).reshape(-1)

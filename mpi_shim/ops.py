@@ -293,7 +293,8 @@ class GenOp(_Op):
             return
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
-        self.span.set(algorithm=_algorithm(gen))
+        if self.span is not ucxpy.trace.NO_SPAN:
+            self.span.set(algorithm=_algorithm(gen))
         self._step(first)
 
     def _step(self, reqs=None):
@@ -339,7 +340,8 @@ def run(gen):
     span = _trace_begin(gen, True)
     try:
         reqs = gen.send(None)
-        span.set(algorithm=_algorithm(gen))
+        if span is not ucxpy.trace.NO_SPAN:
+            span.set(algorithm=_algorithm(gen))
         while True:
             if not all(r.done for r in reqs):
                 ENGINE.wait_until(lambda: all(r.done for r in reqs))
