@@ -203,6 +203,8 @@ def g_allreduce(c, x, op, codec, out=None):
     if codec.dtype is not None and allreduce_algorithm(
             x.nbytes, len(x), c.size, _commutes(op)) == "ring":
         return (yield from g_allreduce_ring(c, x, op, out))
+    if out is not None and codec.dtype is not None:
+        return (yield from g_allreduce_rd_into(c, x, op, codec, out))
     return (yield from g_allreduce_rd(c, x, op, codec))
 
 
@@ -294,6 +296,45 @@ def g_allreduce_rd(c, x, op, codec):
             r, buf = codec.recv(c, peer, tag | 0xFF)
             yield [r]
             acc = codec.dec(r, buf)
+    return acc
+
+
+def g_allreduce_rd_into(c, x, op, codec, out):
+    """Recursive doubling with the result built in ``out`` (a flat array like
+    ``x``; ``x`` may be ``out`` itself): each round receives into one reused
+    scratch buffer and combines into ``out`` in place, so a medium-sized
+    reduction allocates (and page-faults) nothing per round.  Same rounds,
+    tags and operand order as :func:`g_allreduce_rd`."""
+    tag, rank = c.coll_tag(), c.rank
+    plan = recursive_doubling(rank, c.size)
+    raw = SCRATCH.take(x.nbytes)
+    buf = raw[:x.nbytes]
+    other = buf.view(x.dtype)
+    acc = x
+    if plan.fold is not None:
+        kind, peer = plan.fold
+        if kind == "send":
+            yield [_snd(c, peer, codec.enc(acc), tag)]
+        else:
+            yield [_rcv(c, peer, memoryview(buf), tag)]
+            op.combine_to(other, acc, out)
+            acc = out
+    for rnd, peer in enumerate(plan.partners, 1):
+        r = _rcv(c, peer, memoryview(buf), tag | rnd)
+        yield [_snd(c, peer, codec.enc(acc), tag | rnd), r]
+        if peer < rank:
+            op.combine_to(other, acc, out)
+        else:
+            op.combine_to(acc, other, out)
+        acc = out
+    if plan.unfold is not None:
+        kind, peer = plan.unfold
+        if kind == "send":
+            yield [_snd(c, peer, codec.enc(acc), tag | 0xFF)]
+        else:
+            yield [_rcv(c, peer, memoryview(out).cast("B"), tag | 0xFF)]
+            acc = out
+    SCRATCH.give(raw)
     return acc
 
 
