@@ -9,7 +9,10 @@ CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
                ``UCXPY_TCP_TLS=y``, the price of encryption) under ``ucxpy-run``,
                ``tag_lat`` once more on shm with ``UCXPY_TRACE`` set
                (``ucxpy-shm+trace``: the price of tracing; every other
-               column runs with tracing off, the default path),
+               column runs with tracing off, the default path), and the
+               price of tracing *off* from bench/trace_offcost.py (guards
+               passed per message x the cost of one, against the 8 B
+               latency),
                mpi_shim (``--mpi-shim`` under ``ucxpy-run``), mpi4py under
                ``mpiexec``, and a blocking Python socket ping-pong (the
                floor for tcp latency).
@@ -367,6 +370,30 @@ def combined_table(test: str, impls: dict, ratios=None, title=None) -> tuple:
     return "\n".join(lines), rows
 
 
+def trace_offcost(timeout: float) -> dict:
+    """Run bench/trace_offcost.py (2 ranks, shm, tracing off): the guards
+    passed per message, the cost of one, and their share of the 8 B latency."""
+    _say("# running the trace off-cost probe (bench/trace_offcost.py) ...")
+    cmd = [sys.executable, "-m", "ucxpy.bootstrap.launcher", "-n", "2", "--timeout",
+           str(int(timeout)), sys.executable, os.path.join(ROOT, "bench", "trace_offcost.py")]
+    try:
+        p = subprocess.run(cmd, env=_clean_env(UCXPY_TLS="shm"), capture_output=True,
+                           text=True, timeout=timeout + 30)
+    except subprocess.TimeoutExpired:
+        return {"error": "trace off-cost probe timed out"}
+    for line in p.stdout.splitlines():
+        if line.startswith("TRACE-OFFCOST "):
+            OFFCOST.update(json.loads(line.split(" ", 1)[1]))
+            return OFFCOST
+    return {"error": f"trace off-cost probe: exit {p.returncode}: "
+                     f"{(p.stderr or p.stdout)[-300:].strip()}"}
+
+
+#: the probe's figures of this run (filled by trace_offcost)
+OFFCOST: dict = {}
+TRACE_OFF_SHARE = 0.02   # tracing off costs <= 2% of the 8 B half round trip
+
+
 def check_targets(impls: dict, raw_by_pin=None) -> list:
     """``[(name, PASS|MISS|N/A, detail)]`` for the project's targets."""
     shm_lat = _col(impls.get("ucxpy-shm"), "tag_lat", "latency_us")
@@ -421,6 +448,13 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
                         f"{detail}; worst {ratios[worst]:.2f}x"))
         else:
             out.append((name, "N/A", "missing measurement"))
+
+    if OFFCOST:
+        name = f"tracing off costs <= {TRACE_OFF_SHARE:.0%} of the {SMALL} B half round trip"
+        o = OFFCOST
+        detail = (f"{o['reads_per_message']:g} guards per message x {o['guard_ns']:g} ns = "
+                  f"{o['offcost_ns']:g} ns of {o['half_rtt_us']:.2f} us = {o['share']:.2%}")
+        out.append((name, "PASS" if o["share"] <= TRACE_OFF_SHARE else "MISS", detail))
     return out
 
 
@@ -569,6 +603,9 @@ def main(argv=None) -> int:
             env = _clean_env(UCXPY_TLS="shm", UCXPY_TRACE=tdir, UCXPY_TRACE_EVENTS="200000")
             a = perf_args([], ("tag_lat",), sizes["tag"], max_time)
             job("ucxpy-shm+trace", "tag", lambda a=a: ucxpy_cmd(a, T), env)
+        offcost = trace_offcost(T)
+        if "error" in offcost:
+            errors.setdefault("trace-off", []).append(offcost["error"])
 
     # -- the same mpi4py code: mpi_shim under ucxpy-run, mpi4py on MPICH under mpiexec
     mpi_impls = [("mpi_shim", ["--mpi-shim"], lambda a, n: ucxpy_cmd(a, T, n), _clean_env())]
@@ -692,6 +729,7 @@ def main(argv=None) -> int:
                "suites": suites, "impls": impls, "tables": tables, "errors": errors,
                "notes": notes,
                "raw_tcp_by_pinning": {f"{h}/{sz}": v for (h, sz), v in raw_by_pin.items()},
+               "trace_offcost": OFFCOST,
                "targets": [{"name": n, "verdict": v, "detail": d} for n, v, d in targets]}
     jpath = os.path.join(RESULTS, "results.json")
     with open(jpath, "w") as f:

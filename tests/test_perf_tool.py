@@ -178,3 +178,31 @@ def test_bench_tables_ratios_and_best_of():
     assert rows[0]["shmem/mpi4py"] == 2.0 and "shmem/mpi4py" in text
     _, rows = run_bench.combined_table("put_bw", impls, [("shmem", "mpi4py")])
     assert rows[0]["shmem/mpi4py"] == 0.5
+
+
+def test_bench_trace_offcost_probe():
+    """bench/trace_offcost.py counts the worker.tr guards a message passes
+    (a real 2-rank ping-pong with tracing off) and prices them; the figures
+    are reported, not asserted, except that the counting saw the guards."""
+    if os.environ.get("UCXPY_TRACE") or os.environ.get("UCXPY_STATS"):
+        pytest.skip("the probe measures tracing off; UCXPY_TRACE/UCXPY_STATS are set here")
+    proc = run_job(["python", os.path.join(ROOT, "bench", "trace_offcost.py")], 2, timeout=120,
+                   env={"UCXPY_TLS": "shm" if transport_available("shm") else "tcp",
+                        "OFFCOST_ITERS": "500"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("TRACE-OFFCOST "))
+    o = json.loads(line.split(" ", 1)[1])
+    assert o["iters"] == 500 and o["reads_per_message"] >= 2, o   # a send and a receive at least
+    assert o["guard_ns"] > 0 and o["half_rtt_us"] > 0
+    assert abs(o["offcost_ns"] - o["reads_per_message"] * o["guard_ns"]) < 1.0, o
+    print(f"tracing off: {o}")          # informative
+    # the bench driver turns it into a target line
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    import run_bench
+    run_bench.OFFCOST.clear()
+    run_bench.OFFCOST.update(o)
+    try:
+        rows = [t for t in run_bench.check_targets({}) if t[0].startswith("tracing off")]
+    finally:
+        run_bench.OFFCOST.clear()
+    assert len(rows) == 1 and rows[0][1] in ("PASS", "MISS") and "guards per message" in rows[0][2]
