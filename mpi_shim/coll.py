@@ -203,9 +203,7 @@ def g_allreduce(c, x, op, codec, out=None):
     if codec.dtype is not None and allreduce_algorithm(
             x.nbytes, len(x), c.size, _commutes(op)) == "ring":
         return (yield from g_allreduce_ring(c, x, op, out))
-    if out is not None and codec.dtype is not None:
-        return (yield from g_allreduce_rd_into(c, x, op, codec, out))
-    return (yield from g_allreduce_rd(c, x, op, codec))
+    return (yield from g_allreduce_rd(c, x, op, codec, out))
 
 
 class ScratchPool:
@@ -269,8 +267,11 @@ def g_allreduce_ring(c, x, op, out=None):
     return acc
 
 
-def g_allreduce_rd(c, x, op, codec):
-    """Recursive doubling; ranks beyond the largest power of two fold first."""
+def g_allreduce_rd(c, x, op, codec, out=None):
+    """Recursive doubling; ranks beyond the largest power of two fold first.
+    With ``out`` (buffer operands), built there in place (:func:`_rd_into`)."""
+    if out is not None and codec.dtype is not None:
+        return (yield from _rd_into(c, x, op, codec, out))
     tag, rank = c.coll_tag(), c.rank
     plan = recursive_doubling(rank, c.size)
     acc = x
@@ -299,7 +300,7 @@ def g_allreduce_rd(c, x, op, codec):
     return acc
 
 
-def g_allreduce_rd_into(c, x, op, codec, out):
+def _rd_into(c, x, op, codec, out):
     """Recursive doubling with the result built in ``out`` (a flat array like
     ``x``; ``x`` may be ``out`` itself): each round receives into one reused
     scratch buffer and combines into ``out`` in place, so a medium-sized
