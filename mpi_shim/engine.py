@@ -113,7 +113,6 @@ class Engine:
         return True
 
     def progress(self) -> int:
-        from .exceptions import translate
         try:
             if self.lock is None:
                 return self.worker.progress()
@@ -123,6 +122,7 @@ class Engine:
                 time.sleep(0)           # a polling loop (Test) lets other threads in
             return n
         except ucxpy.UcxpyError as e:
+            from .exceptions import translate
             raise translate(e) from None
 
     def wait(self, op) -> None:
@@ -137,12 +137,12 @@ class Engine:
         only around each progress pass."""
         if cond():
             return
-        from .exceptions import translate
         lock = self.lock
         saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
             self._wait(cond, timeout, lock)
         except ucxpy.UcxpyError as e:
+            from .exceptions import translate
             raise translate(e) from None
         finally:
             if saved is not None:

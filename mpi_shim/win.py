@@ -27,6 +27,7 @@ import functools
 import mmap
 import os
 import pickle
+import sys
 
 import numpy as np
 
@@ -60,6 +61,8 @@ _ids = iter(range(1, 1 << 62))
 
 
 #: accumulate ops that word atomics implement (NO_OP: a fetch-and-add of 0)
+_ORDER = sys.byteorder      # of the words ucxpy's atomics take and return
+_WORD = {}                  # datatype impl -> its size as an atomic word (0: none)
 _ATOMIC_OP = {"SUM": "add", "REPLACE": "swap", "NO_OP": "add", "BAND": "and", "BOR": "or",
               "BXOR": "xor"}
 
@@ -130,6 +133,19 @@ class WinImpl:
 
     def put(self, origin, target_rank, target):
         o = parse(origin)
+        if o.whole and (target is None or type(target) is int) and 0 <= target_rank < self.size:
+            # a whole contiguous buffer to a displacement: one block, as below
+            if target is not None and target < 0:
+                from .exceptions import ERR_DISP
+                raise Exception(ERR_DISP, f"invalid target displacement {target}")
+            roff = (target or 0) * self.peers[target_rank][2]
+            data = o.view
+            if target_rank == self.rank:
+                self.view[roff:roff + len(data)] = data
+            else:
+                self._track(target_rank, self.comm._c.eps[target_rank].put_nb(
+                    data, self.peers[target_rank][0] + roff, self.rkeys[target_rank]))
+            return
         off, count, dtype = self._target(o, target_rank, target)
         data = o.pack()
         for roff, piece in _blocks(dtype, count, off, data):
@@ -192,28 +208,64 @@ class WinImpl:
         ep = self.comm._c.eps[target_rank]
         ep.am_send_nb(AM_ACC, pickle.dumps((rid, hdr)), data)
 
+    def word_atomic(self, kind, o, r, c, target_rank, disp, op) -> bool:
+        """Fetch_and_op / Compare_and_swap of one whole-buffer element as one
+        ucxpy atomic when :meth:`acc` would choose that path too (a remote
+        target with a remote key, a 4 or 8 byte integer, an op the atomics
+        have, an aligned address, no emulated accumulate in flight); False
+        to take :meth:`acc`."""
+        if not (o.whole and r.whole and (c is None or c.whole)) or type(disp) is not int \
+                or disp < 0 or target_rank == self.rank or not 0 <= target_rank < self.size:
+            return False
+        rk = self.rkeys[target_rank]
+        if rk is None or self.inflight.get(target_rank):
+            return False
+        h = o.dtype._h
+        size = _WORD.get(h)
+        if size is None:
+            unit = reduction_dtype(o.dtype)
+            size = _WORD[h] = unit.itemsize if unit is not None and unit.kind in "iu" \
+                and unit.itemsize in (4, 8) else 0
+        name = op.name
+        if not size or (kind != "cas" and name not in _ATOMIC_OP):
+            return False
+        off = disp * self.peers[target_rank][2]
+        if (self.peers[target_rank][0] + off) % size:
+            return False
+        self._word_atomic(kind, name, target_rank, off, size,
+                          b"" if name == "NO_OP" else bytes(o.view),
+                          bytes(c.view) if c is not None else b"", r)
+        return True
+
     def _word_atomic(self, kind, opname, target_rank, off, size, data, cmp, result):
         """One element through ucxpy's atomics (see the module docstring)."""
         if kind == "acc" and opname == "NO_OP":
             return
-        udt = np.dtype(f"u{size}")
-        value = int(np.frombuffer(data, udt)[0]) if data else 0
+        value = int.from_bytes(data[:size], _ORDER) if data else 0
         ep, rk = self.comm._c.eps[target_rank], self.rkeys[target_rank]
         addr = self.peers[target_rank][0] + off
         if kind == "cas":
-            compare = int(np.frombuffer(cmp, udt)[0])
+            compare = int.from_bytes(cmp[:size], _ORDER)
             req = ep.atomic_fetch_nb("cswap", value, addr, rk, size, compare)
         elif kind == "acc" and _ATOMIC_OP[opname] in POST_OPS:
             req = ep.atomic_post(_ATOMIC_OP[opname], value, addr, rk, size)
         else:
             req = ep.atomic_fetch_nb(_ATOMIC_OP[opname], value, addr, rk, size)
         if result is not None:
-            req.add_done_callback(
-                lambda q: q.exc is None and _store(result, np.array([q.result], udt).tobytes()))
+            mask = (1 << (8 * size)) - 1
+            req.add_done_callback(lambda q: q.exc is None and _store(
+                result, (q.result & mask).to_bytes(size, _ORDER)))
         self._track(target_rank, req)
 
     # -- completion -----------------------------------------------------------
     def flush(self, target=None):
+        if target is not None and not self.after and not self.inflight.get(target):
+            # the usual case: plain requests to one target (often none left)
+            reqs = self.reqs.pop(target, None)
+            if reqs:
+                for req in reqs:
+                    req.wait()
+            return
         targets = list(self.reqs) if target is None else [target]
         for t in targets:
             for req in self.reqs.pop(t, ()):
@@ -662,8 +714,13 @@ class Win(Handle, BufferExporter):
         if o.count != 1 or r.count != 1 or o.dtype != r.dtype:
             raise ValueError("Fetch_and_op needs one element of one datatype")
         if target_rank != PROC_NULL:
-            self._call(self._impl().acc, "fetch", origin, result, target_rank,
-                       (target_disp, 1, r.dtype), op)
+            w = self._impl()
+            try:
+                if w.word_atomic("fetch", o, r, None, target_rank, target_disp, op):
+                    return
+            except ucxpy.UcxpyError as e:
+                raise translate(e) from None
+            self._call(w.acc, "fetch", o, r, target_rank, (target_disp, 1, r.dtype), op)
 
     def Compare_and_swap(self, origin, compare, result, target_rank, target_disp=0):
         """Perform one-element atomic compare-and-swap."""
@@ -671,8 +728,13 @@ class Win(Handle, BufferExporter):
         if o.count != 1 or r.count != 1 or c.count != 1 or not (o.dtype == r.dtype == c.dtype):
             raise ValueError("Compare_and_swap needs one element of one datatype")
         if target_rank != PROC_NULL:
-            self._call(self._impl().acc, "cas", origin, result, target_rank,
-                       (target_disp, 1, r.dtype), REPLACE, compare)
+            w = self._impl()
+            try:
+                if w.word_atomic("cas", o, r, c, target_rank, target_disp, REPLACE):
+                    return
+            except ucxpy.UcxpyError as e:
+                raise translate(e) from None
+            self._call(w.acc, "cas", o, r, target_rank, (target_disp, 1, r.dtype), REPLACE, c)
 
     def _rma_req(self, fn, *args):
         fn(*args)

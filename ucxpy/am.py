@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 
 from . import wire
+from .buffers import recv_view, send_view
 from .errors import InvalidBuffer, MessageTooLarge, TruncationError
 from .request import Request
 from .transports.base import MAX_HEADER
@@ -58,7 +59,6 @@ class AmMessage:
     def receive(self, buf) -> Request:
         """Deliver the payload into ``buf`` (at least ``length`` bytes); the
         Request completes when the data is there."""
-        from .worker import recv_view
         mv = recv_view(buf)
         if self._taken:
             raise InvalidBuffer("active message already received or dropped")
@@ -156,7 +156,6 @@ class ActiveMessages:
 
 def am_send_nb(ep, am_id: int, header, data) -> Request:
     """See :meth:`ucxpy.Endpoint.am_send_nb`."""
-    from .endpoint import send_view
     if not (0 <= am_id <= MAX_AM_ID):
         raise ValueError(f"active message id {am_id} is outside 0..{MAX_AM_ID}")
     header = bytes(header)

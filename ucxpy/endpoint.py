@@ -5,32 +5,10 @@ from typing import Optional
 
 from . import wire
 from .address import WorkerAddress
-from .errors import ConnectionLost, InvalidBuffer, TransportUnavailable
+from .buffers import COMPLETED, send_view  # noqa: F401  (re-exported)
+from .errors import ConnectionLost, TransportUnavailable
 from .request import Request
 from .transports.base import Caps
-
-
-def send_view(buf) -> memoryview:
-    """A flat byte view of any contiguous buffer-protocol object."""
-    try:
-        mv = buf if type(buf) is memoryview else memoryview(buf)
-        return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
-    except TypeError as e:
-        raise InvalidBuffer(f"cannot send {type(buf).__name__}: {e}") from None
-
-
-class _Done(Request):
-    """The shared already-completed request returned by sends done at once."""
-
-    def __init__(self):
-        super().__init__(None)
-        self.done = True
-
-    def complete(self, result=None, exc=None):  # never changes
-        pass
-
-
-COMPLETED = _Done()
 
 
 class Endpoint:

@@ -50,6 +50,7 @@ import re
 import struct
 
 from . import wire
+from .buffers import COMPLETED, recv_view, send_view
 from .errors import RemoteAccessError
 from .request import Request
 from .transports.base import Caps
@@ -362,7 +363,6 @@ class RmaEngine:
         return mh
 
     def _wrap(self, mem_id, buf) -> MemHandle:
-        from .worker import recv_view
         view = recv_view(buf)       # the view pins the buffer: it cannot move or shrink
         return MemHandle(self, mem_id, view, buffer_address(view))
 
@@ -432,7 +432,6 @@ class RmaEngine:
         return req
 
     def put_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
-        from .endpoint import COMPLETED, send_view
         mv = send_view(buf)
         off = rkey.check(address, mv.nbytes)
         if self.worker.tr is not None:
@@ -450,8 +449,6 @@ class RmaEngine:
             ep, AmId.RMA_PUT, lambda i: wire.RMA_PUT.pack(i, rkey.mem_id, at), piece), address)
 
     def get_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
-        from .endpoint import COMPLETED
-        from .worker import recv_view
         mv = recv_view(buf)
         off = rkey.check(address, mv.nbytes)
         if self.worker.tr is not None:
@@ -492,7 +489,6 @@ class RmaEngine:
     def _rdma(self, ep, op: str, mv, address: int, rkey: RemoteKey) -> Request:
         """One-sided put/get by the lane itself (fi_write / fi_read, RDMA
         WRITE / READ); tracked so ``flush`` and ``fence`` wait for it."""
-        from .endpoint import COMPLETED
         if not mv.nbytes:
             return COMPLETED
         tep = ep.transport_endpoint()

@@ -11,6 +11,7 @@ from typing import Callable, Optional
 from . import wire
 from .address import WorkerAddress
 from .am import ActiveMessages
+from .buffers import recv_view  # noqa: F401  (re-exported)
 from .endpoint import Endpoint
 from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProtocolError,
                      UcxpyError)
@@ -28,17 +29,6 @@ ALIAS_BASE = 1 << 62
 #: passes) for a connection of its that is still being accepted before
 #: failing what depends on it (see Worker.conn_failed)
 CLOSE_GRACE = 0.25
-
-
-def recv_view(buf) -> memoryview:
-    """A flat writable byte view of a contiguous buffer."""
-    try:
-        mv = buf if type(buf) is memoryview else memoryview(buf)
-        if mv.readonly:
-            raise InvalidBuffer(f"receive buffer {type(buf).__name__} is read-only")
-        return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
-    except TypeError as e:
-        raise InvalidBuffer(f"cannot receive into {type(buf).__name__}: {e}") from None
 
 
 def host_id() -> bytes:

@@ -128,5 +128,91 @@ if rank == 0:
     assert 1 <= mem[3] <= size, mem
 comm.Barrier()
 win.Free()
+
+# the whole-buffer fast paths (Put to a displacement, one-word Fetch_and_op
+# and Compare_and_swap) next to the general ones they must agree with:
+# NO_OP fetches without changing, REPLACE swaps, CAS swaps only on a match,
+# an odd displacement (unaligned word) and a float counter take the general
+# path, a negative displacement raises, a put to oneself is a local copy
+win = MPI.Win.Allocate(64, 1, comm=comm)
+mem = np.frombuffer(win.tomemory(), "u1")
+mem[:] = 0
+comm.Barrier()
+peer = (rank + 1) % size
+win.Lock_all()
+win.Put(np.full(8, rank + 1, "u1"), peer, 8)                 # int displacement
+win.Put(np.full(4, 200 + rank, "u1"), rank, 40)              # to oneself
+win.Flush_all()
+try:
+    win.Put(np.zeros(1, "u1"), peer, -1)
+except MPI.Exception as e:
+    assert e.Get_error_class() == MPI.ERR_DISP, e
+else:
+    raise AssertionError("a negative displacement was accepted")
+win.Unlock_all()
+comm.Barrier()
+left = (rank - 1) % size
+assert list(mem[8:16]) == [left + 1] * 8 and list(mem[40:44]) == [200 + rank] * 4, mem
+comm.Barrier()
+win.Free()
+
+win = MPI.Win.Allocate(64, 8, comm=comm)        # disp unit 8: displacements in words
+words = np.frombuffer(win.tomemory(), "i8")
+words[:] = 0
+if rank == 0:
+    words[0], words[1], words[2] = 41, 7, 3
+comm.Barrier()
+old = np.zeros(1, "i8")
+win.Lock(0, MPI.LOCK_EXCLUSIVE)
+win.Fetch_and_op(np.array([99], "i8"), old, 0, 0, MPI.NO_OP)   # fetch, no change
+win.Flush(0)
+assert old[0] >= 41, old
+win.Unlock(0)
+comm.Barrier()
+if rank == 0:
+    assert words[0] == 41, words                  # NO_OP changed nothing
+comm.Barrier()
+win.Lock(0, MPI.LOCK_EXCLUSIVE)
+win.Fetch_and_op(np.array([1], "i8"), old, 0, 0, MPI.SUM)
+win.Flush(0)
+win.Unlock(0)
+comm.Barrier()
+if rank == 0:
+    assert words[0] == 41 + size, words
+comm.Barrier()
+res = np.zeros(1, "i8")
+win.Lock(0, MPI.LOCK_EXCLUSIVE)
+win.Compare_and_swap(np.array([100 + rank], "i8"), np.array([7], "i8"), res, 0, 1)
+win.Flush(0)
+win.Unlock(0)
+got = comm.allgather(int(res[0]))
+assert sorted(got)[:1] == [7] and got.count(7) == 1, got      # exactly one rank swapped
+comm.Barrier()
+if rank == 0:
+    assert 100 <= words[1] < 100 + size and got[words[1] - 100] == 7, (words, got)
+    words[3] = 0
+comm.Barrier()
+win.Lock(0, MPI.LOCK_EXCLUSIVE)
+win.Fetch_and_op(np.array([rank + 1], "i8"), old, 0, 2, MPI.REPLACE)
+win.Flush(0)
+win.Unlock(0)
+assert 1 <= old[0] <= size or old[0] == 3, old
+comm.Barrier()
+fwin = MPI.Win.Allocate(24, 1, comm=comm)     # byte displacements: 1 is unaligned
+fmem = np.frombuffer(fwin.tomemory(), "u1")
+fmem[:] = 0
+comm.Barrier()
+fwin.Lock(0, MPI.LOCK_EXCLUSIVE)
+fwin.Fetch_and_op(np.array([2], "i8"), old, 0, 1, MPI.SUM)     # unaligned: general path
+fwin.Fetch_and_op(np.array([0.5]), np.zeros(1), 0, 16, MPI.SUM)   # float: general path
+fwin.Flush(0)
+fwin.Unlock(0)
+comm.Barrier()
+if rank == 0:
+    assert int(np.frombuffer(bytes(fmem[1:9]), "i8")[0]) == 2 * size, fmem
+    assert float(np.frombuffer(bytes(fmem[16:24]), "f8")[0]) == 0.5 * size, fmem
+comm.Barrier()
+fwin.Free()
+win.Free()
 sys.stdout.write(f"MPI-RMA OK {rank} ok\n")
 sys.stdout.flush()
