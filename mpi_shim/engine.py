@@ -138,6 +138,20 @@ class Engine:
         if cond():
             return
         lock = self.lock
+        w = self.worker
+        if (lock is None or threading.active_count() == 1) and not w.oversubscribed():
+            # a short spin first, without the wait loop's set-up: the reply to
+            # a small message usually arrives within it (a lock held by the
+            # only thread is nobody else's to want meanwhile; with more ranks
+            # than CPUs the loop below yields the CPU instead)
+            try:
+                for _ in range(16):
+                    w.progress()
+                    if cond():
+                        return
+            except ucxpy.UcxpyError as e:
+                from .exceptions import translate
+                raise translate(e) from None
         saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
             self._wait(cond, timeout, lock)

@@ -25,10 +25,15 @@ _installed = {"done": False}
 
 
 def _wrap(fn, lock):
+    acquire, release = lock.acquire, lock.release      # (cheaper than `with lock`)
+
     @functools.wraps(fn)
     def locked(*args, **kwargs):
-        with lock:
+        acquire()
+        try:
             return fn(*args, **kwargs)
+        finally:
+            release()
     return locked
 
 
