@@ -58,7 +58,12 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 sys.path.insert(0, ROOT)
 
 #: the project's performance targets
-SHM_LAT_FACTOR = 3.0     # ucxpy-shm small-message latency <= 3x mpi4py
+SHM_LAT_FACTOR = 1.5     # ucxpy-shm latency at 8 B and 16-64 KiB <= 1.5x mpi4py
+SHM_RATE_FACTOR = 0.8    # ucxpy-shm 8 B message rate (tag_bw, window 64) >= 0.8x mpi4py
+SHM_BW_FACTOR = 1.2      # ucxpy-shm bandwidth from 1 MiB >= 1.2x mpi4py
+SHIM_FACTOR = 1.2        # mpi_shim tag and put latency <= 1.2x ucxpy's own
+SHIM_AMO_FACTOR = 1.5    # mpi_shim Fetch_and_op <= 1.5x the ucxpy atomic
+COLL_LAT_FACTOR = {2: 2.0, 4: 3.0}   # 8 B collectives <= this x mpi4py, per rank count
 TCP_LAT_FACTOR = 1.5     # ucxpy-tcp small-message latency <= 1.5x raw socket
 BIG = 1 << 20            # bandwidth target applies from this size up
 SMALL = 8                # "small message" size for the latency targets
@@ -370,6 +375,57 @@ def combined_table(test: str, impls: dict, ratios=None, title=None) -> tuple:
     return "\n".join(lines), rows
 
 
+def ucx_perftest_run(sizes, cpus, timeout: float = 120) -> dict:
+    """UCX's own ``ucx_perftest`` (Debian's ucx-utils: the C limit of the same
+    protocol family) for tag_lat and tag_bw, server and client pinned to two
+    CPUs like every other column; one run in the driver's row format."""
+    exe = shutil.which("ucx_perftest")
+    if exe is None:
+        return {"error": "ucx_perftest not installed (apt-get install ucx-utils)"}
+    pin = (["taskset", "-c", str(cpus[0])], ["taskset", "-c", str(cpus[-1])]) \
+        if len(cpus) > 1 and shutil.which("taskset") else ([], [])
+    tests = {}
+    for test in TAG_TESTS:
+        rows = []
+        for size in sizes:
+            with socket.socket() as probe:          # a free port for its out-of-band setup
+                probe.bind(("127.0.0.1", 0))
+                port = str(probe.getsockname()[1])
+            iters = "20000" if size <= 65536 else "2000"
+            args = ["-t", test, "-s", str(max(size, 1)), "-n", iters, "-p", port]
+            srv = subprocess.Popen(pin[0] + [exe] + args, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+            try:
+                out = ""
+                for _ in range(50):                 # the server needs a moment to listen
+                    p = subprocess.run(pin[1] + [exe, "127.0.0.1"] + args, capture_output=True,
+                                       text=True, timeout=timeout)
+                    out = p.stdout
+                    if p.returncode == 0 and "Final:" in out:
+                        break
+                    time.sleep(0.1)
+            finally:
+                try:
+                    srv.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    srv.kill()
+            line = next((ln for ln in out.splitlines() if ln.startswith("Final:")), None)
+            if line is None:
+                return {"error": f"ucx_perftest {test} {size}: no result"}
+            f = line.split()
+            # Final: iters  lat50 lat_avg lat_overall  bw_avg bw_overall(MB/s)  rate_avg rate_overall
+            lat, bw = float(f[3]), float(f[6]) * (1 << 20) / 1e9
+            rows.append({"size": size, "iters": int(f[1]), "latency_us": lat,
+                         "bandwidth_GBps": bw})
+        tests[test] = rows
+    return {"meta": {"impl": "ucx-c", "lane": "ucx_perftest"}, "tests": tests}
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 and not n % (1 << 20) else \
+        f"{n >> 10} KiB" if n >= 1024 and not n % 1024 else f"{n} B"
+
+
 def trace_offcost(timeout: float) -> dict:
     """Run bench/trace_offcost.py (2 ranks, shm, tracing off): the guards
     passed per message, the cost of one, and their share of the 8 B latency."""
@@ -404,24 +460,44 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
     mpi_bw = _col(impls.get("mpi4py"), "tag_bw", "bandwidth_GBps")
     out = []
 
-    name = f"shm {SMALL} B latency <= {SHM_LAT_FACTOR:g}x mpi4py"
-    if SMALL in shm_lat and SMALL in mpi_lat:
-        r = shm_lat[SMALL] / mpi_lat[SMALL]
-        out.append((name, "PASS" if r <= SHM_LAT_FACTOR else "MISS",
-                    f"{shm_lat[SMALL]:.2f} us vs {mpi_lat[SMALL]:.2f} us = {r:.2f}x"))
-    else:
-        out.append((name, "N/A", "missing measurement"))
+    def ratio_target(name, ours, ref, sizes, limit, higher=False, unit="us"):
+        have = [z for z in sizes if z in ours and z in ref]
+        if not have:
+            out.append((name, "N/A", "missing measurement"))
+            return
+        ratios = {z: ours[z] / ref[z] for z in have}
+        worst = (min if higher else max)(ratios, key=ratios.get)
+        ok = ratios[worst] >= limit if higher else ratios[worst] <= limit
+        detail = ", ".join(f"{_size(z)}: {ours[z]:.3g} vs {ref[z]:.3g} {unit}" for z in have)
+        out.append((name, "PASS" if ok else "MISS", f"{detail}; worst {ratios[worst]:.2f}x"))
 
-    name = f"shm bandwidth >= mpi4py for sizes >= {BIG >> 20} MiB"
-    big = sorted(s for s in shm_bw if s >= BIG and s in mpi_bw)
-    if big:
-        ratios = {s: shm_bw[s] / mpi_bw[s] for s in big}
-        worst = min(ratios, key=ratios.get)
-        detail = ", ".join(f"{s >> 20} MiB: {shm_bw[s]:.2f} vs {mpi_bw[s]:.2f} GB/s" for s in big)
-        out.append((name, "PASS" if ratios[worst] >= 1.0 else "MISS",
-                    f"{detail}; worst {ratios[worst]:.2f}x"))
-    else:
-        out.append((name, "N/A", "missing measurement"))
+    ratio_target(f"shm {SMALL} B latency <= {SHM_LAT_FACTOR:g}x mpi4py", shm_lat, mpi_lat,
+                 [SMALL], SHM_LAT_FACTOR)
+    ratio_target(f"shm 16-64 KiB latency <= {SHM_LAT_FACTOR:g}x mpi4py", shm_lat, mpi_lat,
+                 [16 << 10, 64 << 10], SHM_LAT_FACTOR)
+    ratio_target(f"shm {SMALL} B message rate >= {SHM_RATE_FACTOR:g}x mpi4py", shm_bw, mpi_bw,
+                 [SMALL], SHM_RATE_FACTOR, higher=True, unit="GB/s")
+    ratio_target(f"shm bandwidth >= {SHM_BW_FACTOR:g}x mpi4py for sizes >= {BIG >> 20} MiB",
+                 shm_bw, mpi_bw, sorted(z for z in shm_bw if z >= BIG), SHM_BW_FACTOR,
+                 higher=True, unit="GB/s")
+    shim = impls.get("mpi_shim")
+    ratio_target(f"mpi_shim Send/Recv {SMALL} B <= {SHIM_FACTOR:g}x ucxpy's tag latency",
+                 _col(shim, "tag_lat", "latency_us"), shm_lat, [SMALL], SHIM_FACTOR)
+    shm_rma = impls.get("ucxpy-shm")
+    ratio_target(f"mpi_shim Win Put+Flush {SMALL} B <= {SHIM_FACTOR:g}x ucxpy's put",
+                 _col(shim, "put_lat", "latency_us"), _col(shm_rma, "put_lat", "latency_us"),
+                 [SMALL], SHIM_FACTOR)
+    ratio_target(f"mpi_shim Win Get+Flush {SMALL} B <= {SHIM_FACTOR:g}x ucxpy's get",
+                 _col(shim, "get_lat", "latency_us"), _col(shm_rma, "get_lat", "latency_us"),
+                 [SMALL], SHIM_FACTOR)
+    ratio_target(f"mpi_shim Fetch_and_op <= {SHIM_AMO_FACTOR:g}x ucxpy's atomic",
+                 _col(shim, "amo_lat", "latency_us"), _col(shm_rma, "amo_lat", "latency_us"),
+                 [SMALL], SHIM_AMO_FACTOR)
+    for n, limit in COLL_LAT_FACTOR.items():
+        for t in COLL_TESTS:
+            ratio_target(f"{t} {SMALL} B on {n} ranks <= {limit:g}x mpi4py",
+                         _col(shim, f"{t}@{n}", "latency_us"),
+                         _col(impls.get("mpi4py"), f"{t}@{n}", "latency_us"), [SMALL], limit)
 
     name = f"tcp {SMALL} B latency <= {TCP_LAT_FACTOR:g}x raw socket ping-pong"
     if SMALL in tcp_lat and SMALL in raw_lat:
@@ -661,6 +737,13 @@ def main(argv=None) -> int:
                     raw_runs.append({"error": f"{type(e).__name__}: {e}"})
         merge_into(impls, errors, "raw-tcp", best_of(raw_runs))
 
+    # -- UCX in C: the physical limit of this protocol family on this machine
+    if "tag" in suites and "shm" in tls and not args.only_trace:
+        _say("# running ucx_perftest (UCX in C) ...")
+        ucx_sizes = sizes["tag"] or list(DEFAULT_SIZES)
+        merge_into(impls, errors, "ucx-c",
+                   best_of([ucx_perftest_run(ucx_sizes, cpus) for _ in range(repeat)]))
+
     # -- tables
     print()
     tables = {}
@@ -674,8 +757,8 @@ def main(argv=None) -> int:
     ucx_tag = [f"ucxpy-{t}" for t in tls]
     ucx_rma = [f"ucxpy-{t}" for t in rma_tls]
     if "tag" in suites:
-        show("tag_lat", "tag_lat", ucx_tag + ["mpi_shim", "mpi4py", "raw-tcp"])
-        show("tag_bw", "tag_bw", ucx_tag + ["mpi_shim", "mpi4py"])
+        show("tag_lat", "tag_lat", ucx_tag + ["mpi_shim", "mpi4py", "ucx-c", "raw-tcp"])
+        show("tag_bw", "tag_bw", ucx_tag + ["mpi_shim", "mpi4py", "ucx-c"])
         if "ucxpy-shm+trace" in impls:
             show("trace tag_lat", "tag_lat", ["ucxpy-shm+trace", "ucxpy-shm"],
                  [("ucxpy-shm+trace", "ucxpy-shm")],

@@ -75,6 +75,22 @@ def _operand(sendbuf, recvbuf):
     return x, rm, G.Codec(x.dtype, len(x))
 
 
+def _plain_blocks(sendbuf, recvbuf, n):
+    """``(send blocks, receive blocks)`` of an Alltoall on two whole
+    contiguous buffers of one predefined type and count, split evenly among
+    ``n`` peers (byte memoryviews), or None for the general parser."""
+    plain = (np.ndarray, bytes, bytearray)
+    if type(sendbuf) not in plain or type(recvbuf) not in plain:
+        return None
+    sm, rm = parse(sendbuf), parse(recvbuf, writable=True)
+    if not (sm.whole and rm.whole) or sm.dtype != rm.dtype or sm.count != rm.count \
+            or sm.count % n:
+        return None
+    step = len(sm.view) // n
+    return ([sm.view[i * step:(i + 1) * step] for i in range(n)],
+            [rm.view[i * step:(i + 1) * step] for i in range(n)])
+
+
 def _view(a):
     x = a.reshape(-1).view()
     x.flags.writeable = False
@@ -539,6 +555,10 @@ class Coll:
     def _g_Alltoallv(self, sendbuf, recvbuf, vector=True):
         c = self._impl()
         n = len(c.peers)
+        if not vector and c.remote is None:
+            blocks = _plain_blocks(sendbuf, recvbuf, n)
+            if blocks is not None:
+                return (yield from G.g_alltoall_blocks(c, *blocks))
         rm, rc, rd = _spec(recvbuf, n, True, vector)
         if sendbuf is IN_PLACE:
             if c.remote is not None:

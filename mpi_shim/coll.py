@@ -491,6 +491,17 @@ def g_allgatherv(c, sm, rm, counts, displs, inplace):
         d.done()
 
 
+def g_alltoall_blocks(c, sblocks, rblocks):
+    """:func:`g_alltoallw` on plain byte blocks (whole contiguous buffers):
+    the same messages, tags and posting order, without per-part layouts."""
+    tag, n, me = c.coll_tag(), c.size, c.rank
+    rblocks[me][:] = sblocks[me]
+    reqs = [_rcv(c, i, rblocks[i], tag) for i in [(me - k) % n for k in range(1, n)]]
+    reqs += [_snd(c, i, sblocks[i], tag) for i in [(me + k) % n for k in range(1, n)]]
+    if reqs:
+        yield reqs
+
+
 def g_alltoallw(c, sparts, rparts):
     """Every rank sends ``sparts[i]`` to peer i and receives ``rparts[i]``
     (peers: the remote group of an intercommunicator)."""

@@ -158,6 +158,19 @@ class WinImpl:
 
     def get(self, origin, target_rank, target):
         o = parse(origin, writable=True)
+        if o.whole and (target is None or type(target) is int) and 0 <= target_rank < self.size:
+            # into a whole contiguous buffer from a displacement: one block, as below
+            if target is not None and target < 0:
+                from .exceptions import ERR_DISP
+                raise Exception(ERR_DISP, f"invalid target displacement {target}")
+            roff = (target or 0) * self.peers[target_rank][2]
+            dst = o.view
+            if target_rank == self.rank:
+                dst[:] = self.view[roff:roff + len(dst)]
+            else:
+                self._track(target_rank, self.comm._c.eps[target_rank].get_nb(
+                    dst, self.peers[target_rank][0] + roff, self.rkeys[target_rank]))
+            return
         off, count, dtype = self._target(o, target_rank, target)
         c = o.contig()
         buf = c if c is not None else memoryview(bytearray(o.nbytes))

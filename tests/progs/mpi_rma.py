@@ -154,6 +154,14 @@ comm.Barrier()
 left = (rank - 1) % size
 assert list(mem[8:16]) == [left + 1] * 8 and list(mem[40:44]) == [200 + rank] * 4, mem
 comm.Barrier()
+got, mine = np.zeros(8, "u1"), np.zeros(4, "u1")
+win.Lock_all()
+win.Get(got, peer, 8)                      # int displacement, whole buffer
+win.Get(mine, rank, 40)                    # from oneself
+win.Flush_all()
+win.Unlock_all()
+assert list(got) == [rank + 1] * 8 and list(mine) == [200 + rank] * 4, (got, mine)
+comm.Barrier()
 win.Free()
 
 win = MPI.Win.Allocate(64, 8, comm=comm)        # disp unit 8: displacements in words
