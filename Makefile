@@ -71,6 +71,10 @@ bench: install
 	$(PY) -m pip install -q -e '.[bench]'
 	@command -v oshcc >/dev/null && OSHCC=oshcc $(PY) -m pip install -q shmem4py \
 	  || echo "note: shmem4py not installed; the bench skips its column"
+	@# UCX in C (ucx_perftest), the physical limit column of the tag tables
+	@command -v ucx_perftest >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ucx-utils >/dev/null; } \
+	  || echo "note: ucx_perftest not installed (apt-get install ucx-utils); the bench skips its column"
 	$(PY) bench/run_bench.py --tls shm,tcp,tcp+tls,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
 	$(PY) bench/fabtests_ref.py
 

@@ -93,3 +93,51 @@ def test_info_unknown_transport_is_a_config_error():
     cp = info("-e", UCXPY_TLS="carrier-pigeon")
     assert "configuration error" in cp.stdout
     assert "carrier-pigeon" in cp.stdout
+
+
+@pytest.mark.parametrize("tl", ["shm", "tcp"])
+@pytest.mark.parametrize("split", [None, "20000"])
+def test_info_protocols_are_what_transfers_use(tl, split):
+    """``ucxpy-info -e``'s table comes from the selection functions the
+    endpoint and the rendezvous receiver call: for every size on both sides
+    of each boundary it prints, a real transfer over that transport is
+    counted under the protocol (and rendezvous variant) the table names."""
+    if not transport_available(tl):
+        pytest.skip(f"transport {tl} unavailable")
+    from ucxpy.tools.info import (EAGER_COPY, EAGER_SHORT, RNDV_NAMES, _INF,
+                                  protocol_ranges)
+    from conftest import Pair
+    extra = {} if split is None else {"rndv_split_thresh": int(split)}
+    p = Pair(tl, stats=True, **extra)
+    try:
+        w0, w1 = p.workers
+        ep = p.eps[0][1]
+        tep = ep.transport_endpoint()
+        ranges = protocol_ranges(tep.iface.attrs, w0.config)
+        sizes = sorted({z for lo, hi, _ in ranges for z in (lo, lo + 1, hi, hi - 1)
+                        if 0 <= z < (3 << 20)} | {3 << 20})
+        want = {}
+        for size in sizes:
+            name = next(n for lo, hi, n in ranges if lo <= size <= hi)
+            want[size] = name
+            before = dict(w0.stats()["worker"]), dict(w1.stats()["worker"])
+            buf = bytearray(max(size, 1))
+            r = w1.tag_recv_nb(buf, tag=5)
+            s = ep.tag_send_nb(bytes(size), 5)
+            p.wait(r, s)
+            tx = {k: v - before[0].get(k, 0) for k, v in w0.stats()["worker"].items()}
+            rx = {k: v - before[1].get(k, 0) for k, v in w1.stats()["worker"].items()}
+            if name == EAGER_SHORT:
+                assert tx.get("tx.tag.eager_short.msgs") == 1, (size, name, tx)
+            elif name == EAGER_COPY:
+                assert tx.get("tx.tag.eager_copy.msgs") == 1, (size, name, tx)
+            else:
+                assert tx.get("tx.tag.rndv.msgs") == 1, (size, name, tx)
+                variant = {v: k for k, v in RNDV_NAMES.items()}[name]
+                assert rx.get(f"rndv.{variant}.msgs") == 1, (size, name, rx)
+        assert any(n == EAGER_SHORT for n in want.values())
+        assert ranges[-1][1] == _INF
+        if tl == "shm":
+            assert any("split" in n for n in want.values()), ranges
+    finally:
+        p.close()

@@ -89,6 +89,22 @@ class _Recv:
         self.ep = ep
 
 
+def rndv_variant(caps, size: int, split_thresh: int, rkey: bool = True) -> tuple:
+    """``(variant, split_at)``: how the receiver of a ``size``-byte
+    rendezvous on a lane with ``caps`` moves the data (``ucxpy-info -e``
+    prints the same choice).  ``"split"``: the sender puts the first
+    ``split_at`` bytes (page-aligned half) while the receiver gets the rest;
+    ``"get"``: the receiver gets it all (zero copy); ``"rtr"``: the sender
+    streams data frames (no one-sided access, or no key offered)."""
+    if not (rkey and caps & Caps.GET_ZCOPY):
+        return "rtr", 0
+    if caps & Caps.PUT_ZCOPY and size >= split_thresh:
+        start = (size // 2) & ~4095
+        if start:
+            return "split", start
+    return "get", 0
+
+
 class RendezvousProtocol:
     """Per-worker state of all rendezvous transfers in flight."""
 
@@ -224,15 +240,13 @@ class RendezvousProtocol:
         dest = dest[:size]
         rreq_id = next(self._ids)
         r = self.recvs[rreq_id] = _Recv(dest, size, req, result, ep)
-        caps = rts.tep.iface.attrs.caps
-        start = 0
+        variant, start = rndv_variant(rts.tep.iface.attrs.caps, size,
+                                      self.worker.config.rndv_split_thresh, bool(rts.rkey))
         tr = self.worker.tr
         try:
-            if rts.rkey and caps & Caps.GET_ZCOPY:
-                if caps & Caps.PUT_ZCOPY and size >= self.worker.config.rndv_split_thresh:
-                    start = (size // 2) & ~4095     # page-aligned halves
+            if variant != "rtr":
                 if tr is not None:
-                    tr.rndv_recv(rts, rreq_id, "split" if start else "get", size)
+                    tr.rndv_recv(rts, rreq_id, variant, size)
                 if start:
                     r.exposed = dest[:start]
                     laddr, lkey = rts.tep.pack_local_key(r.exposed)

@@ -31,7 +31,10 @@ from ..endpoint import protocol_thresholds
 EAGER_SHORT = "eager short"
 EAGER_COPY = "eager copy"
 RNDV_GET = "rendezvous get-zcopy"
+RNDV_SPLIT = "rendezvous split (put + get)"
 RNDV_DATA = "rendezvous data frames"
+#: ucxpy.rndv.rndv_variant's names -> the names printed
+RNDV_NAMES = {"get": RNDV_GET, "split": RNDV_SPLIT, "rtr": RNDV_DATA}
 
 _INF = 1 << 62
 
@@ -97,17 +100,33 @@ def interface_attrs(name: str, config):
 
 
 def protocol_ranges(attrs, config) -> list:
-    """``[(first byte count, last byte count, protocol)]`` covering 0 .. inf."""
-    from ..transports.base import Caps
+    """``[(first byte count, last byte count, protocol)]`` covering 0 .. inf,
+    from the functions the endpoint (eager/rendezvous thresholds) and the
+    rendezvous receiver (its variant) call themselves."""
+    from ..rndv import rndv_variant
     short, rndv = protocol_thresholds(attrs, config)
-    rndv_name = RNDV_GET if attrs.caps & Caps.GET_ZCOPY else RNDV_DATA
     ranges = []
     short_end = min(short, rndv - 1)
     if short_end >= 0:
         ranges.append((0, short_end, EAGER_SHORT))
     if rndv - 1 > short_end:
         ranges.append((short_end + 1, rndv - 1, EAGER_COPY))
-    ranges.append((max(rndv, 0), _INF, rndv_name))
+    first = max(rndv, 0)
+    split = config.rndv_split_thresh
+
+    def name(size):
+        return RNDV_NAMES[rndv_variant(attrs.caps, max(size, 1), split)[0]]
+    # the variant is monotone in the size (get, then split from the split
+    # threshold on): find where it becomes the one of the largest sizes
+    lo, hi = first, _INF
+    if name(lo) == name(hi):
+        ranges.append((first, _INF, name(first)))
+        return ranges
+    while hi - lo > 1:                  # name(lo) != name(_INF) == name(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if name(mid) == name(_INF) else (mid, hi)
+    ranges.append((first, hi - 1, name(first)))
+    ranges.append((hi, _INF, name(hi)))
     return ranges
 
 
