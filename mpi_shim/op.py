@@ -190,10 +190,12 @@ class Op(Handle):
             raise Exception(ERR_OP, f"{h.name} is not defined for {left.dtype}") from None
 
     def combine_to(self, left, right, out) -> None:
-        """``out = left op right``, written into ``out`` (which may be
-        ``right``): a predefined ufunc op writes there directly, with no
-        temporary (for a large array a fresh one costs a page fault per 4 KiB
-        on first touch); the others combine, then copy."""
+        """Combine two numpy arrays as ``out = left op right``.
+
+        The output may be ``right`` itself.  A predefined ufunc op writes there
+        directly, with no temporary (for a large array a fresh one costs a
+        page fault per 4 KiB on first touch); the others combine, then copy.
+        """
         h = self._h
         if h is not None and h.user is None and isinstance(h.arr, np.ufunc):
             try:
