@@ -419,7 +419,7 @@ def _plain_type(fmt, itemsize):
         tm = cand._h.typemap
         if cand._h.committed and tm.extent == itemsize and tm.single_run() == (0, itemsize):
             dt = cand
-    except (KeyError, BufferError, ValueError, AttributeError):
+    except Exception:            # no plain type: the general parser reports it
         dt = None
     _PLAIN_FORMATS[fmt] = dt
     return dt
