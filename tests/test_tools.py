@@ -141,3 +141,29 @@ def test_info_protocols_are_what_transfers_use(tl, split):
             assert any("split" in n for n in want.values()), ranges
     finally:
         p.close()
+
+
+def test_the_core_imports_nothing_above_it():
+    """Importing every module of the ``ucxpy`` package (tools included) loads
+    neither of the layers built on it (mpi_shim, shmem) nor the reference
+    libraries the bench compares with: the core can be shipped and read
+    alone.  In a fresh interpreter, so nothing imported earlier counts."""
+    code = r'''
+import importlib, pkgutil, sys
+import ucxpy
+failed = []
+for m in pkgutil.walk_packages(ucxpy.__path__, "ucxpy."):
+    try:
+        importlib.import_module(m.name)
+    except ImportError as e:          # an optional dependency absent here
+        failed.append(f"{m.name}: {e}")
+above = sorted(k for k in sys.modules if k.split(".")[0] in ("mpi_shim", "shmem", "mpi4py", "shmem4py"))
+print("ABOVE", above)
+print("FAILED", failed)
+'''
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    cp = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=120, cwd=ROOT, env=env)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "ABOVE []" in cp.stdout, cp.stdout
+    print(cp.stdout)
