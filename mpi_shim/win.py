@@ -131,14 +131,22 @@ class WinImpl:
         if not req.done:
             self.reqs.setdefault(target, []).append(req)
 
+    def _plain_offset(self, o: Msg, target_rank, target):
+        """Byte offset in the target window of a whole contiguous origin
+        buffer sent to a plain displacement (None or an int), or None when
+        the general target parser must look at it."""
+        if not (o.whole and (target is None or type(target) is int)
+                and 0 <= target_rank < self.size):
+            return None
+        if target is not None and target < 0:
+            from .exceptions import ERR_DISP
+            raise Exception(ERR_DISP, f"invalid target displacement {target}")
+        return (target or 0) * self.peers[target_rank][2]
+
     def put(self, origin, target_rank, target):
         o = parse(origin)
-        if o.whole and (target is None or type(target) is int) and 0 <= target_rank < self.size:
-            # a whole contiguous buffer to a displacement: one block, as below
-            if target is not None and target < 0:
-                from .exceptions import ERR_DISP
-                raise Exception(ERR_DISP, f"invalid target displacement {target}")
-            roff = (target or 0) * self.peers[target_rank][2]
+        roff = self._plain_offset(o, target_rank, target)
+        if roff is not None:                 # one block, as below
             data = o.view
             if target_rank == self.rank:
                 self.view[roff:roff + len(data)] = data
@@ -158,12 +166,8 @@ class WinImpl:
 
     def get(self, origin, target_rank, target):
         o = parse(origin, writable=True)
-        if o.whole and (target is None or type(target) is int) and 0 <= target_rank < self.size:
-            # into a whole contiguous buffer from a displacement: one block, as below
-            if target is not None and target < 0:
-                from .exceptions import ERR_DISP
-                raise Exception(ERR_DISP, f"invalid target displacement {target}")
-            roff = (target or 0) * self.peers[target_rank][2]
+        roff = self._plain_offset(o, target_rank, target)
+        if roff is not None:                 # one block, as below
             dst = o.view
             if target_rank == self.rank:
                 dst[:] = self.view[roff:roff + len(dst)]
