@@ -70,7 +70,7 @@ def report(found: dict, baseline: dict):
         if status not in KILLED and status != "skipped":
             survivors[mod].append((name, status))
     rows, ok = [], True
-    print(f"{'module':24s} {'mutants':>7s} {'killed':>7s} {'survived':>8s} {'no test':>7s} "
+    print(f"{"module":30s} {'mutants':>7s} {'killed':>7s} {'survived':>8s} {'no test':>7s} "
           f"{'equiv.':>6s} {'rate':>7s} {'baseline':>8s}")
     for mod, c in sorted(mods.items()):
         killed = sum(c[s] for s in KILLED)
@@ -82,7 +82,7 @@ def report(found: dict, baseline: dict):
             verdict, ok = f"below {TARGET:.0%}", False
         elif base is not None and rate < base - 0.005:
             verdict, ok = f"below baseline", False
-        print(f"{mod:24s} {counted + c['equivalent']:7d} {killed:7d} {c['survived']:8d} "
+        print(f"{mod:30s} {counted + c['equivalent']:7d} {killed:7d} {c['survived']:8d} "
               f"{c['no tests']:7d} {c['equivalent']:6d} {rate:7.1%} "
               f"{'' if base is None else f'{base:.1%}':>8s}  {verdict}")
         rows.append((mod, rate))

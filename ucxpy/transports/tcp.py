@@ -54,10 +54,8 @@ showing its own certificate cannot produce a valid proof (the certificate is
 pinned through the job key).  Both sides of a job must agree on
 ``UCXPY_TCP_TLS``.
 
-Frame (little-endian 16-byte prefix, then header, then payload)::
-
-    magic u16 (0xC5A7) | am_id u8 | flags u8 (0) | header len u16 | pad u16
-    | payload len u64
+Frames and the receive side (ring, direct and big payloads) are in
+:mod:`ucxpy.transports.tcp_frames`, which does no I/O.
 
 Connection states
 -----------------
@@ -100,8 +98,9 @@ from .. import auth
 from ..errors import (ConfigError, ConnectionLost, MessageTooLarge, ProtocolError,
                       TransportUnavailable)
 from ..netaddr import listen_ipv4, local_ipv4s
-from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs,
-                   TransportEndpoint, byte_view)
+from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint,
+                   byte_view)
+from .tcp_frames import FRAME_MAGIC, PREFIX, FrameError, FrameReader
 
 log = logging.getLogger(__name__)
 
@@ -114,13 +113,7 @@ PROOF_LEN = auth.TAG_LEN
 _PROOF_LABEL = (b"ucxpy-tcp-2 connector", b"ucxpy-tcp-2 acceptor")
 _U32 = struct.Struct("<I")
 ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
-FRAME_MAGIC = 0xC5A7
-PREFIX = struct.Struct("<HBBHxxQ")
-_PSIZE = PREFIX.size
-
-RBUF_SIZE = 1 << 16          # per-connection receive buffer
 SHORT_FAST = 16384           # = max_bcopy: bytes payloads up to this take send()'s fast path
-BIG_CACHE = 1 << 22          # non-direct payloads up to this reuse one buffer
 COALESCE_LIMIT = 1 << 16     # small queued frames are merged up to this size
 MAX_IOV = 64
 _IN, _OUT = select.POLLIN, select.POLLOUT
@@ -206,17 +199,12 @@ class TcpEndpoint(TransportEndpoint):
         # send side: entries [buffer, on_complete or None, frames ending in it]
         self._sendq = collections.deque()
         self._qframes = 0
-        # receive side
-        self._rbuf = bytearray(RBUF_SIZE)
-        self._rview = memoryview(self._rbuf)
-        self._rstart = self._rend = 0
+        # receive side: frames are cut by the reader; the handshake reads from its ring
+        self._reader = FrameReader(iface.owner, self, iface.attrs.max_frame, iface.max_buffered)
         self._verified = False         # the peer's proof checked out
         self._hs_step = 0              # 0: expecting the peer's hello, 1: its proof
         self._challenge = self._peer_challenge = self._binding = b""
         self._tls_pending = False      # TLS handshake still running
-        self._dest_declined = False    # recv_dest returned None for the frame at _rstart
-        self._pl = None                # large payload being received: [view, got, am_id, header, direct]
-        self._big = None               # see _big_buffer
 
     def __repr__(self):
         peer = "?"
@@ -386,7 +374,8 @@ class TcpEndpoint(TransportEndpoint):
             self._finish(ConnectionLost("tcp endpoint closed"))
             return
         self._want_out = False
-        self._pl = None            # from here on everything read is discarded
+        self._reader.reset()       # from here on everything read is discarded
+        self._reader.live = False
         self.iface._poller.modify(self.fd, _IN)
         self._state = DRAINING
         self._deadline = time.monotonic() + self.iface.peer_timeout
@@ -408,7 +397,8 @@ class TcpEndpoint(TransportEndpoint):
         cbs = [e[1] for e in self._sendq if e[1] is not None]
         self._sendq.clear()
         self._qframes = 0
-        self._pl = None
+        self._reader.reset()
+        self._reader.live = False
         self._state = CLOSED
         self._open = False
         self._exc = self._exc or exc
@@ -441,7 +431,7 @@ class TcpEndpoint(TransportEndpoint):
         self.sock, self.fd = sock, sock.fileno()
         self._state = CONNECTING
         self._want_out = False
-        self._rstart = self._rend = 0
+        self._reader.reset()
         self._verified = False
         self._addr = (ip, self._port)
         self._deadline = time.monotonic() + iface.peer_timeout
@@ -545,14 +535,28 @@ class TcpEndpoint(TransportEndpoint):
             self._tried.append(f"{self._addr[0]}:{self._port}: {why}")
             self._connect_next()
 
-    def _check_handshake(self) -> None:
-        """Consume the peer's next handshake message (hello, then proof)."""
+    def _handshake(self) -> None:
+        """Consume the peer's handshake messages buffered in the reader's ring
+        (hello, then proof); on a valid proof the connection is ESTABLISHED."""
+        reader, sock = self._reader, self.sock
+        while not self._verified and self.sock is sock and self._state == HANDSHAKE:
+            if self._hs_step == 0:
+                head = reader.buf[reader.start:reader.start + 4]
+                if len(head) == 4 and head != HELLO_MAGIC:
+                    return self._bad_hello(f"not a ucxpy tcp peer (starts with {bytes(head)!r})")
+                msg = reader.take(_HELLO.size)
+            else:
+                msg = reader.take(PROOF_LEN)
+            if msg is None:
+                return
+            self._check_handshake(msg)
+
+    def _check_handshake(self, msg: bytes) -> None:
+        """Check the peer's next handshake message (hello, then proof)."""
         mine = ROLE_ACCEPTOR if self.accepted else ROLE_CONNECTOR
         peer = 1 - mine
         if self._hs_step == 0:
-            magic, ver, role, nonce, flags, challenge = _HELLO.unpack_from(self._rbuf,
-                                                                           self._rstart)
-            self._rstart += _HELLO.size
+            magic, ver, role, nonce, flags, challenge = _HELLO.unpack(msg)
             want_nonce = self.iface.nonce if self.accepted else self._nonce
             if magic != HELLO_MAGIC or role != peer:
                 return self._bad_hello(f"not a ucxpy tcp peer (hello {bytes(magic)!r}, "
@@ -566,9 +570,7 @@ class TcpEndpoint(TransportEndpoint):
             self._peer_challenge = bytes(challenge)
             self._hs_step = 1
             return self._hs_send(self._proof(mine))
-        mac = bytes(self._rbuf[self._rstart:self._rstart + PROOF_LEN])
-        self._rstart += PROOF_LEN
-        if not hmac.compare_digest(mac, self._proof(peer)):
+        if not hmac.compare_digest(msg, self._proof(peer)):
             self.iface.auth_failures += 1
             auth.refused("tcp", "proof does not match the job key", repr(self))
             return self._bad_hello("peer failed authentication (wrong or no job key)")
@@ -585,38 +587,12 @@ class TcpEndpoint(TransportEndpoint):
     def _on_readable(self) -> int:
         """Read everything available; deliver complete frames; return their count."""
         events = 0
-        sock = self.sock
+        sock, reader = self.sock, self._reader
         while True:
-            pl = self._pl
-            if pl is not None:
-                view, got = pl[0], pl[1]
-                try:
-                    n = sock.recv_into(view[got:])
-                except (BlockingIOError, InterruptedError):
-                    return events
-                except OSError as e:
-                    return events + self._read_error(e)
-                if n == 0:
-                    return events + self._read_error(None)
-                pl[1] = got = got + n
-                if got < view.nbytes:
-                    continue
-                self._pl = None
-                self.iface.owner.recv_frame(self, pl[2], memoryview(pl[3]), view)
-                events += 1
-                if self._state != ESTABLISHED:
-                    return events
-                continue
-            rstart, rend = self._rstart, self._rend
-            if rstart == rend:
-                self._rstart = self._rend = rstart = rend = 0
-            elif RBUF_SIZE - rend < 4096 + MAX_HEADER:
-                self._rview[:rend - rstart] = self._rview[rstart:rend]   # memmove
-                self._rstart, self._rend = 0, rend - rstart
-                rstart, rend = 0, rend - rstart
-            want = RBUF_SIZE - rend
+            room = reader.space()
+            want = room.nbytes
             try:
-                n = sock.recv_into(self._rview[rend:])
+                n = sock.recv_into(room)
             except (BlockingIOError, InterruptedError):
                 return events
             except OSError as e:
@@ -624,12 +600,24 @@ class TcpEndpoint(TransportEndpoint):
             if n == 0:
                 return events + self._read_error(None)
             if self._state == DRAINING:
-                self._rstart = self._rend = 0
+                reader.reset()
                 continue
-            self._rend = rend + n
-            events += self._parse()
-            if self._state not in (ESTABLISHED, HANDSHAKE) or n < want and self._pl is None \
-                    or self.sock is not sock:
+            try:
+                if self._verified:
+                    if reader.pending is None:      # = reader.received(n), one call less
+                        reader.end += n
+                        events += reader.parse()
+                    else:
+                        events += reader.received(n)
+                else:
+                    reader.end += n
+                    self._handshake()
+                    if self._state == ESTABLISHED and self.sock is sock:
+                        events += reader.parse()
+            except FrameError as e:
+                return events + self._protocol_error(str(e))
+            if self._state not in (ESTABLISHED, HANDSHAKE) or self.sock is not sock \
+                    or n < want and reader.pending is None:
                 return events
 
     def _read_error(self, err: Optional[OSError]) -> int:
@@ -650,90 +638,6 @@ class TcpEndpoint(TransportEndpoint):
         log.warning("tcp: %s from %r; closing the connection", why, self)
         self._fail(ProtocolError(f"tcp: {why}"))
         return 0
-
-    def _big_buffer(self, size: int) -> memoryview:
-        """A buffer for a non-direct frame too large for the ring.  Up to
-        BIG_CACHE bytes it is kept for the next one: fresh pages cost more
-        than the copy (the payload view is only valid during recv_frame)."""
-        if size > BIG_CACHE:
-            return memoryview(bytearray(size))
-        if self._big is None or self._big.nbytes < size:
-            self._big = memoryview(bytearray(max(size, RBUF_SIZE * 4)))
-        return self._big[:size]
-
-    def _parse(self) -> int:
-        """Deliver every complete frame in the receive buffer."""
-        buf, view = self._rbuf, self._rview
-        owner = self.iface.owner
-        direct_ids = owner.direct_am_ids
-        max_buffered = self.iface.max_buffered
-        max_frame = self.iface.attrs.max_frame
-        events = 0
-        while True:
-            rstart = self._rstart
-            avail = self._rend - rstart
-            if not self._verified:
-                if avail < (_HELLO.size if self._hs_step == 0 else PROOF_LEN):
-                    if self._hs_step == 0 and avail >= 4 and buf[rstart:rstart + 4] != HELLO_MAGIC:
-                        self._bad_hello(f"not a ucxpy tcp peer (starts with "
-                                        f"{bytes(buf[rstart:rstart + 4])!r})")
-                    return events
-                sock = self.sock
-                self._check_handshake()
-                if self._state not in (HANDSHAKE, ESTABLISHED) or self.sock is not sock:
-                    return events
-                continue
-            if avail < _PSIZE:
-                return events
-            magic, am_id, flags, hlen, plen = PREFIX.unpack_from(buf, rstart)
-            if magic != FRAME_MAGIC or flags or hlen > MAX_HEADER or plen > max_frame:
-                return self._protocol_error(f"bad frame prefix (magic {magic:#x}, flags {flags:#x}, "
-                                            f"header {hlen} B, payload {plen} B)")
-            hstart = rstart + _PSIZE
-            pstart = hstart + hlen
-            have = avail - _PSIZE - hlen
-            if have < 0:
-                return events
-            if have > plen:
-                have = plen
-            if am_id in direct_ids and not self._dest_declined:
-                dest = owner.recv_dest(self, am_id, view[hstart:pstart], plen)
-                if self._state != ESTABLISHED:
-                    return events
-                if dest is not None and type(dest) is not memoryview:
-                    dest = memoryview(dest)
-                if dest is not None and dest.nbytes == plen:
-                    dest[:have] = view[pstart:pstart + have]
-                    if have == plen:
-                        self._rstart = pstart + plen
-                        owner.recv_frame(self, am_id, view[hstart:pstart], dest)
-                        events += 1
-                        if self._state != ESTABLISHED:
-                            return events
-                        continue
-                    self._pl = [dest, have, am_id, bytes(view[hstart:pstart]), True]
-                    self._rstart = self._rend = 0
-                    return events
-                self._dest_declined = True
-            if have == plen:
-                self._rstart = pstart + plen
-                self._dest_declined = False
-                owner.recv_frame(self, am_id, view[hstart:pstart], view[pstart:pstart + plen])
-                events += 1
-                if self._state != ESTABLISHED:
-                    return events
-                continue
-            if plen > max_buffered:
-                return self._protocol_error(f"payload length {plen} exceeds the {max_buffered} B "
-                                            f"limit for buffered frames")
-            if _PSIZE + hlen + plen <= RBUF_SIZE - 4096 - MAX_HEADER:
-                return events     # fits the ring: wait for the rest
-            dest = self._big_buffer(plen)
-            dest[:have] = view[pstart:pstart + have]
-            self._pl = [dest, have, am_id, bytes(view[hstart:pstart]), False]
-            self._dest_declined = False
-            self._rstart = self._rend = 0
-            return events
 
 
 # ----------------------------------------------------------------- interface
