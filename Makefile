@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev
 
-.PHONY: install deps run test test-hosts test-verbs mutation bench conformance-mpi conformance-shmem clean
+.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench conformance-mpi conformance-shmem clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -61,9 +61,17 @@ test-verbs: install
 
 ## mutation testing of the pure-logic modules (setup.cfg [mutmut]): per-module
 ## kill rates against tests/mutation-baseline.json (>= 90 %); not part of CI
+MUTMUT ?= mutmut==3.8.1
+RATCHET ?= ucxpy.tag ucxpy.transports.tcp_frames
 mutation: install
-	$(PY) -m pip install -q mutmut
+	$(PY) -m pip install -q '$(MUTMUT)'
 	$(PY) tests/mutation_run.py
+
+## CI's ratchet: the two fastest modules (about two minutes) must stay at
+## their baseline kill rate
+mutation-ratchet: install
+	$(PY) -m pip install -q '$(MUTMUT)'
+	$(PY) tests/mutation_run.py --only $(RATCHET)
 
 ## latency / bandwidth / RMA / allreduce / shmem against mpi4py on MPICH and
 ## shmem4py on Open MPI's OSHMEM, measured in the same run (not part of CI)
