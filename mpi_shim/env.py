@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import atexit
-import os
 import socket
 import threading
 import time
@@ -221,4 +220,5 @@ def Iflush_buffer():
 
 
 def universe_env() -> int:
-    return int(os.environ.get("UCXPY_UNIVERSE_SIZE", "0") or 0)
+    from ucxpy.config import setting
+    return setting("UCXPY_UNIVERSE_SIZE") or 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import sys
 
+from ucxpy.config import setting
+
 from .exceptions import ERR_ARG, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_VALUE, Exception
 from .handle import Handle, register_family
 
@@ -201,7 +203,7 @@ def _from_items(cls, items):
 
 def _environment(args=None) -> dict:
     env = {"command": sys.executable, "argv": " ".join(sys.argv[1:]),
-           "maxprocs": os.environ.get("UCXPY_SIZE", "1"), "soft": "", "host": os.uname().nodename,
+           "maxprocs": str(setting("UCXPY_SIZE") or 1), "soft": "", "host": os.uname().nodename,
            "arch": os.uname().machine, "wdir": os.getcwd(), "file": "",
            "thread_level": "MPI_THREAD_MULTIPLE"}
     if args is not None:

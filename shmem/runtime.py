@@ -41,10 +41,12 @@ import time
 from typing import Callable, Optional
 
 import ucxpy
+from ucxpy import config
 from ucxpy.errors import TimeoutError as UcxpyTimeout
 from ucxpy.rma import MAPPED
 
 from .errors import InvalidPE, NotInitialized
+from .settings import DEFAULT_HEAP_SIZE, parse_heap_size as parse_size
 
 try:
     from ucxpy._native import ffi, lib
@@ -52,7 +54,6 @@ except ImportError:  # pragma: no cover - built at install time
     ffi = lib = None
 
 LOCAL, AM = "local", "am"
-DEFAULT_HEAP_SIZE = 64 << 20
 #: bytes at the start of the heap kept for the library (team sync counters)
 RESERVED_BYTES = 64 << 10
 _HEAP_INFO = struct.Struct("<QQ")
@@ -61,30 +62,13 @@ _HEAP_INFO = struct.Struct("<QQ")
 _WAIT_POLICY = {False: (16, 2048, 500e-6), True: (2, 2, 50e-6)}
 
 
-def parse_size(text: str) -> int:
-    """'64M', '1g', '65536', '512KB' -> bytes (as SHMEM_SYMMETRIC_SIZE takes them)."""
-    t = text.strip().lower()
-    mult = 1
-    for suffix, m in (("kb", 1 << 10), ("mb", 1 << 20), ("gb", 1 << 30), ("k", 1 << 10),
-                      ("m", 1 << 20), ("g", 1 << 30), ("b", 1)):
-        if t.endswith(suffix):
-            t, mult = t[:-len(suffix)], m
-            break
-    try:
-        n = int(float(t) * mult)
-    except ValueError:
-        raise ValueError(f"not a heap size: {text!r}") from None
-    if n <= 0:
-        raise ValueError(f"heap size must be positive, got {text!r}")
-    return n
-
-
 def heap_size_from_env(env=None) -> int:
-    env = os.environ if env is None else env
-    for var in ("UCXPY_SHMEM_HEAP_SIZE", "SHMEM_SYMMETRIC_SIZE"):
-        if env.get(var):
-            return parse_size(env[var])
-    return DEFAULT_HEAP_SIZE
+    """``UCXPY_SHMEM_HEAP_SIZE``, else OpenSHMEM's ``SHMEM_SYMMETRIC_SIZE``, else 64M."""
+    size = config.setting("UCXPY_SHMEM_HEAP_SIZE", env)
+    if size is not None:
+        return size
+    text = (os.environ if env is None else env).get("SHMEM_SYMMETRIC_SIZE")
+    return parse_size(text) if text else DEFAULT_HEAP_SIZE
 
 
 class Peer:
@@ -260,8 +244,7 @@ def _no_progress() -> int:
 
 
 def _want_progress_thread() -> bool:
-    v = os.environ.get("UCXPY_SHMEM_PROGRESS_THREAD", "auto").strip().lower()
-    return v not in ("0", "n", "no", "off", "false")
+    return config.setting("UCXPY_SHMEM_PROGRESS_THREAD") != "n"
 
 
 current: Optional[Runtime] = None

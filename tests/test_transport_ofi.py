@@ -34,6 +34,12 @@ def _works(prov):
     return ofi.lib.uxofi_probe(prov.encode(), out, 256) == 0
 
 
+def ofi_env() -> dict:
+    """The UCXPY_OFI_* variables the fixtures set, and nothing else of the
+    caller's environment (a Config reads its variables once, from this)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("UCXPY_OFI_")}
+
+
 @pytest.fixture(params=PROVIDERS)
 def provider(request, monkeypatch):
     if not _works(request.param):
@@ -66,7 +72,7 @@ JOB_KEY = "ofi-test-job-key-0123456789"
 @pytest.fixture
 def two(provider):
     owners = [FakeOwner(), FakeOwner()]
-    cfg = Config.from_env({}, auth_key=JOB_KEY)
+    cfg = Config.from_env(ofi_env(), auth_key=JOB_KEY)
     ifaces = [OfiInterface(o, cfg) for o in owners]
     yield ifaces, owners
     for i in ifaces:
@@ -103,17 +109,17 @@ def test_rkey_roundtrip_and_malformed():
 
 
 def test_query_reports_provider(provider):
-    avail = OfiInterface.query(Config.from_env({}))
+    avail = OfiInterface.query(Config.from_env(ofi_env()))
     assert avail.available, avail.reason
     assert "libfabric" in avail.reason and avail.devices == [provider]
 
 
 def test_bogus_provider_is_unavailable_with_reason(monkeypatch):
     monkeypatch.setenv("UCXPY_OFI_PROVIDER", "no-such-provider")
-    avail = OfiInterface.query(Config.from_env({}))
+    avail = OfiInterface.query(Config.from_env(ofi_env()))
     assert not avail.available and "no-such-provider" in avail.reason
     import ucxpy
-    ctx = ucxpy.Context(ucxpy.Config.from_env({}, tls="ofi,tcp"))
+    ctx = ucxpy.Context(ucxpy.Config.from_env(ofi_env(), tls="ofi,tcp"))
     assert "ofi" in ctx.unavailable and [c.name for c in ctx.transports] == ["self", "tcp"]
 
 

@@ -127,13 +127,13 @@ def job_key(config) -> Optional[bytes]:
 def key_from_env(env=None) -> Optional[bytes]:
     """The key ``UCXPY_AUTH_KEY`` / ``UCXPY_AUTH_KEY_FILE`` give, or None
     (ConfigError if the file is unusable or the key too short)."""
-    env = os.environ if env is None else env
-    text = env.get(ENV_KEY, "")
+    from .config import setting
+    text = setting(ENV_KEY, env)
     if text:
         key = text.encode("utf-8", "surrogateescape")
         check_key(key)
         return key
-    path = env.get(ENV_KEY_FILE, "")
+    path = setting(ENV_KEY_FILE, env)
     return read_key_file(path) if path else None
 
 

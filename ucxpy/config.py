@@ -1,15 +1,25 @@
-"""Typed configuration, read once from ``UCXPY_*`` environment variables."""
+"""Typed configuration, read once from ``UCXPY_*`` environment variables.
+
+:class:`Config` holds the core's options (one dataclass field per
+``UCXPY_<NAME>``, each with its parser and documentation).  Transports,
+launchers and the layers above declare their own variables with
+:func:`declare` (name, default, parser, doc: UCX's config tables) and read
+them with :func:`setting` / :meth:`Config.setting`; nothing else reads
+``UCXPY_*`` from the environment.  ``ucxpy-info -c`` prints every declared
+variable (:func:`variables`), ``-cf`` with its documentation.
+"""
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from typing import Callable, Dict, Optional
 
 from .errors import ConfigError
 
-KNOWN_TRANSPORTS = ("self", "shm", "tcp", "verbs", "ofi")
+PREFIX = "UCXPY_"
 
 
-def _parse_size(text: str) -> int:
+def parse_size(text: str) -> int:
     """'8K' / '1m' / '65536' / 'inf' -> bytes."""
     t = text.strip().lower()
     if t in ("inf", "infinity"):
@@ -28,7 +38,7 @@ def _parse_size(text: str) -> int:
         raise ConfigError(f"not a size: {text!r}") from None
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     t = text.strip().lower()
     if t in ("1", "y", "yes", "on", "true"):
         return True
@@ -37,121 +47,121 @@ def _parse_bool(text: str) -> bool:
     raise ConfigError(f"not a boolean: {text!r}")
 
 
-def _parse_tristate(text: str) -> str:
+def parse_tristate(text: str) -> str:
     """"auto", "y" or "n" (the usual spellings of yes/no accepted)."""
     t = str(text).strip().lower()
     if t in ("", "auto", "try"):
         return "auto"
-    return "y" if _parse_bool(t) else "n"
+    return "y" if parse_bool(t) else "n"
+
+
+def _tls(text: str) -> tuple:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _opt(default, parse, doc: str, **kw):
+    """A :class:`Config` field: its default, the parser of its environment
+    text and its documentation (``ucxpy-info -cf``)."""
+    return field(default=default, metadata={"parse": parse, "doc": doc}, **kw)
 
 
 @dataclass
 class Config:
-    """Effective configuration.  Each field maps to ``UCXPY_<FIELD NAME>``."""
+    """Effective configuration.  Each field maps to ``UCXPY_<FIELD NAME>``;
+    the variables of transports and launchers are declared with
+    :func:`declare` and read with :meth:`setting` (see :func:`variables`)."""
 
-    #: transports to use, in order of preference ("self" is always added for loopback)
-    tls: tuple = ("self", "shm", "tcp")
-    #: messages of at least this many bytes use rendezvous (-1 = auto: above the
-    #: transport's eager-copy limit; 0 = always rendezvous)
-    rndv_thresh: int = -1
-    #: rendezvous messages of at least this size are copied by both sides at once
-    #: (the sender puts the first part while the receiver gets the rest)
-    rndv_split_thresh: int = 512 * 1024
-    #: payloads up to this size use the eager-short path (-1 = transport default)
-    short_thresh: int = -1
-    #: seconds a blocking call waits before raising TimeoutError (0 = forever)
-    timeout: float = 0.0
-    #: seconds without traffic before a silent peer is suspected dead
-    peer_timeout: float = 30.0
-    #: interface / address for tcp to listen on and advertise ("" = chosen per job:
-    #: loopback for a single-host job or a process without a job key, else the
-    #: address that routes to the launcher / the default route)
-    tcp_iface: str = ""
-    #: encrypt tcp connections with TLS (certificates pinned through the job key)
-    tcp_tls: bool = False
-    #: shm ring size per connection, bytes
-    shm_ring_size: int = 1 << 21
-    #: allow single-copy cross-process transfers (process_vm_readv)
-    shm_cma: bool = True
-    #: seconds a waiting worker spins before sleeping on file descriptors
-    busy_poll: float = 0.002
-    #: more ranks on this host than CPUs: spin in short bursts and give the
-    #: CPU away (sched_yield) between them ("auto": decided from the
-    #: launcher's local rank count against the host's CPUs; "y"/"n" force)
-    oversubscribed: str = "auto"
-    #: log level name
-    log_level: str = "WARN"
-    #: run a background progress thread (for RMA targets that do not progress)
-    progress_thread: bool = False
-    #: the job key peers prove knowledge of (set by ucxpy-run; "" = none: this
-    #: process then only talks to itself); never printed
-    auth_key: str = field(default="", repr=False)
-    #: file holding the job key (used when auth_key is empty; mode 600)
-    auth_key_file: str = ""
-    #: directory to write protocol event traces to, one file per rank
-    #: (trace.<rank>.jsonl; "" = off, the default: hooks cost one check)
-    trace: str = ""
-    #: events kept per worker when tracing (a ring buffer: the oldest are dropped;
-    #: a few hundred bytes of memory each)
-    trace_events: int = 200_000
-    #: count messages/bytes per protocol, peer and transport (Worker.stats())
-    #: and print them when the worker closes
-    stats: bool = False
-
-    _CONVERT = {
-        "tls": lambda s: tuple(x.strip() for x in s.split(",") if x.strip()),
-        "rndv_thresh": _parse_size,
-        "short_thresh": _parse_size,
-        "rndv_split_thresh": _parse_size,
-        "timeout": float,
-        "peer_timeout": float,
-        "tcp_iface": str,
-        "shm_ring_size": _parse_size,
-        "shm_cma": _parse_bool,
-        "busy_poll": float,
-        "oversubscribed": _parse_tristate,
-        "log_level": str,
-        "progress_thread": _parse_bool,
-        "tcp_tls": _parse_bool,
-        "auth_key": str,
-        "auth_key_file": str,
-        "trace": str,
-        "trace_events": _parse_size,
-        "stats": _parse_bool,
-    }
+    tls: tuple = _opt(("self", "shm", "tcp"), _tls,
+                      'transports to use, in order of preference ("self" is always added '
+                      'for loopback; "all" = every one available)')
+    rndv_thresh: int = _opt(-1, parse_size,
+                            "messages of at least this many bytes use rendezvous (auto: above "
+                            "the transport's eager-copy limit; 0 = always rendezvous)")
+    rndv_split_thresh: int = _opt(512 * 1024, parse_size,
+                                  "rendezvous messages of at least this size are copied by both "
+                                  "sides at once (the sender puts the first part while the "
+                                  "receiver gets the rest) where the lane reads and writes "
+                                  "one-sidedly")
+    short_thresh: int = _opt(-1, parse_size,
+                             "payloads up to this size use the eager-short path (auto = the "
+                             "transport's default)")
+    timeout: float = _opt(0.0, float,
+                          "seconds a blocking call waits before raising TimeoutError (0 = forever)")
+    peer_timeout: float = _opt(30.0, float,
+                               "seconds without traffic before a silent peer is declared dead")
+    tcp_iface: str = _opt("", str,
+                          "IP or device for tcp to bind and advertise (empty = chosen per job: "
+                          "loopback for a single-host job or a process without a job key, else "
+                          "the address routed to the launcher / the default route)")
+    tcp_tls: bool = _opt(False, parse_bool,
+                         "encrypt tcp connections with TLS 1.3 (certificates pinned through "
+                         "the job key)")
+    shm_ring_size: int = _opt(1 << 21, parse_size,
+                              "bytes per shm ring and connection (a power of two >= 4096)")
+    shm_cma: bool = _opt(True, parse_bool,
+                         "allow single-copy cross-process transfers (process_vm_readv)")
+    busy_poll: float = _opt(0.002, float,
+                            "seconds a waiting worker spins before sleeping on file descriptors")
+    oversubscribed: str = _opt("auto", parse_tristate,
+                               "more ranks on this host than CPUs: spin in short bursts and "
+                               "sched_yield between them (auto: the launcher's local rank count "
+                               "against the CPUs the job may use; y/n force)")
+    log_level: str = _opt("WARN", str, "log level name")
+    progress_thread: bool = _opt(False, parse_bool,
+                                 "run a background progress thread (for RMA targets that do "
+                                 "not progress)")
+    auth_key: str = _opt("", str,
+                         "the job key peers prove knowledge of (set by the launcher; empty: "
+                         "this process only talks to itself); never printed", repr=False)
+    auth_key_file: str = _opt("", str,
+                              "file holding the job key (mode 600), used when UCXPY_AUTH_KEY "
+                              "is empty")
+    trace: str = _opt("", str,
+                      "directory for protocol event traces, one trace.<rank>.jsonl per rank "
+                      "(empty = off: hooks cost one check)")
+    trace_events: int = _opt(200_000, parse_size,
+                             "events kept per worker when tracing (a ring buffer: the oldest "
+                             "are dropped)")
+    stats: bool = _opt(False, parse_bool,
+                       "count messages/bytes per protocol, peer and transport "
+                       "(Worker.stats()) and print them when the worker closes")
+    #: the ``UCXPY_*`` variables of the environment this was built from
+    #: (None: built directly, :meth:`setting` then reads ``os.environ``)
+    _env: Optional[dict] = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_env(cls, env=None, **overrides) -> "Config":
         """Build from ``env`` (default ``os.environ``); keyword overrides win."""
         env = os.environ if env is None else env
         cfg = cls()
-        for f in fields(cls):
-            if f.name.startswith("_"):
-                continue
-            key = "UCXPY_" + f.name.upper()
+        cfg._env = {k: v for k, v in env.items() if k.startswith(PREFIX)}
+        for f in _fields():
+            key = PREFIX + f.name.upper()
             if key in env:
-                try:
-                    setattr(cfg, f.name, cls._CONVERT[f.name](env[key]))
-                except ConfigError:
-                    raise
-                except (TypeError, ValueError) as e:
-                    raise ConfigError(f"{key}={env[key]!r}: {e}") from None
+                setattr(cfg, f.name, _parse(key, f.metadata["parse"], env[key]))
         for k, v in overrides.items():
             if not hasattr(cfg, k) or k.startswith("_"):
                 raise ConfigError(f"unknown config option {k!r}")
-            if isinstance(v, str) and k in cls._CONVERT:
-                v = cls._CONVERT[k](v)
+            f = next(f for f in _fields() if f.name == k)
+            if isinstance(v, str):
+                v = _parse(PREFIX + k.upper(), f.metadata["parse"], v)
             setattr(cfg, k, v)
         cfg.validate()
         return cfg
 
+    def setting(self, name: str):
+        """The value of the declared variable ``name`` (``UCXPY_...``) in the
+        environment this configuration was read from."""
+        return setting(name, self._env)
+
     def validate(self) -> None:
         if isinstance(self.tls, str):
             self.tls = tuple(x.strip() for x in self.tls.split(",") if x.strip())
-        unknown = [t for t in self.tls if t not in KNOWN_TRANSPORTS and t != "all"]
+        from .context import TRANSPORTS
+        unknown = [t for t in self.tls if t not in TRANSPORTS and t != "all"]
         if unknown:
             raise ConfigError(f"UCXPY_TLS names unknown transport(s) {unknown}; "
-                              f"known: {', '.join(KNOWN_TRANSPORTS)}")
+                              f"known: {', '.join(TRANSPORTS)}")
         if not self.tls:
             raise ConfigError("UCXPY_TLS is empty")
         for name in ("rndv_thresh", "short_thresh"):
@@ -170,11 +180,110 @@ class Config:
             auth.read_key_file(self.auth_key_file)
 
     def items(self):
-        """(env name, value) pairs for ``ucxpy-info -c``; the key is masked."""
+        """(env name, value) pairs of the core options; the key is masked."""
         from .auth import MASK
-        for f in fields(self):
-            if not f.name.startswith("_"):
-                value = getattr(self, f.name)
-                if f.name == "auth_key" and value:
-                    value = MASK
-                yield "UCXPY_" + f.name.upper(), value
+        for f in _fields():
+            value = getattr(self, f.name)
+            if f.name == "auth_key" and value:
+                value = MASK
+            yield PREFIX + f.name.upper(), value
+
+
+def _fields():
+    return [f for f in fields(Config) if not f.name.startswith("_")]
+
+
+# ----------------------------------------------------------------- the registry
+
+@dataclass(frozen=True)
+class Var:
+    """One declared ``UCXPY_*`` variable."""
+    name: str                  # the whole environment name, UCXPY_...
+    default: object            # the value when unset or empty
+    parse: Callable            # text -> value (raises ConfigError/ValueError when malformed)
+    doc: str
+    component: str             # "core", a transport's name, "launch", "shmem", ...
+    secret: bool = False       # never printed (the job key)
+
+
+_REGISTRY: Dict[str, Var] = {}
+
+
+def declare(component: str, *specs) -> None:
+    """Declare ``component``'s variables, each ``(NAME, default, parser, doc)``
+    with NAME without the ``UCXPY_`` prefix, the way UCX components declare
+    their config tables.  Declaring a name twice differently is an error."""
+    for suffix, default, parse, doc in specs:
+        var = Var(PREFIX + suffix, default, parse, doc, component)
+        old = _REGISTRY.get(var.name)
+        if old is not None and (old.component, old.default, old.parse) != \
+                (component, default, parse):
+            raise ConfigError(f"{var.name} declared by both {old.component} and {component}")
+        _REGISTRY[var.name] = var
+
+
+for _f in _fields():
+    _REGISTRY[PREFIX + _f.name.upper()] = Var(PREFIX + _f.name.upper(), _f.default,
+                                              _f.metadata["parse"], _f.metadata["doc"],
+                                              "core", secret=_f.name == "auth_key")
+
+
+def _parse(name: str, parse: Callable, text: str):
+    try:
+        return parse(text)
+    except ConfigError as e:
+        raise ConfigError(f"{name}={text!r}: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{name}={text!r}: {e}") from None
+
+
+def setting(name: str, env=None):
+    """The value of the declared variable ``name`` in ``env`` (a mapping or
+    a :class:`Config`, whose environment snapshot is used; default
+    ``os.environ``): parsed, or its default when unset or empty.
+    This is the one place ``UCXPY_*`` variables are read from."""
+    var = _REGISTRY.get(name)
+    if var is None:                 # its component may not be imported yet
+        var = variables(plugins=False).get(name) or variables().get(name)
+        if var is None:
+            raise ConfigError(f"{name} is not a declared ucxpy variable")
+    if env is not None and not hasattr(env, "get"):   # a Config: its snapshot
+        env = getattr(env, "_env", None)
+    text = (os.environ if env is None else env).get(name)
+    if text is None or not str(text).strip():
+        return var.default
+    return _parse(name, var.parse, str(text))
+
+
+def variables(plugins: bool = True) -> Dict[str, Var]:
+    """Every declared variable, by name: the core's, every transport's and
+    launcher's (their modules are imported for it), and (``plugins``) those
+    that packages above the core declare through the ``ucxpy.config`` entry
+    point group."""
+    import importlib
+    from importlib import metadata
+
+    from .context import TRANSPORTS
+    for mod in dict.fromkeys(t.split(":")[0] for t in TRANSPORTS.values()):
+        try:
+            importlib.import_module(mod)
+        except Exception:          # a transport that cannot load declares nothing
+            pass
+    importlib.import_module("ucxpy.bootstrap")
+    for ep in metadata.entry_points(group="ucxpy.config") if plugins else ():
+        try:
+            ep.load()
+        except Exception:
+            pass
+    return dict(_REGISTRY)
+
+
+def unknown_variables(env=None) -> list:
+    """``UCXPY_*`` names in ``env`` that nothing declares (likely typos)."""
+    known = variables()
+    env = os.environ if env is None else env
+    return sorted(k for k in env if k.startswith(PREFIX) and k not in known)
+
+
+# compatibility names of the parsers
+_parse_size, _parse_bool, _parse_tristate = parse_size, parse_bool, parse_tristate

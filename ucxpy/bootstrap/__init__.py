@@ -33,6 +33,7 @@ import os
 import socket
 import sys
 
+from .. import config
 from ..errors import BootstrapError, InvalidRank, PeerFailure
 from ..errors import TimeoutError as _UcxpyTimeoutError
 
@@ -46,6 +47,36 @@ __all__ = [
 #: seconds a collective waits when the caller passes ``timeout=None``
 #: (override with ``UCXPY_BOOTSTRAP_TIMEOUT``; 0 or negative = wait forever)
 DEFAULT_TIMEOUT = 120.0
+
+
+def _int_or_none(text: str):
+    return int(text)
+
+
+#: what launchers tell each rank, and the bootstrap's own options
+config.declare(
+    "launch",
+    ("BOOTSTRAP", "auto", lambda t: t.strip().lower(),
+     "force a bootstrap: zmq, pmi, mpi or single (auto: from the launcher's variables)"),
+    ("BOOTSTRAP_TIMEOUT", DEFAULT_TIMEOUT, float,
+     "seconds a bootstrap collective (wire-up exchange, barrier) waits; 0 = forever"),
+    ("BOOTSTRAP_CONNECT_TIMEOUT", 30.0, float,
+     "seconds a rank tries to reach ucxpy-run's rendezvous service"),
+    ("PMI_VERSION", None, _int_or_none,
+     "PMI wire protocol to speak on PMI_FD: 1 or 2 (default 1 under Hydra, 2 under Slurm)"),
+    ("RUN_ADVERTISE", "", str,
+     "ucxpy-run: the address ranks use to reach the launcher (as --advertise)"),
+    ("RUN_ADDR", "", str, "set by ucxpy-run: its rendezvous service (selects the zmq bootstrap)"),
+    ("RANK", None, int, "set by ucxpy-run: this process's rank"),
+    ("SIZE", None, int, "set by ucxpy-run: the number of ranks"),
+    ("LOCAL_RANK", None, int, "set by ucxpy-run: the rank among those on this host"),
+    ("LOCAL_SIZE", None, int, "set by ucxpy-run: the number of ranks on this host"),
+    ("JOB_ID", "", str, "set by ucxpy-run: the job's identity"),
+    ("GROUP", 0, int, "set by ucxpy-run: the spawn group (0 = the initial job)"),
+    ("APPNUM", None, int, "set by ucxpy-run: which application of an MPMD launch or spawn"),
+    ("UNIVERSE_SIZE", None, int, "set by ucxpy-run: how many processes the job may grow to"),
+    ("PARENT_PORT", "", str, "set by ucxpy-run for spawned processes: the parents' port"),
+)
 
 
 class BootstrapTimeout(BootstrapError, _UcxpyTimeoutError):
@@ -65,8 +96,8 @@ def resolve_timeout(timeout):
     """``None`` -> the default; ``<= 0`` -> ``None`` (forever); else float."""
     if timeout is None:
         try:
-            timeout = float(os.environ.get("UCXPY_BOOTSTRAP_TIMEOUT", DEFAULT_TIMEOUT))
-        except ValueError:
+            timeout = config.setting("UCXPY_BOOTSTRAP_TIMEOUT")
+        except config.ConfigError:
             timeout = DEFAULT_TIMEOUT
     timeout = float(timeout)
     return None if timeout <= 0 else timeout
@@ -131,19 +162,18 @@ class Bootstrap:
 
     def parent_port(self):
         """The port a spawning job asked this one to connect to, or None."""
-        return os.environ.get("UCXPY_PARENT_PORT") or None
+        return config.setting("UCXPY_PARENT_PORT") or None
 
     def universe_size(self):
         """How many processes the job may grow to (None: the launcher does
         not say)."""
-        v = os.environ.get("UCXPY_UNIVERSE_SIZE")
-        return int(v) if v else self.size
+        v = config.setting("UCXPY_UNIVERSE_SIZE")
+        return v if v else self.size
 
     def appnum(self):
         """Which application of an MPMD launch (or spawn) this process runs,
         or None."""
-        v = os.environ.get("UCXPY_APPNUM")
-        return int(v) if v else None
+        return config.setting("UCXPY_APPNUM")
 
     # -- security and placement (used by ucxpy.spmd before the worker exists) --
     def job_key(self, timeout=None):
@@ -294,10 +324,10 @@ def from_env(env=None) -> Bootstrap:
     multi-rank MPI launch, unknown ``UCXPY_BOOTSTRAP``).
     """
     env = os.environ if env is None else env
-    forced = env.get("UCXPY_BOOTSTRAP", "").strip().lower()
+    forced = config.setting("UCXPY_BOOTSTRAP", env)
     if forced in ("", "auto"):
         from .pmi_boot import pmi_available
-        if env.get("UCXPY_RUN_ADDR"):
+        if config.setting("UCXPY_RUN_ADDR", env):
             forced = "zmq"
         elif pmi_available(env) and not _real_mpi_loaded():
             forced = "pmi"

@@ -73,12 +73,13 @@ import uuid
 import zmq
 
 try:    # keep `python ucxpy/bootstrap/launcher.py` usable, not only `-m`
-    from .. import auth
+    from .. import auth, config
     from ..errors import ConfigError
     from ..netaddr import outward_ipv4
     from .rendezvous import RendezvousService, describe_exit
 except ImportError:     # pragma: no cover
-    from ucxpy import auth
+    import ucxpy.bootstrap     # noqa: F401  (declares the launch variables)
+    from ucxpy import auth, config
     from ucxpy.errors import ConfigError
     from ucxpy.netaddr import outward_ipv4
     from ucxpy.bootstrap.rendezvous import RendezvousService, describe_exit
@@ -213,7 +214,7 @@ def rank_command(command, rank, host, agent, env_vars):
     argv = ([sys.executable, prog] if prog.endswith(".py") else [prog]) + list(args)
     if not agent:
         return argv
-    fields = {"{rank}": str(rank), "{host}": host, "{size}": env_vars["UCXPY_SIZE"]}
+    fields = {"{rank}": str(rank), "{host}": host, "{size}": str(config.setting("UCXPY_SIZE", env_vars))}
     agent_argv = []
     for part in shlex.split(agent):
         for key, value in fields.items():   # plain replace: other braces stay as given
@@ -625,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="command prefixed to each rank's command; {rank}, {host} and {size} "
                         "are substituted (e.g. 'ip netns exec ns{rank}' or 'ssh {host}'); "
                         "the UCXPY_* variables are passed through 'env'")
-    p.add_argument("--advertise", default=os.environ.get("UCXPY_RUN_ADVERTISE", ""),
+    p.add_argument("--advertise", default=config.setting("UCXPY_RUN_ADVERTISE"),
                    help="address ranks use to reach the launcher (default: 127.0.0.1 "
                         "for local jobs, else the outward IP)")
     p.add_argument("--as-mpi4py", action="store_true",

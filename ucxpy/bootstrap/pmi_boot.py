@@ -32,6 +32,7 @@ import socket
 import sys
 import time
 
+from .. import config
 from ..errors import BootstrapError
 from . import Bootstrap, BootstrapTimeout, resolve_timeout
 
@@ -73,7 +74,12 @@ class PmiBootstrap(Bootstrap):
         self.rank, self.size = int(env["PMI_RANK"]), int(env["PMI_SIZE"])
         self.hostname = socket.gethostname()
         if version is None:
-            version = int(env.get("UCXPY_PMI_VERSION") or (2 if env.get("PMI_JOBID") else 1))
+            try:
+                version = config.setting("UCXPY_PMI_VERSION", env)
+            except config.ConfigError as e:
+                raise BootstrapError(str(e)) from None
+            if version is None:
+                version = 2 if env.get("PMI_JOBID") else 1
         if version not in (1, 2):
             raise BootstrapError(f"UCXPY_PMI_VERSION={version}: expected 1 or 2")
         self.version = version

@@ -69,7 +69,7 @@ import time
 
 import zmq
 
-from .. import auth
+from .. import auth, config
 from ..errors import BootstrapError, ConfigError, PeerFailure
 from . import Bootstrap, BootstrapTimeout, resolve_timeout
 
@@ -96,15 +96,15 @@ def decode_header(frame) -> dict:
 
 
 def _env_int(env, name, default=None):
-    value = env.get(name)
-    if value is None or value == "":
+    try:
+        value = config.setting(name, env)
+    except ConfigError as e:
+        raise BootstrapError(str(e)) from None
+    if value is None:
         if default is None:
             raise BootstrapError(f"{name} is not set (is this process started by ucxpy-run?)")
         return default
-    try:
-        return int(value)
-    except ValueError:
-        raise BootstrapError(f"{name}={value!r} is not an integer") from None
+    return value
 
 
 class ZmqBootstrap(Bootstrap):
@@ -183,13 +183,13 @@ class ZmqBootstrap(Bootstrap):
     def from_env(cls, env=None) -> "ZmqBootstrap":
         """Build from the variables ``ucxpy-run`` sets for each rank."""
         env = os.environ if env is None else env
-        addr = env.get("UCXPY_RUN_ADDR")
+        addr = config.setting("UCXPY_RUN_ADDR", env)
         if not addr:
             raise BootstrapError("UCXPY_RUN_ADDR is not set: start the job with ucxpy-run")
         size = _env_int(env, "UCXPY_SIZE")
         try:
-            connect_timeout = float(env.get("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT", CONNECT_TIMEOUT))
-        except ValueError:
+            connect_timeout = config.setting("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT", env)
+        except ConfigError:
             raise BootstrapError("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT is not a number") from None
         try:
             key = auth.key_from_env(env) or b""
@@ -198,7 +198,7 @@ class ZmqBootstrap(Bootstrap):
         return cls(addr, rank=_env_int(env, "UCXPY_RANK"), size=size,
                    local_rank=_env_int(env, "UCXPY_LOCAL_RANK", 0),
                    local_size=_env_int(env, "UCXPY_LOCAL_SIZE", size),
-                   job_id=env.get("UCXPY_JOB_ID", ""), connect_timeout=connect_timeout,
+                   job_id=config.setting("UCXPY_JOB_ID", env), connect_timeout=connect_timeout,
                    group=_env_int(env, "UCXPY_GROUP", 0), key=key)
 
     def job_key(self, timeout=None):

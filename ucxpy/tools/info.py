@@ -181,21 +181,52 @@ def print_transports(config, out) -> None:
 
 # --------------------------------------------------------------- -c
 
-def print_config(config, out) -> None:
-    from ..config import Config
-    default = dict(Config().items())
+def _shown(name: str, value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, bool):
+        return "y" if value else "n"
+    if isinstance(value, int) and name.endswith(("THRESH", "SIZE", "BOUNCE")):
+        return "auto" if value == -1 else fmt_size(value)
+    return str(value)
+
+
+def print_config(config, out, full: bool = False) -> None:
+    """Every declared ``UCXPY_*`` variable (the core's, each transport's and
+    launcher's, and the layers' above that declare theirs), grouped by
+    component, with its documentation when ``full``; environment values that
+    differ from the default are marked ``*``; undeclared ``UCXPY_*`` names in
+    the environment are listed (a typo is otherwise silently ignored)."""
+    import textwrap
+
+    from ..auth import MASK
+    from ..config import setting, unknown_variables, variables
+    from ..errors import ConfigError
+    core = dict(config.items())
+    groups = {}
+    for var in variables().values():
+        groups.setdefault(var.component, []).append(var)
     print("# effective configuration (environment overrides marked *)", file=out)
-    for key, value in config.items():
-        if isinstance(value, tuple):
-            shown = ",".join(value)
-        elif isinstance(value, bool):
-            shown = "y" if value else "n"
-        elif isinstance(value, int) and key.endswith(("THRESH", "SIZE")):
-            shown = "auto" if value == -1 else fmt_size(value)
-        else:
-            shown = str(value)
-        mark = "  *" if default.get(key) != value else ""
-        print(f"{key}={shown}{mark}", file=out)
+    for comp in sorted(groups, key=lambda c: (c != "core", c)):
+        print(f"# --- {comp}", file=out)
+        for var in groups[comp]:
+            if full:
+                for line in textwrap.wrap(var.doc, 76):
+                    print(f"#   {line}", file=out)
+            try:
+                value = core[var.name] if var.name in core else setting(var.name, config)
+            except ConfigError as e:
+                print(f"{var.name}=<invalid: {e}>", file=out)
+                continue
+            changed = value != var.default
+            if var.secret:            # items() has masked it already; never print it
+                value = MASK if value else ""
+            print(f"{var.name}={_shown(var.name, value)}{'  *' if changed else ''}", file=out)
+    unknown = unknown_variables(config._env)
+    if unknown:
+        print("# not declared by any component (misspelt?): " + ", ".join(unknown), file=out)
 
 
 # --------------------------------------------------------------- -e
@@ -416,6 +447,8 @@ def print_stats(config, out) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="ucxpy-info", description=__doc__.split("\n\n")[0])
     p.add_argument("-c", action="store_true", help="print the effective configuration")
+    p.add_argument("-f", action="store_true",
+                   help="with -c: each variable's documentation too")
     p.add_argument("-e", action="store_true",
                    help="print lane and protocol per message size for local and remote peers")
     p.add_argument("-d", action="store_true", help="list devices")
@@ -431,7 +464,7 @@ def main(argv=None) -> int:
         print(f"# configuration error: {err}; showing defaults instead", file=out)
     status = 0
     if args.c:
-        print_config(config, out)
+        print_config(config, out, full=args.f)
     if args.d:
         print_devices(config, out)
     if args.e:

@@ -66,6 +66,7 @@ import time
 
 import numpy as np
 
+from ..config import setting
 from .perf_comms import Mpi4pyComm, ShmemComm, UcxpyComm
 
 TAG_TESTS = ("tag_lat", "tag_bw")
@@ -470,7 +471,7 @@ def main(argv=None) -> int:
     if comm.rank == 0:
         meta = {"impl": comm.impl, "lane": lane, "ranks": comm.size,
                 "pinned": cpu is not None, "window": opts.window,
-                "tls": os.environ.get("UCXPY_TLS", "") if comm.impl != "mpi4py" else "",
+                "tls": ",".join(setting("UCXPY_TLS")) if comm.impl != "mpi4py" else "",
                 "rma_modes": modes,
                 "host": socket.gethostname(), "python": sys.version.split()[0],
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}

@@ -7,10 +7,11 @@ timed loops measure the library call and nothing else.  Its
 """
 from __future__ import annotations
 
-import os
 import struct
 
 import numpy as np
+
+from ..config import setting
 
 # ------------------------------------------------------------------ comms
 
@@ -143,9 +144,9 @@ class ShmemComm:
 
     def lane(self, peer: int) -> str:
         if self.impl == "shmem":
-            tls = os.environ.get("UCXPY_TLS", "")
+            tls = ",".join(setting("UCXPY_TLS"))
             mode = self.shmem.heap_info()["modes"][peer]
-            return f"{tls or 'default'}/{mode}"
+            return f"{tls}/{mode}"
         try:
             return "oshmem-" + ".".join(map(str, self.shmem.info_get_version()))
         except Exception:         # the lane is informational only

@@ -121,7 +121,7 @@ import time
 import weakref
 from typing import Callable, Optional
 
-from .. import auth
+from .. import auth, config
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .liveness import PidWatch
@@ -171,37 +171,40 @@ _LIVENESS = 0.1
 _POLL_BATCH = 64
 
 
-def _env_size(name: str, default: int) -> int:
-    text = os.environ.get(name, "").strip().lower()
-    if not text:
-        return default
-    mult = 1
-    for suffix, m in (("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30)):
-        if text.endswith(suffix):
-            text, mult = text[:-1], m
-    try:
-        return int(float(text) * mult)
-    except ValueError:
-        raise TransportUnavailable(f"ofi: {name}={os.environ[name]!r} is not a size") from None
+def _providers(text: str) -> tuple:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
 
 
-def provider_candidates() -> list:
+config.declare(
+    "ofi",
+    ("OFI_PROVIDER", (), _providers,
+     "libfabric providers to try, comma-separated, each a ';'-stack such as tcp;ofi_rxm "
+     "(default: " + ", ".join(DEFAULT_PROVIDERS) + ")"),
+    ("OFI_DOMAIN", "", str, "libfabric domain (device) to open; empty = the provider's first"),
+    ("OFI_BOUNCE", 64 << 10, config.parse_size,
+     "bytes per registered bounce slot: eager messages up to this size (at least 1K)"),
+    ("OFI_RX_DEPTH", 64, config.parse_size, "receive slots posted per interface (at least 2)"),
+    ("OFI_TX_DEPTH", 64, config.parse_size, "send slots per interface (at least 2)"),
+    ("OFI_RMA_DEPTH", 64, config.parse_size, "one-sided operations in flight per interface"),
+    ("OFI_PINNED", 64, config.parse_size,
+     "user buffers kept registered (most recently used first)"),
+)
+
+
+def provider_candidates(cfg=None) -> list:
     """Providers to try, from ``UCXPY_OFI_PROVIDER`` (comma-separated) or the default."""
-    text = os.environ.get("UCXPY_OFI_PROVIDER", "").strip()
-    if not text:
-        return list(DEFAULT_PROVIDERS)
-    return [p.strip() for p in text.split(",") if p.strip()]
+    return list(config.setting("UCXPY_OFI_PROVIDER", cfg) or DEFAULT_PROVIDERS)
 
 
 @contextlib.contextmanager
-def _provider_env(provider: str, config):
+def _provider_env(provider: str, cfg):
     """While a provider opens: ``FI_TCP_IFACE=lo`` for libfabric's tcp
     provider when this process listens on loopback only (a single-host job,
     see :mod:`ucxpy.netaddr`) and the user chose no device, so that the
     provider listens on loopback too.  (Its domain-name hint is ignored under
     ofi_rxm; the variable is read at every fi_getinfo.)"""
-    if getattr(config, "tcp_iface", "") != "127.0.0.1" or "FI_TCP_IFACE" in os.environ \
-            or os.environ.get("UCXPY_OFI_DOMAIN") or provider.split(";")[0] != "tcp":
+    if getattr(cfg, "tcp_iface", "") != "127.0.0.1" or "FI_TCP_IFACE" in os.environ \
+            or config.setting("UCXPY_OFI_DOMAIN", cfg) or provider.split(";")[0] != "tcp":
         yield
         return
     os.environ["FI_TCP_IFACE"] = "lo"
@@ -520,28 +523,29 @@ class OfiInterface(Interface):
 
     name = "ofi"
 
-    def __init__(self, owner, config) -> None:
-        super().__init__(owner, config)
+    def __init__(self, owner, cfg) -> None:
+        super().__init__(owner, cfg)
         if lib is None:
             raise TransportUnavailable(f"ofi: ucxpy._ofi is not built ({_IMPORT_ERROR})")
         self._h = None
         self._closed = False
         self.uuid = random.getrandbits(63) | 1
-        self.bounce = max(_env_size("UCXPY_OFI_BOUNCE", 64 << 10), 1024)
-        self.rx_depth = max(_env_size("UCXPY_OFI_RX_DEPTH", 64), 2)
-        self.tx_depth = max(_env_size("UCXPY_OFI_TX_DEPTH", 64), 2)
-        self.rma_depth = max(_env_size("UCXPY_OFI_RMA_DEPTH", 64), 1)
+        opt = config.setting
+        self.bounce = max(opt("UCXPY_OFI_BOUNCE", cfg), 1024)
+        self.rx_depth = max(opt("UCXPY_OFI_RX_DEPTH", cfg), 2)
+        self.tx_depth = max(opt("UCXPY_OFI_TX_DEPTH", cfg), 2)
+        self.rma_depth = max(opt("UCXPY_OFI_RMA_DEPTH", cfg), 1)
         self.slot_size = (_PSIZE + MAX_HEADER + self.bounce + 63) & ~63
         self._tx0 = self.rx_depth
         self._rma0 = self.rx_depth + self.tx_depth
         nslots = self._rma0 + self.rma_depth
         errs = []
-        for prov in provider_candidates():
+        for prov in provider_candidates(cfg):
             h = ffi.new("uxofi_t **")
             a = ffi.new("uxofi_attrs_t *")
             err = ffi.new("char[]", lib.UXOFI_ERRLEN)
-            dom = os.environ.get("UCXPY_OFI_DOMAIN", "").encode()
-            with _provider_env(prov, config):
+            dom = opt("UCXPY_OFI_DOMAIN", cfg).encode()
+            with _provider_env(prov, cfg):
                 rc = lib.uxofi_open(prov.encode(), dom or ffi.NULL, nslots, h, a, err,
                                     lib.UXOFI_ERRLEN)
             if rc == 0:
@@ -599,7 +603,8 @@ class OfiInterface(Interface):
         self._rma_ops = {}                # rma slot -> (op, endpoint)
         self._comps = ffi.new("uxofi_comp_t[]", _POLL_BATCH)
         self.regs = RegistrationTable(self)
-        self._pinned = collections.deque(maxlen=max(_env_size("UCXPY_OFI_PINNED", 64), 1))
+        self._pinned = collections.deque(
+            maxlen=max(config.setting("UCXPY_OFI_PINNED", self.config), 1))
         # endpoints
         self._next_conn = 1
         self._conns = {}                  # our conn id -> connector endpoint
@@ -636,12 +641,12 @@ class OfiInterface(Interface):
         return f"<OfiInterface {self.provider} {self.domain} uuid {self.uuid:x}>"
 
     @classmethod
-    def query(cls, config) -> Availability:
+    def query(cls, cfg) -> Availability:
         if lib is None:
             return Availability(False, f"ucxpy._ofi is not built ({_IMPORT_ERROR})")
         try:
             errs = []
-            for prov in provider_candidates():
+            for prov in provider_candidates(cfg):
                 out = ffi.new("char[256]")
                 rc = lib.uxofi_probe(prov.encode(), out, 256)
                 if rc == 0:

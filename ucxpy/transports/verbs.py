@@ -84,7 +84,7 @@ import struct
 import weakref
 from typing import Callable, Optional
 
-from .. import auth
+from .. import auth, config
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
@@ -293,11 +293,20 @@ def unpack_oob(data) -> dict:
                 gid=gid, nonce=nonce, mac=mac, body=bytes(data)[:-_MAC])
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, "") or default)
-    except ValueError:
-        raise TransportUnavailable(f"verbs: {name} must be an integer") from None
+config.declare(
+    "verbs",
+    ("VERBS_DEVICE", "", str, "RDMA device to open (as ibv_devices names it); empty = the first "
+                              "with an active port"),
+    ("VERBS_PORT", 1, int, "port number on the device"),
+    ("VERBS_GID_INDEX", 0, int, "GID table index (RoCE: the entry of the address to use)"),
+    ("VERBS_GRH", False, config.parse_bool, "use a global route header on InfiniBand too (always "
+                                            "on RoCE)"),
+    ("VERBS_BOUNCE", 16 << 10, config.parse_size, "bytes per pre-registered bounce slot: eager "
+                                                  "messages up to this size"),
+    ("VERBS_RX_DEPTH", 32, int, "receive slots posted per interface"),
+    ("VERBS_TX_DEPTH", 64, int, "send slots per interface"),
+    ("VERBS_RMA_DEPTH", 32, int, "one-sided operations in flight per interface"),
+)
 
 
 def device_status() -> tuple:
@@ -687,21 +696,22 @@ class VerbsInterface(Interface):
     name = "verbs"
 
     @classmethod
-    def query(cls, config) -> Availability:
+    def query(cls, cfg) -> Availability:
         if lib is None:
             return Availability(False, f"ucxpy._verbs is not built ({_IMPORT_ERROR})")
         try:
             n, info = device_status()
             if n == 0:
                 return Availability(False, f"no RDMA devices found ({info})")
-            want = os.environ.get("UCXPY_VERBS_DEVICE", "")
+            want = config.setting("UCXPY_VERBS_DEVICE", cfg)
             if want and want not in info:
                 return Availability(False, f"UCXPY_VERBS_DEVICE={want} not among {info}")
             h = ffi.new("uxv_t **")
             a = ffi.new("uxv_attrs_t *")
             err = ffi.new("char[]", lib.UXV_ERRLEN)
-            rc = lib.uxv_open(want.encode(), _env_int("UCXPY_VERBS_PORT", 1),
-                              _env_int("UCXPY_VERBS_GID_INDEX", 0), 16, h, a, err, lib.UXV_ERRLEN)
+            rc = lib.uxv_open(want.encode(), config.setting("UCXPY_VERBS_PORT", cfg),
+                              config.setting("UCXPY_VERBS_GID_INDEX", cfg), 16, h, a, err,
+                              lib.UXV_ERRLEN)
             if rc:
                 return Availability(False, ffi.string(err).decode(errors="replace"))
             lib.uxv_close(h[0])
@@ -715,35 +725,36 @@ class VerbsInterface(Interface):
         except Exception as e:  # query must not raise
             return Availability(False, f"{type(e).__name__}: {e}")
 
-    def __init__(self, owner, config) -> None:
-        super().__init__(owner, config)
+    def __init__(self, owner, cfg) -> None:
+        super().__init__(owner, cfg)
         if lib is None:
             raise TransportUnavailable(f"verbs: ucxpy._verbs is not built ({_IMPORT_ERROR})")
         self._h = None
         self._closed = False
         self.uuid = random.getrandbits(63) | 1
-        self.bounce = _env_int("UCXPY_VERBS_BOUNCE", 16 << 10)
-        self.rx_depth = _env_int("UCXPY_VERBS_RX_DEPTH", 32)
-        self.tx_depth = _env_int("UCXPY_VERBS_TX_DEPTH", 64)
-        self.rma_depth = _env_int("UCXPY_VERBS_RMA_DEPTH", 32)
+        opt = config.setting
+        self.bounce = opt("UCXPY_VERBS_BOUNCE", cfg)
+        self.rx_depth = opt("UCXPY_VERBS_RX_DEPTH", cfg)
+        self.tx_depth = opt("UCXPY_VERBS_TX_DEPTH", cfg)
+        self.rma_depth = opt("UCXPY_VERBS_RMA_DEPTH", cfg)
         self.slot_size = (_PSIZE + MAX_HEADER + self.bounce + 63) & ~63
         h = ffi.new("uxv_t **")
         a = ffi.new("uxv_attrs_t *")
         err = ffi.new("char[]", lib.UXV_ERRLEN)
-        rc = lib.uxv_open(os.environ.get("UCXPY_VERBS_DEVICE", "").encode(),
-                          _env_int("UCXPY_VERBS_PORT", 1), _env_int("UCXPY_VERBS_GID_INDEX", 0),
+        rc = lib.uxv_open(opt("UCXPY_VERBS_DEVICE", cfg).encode(),
+                          opt("UCXPY_VERBS_PORT", cfg), opt("UCXPY_VERBS_GID_INDEX", cfg),
                           4 * (self.tx_depth + self.rma_depth + self.rx_depth) + 256,
                           h, a, err, lib.UXV_ERRLEN)
         if rc:
             raise TransportUnavailable("verbs: " + ffi.string(err).decode(errors="replace"))
         self._h, self.dev = h[0], a
         try:
-            self._setup(config)
+            self._setup(cfg)
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, config) -> None:
+    def _setup(self, cfg) -> None:
         from .tcp import advertised_ipv4s
         a = self.dev
         self.port = int(a.port)
@@ -752,7 +763,7 @@ class VerbsInterface(Interface):
         self.gid = bytes(ffi.buffer(a.gid, 16))
         self.gid_index = int(a.gid_index)
         self.use_grh = a.link_layer == LINK_LAYER_ETHERNET or \
-            os.environ.get("UCXPY_VERBS_GRH", "") in ("1", "y", "yes")
+            config.setting("UCXPY_VERBS_GRH", cfg)
         self.max_rd_atomic = max(1, min(int(a.max_qp_rd_atom), 16))
         self.max_msg = max(4096, min(int(a.max_msg_sz) or (1 << 30), 1 << 30))
         caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
@@ -786,10 +797,10 @@ class VerbsInterface(Interface):
         self._poller = select.poll()
         self._regs = {}               # id(view) -> (weakref, _Reg)
         self._dead_regs = []
-        self.key = auth.interface_key(config)
+        self.key = auth.interface_key(cfg)
         self.auth_failures = 0
-        ips = advertised_ipv4s(getattr(config, "tcp_iface", "") or "",
-                               keyed=auth.job_key(config) is not None)
+        ips = advertised_ipv4s(getattr(cfg, "tcp_iface", "") or "",
+                               keyed=auth.job_key(cfg) is not None)
         self._lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._lsock.bind((ips[0], 0))
