@@ -2,15 +2,15 @@
 
 Every PE maps a heap of the same size at ``init()``.  Allocation routines are
 collective and every PE calls them in the same order with the same sizes, so
-the deterministic first-fit allocator below returns the same *offset* on
-every PE: a symmetric object is named by its offset, and a remote PE's copy
-lives at that PE's heap base + offset.  Allocation and free end/start with a
-barrier over all PEs (OpenSHMEM's ``shmem_malloc``/``shmem_free`` rules), so
-no PE writes into an object a peer has not allocated or cleared yet.
+the deterministic first-fit allocator of :mod:`shmem.allocator` returns the
+same *offset* on every PE: a symmetric object is named by its offset, and a
+remote PE's copy lives at that PE's heap base + offset.  Allocation and free
+end/start with a barrier over all PEs (OpenSHMEM's ``shmem_malloc``/
+``shmem_free`` rules), so no PE writes into an object a peer has not
+allocated or cleared yet.
 """
 from __future__ import annotations
 
-import bisect
 import enum
 import math
 from typing import Optional
@@ -18,14 +18,9 @@ from typing import Optional
 import numpy as np
 
 from . import runtime
-from .errors import InvalidArray, InvalidFree, NotSymmetric, SymmetricHeapExhausted
-from .runtime import ffi
-
-#: every block starts at a multiple of this (long double / complex alignment)
-MIN_ALIGN = 16
-#: largest ``align=`` honoured: heaps are page aligned on every PE, so offsets
-#: aligned to at most a page give the same absolute alignment everywhere
-MAX_ALIGN = 4096
+from .allocator import MAX_ALIGN, MIN_ALIGN, Allocator, SymmetricHeap  # noqa: F401 (re-exported)
+from .allocator import check_align as _check_align
+from .errors import InvalidArray, InvalidFree
 
 
 class MALLOC(enum.IntFlag):
@@ -38,130 +33,8 @@ MALLOC_ATOMICS_REMOTE = MALLOC.ATOMICS_REMOTE
 MALLOC_SIGNAL_REMOTE = MALLOC.SIGNAL_REMOTE
 
 
-class Allocator:
-    """First-fit over a sorted free list of ``(offset, length)`` with
-    coalescing.  A pure function of the call sequence: no addresses, no
-    randomness, so every PE computes the same offsets."""
-
-    def __init__(self, start: int, end: int):
-        self.starts = [start]          # free blocks, sorted by offset
-        self.lengths = [end - start]
-        self.live = {}                 # user offset -> (block offset, block length, nbytes)
-        self.end = end
-
-    def allocate(self, nbytes: int, align: int = MIN_ALIGN) -> int:
-        need = max(-(-nbytes // MIN_ALIGN) * MIN_ALIGN, MIN_ALIGN)
-        for i, (start, length) in enumerate(zip(self.starts, self.lengths)):
-            user = -(-start // align) * align
-            if user + need <= start + length:
-                block_len = user + need - start
-                if block_len == length:
-                    del self.starts[i], self.lengths[i]
-                else:
-                    self.starts[i] = start + block_len
-                    self.lengths[i] = length - block_len
-                self.live[user] = (start, block_len, nbytes)
-                return user
-        raise SymmetricHeapExhausted(
-            f"symmetric heap exhausted: no free block of {nbytes} bytes "
-            f"({self.free_bytes()} bytes free in {len(self.starts)} blocks); "
-            "raise UCXPY_SHMEM_HEAP_SIZE")
-
-    def release(self, user: int) -> int:
-        """Free the block at ``user``; returns its size in bytes."""
-        try:
-            start, length, nbytes = self.live.pop(user)
-        except KeyError:
-            raise InvalidFree(f"offset {user} is not a live symmetric allocation "
-                              "(double free, or not returned by an allocation routine)") from None
-        i = bisect.bisect_left(self.starts, start)
-        if i < len(self.starts) and start + length == self.starts[i]:
-            length += self.lengths[i]
-            del self.starts[i], self.lengths[i]
-        if i > 0 and self.starts[i - 1] + self.lengths[i - 1] == start:
-            self.lengths[i - 1] += length
-        else:
-            self.starts.insert(i, start)
-            self.lengths.insert(i, length)
-        return nbytes
-
-    def free_bytes(self) -> int:
-        return sum(self.lengths)
-
-
-class SymmetricHeap:
-    """This PE's heap: its memory handle, a byte array over it, the allocator,
-    and the address -> offset translation every RMA call starts with."""
-
-    def __init__(self, mh, reserved: int):
-        self.mh = mh
-        self.base = mh.address
-        self.size = mh.length
-        self.end = self.base + self.size
-        self.u8 = np.frombuffer(mh.buf, np.uint8)
-        self.allocator = Allocator(reserved, self.size)
-        # id(array) -> (array, offset) for arrays this module returned: the
-        # fast path of offset_of (an address query costs microseconds)
-        self.known = {}
-        self._known_at = {}            # offset -> [ids] (forgotten on free)
-
-    def remember(self, obj, offset: int) -> None:
-        self.known[id(obj)] = (obj, offset)
-        self._known_at.setdefault(offset, []).append(id(obj))
-
-    def forget(self, offset: int) -> None:
-        for key in self._known_at.pop(offset, ()):
-            self.known.pop(key, None)
-
-    def address_of(self, obj) -> int:
-        try:
-            with ffi.from_buffer(obj) as p:
-                return int(ffi.cast("uintptr_t", p))
-        except (TypeError, ValueError, BufferError):
-            if isinstance(obj, np.ndarray):
-                return obj.__array_interface__["data"][0]
-            raise
-
-    def offset_of(self, arr, nbytes: int) -> int:
-        """Heap offset of ``arr`` whose first ``nbytes`` must lie in the heap."""
-        hit = self.known.get(id(arr))
-        if hit is not None and hit[0] is arr:
-            off = hit[1]
-        else:
-            try:
-                off = self.address_of(arr) - self.base
-            except (TypeError, ValueError, BufferError):
-                raise NotSymmetric(f"{type(arr).__name__} is not an array on the "
-                                   "symmetric heap") from None
-        if off < 0 or off + nbytes > self.size:
-            raise NotSymmetric("array is not on the symmetric heap (allocate it with "
-                               "shmem.array/zeros/empty/full/new_array/alloc)")
-        return off
-
-    def contains(self, arr) -> bool:
-        try:
-            off = self.address_of(arr) - self.base
-        except (TypeError, ValueError, BufferError):
-            return False
-        return 0 <= off < self.size
-
-    def view(self, offset: int, nbytes: int) -> memoryview:
-        return self.mh.buf[offset:offset + nbytes]
-
-
 def _sync_world(rt) -> None:
     rt.teams.world.sync()
-
-
-def _check_align(align) -> int:
-    if align is None or align == 0:
-        return MIN_ALIGN
-    align = int(align)
-    if align < 0 or align & (align - 1):
-        raise ValueError(f"align must be a power of two, got {align}")
-    if align > MAX_ALIGN:
-        raise ValueError(f"align above {MAX_ALIGN} bytes is not supported")
-    return max(align, MIN_ALIGN)
 
 
 def _allocate(nbytes: int, align=None, clear: bool = True) -> int:

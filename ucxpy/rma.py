@@ -46,13 +46,16 @@ import glob
 import itertools
 import mmap
 import os
-import re
-import struct
 
 from . import wire
 from .buffers import COMPLETED, recv_view, send_view
 from .errors import RemoteAccessError
 from .request import Request
+from .rkey import ALIGN, BADOP, OK, RANGE, STALE, TABLE_SLOTS, RegionKey, resolve
+from .rkey import HEADER as _RKEY  # noqa: F401 (tests build keys with it)
+from .rkey import pack as _pack_rkey
+from .rkey import pack_transport_keys as _pack_transport_keys
+from .rkey import unpack_transport_keys as _unpack_transport_keys  # noqa: F401
 from .transports.base import Caps
 from .transports.liveness import pid_alive
 
@@ -67,19 +70,13 @@ AmId = wire.AmId
 ATOMIC_OPS = {"add": 0, "and": 1, "or": 2, "xor": 3, "swap": 4, "cswap": 5}
 POST_OPS = ("add", "and", "or", "xor")
 
-OK, STALE, RANGE, ALIGN, BADOP = range(5)
 _STATUS = {STALE: "stale or unknown remote key", RANGE: "access outside the registered region",
            ALIGN: "misaligned atomic", BADOP: "bad atomic operation"}
 
 MAPPED, CMA, RDMA, AM = "mapped", "cma", "rdma", "am"
 #: a lane that moves registered memory by itself (RDMA) serves RMA directly
 RDMA_CAPS = Caps.GET_ZCOPY | Caps.PUT_ZCOPY
-TABLE_SLOTS = 4096
 SHM_DIR = "/dev/shm"
-_RKEY = struct.Struct("<4sQQQQIIBBH")
-_RKEY_MAGIC = b"URK1"
-_TABLE_NAME = re.compile(r"\Aucxpy-rt-[0-9]+-[0-9a-f]+\Z")
-_SEG_NAME = re.compile(r"\Aucxpy-rm-[0-9]+-[0-9a-f]+-[0-9]+\Z")
 _MASK = {4: 0xFFFF_FFFF, 8: 0xFFFF_FFFF_FFFF_FFFF}
 
 
@@ -181,15 +178,13 @@ class MemHandle:
         w = self.rma.worker
         table = self.rma.table.name.encode() if self.rma.table else b""
         seg = self.segment.name.encode() if self.segment else b""
-        host = w.address.host_id
-        return _RKEY.pack(_RKEY_MAGIC, w.uuid, self.mem_id, self.address, self.length,
-                          os.getpid(), max(self.slot, 0), len(table), len(seg), len(host)) \
-            + table + seg + host + self._transport_keys()
+        return _pack_rkey(w.uuid, self.mem_id, self.address, self.length, os.getpid(),
+                          self.slot, table, seg, w.address.host_id, self._transport_keys())
 
     def _transport_keys(self) -> bytes:
-        """``n u8 | n x (name len u8 | name | key len u16 | key)``: the region
-        registered with every interface that reads and writes one-sidedly by
-        itself (RDMA: ofi, verbs), so peers on those lanes put/get directly.
+        """The region registered with every interface that reads and writes
+        one-sidedly by itself (RDMA: ofi, verbs), so peers on those lanes
+        put/get directly (format: :func:`ucxpy.rkey.pack_transport_keys`).
         Registered once, through a view of our own: the transports tie a
         registration to the view it was made for, so dropping that view in
         ``unmap`` revokes the key."""
@@ -202,8 +197,7 @@ class MemHandle:
                         self._rdma_view = self.buf[:]
                     _addr, key = iface.pack_local_key(self._rdma_view)
                     keys.append((iface.name.encode(), bytes(key)))
-            self._tl_keys = bytes([len(keys)]) + b"".join(
-                bytes([len(n)]) + n + len(k).to_bytes(2, "little") + k for n, k in keys)
+            self._tl_keys = _pack_transport_keys(keys)
         return self._tl_keys
 
     def unmap(self) -> None:
@@ -218,62 +212,19 @@ class MemHandle:
                     self.rma.unregister(self)
 
 
-def _unpack_transport_keys(packed: bytes, off: int) -> dict:
-    """Inverse of ``MemHandle._transport_keys``: {transport name: key}."""
-    keys = {}
-    try:
-        count = packed[off]
-        off += 1
-        for _ in range(count):
-            n = packed[off]
-            name = packed[off + 1:off + 1 + n].decode("ascii")
-            off += 1 + n
-            k = int.from_bytes(packed[off:off + 2], "little")
-            key = packed[off + 2:off + 2 + k]
-            if len(name) != n or len(key) != k:
-                raise IndexError
-            keys[name] = key
-            off += 2 + k
-    except (IndexError, UnicodeDecodeError):
-        raise RemoteAccessError("malformed remote key (transport keys)") from None
-    if off != len(packed):
-        raise RemoteAccessError("malformed remote key (trailing bytes)")
-    return keys
+class RemoteKey(RegionKey):
+    """A peer's registered region as seen through one endpoint: the fields of
+    its packed key (:class:`ucxpy.rkey.RegionKey`, whose ``check`` range-checks
+    every access) and the access mode picked for the endpoint's lane."""
 
-
-class RemoteKey:
-    """A peer's registered region as seen through one endpoint."""
-
-    __slots__ = ("ep", "mem_id", "base", "length", "pid", "slot", "table", "segment",
-                 "host_id", "tl_keys", "mode", "_local_base", "_table_addr")
+    __slots__ = ("ep", "mode", "_local_base")
 
     def __init__(self, ep, packed):
-        packed = bytes(packed)
-        try:
-            (magic, uuid, self.mem_id, self.base, self.length, self.pid, self.slot,
-             tlen, slen, hlen) = _RKEY.unpack_from(packed)
-        except struct.error:
-            raise RemoteAccessError("malformed remote key (too short)") from None
-        off = _RKEY.size
-        if magic != _RKEY_MAGIC or len(packed) < off + tlen + slen + hlen + 1:
-            raise RemoteAccessError("malformed remote key")
-        self.table = packed[off:off + tlen].decode("ascii", "replace")
-        self.segment = packed[off + tlen:off + tlen + slen].decode("ascii", "replace")
-        off += tlen + slen
-        self.host_id = packed[off:off + hlen]
-        self.tl_keys = _unpack_transport_keys(packed, off + hlen)
-        # The names are opened under /dev/shm and the slot indexes the peer's
-        # table mapping: anything else would map an arbitrary file or read
-        # past the table.
-        if (self.table and not _TABLE_NAME.match(self.table)) or \
-                (self.segment and not _SEG_NAME.match(self.segment)) or \
-                self.slot >= TABLE_SLOTS:
-            raise RemoteAccessError("malformed remote key (segment name or slot)")
-        if uuid != ep.remote.uuid:
+        RegionKey.__init__(self, packed)
+        if self.uuid != ep.remote.uuid:
             raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
         self.ep = ep
         self._local_base = 0
-        self._table_addr = 0
         self.mode = ep.worker.rma.access_mode(ep, self)
 
     def __repr__(self) -> str:
@@ -285,20 +236,6 @@ class RemoteKey:
         (MAPPED mode; 0 otherwise), for layers that load/store peer memory
         directly, e.g. OpenSHMEM's symmetric heap and ``shmem_ptr``."""
         return self._local_base if self.mode == MAPPED else 0
-
-    def check(self, address: int, length: int, align: int = 1) -> int:
-        """Offset of ``[address, address+length)`` in the region, or raise."""
-        off = address - self.base
-        if off < 0 or length < 0 or off + length > self.length:
-            raise RemoteAccessError(
-                f"remote access [{address:#x}, +{length}) outside registered region "
-                f"[{self.base:#x}, +{self.length})")
-        if address % align:
-            raise RemoteAccessError(f"misaligned {align}-byte atomic at {address:#x}")
-        if self._table_addr and lib.ucxpy_atomic_load64(
-                ffi.cast("void *", self._table_addr)) != self.mem_id:
-            raise RemoteAccessError(f"stale remote key: memory {self.mem_id} was unmapped")
-        return off
 
 
 class _Op:
@@ -582,28 +519,17 @@ class RmaEngine:
             return None
         return op.dest
 
-    # -- target ----------------------------------------------------------------
-    def _resolve(self, mem_id, address, length, align=1):
-        mh = self.registry.get(mem_id)
-        if mh is None:
-            return STALE, None, 0
-        off = address - mh.address
-        if off < 0 or off + length > mh.length:
-            return RANGE, None, 0
-        if address % align:
-            return ALIGN, None, 0
-        return OK, mh, off
-
+    # -- target (accesses checked by ucxpy.rkey.resolve) ----------------------
     def put_dest(self, header, length):
         """``recv_dest`` for PUT frames: straight into the registered memory."""
         _, mem_id, address = wire.RMA_PUT.unpack(header)
-        status, mh, off = self._resolve(mem_id, address, length)
+        status, mh, off = resolve(self.registry, mem_id, address, length)
         return mh.buf[off:off + length] if status == OK else None
 
     def on_put(self, tep, header, payload):
         op_id, mem_id, address = wire.RMA_PUT.unpack(header)
         n = len(payload)
-        status, mh, off = self._resolve(mem_id, address, n)
+        status, mh, off = resolve(self.registry, mem_id, address, n)
         if status == OK and n and not (isinstance(payload, memoryview)
                                        and payload.obj is mh.buf.obj):
             mh.buf[off:off + n] = payload
@@ -611,7 +537,7 @@ class RmaEngine:
 
     def on_get(self, tep, header, payload):
         op_id, mem_id, address, n = wire.RMA_GET.unpack(header)
-        status, mh, off = self._resolve(mem_id, address, n)
+        status, mh, off = resolve(self.registry, mem_id, address, n)
         data = mh.buf[off:off + n] if status == OK else b""
         tep.owner_ep.send_frame(AmId.RMA_GET_REP, wire.RMA_ACK.pack(op_id, status), data)
 
@@ -621,7 +547,7 @@ class RmaEngine:
         if size not in (4, 8) or code > 5:
             status = BADOP
         else:
-            status, mh, off = self._resolve(mem_id, address, size, align=size)
+            status, mh, off = resolve(self.registry, mem_id, address, size, size)
             if status == OK:
                 old = apply_atomic(mh.address + off, code, size, value, compare)
         tep.owner_ep.send_frame(AmId.RMA_AMO_REP, wire.RMA_AMO_REP.pack(op_id, status, old))
