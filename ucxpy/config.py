@@ -157,11 +157,12 @@ class Config:
     def validate(self) -> None:
         if isinstance(self.tls, str):
             self.tls = tuple(x.strip() for x in self.tls.split(",") if x.strip())
-        from .context import TRANSPORTS
-        unknown = [t for t in self.tls if t not in TRANSPORTS and t != "all"]
+        from .context import transports
+        known = transports()
+        unknown = [t for t in self.tls if t not in known and t != "all"]
         if unknown:
             raise ConfigError(f"UCXPY_TLS names unknown transport(s) {unknown}; "
-                              f"known: {', '.join(TRANSPORTS)}")
+                              f"known: {', '.join(known)}")
         if not self.tls:
             raise ConfigError("UCXPY_TLS is empty")
         for name in ("rndv_thresh", "short_thresh"):
@@ -263,8 +264,8 @@ def variables(plugins: bool = True) -> Dict[str, Var]:
     import importlib
     from importlib import metadata
 
-    from .context import TRANSPORTS
-    for mod in dict.fromkeys(t.split(":")[0] for t in TRANSPORTS.values()):
+    from .context import transports
+    for mod in dict.fromkeys(t.split(":")[0] for t in transports().values()):
         try:
             importlib.import_module(mod)
         except Exception:          # a transport that cannot load declares nothing

@@ -8,7 +8,9 @@ from .config import Config
 from .errors import TransportUnavailable
 from .transports.base import Availability
 
-#: transport name -> "module:class"; imported only when selected or queried
+#: transport name -> "module:class"; imported only when selected or queried.
+#: More come from :func:`register_transport` and the ``ucxpy.transports``
+#: entry point group (name = transport name, value = "module:Class").
 TRANSPORTS = {
     "self": "ucxpy.transports.loopback:SelfInterface",
     "shm": "ucxpy.transports.shm:ShmInterface",
@@ -16,11 +18,39 @@ TRANSPORTS = {
     "verbs": "ucxpy.transports.verbs:VerbsInterface",
     "ofi": "ucxpy.transports.ofi:OfiInterface",
 }
+_plugins_loaded = False
+
+
+def register_transport(name: str, target: str) -> None:
+    """Make the :class:`~ucxpy.transports.base.Interface` subclass at
+    ``target`` ("module:Class") selectable as ``name`` in ``UCXPY_TLS``
+    (examples/toy_transport.py is a whole one).  Registering a taken name
+    for another class is a ConfigError."""
+    from .errors import ConfigError
+    if not name or "," in name or ":" not in target:
+        raise ConfigError(f"register_transport({name!r}, {target!r}): want a name and "
+                          f"'module:Class'")
+    old = TRANSPORTS.get(name)
+    if old is not None and old != target:
+        raise ConfigError(f"transport {name!r} is already {old}")
+    TRANSPORTS[name] = target
+
+
+def transports() -> dict:
+    """Every known transport: the built-in ones, those registered, and those
+    of installed packages' ``ucxpy.transports`` entry points."""
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        from importlib import metadata
+        for ep in metadata.entry_points(group="ucxpy.transports"):
+            TRANSPORTS.setdefault(ep.name, ep.value)
+    return TRANSPORTS
 
 
 def load_transport(name: str, config: Config):
     """Return ``(interface class or None, Availability)`` for transport ``name``."""
-    target = TRANSPORTS.get(name)
+    target = transports().get(name)
     if target is None:
         return None, Availability(False, f"unknown transport {name!r}")
     mod, cls = target.split(":")
@@ -44,7 +74,7 @@ class Context:
         self.config = config if config is not None else Config.from_env(**overrides)
         names = list(self.config.tls)
         if "all" in names:
-            names = list(TRANSPORTS)
+            names = list(transports())
         if "self" not in names:
             names.insert(0, "self")
         self.transports = []          # interface classes, in preference order
@@ -70,4 +100,4 @@ class Context:
     def query(config: Optional[Config] = None):
         """``[(name, Availability)]`` for every known transport (``ucxpy-info``)."""
         config = config if config is not None else Config.from_env()
-        return [(name, load_transport(name, config)[1]) for name in TRANSPORTS]
+        return [(name, load_transport(name, config)[1]) for name in transports()]
