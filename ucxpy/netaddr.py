@@ -1,4 +1,7 @@
-"""This host's IPv4 addresses, and which one a listener should bind.
+"""This host's identity, its IPv4 addresses, and which one a listener binds.
+
+:func:`host_id` names the host for reachability (every transport and the
+worker address use it: same value, same host).
 
 Listeners (the tcp transport, the verbs out-of-band socket, the launcher's
 rendezvous service) bind one address, never all of them:
@@ -17,11 +20,34 @@ the result to the transports as ``tcp_iface``.
 from __future__ import annotations
 
 import fcntl
+import functools
+import os
 import socket
 import struct
 from typing import Optional
 
 LOOPBACK = "127.0.0.1"
+
+
+def ns_inode(kind: str) -> int:
+    """Inode of this process's ``kind`` namespace ("net", "pid", ...), 0 if unknown."""
+    try:
+        return os.stat(f"/proc/self/ns/{kind}").st_ino
+    except OSError:
+        return 0
+
+
+@functools.lru_cache(maxsize=None)
+def host_id() -> bytes:
+    """Identity of this host: hostname, kernel boot id and network-namespace
+    inode (abstract unix sockets are per network namespace, and a reboot or
+    another kernel means another host)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = "?"
+    return f"{socket.gethostname()}/{boot}/{ns_inode('net')}".encode()
 
 
 def ipv4_of_device(name: str) -> Optional[str]:
@@ -102,3 +128,15 @@ def listen_ipv4(tcp_iface: str, keyed: bool) -> Optional[str]:
     if not keyed:
         return LOOPBACK
     return outward_ipv4()
+
+
+def advertised_ipv4s(tcp_iface: str, keyed: bool = True) -> list:
+    """The one IP to bind and put in a listener's address (:func:`listen_ipv4`):
+    ``tcp_iface`` (an IP or a device name) if set, else loopback without a
+    job key, else the address of the default route."""
+    from .errors import TransportUnavailable
+    ip = listen_ipv4(tcp_iface, keyed)
+    if ip is None:
+        raise TransportUnavailable(f"UCXPY_TCP_IFACE={tcp_iface!r} is neither an "
+                                   f"IPv4 address nor a device with one")
+    return [ip]

@@ -13,6 +13,7 @@ from .address import WorkerAddress
 from .am import ActiveMessages
 from .buffers import recv_view  # noqa: F401  (re-exported)
 from .endpoint import Endpoint
+from .netaddr import host_id
 from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProtocolError,
                      UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
@@ -29,15 +30,6 @@ ALIAS_BASE = 1 << 62
 #: passes) for a connection of its that is still being accepted before
 #: failing what depends on it (see Worker.conn_failed)
 CLOSE_GRACE = 0.25
-
-
-def host_id() -> bytes:
-    """Identity of this host for reachability: same value <=> same host."""
-    try:
-        from .transports.shm import local_host_id
-        return local_host_id()
-    except Exception:   # shm unavailable: hostname alone
-        return os.uname().nodename.encode()
 
 
 class TagMessage:

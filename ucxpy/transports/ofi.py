@@ -122,6 +122,7 @@ import weakref
 from typing import Callable, Optional
 
 from .. import auth, config
+from ..netaddr import host_id as this_host_id
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .liveness import PidWatch
@@ -212,14 +213,6 @@ def _provider_env(provider: str, cfg):
         yield
     finally:
         del os.environ["FI_TCP_IFACE"]
-
-
-def _local_host_id() -> bytes:
-    try:
-        from .shm import local_host_id
-        return local_host_id()
-    except Exception:  # shm's native module missing: hostname alone
-        return socket.gethostname().encode()
 
 
 def _errstr(rc: int) -> str:
@@ -616,7 +609,7 @@ class OfiInterface(Interface):
         self._bye_later = []
         self._resend = []                 # (due time, send slot) to post again
         self._to_fail = []
-        self.host_id = _local_host_id()
+        self.host_id = this_host_id()
         self._peer_procs = PidWatch()     # same-host peer processes
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)

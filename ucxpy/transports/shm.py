@@ -59,7 +59,6 @@ the kernel lets us (self probe, Yama policy).
 from __future__ import annotations
 
 import errno
-import functools
 import logging
 import mmap
 import os
@@ -74,6 +73,7 @@ from typing import Callable, Optional
 
 from .. import auth
 from .._native import ffi, lib
+from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
                       RemoteAccessError)
 from .liveness import PidWatch, pid_alive
@@ -120,26 +120,6 @@ _from_buffer = ffi.from_buffer
 
 
 # -- host identity -------------------------------------------------------------
-
-def _ns_inode(kind: str) -> int:
-    try:
-        return os.stat(f"/proc/self/ns/{kind}").st_ino
-    except OSError:
-        return 0
-
-
-@functools.lru_cache(maxsize=None)
-def local_host_id() -> bytes:
-    """Identity of this host as seen by shm: hostname, kernel boot id and
-    network-namespace inode (abstract unix sockets are per network namespace,
-    and a reboot or another kernel means another host)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except OSError:
-        boot = "?"
-    return f"{socket.gethostname()}/{boot}/{_ns_inode('net')}".encode()
-
 
 def _shm_dev() -> int:
     try:

@@ -97,7 +97,7 @@ from typing import Callable, Optional
 from .. import auth
 from ..errors import (ConfigError, ConnectionLost, MessageTooLarge, ProtocolError,
                       TransportUnavailable)
-from ..netaddr import listen_ipv4, local_ipv4s
+from ..netaddr import advertised_ipv4s, local_ipv4s
 from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint,
                    byte_view)
 from .tcp_frames import FRAME_MAGIC, PREFIX, FrameError, FrameReader
@@ -130,17 +130,6 @@ _LOST_ERRNOS = (errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ETIMEDO
 
 
 # ----------------------------------------------------------------- addresses
-
-def advertised_ipv4s(tcp_iface: str, keyed: bool = True) -> list:
-    """The one IP to bind and put in our address (:func:`ucxpy.netaddr.listen_ipv4`):
-    ``tcp_iface`` (an IP or a device name) if set, else loopback without a
-    job key, else the address of the default route."""
-    ip = listen_ipv4(tcp_iface, keyed)
-    if ip is None:
-        raise TransportUnavailable(f"tcp: UCXPY_TCP_IFACE={tcp_iface!r} is neither an "
-                                   f"IPv4 address nor a device with one")
-    return [ip]
-
 
 def pack_hello(role: int, nonce: int, challenge: bytes) -> bytes:
     """The 32-byte HELLO of ``role`` (see the module docstring)."""

@@ -755,7 +755,7 @@ class VerbsInterface(Interface):
             raise
 
     def _setup(self, cfg) -> None:
-        from .tcp import advertised_ipv4s
+        from ..netaddr import advertised_ipv4s
         a = self.dev
         self.port = int(a.port)
         self.lid = int(a.lid)
