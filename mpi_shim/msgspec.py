@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-from ucxpy._pybuffer import BufferExporter
+from ucxpy.buffers import BufferExporter
 
 from . import packing
 from .datatype import Datatype, _NAMED, _committed

@@ -40,13 +40,13 @@ from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .msgspec import parse_target
 from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
 from .handle import Handle, register_family
-from ucxpy._pybuffer import BufferExporter
+from ucxpy.buffers import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
 from .op import NO_OP, REPLACE, SUM, _by_name
 from .packing import contiguous_range, span
 from .request import ENGINE, DoneOp, Request
 from .status import PROC_NULL
-from ucxpy.rma import ATOMIC_OPS, POST_OPS, apply_atomic
+from ucxpy.atomics import OPS as ATOMIC_OPS, POST_OPS, apply as apply_atomic
 
 AM_ACC, AM_REPLY = 0x4D50, 0x4D51
 FLAVOR_CREATE, FLAVOR_ALLOCATE, FLAVOR_DYNAMIC, FLAVOR_SHARED = 1, 2, 3, 4

@@ -53,10 +53,7 @@ from .team import (TEAM_INVALID, TEAM_SHARED, TEAM_WORLD, Team, team_create_ctx,
                    team_destroy, team_get_config, team_my_pe, team_n_pes, team_split_2d,
                    team_split_strided, team_sync, team_translate_pe)
 
-try:
-    from ucxpy._native import ffi
-except ImportError:  # pragma: no cover
-    ffi = None
+from ucxpy.atomics import ffi    # shmem4py names its cffi handle shmem.ffi
 
 MAJOR_VERSION = 1
 MINOR_VERSION = 5

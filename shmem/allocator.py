@@ -18,7 +18,7 @@ import bisect
 import numpy as np
 
 from .errors import InvalidFree, NotSymmetric, SymmetricHeapExhausted
-from .runtime import ffi
+from ucxpy.atomics import ffi
 
 #: every block starts at a multiple of this (long double / complex alignment)
 MIN_ALIGN = 16

@@ -17,10 +17,11 @@ import struct
 
 import numpy as np
 
+from ucxpy import atomics
+
 from . import runtime
 from .errors import DtypeMismatch, InvalidArray
 from .rma import _route
-from .runtime import lib
 
 class AMO(str, enum.Enum):
     """Operation names for atomic_op / atomic_fetch_op."""
@@ -87,7 +88,7 @@ def _target(rt, target, op):
 
 def _load(peer, off, size) -> int:
     p = peer.ptr + off
-    return lib.ucxpy_atomic_load64(p) if size == 8 else lib.ucxpy_atomic_load32(p)
+    return atomics.load64(p) if size == 8 else atomics.load32(p)
 
 
 def _direct(peer, off, k, op, raw, cmp_raw):
@@ -95,27 +96,27 @@ def _direct(peer, off, k, op, raw, cmp_raw):
     p = peer.ptr + off
     if k.size == 8:
         if op == "add":
-            return lib.ucxpy_atomic_fetch_add64(p, raw)
+            return atomics.fetch_add64(p, raw)
         if op == "swap":
-            return lib.ucxpy_atomic_swap64(p, raw)
+            return atomics.swap64(p, raw)
         if op == "cswap":
-            return lib.ucxpy_atomic_cswap64(p, cmp_raw, raw)
+            return atomics.cswap64(p, cmp_raw, raw)
         if op == "and":
-            return lib.ucxpy_atomic_fetch_and64(p, raw)
+            return atomics.fetch_and64(p, raw)
         if op == "or":
-            return lib.ucxpy_atomic_fetch_or64(p, raw)
-        return lib.ucxpy_atomic_fetch_xor64(p, raw)
+            return atomics.fetch_or64(p, raw)
+        return atomics.fetch_xor64(p, raw)
     if op == "add":
-        return lib.ucxpy_atomic_fetch_add32(p, raw)
+        return atomics.fetch_add32(p, raw)
     if op == "swap":
-        return lib.ucxpy_atomic_swap32(p, raw)
+        return atomics.swap32(p, raw)
     if op == "cswap":
-        return lib.ucxpy_atomic_cswap32(p, cmp_raw, raw)
+        return atomics.cswap32(p, cmp_raw, raw)
     if op == "and":
-        return lib.ucxpy_atomic_fetch_and32(p, raw)
+        return atomics.fetch_and32(p, raw)
     if op == "or":
-        return lib.ucxpy_atomic_fetch_or32(p, raw)
-    return lib.ucxpy_atomic_fetch_xor32(p, raw)
+        return atomics.fetch_or32(p, raw)
+    return atomics.fetch_xor32(p, raw)
 
 
 def _amo(target, pe, ctx, op, value=0, cond=0, fetch=True, name=None, out=None):

@@ -21,9 +21,10 @@ import time
 
 import numpy as np
 
+from ucxpy import atomics
+
 from . import runtime
 from .errors import DtypeMismatch
-from .runtime import lib
 
 LOCK_PE = 0
 _TICKET = 1 << 32
@@ -39,13 +40,13 @@ def _word(rt, lock):
 
 def _fetch_add(rt, peer, off, value) -> int:
     if peer.base:
-        return lib.ucxpy_atomic_fetch_add64(peer.ptr + off, value)
+        return atomics.fetch_add64(peer.ptr + off, value)
     return peer.ep.atomic_fetch("add", value, peer.raddr + off, peer.rkey, 8)
 
 
 def _load(rt, peer, off) -> int:
     if peer.base:
-        return lib.ucxpy_atomic_load64(peer.ptr + off)
+        return atomics.load64(peer.ptr + off)
     return peer.ep.atomic_fetch("or", 0, peer.raddr + off, peer.rkey, 8)
 
 
@@ -67,8 +68,8 @@ def set_lock(lock) -> None:
     peer, off = _word(rt, lock)
     ticket = (_fetch_add(rt, peer, off, _TICKET) >> 32) & _LOW
     if peer.base:
-        rt.wait(lambda: lib.ucxpy_atomic_load64(peer.ptr + off) & _LOW == ticket, "set_lock")
-        lib.ucxpy_fence_acquire()
+        rt.wait(lambda: atomics.load64(peer.ptr + off) & _LOW == ticket, "set_lock")
+        atomics.fence_acquire()
         return
     # remote word: poll with growing pauses so waiters do not flood PE 0
     nap = 20e-6
@@ -90,12 +91,12 @@ def test_lock(lock) -> bool:
         return True
     new = (w + _TICKET) & 0xFFFF_FFFF_FFFF_FFFF
     if peer.base:
-        old = lib.ucxpy_atomic_cswap64(peer.ptr + off, w, new)
+        old = atomics.cswap64(peer.ptr + off, w, new)
     else:
         old = peer.ep.atomic_fetch("cswap", new, peer.raddr + off, peer.rkey, 8, compare=w)
     if old == w:
-        if lib is not None:
-            lib.ucxpy_fence_acquire()
+        if atomics.available:
+            atomics.fence_acquire()
         return False
     return True
 
@@ -106,7 +107,7 @@ def clear_lock(lock) -> None:
     peer, off = _word(rt, lock)
     rt.ctxs.quiet_all()
     if peer.base:
-        lib.ucxpy_atomic_add64(peer.ptr + off, 1)
+        atomics.add64(peer.ptr + off, 1)
     else:
         peer.ep.atomic_fetch("add", 1, peer.raddr + off, peer.rkey, 8)
 

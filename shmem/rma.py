@@ -17,10 +17,11 @@ import enum
 
 import numpy as np
 
+from ucxpy import atomics
+
 from . import runtime
 from .ctx import ctx_state
 from .errors import DtypeMismatch, InvalidArray
-from .runtime import ffi, lib
 
 #: AM-mode blocking puts up to this many bytes copy the source and return at once
 COPY_LIMIT = 64 << 10
@@ -82,7 +83,7 @@ def put_bytes(rt, cst, peer, off: int, src: np.ndarray, nbytes: int, nbi: bool =
     ``off`` on ``peer``."""
     if peer.base:
         if nbytes:
-            ffi.memmove(peer.ptr + off, src, nbytes)
+            atomics.memmove(peer.ptr + off, src, nbytes)
         return
     if not nbytes:
         return
@@ -101,7 +102,7 @@ def get_bytes(rt, cst, peer, off: int, dest: np.ndarray, nbytes: int, nbi: bool 
     """Copy ``nbytes`` from heap offset ``off`` on ``peer`` into ``dest``."""
     if peer.base:
         if nbytes:
-            ffi.memmove(dest, peer.ptr + off, nbytes)
+            atomics.memmove(dest, peer.ptr + off, nbytes)
         return
     if not nbytes:
         return
@@ -118,7 +119,7 @@ def _fast_peer(rt, target, source, pe):
     """(Peer, heap offset, nbytes) when a plain call may skip argument
     checking: ``target``/``source`` is an array this heap handed out, the
     other side an array of the identical dtype, ``pe`` a direct world PE;
-    else None.  A non-contiguous local side makes ffi.memmove raise, and the
+    else None.  A non-contiguous local side makes atomics.memmove raise, and the
     caller then takes the checked path."""
     hit = rt.heap.known.get(id(target))
     if hit is None or hit[0] is not target or type(source) is not np.ndarray \
@@ -143,7 +144,7 @@ def put(target, source, pe: int, size=None, ctx=None) -> None:
         if fast is not None:
             peer, off, nbytes = fast
             try:
-                ffi.memmove(peer.ptr + off, source, nbytes)
+                atomics.memmove(peer.ptr + off, source, nbytes)
                 return
             except (BufferError, TypeError, ValueError):
                 pass
@@ -163,7 +164,7 @@ def get(target, source, pe: int, size=None, ctx=None) -> None:
         if fast is not None:
             peer, off, nbytes = fast
             try:
-                ffi.memmove(target, peer.ptr + off, nbytes)
+                atomics.memmove(target, peer.ptr + off, nbytes)
                 return
             except (BufferError, TypeError, ValueError):
                 pass
@@ -264,12 +265,12 @@ def signal_update(rt, cst, peer, off: int, value: int, sigop) -> None:
     value = int(value) & 0xFFFF_FFFF_FFFF_FFFF
     if sigop == SIGNAL_ADD:
         if peer.base:
-            lib.ucxpy_atomic_add64(peer.ptr + off, value)
+            atomics.add64(peer.ptr + off, value)
         else:
             cst.track(peer.ep.atomic_post("add", value, peer.raddr + off, peer.rkey, 8))
     elif sigop == SIGNAL_SET:
         if peer.base:
-            lib.ucxpy_atomic_store64(peer.ptr + off, value)
+            atomics.store64(peer.ptr + off, value)
         else:
             cst.track(peer.ep.atomic_fetch_nb("swap", value, peer.raddr + off, peer.rkey, 8))
     else:
@@ -313,7 +314,7 @@ def signal_fetch(signal) -> int:
     """Atomically read the local ``signal`` word."""
     rt = runtime.get()
     off = _signal_offset(rt, signal)
-    return int(lib.ucxpy_atomic_load64(rt.peers[rt.rank].ptr + off))
+    return int(atomics.load64(rt.peers[rt.rank].ptr + off))
 
 
 # -- direct access -----------------------------------------------------------------------

@@ -41,17 +41,13 @@ import time
 from typing import Callable, Optional
 
 import ucxpy
-from ucxpy import config
+from ucxpy import atomics, config
 from ucxpy.errors import TimeoutError as UcxpyTimeout
 from ucxpy.rma import MAPPED
 
 from .errors import InvalidPE, NotInitialized
 from .settings import DEFAULT_HEAP_SIZE, parse_heap_size as parse_size
 
-try:
-    from ucxpy._native import ffi, lib
-except ImportError:  # pragma: no cover - built at install time
-    ffi = lib = None
 
 LOCAL, AM = "local", "am"
 #: bytes at the start of the heap kept for the library (team sync counters)
@@ -85,8 +81,8 @@ class Peer:
         self.rkey = rkey
         self.raddr = raddr          # heap address in the peer's process (AM)
         if base:
-            self.ptr = ffi.cast("char *", base)
-            self.u8 = np.frombuffer(ffi.buffer(self.ptr, length), np.uint8)
+            self.ptr = atomics.pointer(base)
+            self.u8 = np.frombuffer(atomics.buffer(self.ptr, length), np.uint8)
         else:
             self.ptr = None
             self.u8 = None
@@ -107,7 +103,7 @@ class Runtime:
         from .heap import SymmetricHeap
         from .team import TeamRegistry
         from .ctx import ContextRegistry
-        if lib is None:
+        if not atomics.available:
             raise NotInitialized("ucxpy._native is not built: run pip install -e .")
         self.world = ucxpy.init(timeout=timeout)
         self.worker = self.world.worker

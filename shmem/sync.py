@@ -17,11 +17,11 @@ import operator
 import numpy as np
 
 import ucxpy
+from ucxpy import atomics
 
 from . import runtime
 from .ctx import ctx_state
 from .errors import DtypeMismatch, InvalidArray
-from .runtime import lib
 
 
 class CMP(enum.IntEnum):
@@ -130,8 +130,8 @@ def _values(values, n, dtype):
 
 
 def _done(rt):
-    if lib is not None:
-        lib.ucxpy_fence_acquire()   # later reads see what the writer stored first
+    if atomics.available:
+        atomics.fence_acquire()   # later reads see what the writer stored first
 
 
 def wait_until(ivar, cmp, value) -> None:
@@ -273,7 +273,7 @@ def signal_wait_until(signal, cmp, value) -> int:
     seen = []
 
     def cond():
-        s = lib.ucxpy_atomic_load64(p)
+        s = atomics.load64(p)
         if fn(s, val):
             seen.append(s)
             return True

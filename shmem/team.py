@@ -28,9 +28,10 @@ from typing import Optional
 
 import numpy as np
 
+from ucxpy import atomics
+
 from . import runtime
 from .errors import InvalidPE, InvalidTeam
-from .runtime import lib
 
 SLOTS = 256
 ROUNDS = 32
@@ -86,7 +87,7 @@ class TeamState:
         for k, peer in enumerate(self._targets):
             off = base + k * 8
             if peer.base:
-                lib.ucxpy_atomic_add64(peer.ptr + off, 1)
+                atomics.add64(peer.ptr + off, 1)
             else:
                 req = peer.ep.atomic_post("add", 1, peer.raddr + off, peer.rkey, 8)
                 if not req.done:
@@ -94,8 +95,8 @@ class TeamState:
                     posts.append(req)
             if words[k] < epoch:
                 rt.wait(lambda: words[k] >= epoch, "team sync")
-        if lib is not None:
-            lib.ucxpy_fence_acquire()
+        if atomics.available:
+            atomics.fence_acquire()
         if posts:
             rt.wait_requests(posts, "team sync")
 

@@ -167,3 +167,29 @@ print("FAILED", failed)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "ABOVE []" in cp.stdout, cp.stdout
     print(cp.stdout)
+
+
+def test_the_layers_use_only_public_core_apis():
+    """mpi_shim and shmem reach the core through its public modules: no
+    ``ucxpy._native`` (they use :mod:`ucxpy.atomics`), no private names of
+    a ucxpy module (``from ucxpy.x import _y`` or ``ucxpy.x._y``)."""
+    import ast
+    import pathlib
+    bad = []
+    for pkg in ("mpi_shim", "shmem"):
+        for path in sorted(pathlib.Path(ROOT, pkg).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("ucxpy"):
+                    mods = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.Import):
+                    mods = [a.name for a in node.names if a.name.startswith("ucxpy")]
+                    names = []
+                else:
+                    continue
+                private = [m for m in mods if any(p.startswith("_") for p in m.split(".")[1:])]
+                private += [n for n in names if n.startswith("_")]
+                if private:
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {private}")
+    assert not bad, "\n".join(bad)

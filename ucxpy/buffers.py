@@ -8,10 +8,16 @@ that use them import them at the top instead of inside hot functions.
 """
 from __future__ import annotations
 
+from ._pybuffer import BufferExporter
 from .errors import InvalidBuffer
 from .request import Request
 
-__all__ = ["send_view", "recv_view", "COMPLETED"]
+__all__ = ["send_view", "recv_view", "COMPLETED", "BufferExporter"]
+
+#: ``BufferExporter`` (native/pybuffer.c) is a base class whose Python
+#: subclasses export a buffer through the buffer protocol from a
+#: ``_buffer_target()`` method returns: how mpi_shim's ``MPI.buffer`` and window
+#: memory hand out their bytes without a copy.
 
 
 def send_view(buf) -> memoryview:

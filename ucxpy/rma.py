@@ -48,6 +48,8 @@ import mmap
 import os
 
 from . import wire
+from .atomics import MASK as _MASK, OPS as ATOMIC_OPS, POST_OPS  # noqa: F401 (re-exported)
+from .atomics import address_of as buffer_address, apply as apply_atomic
 from .buffers import COMPLETED, recv_view, send_view
 from .errors import RemoteAccessError
 from .request import Request
@@ -67,8 +69,6 @@ except ImportError:  # pragma: no cover - the module is built at install time
 AmId = wire.AmId
 
 #: atomic opcodes (wire values); post = add/and/or/xor, fetch = all
-ATOMIC_OPS = {"add": 0, "and": 1, "or": 2, "xor": 3, "swap": 4, "cswap": 5}
-POST_OPS = ("add", "and", "or", "xor")
 
 _STATUS = {STALE: "stale or unknown remote key", RANGE: "access outside the registered region",
            ALIGN: "misaligned atomic", BADOP: "bad atomic operation"}
@@ -77,36 +77,6 @@ MAPPED, CMA, RDMA, AM = "mapped", "cma", "rdma", "am"
 #: a lane that moves registered memory by itself (RDMA) serves RMA directly
 RDMA_CAPS = Caps.GET_ZCOPY | Caps.PUT_ZCOPY
 SHM_DIR = "/dev/shm"
-_MASK = {4: 0xFFFF_FFFF, 8: 0xFFFF_FFFF_FFFF_FFFF}
-
-
-def _need_native():
-    if lib is None:
-        raise RemoteAccessError("ucxpy._native is not built: run pip install -e .")
-
-
-def apply_atomic(address: int, op: int, size: int, value: int, compare: int) -> int:
-    """Apply atomic ``op`` at a local ``address``; returns the old value."""
-    _need_native()
-    p = ffi.cast("void *", address)
-    value &= _MASK[size]
-    if size == 8:
-        fns = (lib.ucxpy_atomic_fetch_add64, lib.ucxpy_atomic_fetch_and64,
-               lib.ucxpy_atomic_fetch_or64, lib.ucxpy_atomic_fetch_xor64, lib.ucxpy_atomic_swap64)
-        return lib.ucxpy_atomic_cswap64(p, compare & _MASK[8], value) if op == 5 else fns[op](p, value)
-    fns = (lib.ucxpy_atomic_fetch_add32, lib.ucxpy_atomic_fetch_and32,
-           lib.ucxpy_atomic_fetch_or32, lib.ucxpy_atomic_fetch_xor32, lib.ucxpy_atomic_swap32)
-    return lib.ucxpy_atomic_cswap32(p, compare & _MASK[4], value) if op == 5 else fns[op](p, value)
-
-
-def buffer_address(view: memoryview) -> int:
-    """Address of a buffer's first byte.  The temporary cffi export is released
-    at once: a lingering export on a memoryview trips CPython's garbage
-    collector (BufferError in tp_clear, then a crash); ``view`` pins the memory."""
-    if ffi is None:
-        return id(view)
-    with ffi.from_buffer(view) as p:
-        return int(ffi.cast("uintptr_t", p))
 
 
 def _reap_stale_segments() -> None:
