@@ -21,8 +21,6 @@ bits   field    meaning
 """
 from __future__ import annotations
 
-import os
-import select
 import threading
 import time
 
@@ -56,14 +54,12 @@ class Engine:
         self.hooks = []              # extra progress functions (nonblocking protocols)
         self.lock = None             # an RLock once several threads may call in
         self.comms = {}              # context id -> WeakSet of CommImpl (ULFM revoke)
-        self.busy = 0.002
 
     def attach(self, world) -> None:
         self.world = world
         self.worker = world.worker
         self.me = world.rank
         self.eps = dict(enumerate(world.eps))
-        self.busy = self.worker.config.busy_poll
         self.worker.add_progress_callback(self._progress_hook)
 
     def ep(self, wid):
@@ -154,69 +150,13 @@ class Engine:
                 raise translate(e) from None
         saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
-            self._wait(cond, timeout, lock)
+            w.wait_until(cond, timeout, "MPI operation", lock)
         except ucxpy.UcxpyError as e:
             from .exceptions import translate
             raise translate(e) from None
         finally:
             if saved is not None:
                 lock._acquire_restore(saved)
-
-    def _wait(self, cond, timeout, lock):
-        w = self.worker
-        limit = timeout or w.config.timeout
-        deadline = None if not limit else time.monotonic() + limit
-        spin_until = time.monotonic() + self.busy
-        nap = 20e-6
-        shared = lock
-        share = w.oversubscribed()
-        burst = 8 if share else 64
-        while True:
-            # THREAD_MULTIPLE with one thread alive (mpi4py's default level in
-            # most programs): nobody else can want the lock, so this pass
-            # polls without it, as at the lower levels.  Only a live thread
-            # can start another, and this one is here: the count is exact.
-            lock = shared if shared is not None and threading.active_count() > 1 else None
-            if lock is None:
-                for _ in range(burst):
-                    if w.progress():
-                        if cond():
-                            return
-                        spin_until = 0.0
-                    elif cond():
-                        return
-                w.check_peers()
-                done = cond()
-            else:
-                with lock:
-                    for _ in range(16):
-                        if w.progress():
-                            spin_until = 0.0
-                        if cond():
-                            return
-                    w.check_peers()
-                    done = cond()
-            if done:
-                return
-            now = time.monotonic()
-            if spin_until == 0.0:
-                spin_until, nap = now + self.busy, 20e-6
-            if deadline is not None and now >= deadline:
-                raise ucxpy.TimeoutError("MPI operation did not complete in time")
-            if now >= spin_until:
-                self._idle_sleep(nap)
-                nap = min(nap * 2, 2e-3)
-            elif share:
-                os.sched_yield()        # more ranks than CPUs: let the peer run
-            elif lock is not None:
-                time.sleep(0)           # let another thread take the lock
-
-    def _idle_sleep(self, seconds: float) -> None:
-        fds = [fd for i in self.worker.ifaces for fd in i.wait_fds()]
-        if fds:
-            select.select(fds, (), (), seconds)
-        else:
-            time.sleep(seconds)
 
     def enable_threads(self) -> None:
         """Serialize the worker for concurrent callers (THREAD_MULTIPLE)."""

@@ -5,6 +5,7 @@ import os
 import random
 import select
 import struct
+import threading
 import time
 from typing import Callable, Optional
 
@@ -177,45 +178,66 @@ class Worker:
             self._hot.append(fn)
 
     def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
-                   what: str = "operation") -> None:
+                   what: str = "operation", lock=None) -> None:
         """Progress until ``cond()`` is true.  Spins for ``UCXPY_BUSY_POLL``
         seconds, then sleeps on the transports' file descriptors with growing
-        naps so oversubscribed ranks leave the CPU to each other."""
+        naps so oversubscribed ranks leave the CPU to each other.
+
+        ``lock`` (a layer's library lock, e.g. mpi_shim's THREAD_MULTIPLE
+        lock, not held by the caller) is taken around each progress pass
+        while other threads are alive, and released between passes."""
         if cond():
             return
         if self.tr is not None:
-            return self._wait_traced(cond, timeout, what)
-        self._wait_loop(cond, timeout, what)
+            return self._wait_traced(cond, timeout, what, lock)
+        self._wait_loop(cond, timeout, what, lock)
 
-    def _wait_loop(self, cond, timeout, what) -> None:
+    def _wait_loop(self, cond, timeout, what, shared=None) -> None:
         deadline = deadline_of(timeout, self.config.timeout)
         progress = self.progress
         busy = self.config.busy_poll
-        now = time.monotonic()
-        spin_until = now + busy
+        spin_until = time.monotonic() + busy
         nap = 20e-6
         share = self.oversubscribed()
         burst = 8 if share else 64
         while True:
-            for _ in range(burst):
-                if progress():
-                    if cond():
+            # with one thread alive nobody else can want the lock, so this
+            # pass polls without it; only a live thread can start another,
+            # and this one is here: the count is exact
+            lock = shared if shared is not None and threading.active_count() > 1 else None
+            if lock is None:
+                for _ in range(burst):
+                    if progress():
+                        if cond():
+                            return
+                        spin_until = 0.0
+                    elif cond():
                         return
-                    spin_until = time.monotonic() + busy
-                    nap = 20e-6
-                elif cond():
-                    return
-            now = time.monotonic()
-            self.check_peers()
-            if cond():
+                self.check_peers()
+                done = cond()
+            else:
+                with lock:
+                    for _ in range(16):
+                        if progress():
+                            spin_until = 0.0
+                        if cond():
+                            return
+                    self.check_peers()
+                    done = cond()
+            if done:
                 return
+            now = time.monotonic()
+            if spin_until == 0.0:          # there was activity: spin on from now
+                spin_until, nap = now + busy, 20e-6
             if now >= deadline:
                 raise timeout_error(what, timeout if timeout else self.config.timeout)
             if now >= spin_until:
                 self._idle_sleep(min(nap, max(deadline - now, 0)))
                 nap = min(nap * 2, 2e-3)
             elif share:
-                os.sched_yield()
+                os.sched_yield()           # more ranks than CPUs: let the peer run
+            elif lock is not None:
+                time.sleep(0)              # let another thread take the lock
 
     _oversubscribed = None
 
@@ -240,11 +262,11 @@ class Worker:
         self._oversubscribed = v
         return v
 
-    def _wait_traced(self, cond, timeout, what) -> None:
+    def _wait_traced(self, cond, timeout, what, lock=None) -> None:
         """:meth:`wait_until` with its busy and sleeping time recorded."""
         t0, slept0 = time.perf_counter_ns(), self._slept_ns
         try:
-            self._wait_loop(cond, timeout, what)
+            self._wait_loop(cond, timeout, what, lock)
         finally:
             self.tr.wait(t0, time.perf_counter_ns(), self._slept_ns - slept0, what)
 
