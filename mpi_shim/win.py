@@ -24,8 +24,6 @@ uses post/complete notifications; Fence is flush + barrier.
 from __future__ import annotations
 
 import functools
-import mmap
-import os
 import pickle
 import sys
 
@@ -38,7 +36,7 @@ from .comm import Comm
 from .datatype import Msg, byte_view, describe, from_description, parse, reduction_dtype
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .msgspec import parse_target
-from .exceptions import ERR_ARG, ERR_RMA_SYNC, ERR_WIN, Exception, translate
+from .exceptions import ERR_ARG, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_WIN, Exception, translate
 from .handle import Handle, register_family
 from ucxpy.buffers import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
@@ -473,18 +471,6 @@ def _on_reply(msg):
 
 
 # -- the public class ----------------------------------------------------------------
-def _shared_segment(n):
-    name = f"/dev/shm/mpi_shim-{os.getpid()}-{next(_ids)}"
-    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        os.ftruncate(fd, max(n, 1))
-        m = mmap.mmap(fd, max(n, 1))
-    finally:
-        os.close(fd)
-    return name, m
-
-
-
 def _epoch(method):
     """Record a window synchronization call on the trace timeline (category
     ``win``, the MPI name, the target rank when there is one)."""
@@ -550,24 +536,25 @@ class Win(Handle, BufferExporter):
 
     @classmethod
     def Allocate_shared(cls, size, disp_unit=1, info=None, comm=None):
-        """Create a window over memory that same-host processes map directly (collective)."""
+        """Create a window over memory that same-host processes map directly
+        (collective): each rank's part is a shared segment of ucxpy's
+        (``mem_map``), which the others map through its remote key."""
         from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
-        name, m = _shared_segment(size)
-        view = memoryview(m)[:size]
-        mh = ENGINE.worker.mem_map(memoryview(m)) if size else None
-        w = WinImpl(comm, view, disp_unit, FLAVOR_SHARED, mh, m)
-        names = comm.allgather(name)
+        mh = ENGINE.worker.mem_map(length=max(size, 1), shared=True)
+        view = mh.buf[:size]
+        w = WinImpl(comm, view, disp_unit, FLAVOR_SHARED, mh)
         w.shared = []
-        for r, nm in enumerate(names):
-            if r == w.rank:
-                w.shared.append(view)
+        for r, (_addr, n, _du, _rk) in enumerate(w.peers):
+            if r == w.rank or not n:
+                w.shared.append(view if r == w.rank else memoryview(bytearray(0)))
                 continue
-            with open(nm, "r+b") as f:
-                pm = mmap.mmap(f.fileno(), 0)
-            w.shared.append(memoryview(pm)[:w.peers[r][1]])
+            peer = w.rkeys[r].map()
+            if peer is None:
+                raise Exception(ERR_RMA_SHARED, f"Allocate_shared: rank {r}'s memory cannot "
+                                f"be mapped here (the communicator must be on one host)")
+            w.shared.append(peer[:n])
         comm.Barrier()
-        os.unlink(name)
         return cls._make(w)
 
     @classmethod

@@ -170,3 +170,30 @@ def test_progress_thread_serves_passive_target():
         b.stop_progress_thread()
     finally:
         p.close()
+
+
+def test_rkey_map_gives_the_peers_shared_segment(tl):
+    """``RemoteKey.map()`` (rkey_ptr): a segment from ``mem_map(length,
+    shared=True)`` maps on any lane of this host (tcp too: Allocate_shared
+    needs it), stores show on both sides; user buffers and, without the shm
+    transport, plain ``mem_map(length)`` memory do not map."""
+    p = Pair(tl)
+    try:
+        a, b = p.workers
+        ep = p.eps[0][1]
+        mh = b.mem_map(length=4096, shared=True)
+        view = ep.unpack_rkey(mh.pack_rkey()).map()
+        assert view is not None and view.nbytes == 4096 and not view.readonly
+        view[100:105] = b"mapd!"
+        assert bytes(mh.buf[100:105]) == b"mapd!"
+        mh.buf[0:2] = b"ok"
+        assert bytes(view[0:2]) == b"ok"
+        user = b.mem_map(bytearray(64))
+        assert ep.unpack_rkey(user.pack_rkey()).map() is None
+        plain = b.mem_map(length=64)
+        assert (ep.unpack_rkey(plain.pack_rkey()).map() is None) == (tl != "shm")
+        for h in (mh, user, plain):
+            h.unmap()
+        assert bytes(view[100:105]) == b"mapd!"     # the mapping outlives the unlink
+    finally:
+        p.close()

@@ -46,6 +46,7 @@ import glob
 import itertools
 import mmap
 import os
+from typing import Optional
 
 from . import wire
 from .atomics import MASK as _MASK, OPS as ATOMIC_OPS, POST_OPS  # noqa: F401 (re-exported)
@@ -207,6 +208,20 @@ class RemoteKey(RegionKey):
         directly, e.g. OpenSHMEM's symmetric heap and ``shmem_ptr``."""
         return self._local_base if self.mode == MAPPED else 0
 
+    def map(self) -> Optional[memoryview]:
+        """The region mapped into this process when it lives in a shared
+        segment on this host, whatever the lane (UCX's ``rkey_ptr``): a
+        writable view of all of it (the mapping lasts as long as the view),
+        or None where it cannot be mapped (another host, a registered user
+        buffer, no /dev/shm).  Loads and stores through it bypass the lane:
+        the caller orders them (MPI's ``Win.Sync`` and barriers)."""
+        if not self.segment or self.host_id != self.ep.worker.address.host_id:
+            return None
+        try:
+            return _Segment(self.segment, self.length, create=False).view
+        except (OSError, RemoteAccessError):
+            return None
+
 
 class _Op:
     __slots__ = ("ep", "req", "dest")
@@ -246,7 +261,7 @@ class RmaEngine:
         self.table = _Segment(name, TABLE_SLOTS * 8, create=True)
         self._free_slots = list(range(TABLE_SLOTS - 1, 0, -1))
 
-    def mem_map(self, buf=None, length: int = 0) -> MemHandle:
+    def mem_map(self, buf=None, length: int = 0, shared: bool = False) -> MemHandle:
         if buf is None and length <= 0:
             raise ValueError("mem_map needs a buffer or a length > 0")
         if buf is not None and length:
@@ -254,7 +269,8 @@ class RmaEngine:
         mem_id = next(self._ids)
         self._ensure_table()
         if buf is None:
-            if self.table is not None:
+            if self.table is not None or shared and lib is not None \
+                    and os.access(SHM_DIR, os.W_OK):
                 seg = _Segment(f"ucxpy-rm-{os.getpid()}-{self.worker.uuid:x}-{mem_id}",
                                length, create=True)
                 mh = MemHandle(self, mem_id, seg.view, seg.address, seg)

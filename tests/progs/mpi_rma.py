@@ -222,5 +222,31 @@ if rank == 0:
 comm.Barrier()
 fwin.Free()
 win.Free()
+
+# Allocate_shared: every rank maps every other rank's part (ucxpy shared
+# segments mapped through the remote key, whatever the lane: tcp too);
+# parts of different sizes, one of them empty, and stores seen by loads
+swin = MPI.Win.Allocate_shared(8 * (rank % 3), 8, comm=comm)
+part = np.frombuffer(swin.tomemory(), "i8")
+part[:] = 1000 + rank
+swin.Sync()
+comm.Barrier()
+right = (rank + 1) % size
+for r in range(size):
+    buf, du = swin.Shared_query(r)
+    peer = np.frombuffer(buf, "i8")
+    assert du == 8 and len(peer) == r % 3 and (peer == 1000 + r).all(), (r, peer)
+comm.Barrier()
+rpart = np.frombuffer(swin.Shared_query(right)[0], "i8")
+if len(rpart) and right != rank:
+    rpart[0] = -(rank + 1)                       # a store into the neighbour's part
+swin.Sync()
+comm.Barrier()
+swin.Sync()
+left = (rank - 1) % size
+if len(part) and left != rank:
+    assert part[0] == -(left + 1), (part, left)
+comm.Barrier()
+swin.Free()
 sys.stdout.write(f"MPI-RMA OK {rank} ok\n")
 sys.stdout.flush()
