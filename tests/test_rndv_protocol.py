@@ -595,8 +595,8 @@ def test_rtr_beyond_the_send_is_a_protocol_error(off, length):
     net.S.post_send(net.sep, net.step, memoryview(bytearray(300)), Req())
     with pytest.raises(ProtocolError, match=rf"\[{off}, {off + length}\) of a 300-byte"):
         net.S.on_rtr(net.step, wire.RTR.pack(1, 1, off, length), b"")
-    net.S.on_rtr(net.step, wire.RTR.pack(1, 1, 300 - length + 1 if length <= 300 else 0,
-                                         min(length - 1, 300)), b"")   # the largest allowed
+    net.S.on_rtr(net.step, wire.RTR.pack(1, 1, off, 300 - off), b"")   # up to the end: fine
+    assert sum(w[4] for w in net.wire if w[1] == "RNDV_DATA") == 300 - off
 
 
 def test_rtp_beyond_the_send_is_a_protocol_error():
