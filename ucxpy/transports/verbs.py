@@ -57,8 +57,10 @@ Endpoint states::
     ESTABLISHED close() and queue drained        CLOSED (QP to ERR, socket closed)
 
 QP states follow :data:`QP_TRANSITIONS`, pure Python data (which attribute
-mask each transition sets, see :class:`QueuePair`) so they are unit tested
-without a device.
+mask each transition sets, see :class:`QueuePair`); the table, the masks
+and field values, the endpoint states above (:data:`OOB_STEPS`) and the
+check of the QP data in REQ / REP live in :mod:`.verbs_qp` (re-exported
+here) so they are unit tested without a device.
 
 Data path.  AM frames go by SEND into receive buffers pre-posted per QP
 (``UCXPY_VERBS_RX_DEPTH`` slots of ``UCXPY_VERBS_BOUNCE`` bytes + header,
@@ -73,7 +75,6 @@ compare-swap are posted as verbs atomics when the device reports
 from __future__ import annotations
 
 import collections
-import enum
 import errno
 import logging
 import os
@@ -89,6 +90,12 @@ from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAcce
                       TransportUnavailable)
 from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
                    TransportEndpoint, fail_queued)
+from .verbs_qp import (ACCEPTING, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,  # noqa: F401
+                       ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, CLOSED, CONNECTING,
+                       ESTABLISHED, FAILED, MTU_BYTES, OOB_REP, OOB_REQ, OOB_RTU, OOB_STEPS,
+                       QP_ATTR, QP_TRANSITIONS, RC_ACCESS, REQ_SENT, WAIT_RTU,
+                       InvalidTransition, QpState, QueuePair, oob_step, transition_mask,
+                       transition_params, valid_qp_data)
 
 try:
     from .._verbs import ffi, lib
@@ -100,122 +107,8 @@ except ImportError as _e:   # built only where infiniband/verbs.h exists
 log = logging.getLogger("ucxpy.verbs")
 
 
-# ------------------------------------------------------------ QP state machine
-
-class QpState(enum.IntEnum):
-    """``enum ibv_qp_state`` (values fixed by the verbs ABI)."""
-
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    SQD = 4
-    SQE = 5
-    ERR = 6
-
-
-#: ``enum ibv_qp_attr_mask`` bits (ABI values; checked against libibverbs in the tests)
-QP_ATTR = {
-    "STATE": 1 << 0, "CUR_STATE": 1 << 1, "EN_SQD_ASYNC_NOTIFY": 1 << 2,
-    "ACCESS_FLAGS": 1 << 3, "PKEY_INDEX": 1 << 4, "PORT": 1 << 5, "QKEY": 1 << 6,
-    "AV": 1 << 7, "PATH_MTU": 1 << 8, "TIMEOUT": 1 << 9, "RETRY_CNT": 1 << 10,
-    "RNR_RETRY": 1 << 11, "RQ_PSN": 1 << 12, "MAX_QP_RD_ATOMIC": 1 << 13,
-    "ALT_PATH": 1 << 14, "MIN_RNR_TIMER": 1 << 15, "SQ_PSN": 1 << 16,
-    "MAX_DEST_RD_ATOMIC": 1 << 17, "PATH_MIG_STATE": 1 << 18, "CAP": 1 << 19,
-    "DEST_QPN": 1 << 20,
-}
-
-#: RC transitions we make: (from, to) -> attributes the modify must set
-#: (the required set of the IB spec's QP state table for RC).
-QP_TRANSITIONS = {
-    (QpState.RESET, QpState.INIT): ("STATE", "PKEY_INDEX", "PORT", "ACCESS_FLAGS"),
-    (QpState.INIT, QpState.RTR): ("STATE", "AV", "PATH_MTU", "DEST_QPN", "RQ_PSN",
-                                  "MAX_DEST_RD_ATOMIC", "MIN_RNR_TIMER"),
-    (QpState.RTR, QpState.RTS): ("STATE", "TIMEOUT", "RETRY_CNT", "RNR_RETRY", "SQ_PSN",
-                                 "MAX_QP_RD_ATOMIC"),
-}
-#: any state may go to ERR (flushes outstanding work) and from there to RESET
-for _s in QpState:
-    QP_TRANSITIONS.setdefault((_s, QpState.ERR), ("STATE",))
-QP_TRANSITIONS[(QpState.ERR, QpState.RESET)] = ("STATE",)
-
-#: IB ``enum ibv_mtu`` value -> bytes
-MTU_BYTES = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
-
-ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE, ACCESS_REMOTE_READ, ACCESS_REMOTE_ATOMIC = 1, 2, 4, 8
-RC_ACCESS = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE | ACCESS_REMOTE_READ | ACCESS_REMOTE_ATOMIC
-
-
-class InvalidTransition(ValueError):
-    """A QP transition the RC state table does not allow."""
-
-
-def transition_mask(cur: QpState, nxt: QpState) -> int:
-    """``ibv_modify_qp`` attribute mask for ``cur -> nxt``; raises InvalidTransition."""
-    names = QP_TRANSITIONS.get((QpState(cur), QpState(nxt)))
-    if names is None:
-        raise InvalidTransition(f"QP transition {QpState(cur).name} -> {QpState(nxt).name} "
-                                f"is not part of the RC state machine")
-    mask = 0
-    for n in names:
-        mask |= QP_ATTR[n]
-    return mask
-
-
-def transition_params(cur: QpState, nxt: QpState, local: dict, remote: Optional[dict] = None,
-                      tuning: Optional[dict] = None) -> dict:
-    """Field values of ``uxv_qp_params_t`` for ``cur -> nxt``.
-
-    ``local``: port, gid_index, mtu, max_rd_atomic, psn;
-    ``remote``: qpn, psn, lid, gid (bytes 16), mtu, global (bool)."""
-    t = dict(timeout=14, retry_cnt=7, rnr_retry=7, min_rnr_timer=12)
-    t.update(tuning or {})
-    cur, nxt = QpState(cur), QpState(nxt)
-    transition_mask(cur, nxt)   # validates
-    p = {"qp_state": int(nxt)}
-    if (cur, nxt) == (QpState.RESET, QpState.INIT):
-        p.update(pkey_index=0, port=local["port"], access=RC_ACCESS)
-    elif (cur, nxt) == (QpState.INIT, QpState.RTR):
-        if remote is None:
-            raise InvalidTransition("INIT -> RTR needs the remote QP's connection data")
-        p.update(path_mtu=min(local["mtu"], remote["mtu"]), dest_qpn=remote["qpn"],
-                 rq_psn=remote["psn"], max_dest_rd_atomic=local["max_rd_atomic"],
-                 min_rnr_timer=t["min_rnr_timer"], dlid=remote["lid"], sl=0,
-                 port=local["port"], is_global=1 if remote.get("global") else 0,
-                 dgid=remote["gid"], sgid_index=local["gid_index"], hop_limit=64)
-    elif (cur, nxt) == (QpState.RTR, QpState.RTS):
-        p.update(timeout=t["timeout"], retry_cnt=t["retry_cnt"], rnr_retry=t["rnr_retry"],
-                 sq_psn=local["psn"], max_rd_atomic=local["max_rd_atomic"])
-    return p
-
-
-class QueuePair:
-    """An RC QP's state; ``apply(params, mask) -> rc`` performs the modify
-    (``lib.uxv_qp_modify`` on a real QP, anything in tests)."""
-
-    def __init__(self, apply: Callable[[dict, int], int]):
-        self.state = QpState.RESET
-        self._apply = apply
-
-    def move(self, nxt: QpState, local: dict, remote: Optional[dict] = None) -> None:
-        """Advance to ``nxt``; on failure the QP is considered in ERR and OSError raised."""
-        nxt = QpState(nxt)
-        mask = transition_mask(self.state, nxt)
-        params = transition_params(self.state, nxt, local, remote)
-        rc = self._apply(params, mask)
-        if rc:
-            prev, self.state = self.state, QpState.ERR
-            raise OSError(rc, f"ibv_modify_qp {prev.name} -> {nxt.name}: "
-                              f"{os.strerror(rc) if rc > 0 else rc}")
-        self.state = nxt
-
-    def connect(self, local: dict, remote: dict) -> None:
-        """INIT -> RTR -> RTS with the peer's data (RESET -> INIT first if needed)."""
-        if self.state == QpState.RESET:
-            self.move(QpState.INIT, local)
-        self.move(QpState.RTR, local, remote)
-        self.move(QpState.RTS, local, remote)
-
+# The QP state machine, the endpoint connection steps and the QP data check
+# are pure data and functions in verbs_qp (tested without libibverbs).
 
 # ------------------------------------------------------------ addresses, keys, messages
 
@@ -230,7 +123,6 @@ _OOB = struct.Struct("<4sBxxxQIIHBBxx16s16s32s")
 _OOB_MAGIC = b"UVO2"
 _MAC = auth.TAG_LEN
 _LABEL_ACC, _LABEL_CON = b"ucxpy-verbs-2 acceptor", b"ucxpy-verbs-2 connector"
-OOB_REQ, OOB_REP, OOB_RTU = 1, 2, 3
 LINK_LAYER_ETHERNET = 2
 PREFIX = struct.Struct("<HBBHHI")
 _PSIZE = PREFIX.size
@@ -287,7 +179,7 @@ def unpack_oob(data) -> dict:
         raise ProtocolError("verbs: short out-of-band message") from None
     if magic != _OOB_MAGIC or kind not in (OOB_REQ, OOB_REP, OOB_RTU):
         raise ProtocolError("verbs: bad out-of-band message")
-    if kind != OOB_RTU and (qpn == 0 or qpn >= 1 << 24 or psn >= 1 << 24 or mtu not in MTU_BYTES):
+    if kind != OOB_RTU and not valid_qp_data(qpn, psn, mtu):
         raise ProtocolError("verbs: out-of-band message with invalid QP data")
     return dict(kind=kind, uuid=uuid, qpn=qpn, psn=psn, lid=lid, mtu=mtu, glob=bool(glob),
                 gid=gid, nonce=nonce, mac=mac, body=bytes(data)[:-_MAC])
@@ -323,7 +215,6 @@ def device_status() -> tuple:
 
 # ------------------------------------------------------------ endpoint
 
-CONNECTING, REQ_SENT, ACCEPTING, WAIT_RTU, ESTABLISHED, FAILED, CLOSED = range(7)
 _WR_RECV, _WR_SEND, _WR_RMA = 1, 2, 3
 
 
@@ -450,17 +341,19 @@ class VerbsEndpoint(TransportEndpoint):
                 self._fail(e if isinstance(e, ProtocolError) else ConnectionLost(str(e)))
 
     def _on_oob(self, msg: dict) -> None:
+        kind = msg["kind"]
+        nxt = oob_step(self.state, kind)       # ProtocolError if not expected now
         local = self.iface.local_qp_info(self.psn)
         key = self.iface.key
-        if msg["kind"] == OOB_REQ and self.state == ACCEPTING:
+        if kind == OOB_REQ:                    # ACCEPTING
             self.peer_uuid = msg["uuid"]
             self._req_body = msg["body"]
             self.qp_state.connect(local, self._remote_info(msg))
-            self.state = WAIT_RTU
+            self.state = nxt
             self._rep_body = self._oob_body(OOB_REP, self._nonce)
             self._oob_send(self._rep_body,
                            auth.tag(key, _LABEL_ACC, self._req_body, self._rep_body))
-        elif msg["kind"] == OOB_REP and self.state == REQ_SENT:
+        elif kind == OOB_REP:                  # REQ_SENT
             if msg["uuid"] != self.peer_uuid:
                 raise ProtocolError("verbs: REP from another interface than addressed")
             if not auth.check(key, msg["mac"], _LABEL_ACC, self._req_body, msg["body"]):
@@ -470,7 +363,7 @@ class VerbsEndpoint(TransportEndpoint):
             self._oob_send(self._oob_body(OOB_RTU),
                            auth.tag(key, _LABEL_CON, self._req_body, msg["body"]))
             self._established()
-        elif msg["kind"] == OOB_RTU and self.state == WAIT_RTU:
+        else:                                  # OOB_RTU in WAIT_RTU
             if not auth.check(key, msg["mac"], _LABEL_CON, self._req_body, self._rep_body):
                 return self._auth_failed("connector")
             self.authed = True
@@ -479,9 +372,6 @@ class VerbsEndpoint(TransportEndpoint):
             for slot, length in held:
                 if self._exc is None:
                     self._on_recv(slot, length)
-        else:
-            raise ProtocolError(f"verbs: unexpected out-of-band message {msg['kind']} "
-                                f"in state {self.state}")
 
     def _established(self) -> None:
         self.state = ESTABLISHED
