@@ -28,7 +28,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINE = os.path.join(ROOT, "tests", "mutation-baseline.json")
 TARGET = 0.90
-KILLED = ("killed", "timeout")
+KILLED = ("killed", "timeout", "segfault")   # a crashed test run caught the mutant
 LINE = re.compile(r"^\s*([\w.]+)\.x?\w*?__mutmut_\d+: (.+)$")
 
 
