@@ -25,8 +25,8 @@ import pickle
 
 import numpy as np
 
-from ucxpy.schedules import (allreduce_algorithm, binomial_tree, block_bounds, recursive_doubling,
-                             ring_allreduce)
+from ucxpy.schedules import (allreduce_algorithm, binomial_tree, block_bounds, halving_doubling,
+                             recursive_doubling, ring_allreduce)
 
 from .datatype import Msg, sub
 from .engine import ENGINE, FULL
@@ -200,9 +200,12 @@ def g_allreduce(c, x, op, codec, out=None):
     """Recursive doubling, or the ring for large arrays and commutative ops
     (:func:`ucxpy.schedules.allreduce_algorithm` decides).  ``out``: where
     the ring may build the result (a flat array like ``x``), else its own."""
-    if codec.dtype is not None and allreduce_algorithm(
-            x.nbytes, len(x), c.size, _commutes(op)) == "ring":
-        return (yield from g_allreduce_ring(c, x, op, out))
+    if codec.dtype is not None:
+        algo = allreduce_algorithm(x.nbytes, len(x), c.size, _commutes(op))
+        if algo == "ring":
+            return (yield from g_allreduce_ring(c, x, op, out))
+        if algo == "halving_doubling":
+            return (yield from g_allreduce_hd(c, x, op, out))
     return (yield from g_allreduce_rd(c, x, op, codec, out))
 
 
@@ -264,6 +267,53 @@ def g_allreduce_ring(c, x, op, out=None):
         slo, shi = bounds[sb]
         yield [_snd(c, plan.right, memoryview(acc[slo:shi]).cast("B"), tag | (k & 0xFF)), r]
         k += 1
+    return acc
+
+
+def g_allreduce_hd(c, x, op, out=None):
+    """Rabenseifner (:func:`ucxpy.schedules.halving_doubling`): recursive
+    halving reduce-scatter, then recursive doubling allgather, built in
+    ``out`` (``x`` may be ``out``: ``IN_PLACE``).  Like the ring, the first
+    round sends straight from ``x``, each received part goes to reused
+    scratch and is combined into ``out``, and the allgather receives in
+    place; a rank beyond the power of two hands over its vector and gets the
+    result back."""
+    tag = c.coll_tag()
+    plan = halving_doubling(c.rank, c.size)
+    acc = out if out is not None else np.empty_like(x)
+    whole = memoryview(acc).cast("B")
+    if plan.fold is not None and plan.fold[0] == "send":
+        yield [_snd(c, plan.fold[1], memoryview(x).cast("B"), tag)]
+        yield [_rcv(c, plan.fold[1], whole, tag | 0xFF)]
+        return acc
+    item = acc.dtype.itemsize
+    raw = SCRATCH.take(x.nbytes)
+    src = x
+    if plan.fold is not None:
+        buf = raw[:x.nbytes]
+        yield [_rcv(c, plan.fold[1], memoryview(buf), tag)]
+        op.combine_to(buf.view(acc.dtype), x, acc)
+        src = acc
+    bounds = block_bounds(len(acc), plan.nblocks)
+    rnd = 0
+    for peer, send, keep in plan.reduce_scatter:
+        rnd += 1
+        klo, khi = bounds[keep[0]][0], bounds[keep[1] - 1][1]
+        slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
+        buf = raw[:(khi - klo) * item]
+        r = _rcv(c, peer, memoryview(buf), tag | rnd)
+        yield [_snd(c, peer, memoryview(src[slo:shi]).cast("B"), tag | rnd), r]
+        op.combine_to(buf.view(acc.dtype), src[klo:khi], acc[klo:khi])
+        src = acc
+    SCRATCH.give(raw)
+    for peer, send, recv in plan.allgather:
+        rnd += 1
+        rlo, rhi = bounds[recv[0]][0], bounds[recv[1] - 1][1]
+        slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
+        r = _rcv(c, peer, whole[rlo * item:rhi * item], tag | rnd)
+        yield [_snd(c, peer, whole[slo * item:shi * item], tag | rnd), r]
+    if plan.unfold is not None:
+        yield [_snd(c, plan.unfold[1], whole, tag | 0xFF)]
     return acc
 
 

@@ -1,5 +1,6 @@
 """Collective schedules (ucxpy.schedules): every rank reached exactly once,
 parent/child and partner relations symmetric, for every group size to 33."""
+import numpy as np
 import pytest
 
 from ucxpy.schedules import binomial_tree, recursive_doubling
@@ -101,7 +102,10 @@ def test_block_bounds_cover_the_count(count, n):
 def test_allreduce_algorithm_choice():
     from ucxpy.schedules import ALLREDUCE_RING_MIN, allreduce_algorithm
     assert allreduce_algorithm(8, 1, 4, True) == "recursive_doubling"
-    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 4, True) == "ring"
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 4, True) == "halving_doubling"
+    assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 8, True) == "halving_doubling"
+    for n in (2, 3, 5, 6, 7):        # 2: the same schedule; others: no fold
+        assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, n, True) == "ring", n
     assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 4, False) == "recursive_doubling"
     assert allreduce_algorithm(ALLREDUCE_RING_MIN, 1 << 13, 1, True) == "recursive_doubling"
     assert allreduce_algorithm(ALLREDUCE_RING_MIN, 2, 4, True) == "recursive_doubling"
@@ -167,8 +171,9 @@ def test_collective_table_is_what_ucxpy_info_prints():
         ("barrier", "-", "dissemination"),
         ("bcast", "any", "binomial tree"),
         ("reduce", "any", "binomial tree (rank order for non-commutative ops)"),
-        ("allreduce", "< 64 KiB", "recursive_doubling"),
-        ("allreduce", ">= 64 KiB", "ring (commutative ops; else recursive doubling)"),
+        ("allreduce", "< 512 KiB", "recursive_doubling"),
+        ("allreduce", ">= 512 KiB",
+         "halving/doubling (Rabenseifner) (commutative ops; else recursive doubling)"),
         ("scan/exscan", "any", "recursive doubling"),
         ("allgather", "any", "ring"),
         ("gather/scatter/alltoall", "any", "direct (all messages at once)"),
@@ -178,11 +183,108 @@ def test_collective_table_is_what_ucxpy_info_prints():
 def test_collective_table_names_what_the_layers_choose():
     from ucxpy.schedules import collective_table
     t4 = collective_table(4)
-    assert ("allreduce", "< 64 KiB", "recursive_doubling") in t4
-    assert ("allreduce", ">= 64 KiB", "ring (commutative ops; else recursive doubling)") in t4
+    assert ("allreduce", "< 512 KiB", "recursive_doubling") in t4
+    assert ("allreduce", ">= 512 KiB", "ring (commutative ops; else recursive doubling)") in \
+        collective_table(6)
     assert [row[0] for row in t4] == ["barrier", "bcast", "reduce", "allreduce", "allreduce",
                                       "scan/exscan", "allgather", "gather/scatter/alltoall"]
     assert all(len(row) == 3 and all(isinstance(x, str) and x for x in row) for row in t4)
     t1 = collective_table(1)
     assert t1[4][2].startswith("recursive_doubling")          # one rank never rings
     assert dict((r[0], r[2]) for r in t4)["bcast"] == "binomial tree"
+
+
+@pytest.mark.parametrize("rank,n", [(4, 4), (-1, 3), (1, 1)])
+def test_halving_refuses_out_of_group_ranks(rank, n):
+    from ucxpy.schedules import halving_doubling
+    with pytest.raises(ValueError, match=f"rank {rank} outside a group of {n}"):
+        halving_doubling(rank, n)
+
+
+def simulate_halving(n, count):
+    """Run every rank's HalvingPlan on vectors of distinct numbers the way
+    mpi_shim.coll.g_allreduce_hd moves them; check on the way that each
+    round pairs two ranks whose send and keep/recv ranges mirror, and return
+    (final vectors, expected sum, plans)."""
+    from ucxpy.schedules import block_bounds, halving_doubling
+    plans = [halving_doubling(r, n) for r in range(n)]
+    rng = np.random.default_rng(n * 1000 + count)
+    data = [rng.integers(0, 1 << 20, count).astype(np.int64) for _ in range(n)]
+    want = sum(data)
+    state = [d.copy() for d in data]
+    for r, p in enumerate(plans):                 # fold: into the right neighbour
+        if p.fold and p.fold[0] == "send":
+            assert plans[p.fold[1]].fold == ("recv", r)
+            state[p.fold[1]] += state[r]
+    nb = plans[-1].nblocks
+    bounds = block_bounds(count, nb)
+
+    def span(blocks):
+        return slice(bounds[blocks[0]][0], bounds[blocks[1] - 1][1])
+    rounds = max(len(p.reduce_scatter) for p in plans)
+    for i in range(rounds):
+        msgs = {}
+        for r, p in enumerate(plans):
+            if p.reduce_scatter:
+                peer, send, keep = p.reduce_scatter[i]
+                msgs[r] = (peer, send, state[r][span(send)].copy())
+        for r, p in enumerate(plans):
+            if p.reduce_scatter:
+                peer, send, keep = p.reduce_scatter[i]
+                src, got_range, got = msgs[peer]
+                assert src == r and got_range == keep, (n, i, r, p, plans[peer])
+                state[r][span(keep)] += got
+    for r, p in enumerate(plans):
+        if p.reduce_scatter:
+            assert p.reduce_scatter[-1][2] == (p.owned, p.owned + 1)
+    for i in range(rounds):
+        msgs = {}
+        for r, p in enumerate(plans):
+            if p.allgather:
+                peer, send, recv = p.allgather[i]
+                msgs[r] = (peer, send, state[r][span(send)].copy())
+        for r, p in enumerate(plans):
+            if p.allgather:
+                peer, send, recv = p.allgather[i]
+                src, got_range, got = msgs[peer]
+                assert src == r and got_range == recv, (n, i, r, p)
+                state[r][span(recv)] = got
+    for r, p in enumerate(plans):                 # unfold: the result back
+        if p.unfold and p.unfold[0] == "send":
+            assert plans[p.unfold[1]].unfold == ("recv", r)
+            state[p.unfold[1]] = state[r].copy()
+    return state, want, plans
+
+
+@pytest.mark.parametrize("n", range(1, 18))
+@pytest.mark.parametrize("count", [17, 64])
+def test_halving_doubling_reduces_everything_everywhere(n, count):
+    state, want, plans = simulate_halving(n, count)
+    for r in range(n):
+        assert np.array_equal(state[r], want), (n, r)
+    pof2 = 1 << (n.bit_length() - 1)
+    k = pof2.bit_length() - 1
+    owners = sorted(p.owned for p in plans if p.reduce_scatter or p.fold is None)
+    assert owners == list(range(pof2)) if pof2 > 1 else owners in ([0], [])
+    for r, p in enumerate(plans):
+        assert p.nblocks == pof2
+        if p.fold and p.fold[0] == "send":
+            assert (p.reduce_scatter, p.allgather, p.owned) == ([], [], -1)
+            assert p.unfold == ("recv", r + 1) and p.fold == ("send", r + 1)
+            continue
+        assert len(p.reduce_scatter) == len(p.allgather) == k
+        sizes = [ks[1] - ks[0] for _peer, _s, ks in p.reduce_scatter]
+        assert sizes == [pof2 >> (i + 1) for i in range(k)]        # halving
+        assert [rs[1] - rs[0] for _peer, _s, rs in p.allgather] == [1 << i for i in range(k)]
+        if p.fold is not None:
+            assert p.fold == ("recv", r - 1) and p.unfold == ("send", r - 1)
+        else:
+            assert p.unfold is None
+
+
+def test_halving_plan_for_four_ranks_is_pinned():
+    from ucxpy.schedules import halving_doubling
+    assert halving_doubling(2, 4) == (None, [(0, (0, 2), (2, 4)), (3, (3, 4), (2, 3))], 2,
+                                      [(3, (2, 3), (3, 4)), (0, (2, 4), (0, 2))], None, 4)
+    assert halving_doubling(1, 3) == (("recv", 0), [(2, (1, 2), (0, 1))], 0,
+                                      [(2, (0, 1), (1, 2))], ("send", 0), 2)

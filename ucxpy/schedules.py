@@ -95,6 +95,63 @@ def ring_allreduce(rank: int, n: int) -> RingPlan:
     return RingPlan((rank + 1) % n, (rank - 1) % n, rs, (rank + 1) % n, ag)
 
 
+class HalvingPlan(NamedTuple):
+    """Rabenseifner's allreduce: a recursive-halving reduce-scatter, then a
+    recursive-doubling allgather, over ``nblocks`` (the largest power of two
+    ``<= n``) blocks; ranks beyond it fold in first and get the result back,
+    as in :class:`DoublingPlan` (``fold``/``unfold``, no rounds for a rank
+    that sits out).
+
+    ``reduce_scatter``: per round ``(peer, send, keep)``, half-open block
+    ranges: this rank sends ``send`` and combines what ``peer`` sends into
+    ``keep`` (the ranges halve each round, far partners first).  Afterwards
+    this rank holds the reduced block ``owned``.  ``allgather``: per round
+    ``(peer, send, recv)``: the ranges double back.  Each rank sends
+    ``2 (p - 1) / p`` of the data in ``2 log2 p`` rounds (the ring needs
+    ``2 (n - 1)``); blocks are combined out of rank order, so the operation
+    must be commutative."""
+    fold: Optional[Tuple[str, int]]
+    reduce_scatter: List[Tuple[int, Tuple[int, int], Tuple[int, int]]]
+    owned: int
+    allgather: List[Tuple[int, Tuple[int, int], Tuple[int, int]]]
+    unfold: Optional[Tuple[str, int]]
+    nblocks: int
+
+
+def halving_doubling(rank: int, n: int) -> HalvingPlan:
+    if not 0 <= rank < n:
+        raise ValueError(f"rank {rank} outside a group of {n}")
+    pof2 = 1 << (n.bit_length() - 1)
+    rem = n - pof2
+    if rank < 2 * rem and rank % 2 == 0:      # folds into rank + 1, sits out
+        return HalvingPlan(("send", rank + 1), [], -1, [], ("recv", rank + 1), pof2)
+    if rank < 2 * rem:
+        fold, unfold, newrank = ("recv", rank - 1), ("send", rank - 1), rank // 2
+    else:
+        fold, unfold, newrank = None, None, rank - rem
+
+    def real(nd: int) -> int:
+        return nd * 2 + 1 if nd < rem else nd + rem
+    rs, lo, hi = [], 0, pof2
+    mask = pof2 >> 1
+    while mask:
+        mid = lo + mask
+        if newrank & mask:
+            rs.append((real(newrank ^ mask), (lo, mid), (mid, hi)))
+            lo = mid
+        else:
+            rs.append((real(newrank ^ mask), (mid, hi), (lo, mid)))
+            hi = mid
+        mask >>= 1
+    ag = []
+    mask = 1
+    while mask < pof2:
+        mine, theirs = newrank & ~(mask - 1), (newrank ^ mask) & ~(mask - 1)
+        ag.append((real(newrank ^ mask), (mine, mine + mask), (theirs, theirs + mask)))
+        mask <<= 1
+    return HalvingPlan(fold, rs, lo, ag, unfold, pof2)
+
+
 def block_bounds(count: int, n: int) -> List[Tuple[int, int]]:
     """``(start, stop)`` of ``n`` nearly equal blocks of ``count`` elements."""
     q, r = divmod(count, n)
@@ -106,18 +163,26 @@ def block_bounds(count: int, n: int) -> List[Tuple[int, int]]:
     return out
 
 
-#: allreduce payloads from this many bytes on use the ring (when the group
-#: has more than one rank, the operation is commutative and every rank gets a
-#: block); below it recursive doubling's log2(n) rounds win
-ALLREDUCE_RING_MIN = 64 * 1024
+#: allreduce payloads from this many bytes on use a reduce-scatter +
+#: allgather schedule (when the group has more than one rank, the operation
+#: is commutative and every rank gets a block); below it recursive
+#: doubling's log2(n) rounds win.  Measured on 2 cores, 2 and 4 ranks
+#: (bench/allreduce_algos.py, 2026-12-03): recursive doubling is
+#: ahead up to 256 KiB (a round costs tens of microseconds in Python), the
+#: bandwidth schedules from 1 MiB
+ALLREDUCE_RING_MIN = 512 * 1024
 
 
 def allreduce_algorithm(nbytes: int, count: int, n: int, commutative: bool) -> str:
     """Which allreduce schedule a group of ``n`` uses for ``count`` elements
-    of ``nbytes`` in all: ``"recursive_doubling"`` or ``"ring"`` (MPICH's
-    split: latency-bound small messages, bandwidth-bound large ones)."""
+    of ``nbytes`` in all (MPICH's split: latency-bound small messages,
+    bandwidth-bound large ones): ``"recursive_doubling"`` below
+    ``ALLREDUCE_RING_MIN`` or for non-commutative operations; above it
+    ``"halving_doubling"`` (Rabenseifner: ``2 log2 n`` rounds) when ``n`` is a
+    power of two of at least 4, else ``"ring"`` (the same data volume with no
+    fold, in ``2 (n - 1)`` rounds; for 2 ranks the two are the same)."""
     if n > 1 and commutative and nbytes >= ALLREDUCE_RING_MIN and count >= n:
-        return "ring"
+        return "halving_doubling" if n >= 4 and n & (n - 1) == 0 else "ring"
     return "recursive_doubling"
 
 
@@ -131,7 +196,8 @@ def collective_table(n: int):
         ("bcast", "any", "binomial tree"),
         ("reduce", "any", "binomial tree (rank order for non-commutative ops)"),
         ("allreduce", small, allreduce_algorithm(0, n, n, True)),
-        ("allreduce", big, allreduce_algorithm(ALLREDUCE_RING_MIN, n, n, True) +
+        ("allreduce", big, allreduce_algorithm(ALLREDUCE_RING_MIN, n, n, True).replace(
+            "halving_doubling", "halving/doubling (Rabenseifner)") +
          " (commutative ops; else recursive doubling)"),
         ("scan/exscan", "any", "recursive doubling"),
         ("allgather", "any", "ring"),

@@ -139,7 +139,7 @@ assert got == (rank - 1) % size and (outb == sum(range(size))).all()
 # forms, which parse; send buffers untouched; odd sizes and every dtype
 for dt, mtype in (("i4", MPI.INT), ("i8", MPI.INT64_T), ("f4", MPI.FLOAT),
                   ("f8", MPI.DOUBLE), ("c16", MPI.C_DOUBLE_COMPLEX), ("u1", MPI.UINT8_T)):
-    for count in (0, 1, 5, 9000, 70001):          # 70001 f8: the ring (>= 64 KiB)
+    for count in (0, 1, 5, 9000, 70001):   # 70001 f8: ring / Rabenseifner (>= 512 KiB)
         mk = [(np.arange(count) * (r + 1) % 97).astype(dt) for r in range(size)]
         send = mk[rank].reshape(-1, 1) if count else mk[rank]     # 2-D is fine too
         keep = send.copy()
@@ -158,6 +158,25 @@ for dt, mtype in (("i4", MPI.INT), ("i8", MPI.INT64_T), ("f4", MPI.FLOAT),
         out = np.zeros_like(send)
         comm.Reduce(send, out if rank == size - 1 else None, MPI.SUM, size - 1)
         assert rank != size - 1 or np.array_equal(out, ref), (dt, count, "Reduce")
+# Rabenseifner in every group size, the fold of ranks beyond a power of two
+# included (the layer picks it for powers of two >= 4 only, so it is forced
+# here), counts from one element per rank up, IN_PLACE too
+import mpi_shim.coll as _coll  # noqa: E402
+_saved = _coll.allreduce_algorithm
+_coll.allreduce_algorithm = lambda nb, cnt, n, com: \
+    "halving_doubling" if com and cnt >= n > 1 else _saved(nb, cnt, n, com)
+try:
+    for count in (size, 1001, 70001):
+        x = np.arange(count, dtype="f8") * (rank + 1)
+        y = np.empty_like(x)
+        comm.Allreduce(x, y, MPI.SUM)
+        assert np.array_equal(y, np.arange(count) * sum(range(1, size + 1))), count
+        assert np.array_equal(x, np.arange(count) * (rank + 1)), "sendbuf changed"
+        z = x.copy()
+        comm.Allreduce(MPI.IN_PLACE, z, MPI.SUM)
+        assert np.array_equal(z, y), (count, "IN_PLACE")
+finally:
+    _coll.allreduce_algorithm = _saved
 # big-endian and bool arrays go through the parser, with the same results
 be = np.arange(10, dtype=">f8") * (rank + 1)
 out = np.empty_like(be)
