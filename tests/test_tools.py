@@ -193,3 +193,24 @@ def test_the_layers_use_only_public_core_apis():
                 if private:
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {private}")
     assert not bad, "\n".join(bad)
+
+
+def test_the_core_names_no_transport():
+    """Outside the transport registry (context.py, config.py's default),
+    the transports themselves and the tools that list them, no core module
+    names a transport: RMA and the protocols choose by capability flags
+    (Caps.MEM_MAP, Caps.MEM_REG, GET_ZCOPY, ...), so a new transport needs
+    no change in the core."""
+    import ast
+    import pathlib
+    names = {"shm", "tcp", "ofi", "verbs", "self", "loopback"}
+    root = pathlib.Path(ROOT, "ucxpy")
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        if rel.parts[0] in ("transports", "tools") or rel.name in ("context.py", "config.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in names:
+                bad.append(f"ucxpy/{rel}:{node.lineno}: {node.value!r}")
+    assert not bad, "\n".join(bad)

@@ -19,6 +19,8 @@ TRANSPORTS = {
     "ofi": "ucxpy.transports.ofi:OfiInterface",
 }
 _plugins_loaded = False
+#: the transport that reaches the worker itself (always selected)
+LOOPBACK = "self"
 
 
 def register_transport(name: str, target: str) -> None:
@@ -75,8 +77,8 @@ class Context:
         names = list(self.config.tls)
         if "all" in names:
             names = list(transports())
-        if "self" not in names:
-            names.insert(0, "self")
+        if LOOPBACK not in names:
+            names.insert(0, LOOPBACK)
         self.transports = []          # interface classes, in preference order
         self.unavailable = {}         # name -> reason
         for name in dict.fromkeys(names):
@@ -85,7 +87,7 @@ class Context:
                 self.transports.append(cls)
             else:
                 self.unavailable[name] = avail.reason
-        if not any(c.name != "self" for c in self.transports) and names != ["self"]:
+        if not any(c.name != LOOPBACK for c in self.transports) and names != [LOOPBACK]:
             raise TransportUnavailable(
                 "no selected transport is available: " +
                 "; ".join(f"{n}: {r}" for n, r in self.unavailable.items()))

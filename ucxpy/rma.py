@@ -77,6 +77,8 @@ _STATUS = {STALE: "stale or unknown remote key", RANGE: "access outside the regi
 MAPPED, CMA, RDMA, AM = "mapped", "cma", "rdma", "am"
 #: a lane that moves registered memory by itself (RDMA) serves RMA directly
 RDMA_CAPS = Caps.GET_ZCOPY | Caps.PUT_ZCOPY
+#: a lane whose registrations peers read and write one-sidedly (RDMA)
+REG_CAPS = RDMA_CAPS | Caps.MEM_REG
 SHM_DIR = "/dev/shm"
 
 
@@ -162,8 +164,7 @@ class MemHandle:
         if self._tl_keys is None:
             keys = []
             for iface in self.rma.worker.ifaces:
-                if iface.attrs.caps & RDMA_CAPS == RDMA_CAPS and \
-                        hasattr(iface, "pack_local_key") and self.length:
+                if iface.attrs.caps & REG_CAPS == REG_CAPS and self.length:
                     if self._rdma_view is None:
                         self._rdma_view = self.buf[:]
                     _addr, key = iface.pack_local_key(self._rdma_view)
@@ -251,7 +252,7 @@ class RmaEngine:
     # -- registration --------------------------------------------------------
     def _shared_ok(self) -> bool:
         return lib is not None and os.access(SHM_DIR, os.W_OK) and \
-            any(i.name == "shm" for i in self.worker.ifaces)
+            any(i.attrs.caps & Caps.MEM_MAP for i in self.worker.ifaces)
 
     def _ensure_table(self) -> None:
         if self.table is not None or not self._shared_ok():
@@ -308,9 +309,9 @@ class RmaEngine:
     # -- access mode -----------------------------------------------------------
     def access_mode(self, ep, rkey: RemoteKey) -> str:
         ep.transport_endpoint()
-        if ep.lane.name in rkey.tl_keys and ep.lane.attrs.caps & RDMA_CAPS == RDMA_CAPS:
+        if ep.lane.name in rkey.tl_keys and ep.lane.attrs.caps & REG_CAPS == REG_CAPS:
             return RDMA
-        same_host = (ep.lane.name in ("shm", "self") and lib is not None
+        same_host = (ep.lane.attrs.caps & (Caps.MEM_MAP | Caps.LOOPBACK) and lib is not None
                      and rkey.host_id == self.worker.address.host_id and rkey.table)
         if not same_host:
             return AM

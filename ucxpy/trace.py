@@ -334,8 +334,8 @@ def self_test(config) -> dict:
     """Statistics of a loopback exchange (one message per protocol) on a
     fresh worker with counting on; for ``ucxpy-info -s``."""
     import dataclasses
-    from .context import Context
-    cfg = dataclasses.replace(config, stats=False, trace="", tls=("self",))
+    from .context import LOOPBACK, Context
+    cfg = dataclasses.replace(config, stats=False, trace="", tls=(LOOPBACK,))
     ctx = Context(cfg)
     w = ctx.create_worker()
     w.tr = Recorder(w, dataclasses.replace(cfg, stats=False))

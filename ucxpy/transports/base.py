@@ -82,6 +82,12 @@ class Caps(enum.IntFlag):
     CONNECT_TO_IFACE = 1 << 8  # connect from an interface address alone
     INTRA_HOST = 1 << 9    # only reaches peers on the same host
     LOOPBACK = 1 << 10     # only reaches the same worker
+    #: memory domain: same-host peers map this process's shared segments
+    #: (``mem_map(length=n)``) and load/store them directly (shm)
+    MEM_MAP = 1 << 11
+    #: memory domain: a region must be registered with the interface
+    #: (``Interface.pack_local_key``) for peers' one-sided access (ofi, verbs)
+    MEM_REG = 1 << 12
 
 
 @dataclass

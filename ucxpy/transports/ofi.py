@@ -573,7 +573,7 @@ class OfiInterface(Interface):
         self._mrs = []                    # our bounce-buffer registrations
         intra = any(p in self.provider.split(";") for p in INTRA_HOST_PROVIDERS)
         caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
-                | Caps.CONNECT_TO_IFACE)
+                | Caps.CONNECT_TO_IFACE | Caps.MEM_REG)
         if intra:
             caps |= Caps.INTRA_HOST
         self.intra_host = intra

@@ -601,7 +601,7 @@ class ShmInterface(Interface):
     def __init__(self, owner, config) -> None:
         super().__init__(owner, config)
         self.ring_size = int(config.shm_ring_size)
-        caps = Caps.AM_SHORT | Caps.AM_BCOPY | Caps.INTRA_HOST
+        caps = Caps.AM_SHORT | Caps.AM_BCOPY | Caps.INTRA_HOST | Caps.MEM_MAP
         self.cma_reason = "disabled by UCXPY_SHM_CMA"
         if config.shm_cma:
             usable, self.cma_reason = _cma_status()

@@ -657,7 +657,7 @@ class VerbsInterface(Interface):
         self.max_rd_atomic = max(1, min(int(a.max_qp_rd_atom), 16))
         self.max_msg = max(4096, min(int(a.max_msg_sz) or (1 << 30), 1 << 30))
         caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
-                | Caps.CONNECT_TO_IFACE)
+                | Caps.CONNECT_TO_IFACE | Caps.MEM_REG)
         if a.atomic_cap != lib.IBV_ATOMIC_NONE:
             caps |= Caps.ATOMIC64
         self.attrs = TransportAttrs(
