@@ -288,7 +288,11 @@ def put_signal(target, source, pe: int, signal, value: int, sigop, size=None, ct
     soff = _signal_offset(rt, signal)
     put_bytes(rt, cst, peer, rt.heap.offset_of(target, nbytes), s, nbytes, nbi)
     # AM mode: ucxpy runs one endpoint's operations in issue order, so the
-    # signal lands after the data; MAPPED: the memmove precedes the atomic
+    # signal lands after the data; MAPPED: the memmove precedes the atomic;
+    # RDMA: the put is a one-sided write the signal's active message could
+    # overtake, so the signal waits for its delivery (a fence)
+    if peer in rt.unordered:
+        peer.ep.fence()
     signal_update(rt, cst, peer, soff, value, sigop)
 
 

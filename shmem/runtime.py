@@ -43,7 +43,7 @@ from typing import Callable, Optional
 import ucxpy
 from ucxpy import atomics, config
 from ucxpy.errors import TimeoutError as UcxpyTimeout
-from ucxpy.rma import MAPPED
+from ucxpy.rma import MAPPED, RDMA
 
 from .errors import InvalidPE, NotInitialized
 from .settings import DEFAULT_HEAP_SIZE, parse_heap_size as parse_size
@@ -144,6 +144,10 @@ class Runtime:
                 self.peers.append(Peer(pe, AM, 0, ep, rkey, raddr, size))
         self.hosts = hosts
         self.any_am = any(p.mode == AM for p in self.peers)
+        #: peers whose puts the lane writes one-sidedly (RDMA): those writes
+        #: are ordered neither among themselves nor with the active messages
+        #: that carry AMOs and signals, so fence and put_signal wait for them
+        self.unordered = [p for p in self.peers if p.rkey is not None and p.rkey.mode == RDMA]
         self.teams = TeamRegistry(self)
         try:
             cores = len(os.sched_getaffinity(0))

@@ -66,6 +66,11 @@ def fence(ctx=None) -> None:
     rt = runtime.get()
     ucxpy.trace.mark(rt.worker, "shmem", "fence")
     ctx_state(rt, ctx)
+    # one endpoint's active messages arrive in issue order and mapped stores
+    # are immediate; one-sided writes of an RDMA lane are ordered by nothing
+    # but their completion (delivery complete)
+    for peer in rt.unordered:
+        peer.ep.fence()
 
 
 def quiet(ctx=None) -> None:

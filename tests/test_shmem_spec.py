@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import PROGS, run_job
+from conftest import PROGS, run_job, transport_available
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -63,6 +63,27 @@ def test_spec_am_mode(section):
         assert set(used) <= {"am"}, modes
         if section in RMA_SECTIONS:
             assert int(used.get("am", 0)) > 0, modes
+
+
+@pytest.mark.parametrize("section", sorted(RMA_SECTIONS))
+def test_spec_rdma_mode_on_an_unordered_fabric(section):
+    """Over the ofi lane puts are one-sided writes (RDMA mode) while AMOs and
+    signals travel as active messages.  Here every write lands 0.5-4 ms late
+    and out of order (LATE_RDMA_WRITES, as a real RDMA fabric may deliver),
+    so the spec's ordering rules hold only because fence and put_signal wait
+    for the writes: without those waits the signal and ordering sections fail
+    ("data must be visible with the signal", "fence violated")."""
+    if not transport_available("ofi"):
+        pytest.skip("ofi unavailable")
+    r = run_job(["python", PROG, section], 2, timeout=180,
+                env={"UCXPY_TLS": "self,ofi", "UCXPY_OFI_PROVIDER": "tcp;ofi_rxm",
+                     "LATE_RDMA_WRITES": "1", "EXPECT_NPES": "2", "UCXPY_STATS": "y",
+                     "EXPECT_MODE": "am", "EXPECT_RMA": "rdma"})
+    _check(r, section, 2)
+    modes = re.findall(rf"SHMEM-SPEC MODES {section} \d+ peers=am rma=([a-z:0-9,]*)", r.stdout)
+    assert len(modes) == 2, r.stdout[-4000:]
+    for rma in modes:
+        assert rma.startswith("rdma:") and int(rma.split(":")[1]) > 0, modes
 
 
 def test_spec_all_sections_four_pes():
