@@ -70,3 +70,51 @@ def test_frames_of_a_peer_that_left_are_delivered(tls, mode):
                 env={"UCXPY_TLS": tls})
     assert "RACE OK hello" in r.stdout, r.stdout + r.stderr
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_progress_thread_fails_the_waits_instead_of_hanging():
+    """A progress callback (or handler) that raises kills the background
+    progress thread; waits that leave progress to the thread (shmem's) check
+    the worker through check_peers, which raises ProgressThreadError with
+    the cause from then on, instead of waiting forever for progress nobody
+    makes (this hung a shmem job until its timeout)."""
+    import ucxpy
+    ctx = ucxpy.Context(ucxpy.Config.from_env({}, tls="self"))
+    w = ctx.create_worker()
+    try:
+        w.start_progress_thread()
+
+        def broken():
+            raise KeyError("boom")
+        w.add_progress_callback(broken)
+        deadline = time.monotonic() + 10
+        with pytest.raises(ucxpy.ProgressThreadError, match="progress thread died") as ei:
+            while time.monotonic() < deadline:      # a waiter that does not progress
+                w.check_peers()
+                time.sleep(0.001)
+        assert isinstance(ei.value.__cause__, KeyError)
+        with pytest.raises(ucxpy.ProgressThreadError):   # and every wait after it
+            w.wait_until(lambda: False, timeout=30)
+    finally:
+        w.remove_progress_callback(broken)
+        w.close()
+
+
+@pytest.mark.timeout(60)
+def test_shmem_job_with_a_dead_progress_thread_ends():
+    """The same in a 2-PE shmem job over ofi (its PEs leave progress to the
+    thread): the job fails fast with the rank's error instead of hanging."""
+    if not transport_available("ofi"):
+        pytest.skip("ofi unavailable")
+    code = ("import numpy as np, shmem\n"
+            "shmem.init()\n"
+            "if shmem.my_pe() == 0:\n"
+            "    shmem.runtime.get().worker.add_progress_callback(lambda: 1 // 0)\n"
+            "x = shmem.zeros(10)\n"
+            "shmem.barrier_all()\n")
+    t0 = time.monotonic()
+    r = run_job(["python", "-c", code], 2, timeout=50,
+                env={"UCXPY_TLS": "self,ofi", "UCXPY_OFI_PROVIDER": "tcp;ofi_rxm"})
+    assert r.returncode != 0 and time.monotonic() - t0 < 40, r.stdout + r.stderr
+    assert "ProgressThreadError" in r.stderr and "ZeroDivisionError" in r.stderr, r.stderr[-3000:]

@@ -10,7 +10,7 @@ from .config import Config
 from .context import Context
 from .endpoint import Endpoint
 from .errors import (BootstrapError, Canceled, ConfigError, ConnectionLost,
-                     InvalidBuffer, InvalidRank, MessageTooLarge, PeerFailure,
+                     InvalidBuffer, InvalidRank, MessageTooLarge, PeerFailure, ProgressThreadError,
                      ProtocolError, RemoteAccessError, TimeoutError,
                      TransportUnavailable, TruncationError, UcxpyError)
 from .request import Request, TagInfo
@@ -24,6 +24,7 @@ __all__ = [
     "Config", "Context", "Worker", "Endpoint", "Request", "TagInfo", "TagMessage",
     "World", "init", "ANY_SOURCE", "FULL_MASK",
     "UcxpyError", "ConfigError", "TransportUnavailable", "ConnectionLost", "PeerFailure",
+    "ProgressThreadError",
     "ProtocolError", "TruncationError", "MessageTooLarge", "TimeoutError", "Canceled",
     "InvalidRank", "InvalidBuffer", "RemoteAccessError", "BootstrapError",
 ]

@@ -70,5 +70,11 @@ class RemoteAccessError(UcxpyError):
     or malformed remote key, or a misaligned address."""
 
 
+class ProgressThreadError(UcxpyError):
+    """The worker's background progress thread died (an exception in a
+    handler or progress callback it ran); ``__cause__`` is that exception.
+    Raised by every later wait on the worker instead of waiting forever."""
+
+
 class BootstrapError(UcxpyError):
     """Launch-time wire-up failed (rendezvous service unreachable, timeout)."""

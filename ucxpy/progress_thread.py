@@ -11,9 +11,12 @@ descriptors, so an idle target costs little CPU.
 from __future__ import annotations
 
 import functools
+import logging
 import select
 import threading
 import time
+
+log = logging.getLogger(__name__)
 
 WORKER_API = ("progress", "wait_until", "connect", "tag_recv_nb", "tag_recv", "tag_probe_nb",
               "tag_probe", "tag_recv_message_nb", "set_am_handler", "mem_map", "flush",
@@ -45,6 +48,14 @@ class ProgressThread(threading.Thread):
         self._stop_event = threading.Event()
 
     def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:     # a handler or callback raised: nobody progresses now
+            log.error("ucxpy: the progress thread of worker %s died: %r", self.worker.id, e,
+                      exc_info=True)
+            self.worker.progress_error = e
+
+    def _loop(self) -> None:
         w, lock = self.worker, self.worker.lock
         idle_since = time.monotonic()
         while not self._stop_event.is_set():

@@ -15,8 +15,8 @@ from .am import ActiveMessages
 from .buffers import recv_view  # noqa: F401  (re-exported)
 from .endpoint import Endpoint
 from .netaddr import host_id
-from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProtocolError,
-                     UcxpyError)
+from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadError,
+                     ProtocolError, UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo
@@ -193,6 +193,8 @@ class Worker:
         self._wait_loop(cond, timeout, what, lock)
 
     def _wait_loop(self, cond, timeout, what, shared=None) -> None:
+        if self.progress_error is not None:
+            self.check_peers()             # raises: the progress thread is gone
         deadline = deadline_of(timeout, self.config.timeout)
         progress = self.progress
         busy = self.config.busy_poll
@@ -288,8 +290,17 @@ class Worker:
         if tr is not None and tr.events is not None:
             tr.event("progress", "sleep", "", dur=dt, ts=t0)
 
+    #: what killed the background progress thread (see check_peers)
+    progress_error = None
+
     def check_peers(self) -> None:
-        """Ask the launcher whether a rank died; fail what depends on it."""
+        """Ask the launcher whether a rank died; fail what depends on it.
+        Raises ProgressThreadError once the background progress thread has
+        died: whoever waits on it would wait forever."""
+        if self.progress_error is not None:
+            raise ProgressThreadError(
+                f"worker {self.id}: the progress thread died: {self.progress_error!r}"
+            ) from self.progress_error
         boot = self.bootstrap
         if boot is None:
             return
