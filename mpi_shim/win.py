@@ -536,9 +536,9 @@ class Win(Handle, BufferExporter):
 
     @classmethod
     def Allocate_shared(cls, size, disp_unit=1, info=None, comm=None):
-        """Create a window over memory that same-host processes map directly
-        (collective): each rank's part is a shared segment of ucxpy's
-        (``mem_map``), which the others map through its remote key."""
+        """Create a window over memory that same-host processes map directly (collective)."""
+        # each rank's part is a shared segment of ucxpy's (mem_map(shared=True)),
+        # which the others map through its remote key (RemoteKey.map)
         from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         mh = ENGINE.worker.mem_map(length=max(size, 1), shared=True)

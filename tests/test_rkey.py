@@ -423,7 +423,7 @@ def fake_engine(ifaces, table=TABLE.decode()):
 
 
 def test_mem_handle_packs_the_documented_layout():
-    rdma = FakeIface("ofi", rma.RDMA_CAPS, bytearray(b"\x10\x20"))
+    rdma = FakeIface("ofi", rma.REG_CAPS, bytearray(b"\x10\x20"))
     other = FakeIface("tcp", 0, b"never")
     eng = fake_engine([other, rdma])
     buf = bytearray(100)

@@ -192,14 +192,26 @@ class Endpoint:
     # -- completion / teardown -------------------------------------------------
     def flushed(self) -> bool:
         """True once every send posted on this endpoint has left and every RMA
-        operation completed at the target; raises the endpoint's failure."""
-        if self.failed is not None:
-            raise self.failed
+        operation completed at the target; raises the endpoint's failure.
+
+        A peer that closed its endpoint gracefully (its CLOSE came first) has
+        taken everything it waited for: with nothing of ours outstanding the
+        flush is complete, not failed.  (The last barrier of a job races the
+        peers' closes: a rank that got our token may close before our flush
+        looks.)"""
         tep = self._tep
+        if self.failed is not None:
+            if not (self.peer_closed and tep is not None and not tep.pending
+                    and not self._outstanding()):
+                raise self.failed
+            return True
         if tep is not None and tep.pending:
             return False
-        return not (any(s.ep is self for s in self.worker.rndv.sends.values())
-                    or self.worker.rma.outstanding(self))
+        return not self._outstanding()
+
+    def _outstanding(self) -> bool:
+        return any(s.ep is self for s in self.worker.rndv.sends.values()) \
+            or self.worker.rma.outstanding(self)
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Wait until :meth:`flushed`."""
