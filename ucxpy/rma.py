@@ -42,18 +42,19 @@ it also across modes (it waits for outstanding AM operations);
 """
 from __future__ import annotations
 
+import errno
 import glob
 import itertools
-import mmap
 import os
 from typing import Optional
 
-from . import wire
+from . import shmfile, wire
 from .atomics import MASK as _MASK, OPS as ATOMIC_OPS, POST_OPS  # noqa: F401 (re-exported)
 from .atomics import address_of as buffer_address, apply as apply_atomic
 from .buffers import COMPLETED, recv_view, send_view
 from .errors import RemoteAccessError
 from .request import Request
+from .shmfile import SHM_DIR
 from .rkey import ALIGN, BADOP, OK, RANGE, STALE, TABLE_SLOTS, RegionKey, resolve
 from .rkey import HEADER as _RKEY  # noqa: F401 (tests build keys with it)
 from .rkey import pack as _pack_rkey
@@ -79,7 +80,6 @@ MAPPED, CMA, RDMA, AM = "mapped", "cma", "rdma", "am"
 RDMA_CAPS = Caps.GET_ZCOPY | Caps.PUT_ZCOPY
 #: a lane whose registrations peers read and write one-sidedly (RDMA)
 REG_CAPS = RDMA_CAPS | Caps.MEM_REG
-SHM_DIR = "/dev/shm"
 
 
 def _reap_stale_segments() -> None:
@@ -100,19 +100,18 @@ class _Segment:
     """A named shared-memory file mapped into this process."""
 
     def __init__(self, name: str, length: int, create: bool):
-        path = os.path.join(SHM_DIR, name)
-        flags = os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0)
-        fd = os.open(path, flags, 0o600)
-        try:
-            if create:
-                os.ftruncate(fd, length)
-            elif os.fstat(fd).st_size < length:
-                raise RemoteAccessError(f"shared segment {name} is smaller than its key says")
-            self.map = mmap.mmap(fd, length)
-        finally:
-            os.close(fd)
+        if create:                  # sparse: a heap's pages are used as touched
+            self.map = shmfile.create(name, length)
+        else:
+            try:
+                self.map = shmfile.open_private(name, length)
+            except OSError as e:
+                if e.errno == errno.EINVAL:
+                    raise RemoteAccessError(f"shared segment {name} is smaller than its key "
+                                            f"says") from None
+                raise
         self.name = name
-        self.path = path
+        self.path = os.path.join(SHM_DIR, name)
         self.length = length
         self.view = memoryview(self.map)      # keeps the mapping open
         self.address = buffer_address(self.view)

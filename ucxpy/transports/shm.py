@@ -65,13 +65,12 @@ import os
 import re
 import secrets
 import socket
-import stat
 import struct
 import time
 from collections import deque
 from typing import Callable, Optional
 
-from .. import auth
+from .. import auth, shmfile
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
@@ -81,7 +80,7 @@ from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, Tra
 
 log = logging.getLogger("ucxpy.shm")
 
-SHM_DIR = "/dev/shm"
+from ..shmfile import SHM_DIR, unlink_quiet as _unlink_quiet
 SEG_PREFIX = "ucxpy-shm-"
 _SEG_RE = re.compile(r"^ucxpy-shm-[0-9]+-[0-9a-f]{16}$")
 
@@ -225,41 +224,26 @@ def _own_user(cred, pid: int) -> bool:
     return cred is not None and cred[0] == pid and cred[1] == os.getuid()
 
 
-def _unlink_quiet(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 # -- segments --------------------------------------------------------------------
 
 class ShmSegment:
     """One mapped connection segment: two rings of ``capacity`` data bytes."""
 
-    def __init__(self, fd: int, capacity: int, path: str, owner: bool):
+    def __init__(self, mm: mmap.mmap, capacity: int, path: str, owner: bool):
         self.capacity = capacity
         self.ring_mem = HDR + capacity
         self.path = path
         self.name = os.path.basename(path)
         self.owner = owner          # we created it: unlink it when done
-        self.mm = mmap.mmap(fd, 2 * self.ring_mem)
+        self.mm = mm
         self.base = _from_buffer(self.mm)
 
     @classmethod
     def create(cls, capacity: int) -> "ShmSegment":
         name = f"{SEG_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
-        path = os.path.join(SHM_DIR, name)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            # allocate now: a full /dev/shm must fail here, not SIGBUS later
-            os.posix_fallocate(fd, 0, 2 * (HDR + capacity))
-            seg = cls(fd, capacity, path, owner=True)
-        except BaseException:
-            _unlink_quiet(path)
-            raise
-        finally:
-            os.close(fd)
+        # allocated now: a full /dev/shm must fail here, not SIGBUS later
+        mm = shmfile.create(name, 2 * (HDR + capacity), allocate=True)
+        seg = cls(mm, capacity, os.path.join(SHM_DIR, name), owner=True)
         for i in (0, 1):
             if lib.ucxpy_ring_init(seg.base + i * seg.ring_mem, seg.ring_mem) != 0:
                 seg.close()
@@ -268,23 +252,10 @@ class ShmSegment:
 
     @classmethod
     def open(cls, name: str, capacity: int) -> "ShmSegment":
-        """Map a peer's segment and unlink its name at once."""
-        path = os.path.join(SHM_DIR, name)
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() \
-                    or st.st_mode & 0o077:
-                # not the job user's private segment: leave it (and its name) alone
-                raise PermissionError(errno.EPERM, f"shm segment {name} is not owned by us "
-                                      f"alone (uid {st.st_uid}, mode "
-                                      f"{stat.S_IMODE(st.st_mode):o})")
-            _unlink_quiet(path)
-            if st.st_size != 2 * (HDR + capacity):
-                raise OSError(errno.EINVAL, f"shm segment {name} has the wrong size")
-            return cls(fd, capacity, path, owner=False)
-        finally:
-            os.close(fd)
+        """Map a peer's segment and unlink its name at once (a file that is
+        not the job user's private segment is refused and left alone)."""
+        mm = shmfile.open_private(name, 2 * (HDR + capacity), exact=True, unlink=True)
+        return cls(mm, capacity, os.path.join(SHM_DIR, name), owner=False)
 
     def ring(self, index: int):
         r = ffi.new("ucxpy_ring_t *")

@@ -1,0 +1,67 @@
+"""Private POSIX shared-memory files: the one place ucxpy creates and opens
+/dev/shm segments (the shm transport's rings, RMA regions from
+``mem_map(length=n)`` that same-host peers map, and through them shmem's
+symmetric heap and mpi_shim's ``Allocate_shared`` windows).
+
+A segment is created with mode 600 and ``O_EXCL`` under a name the caller
+makes unique, and opened with ``O_NOFOLLOW`` after checking that it is a
+regular file of this user that nobody else may read or write: a file some
+other user planted under an expected name is refused, not mapped.
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import stat
+
+SHM_DIR = "/dev/shm"
+
+
+def unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def create(name: str, length: int, allocate: bool = False) -> mmap.mmap:
+    """Create segment ``name`` of ``length`` bytes and map it.  ``allocate``
+    reserves its pages now (``posix_fallocate``: a full /dev/shm fails here,
+    not with SIGBUS on first touch); otherwise the file is sparse."""
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        if allocate:
+            os.posix_fallocate(fd, 0, length)
+        else:
+            os.ftruncate(fd, length)
+        return mmap.mmap(fd, length)
+    except BaseException:
+        unlink_quiet(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+def open_private(name: str, length: int, exact: bool = False,
+                 unlink: bool = False) -> mmap.mmap:
+    """Map the first ``length`` bytes of an existing segment ``name`` of this
+    user (PermissionError if it is not a private regular file of ours;
+    OSError EINVAL if it is shorter than ``length``, or not exactly that long
+    with ``exact``).  ``unlink``: remove the name once it is open."""
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise PermissionError(errno.EPERM, f"shm segment {name} is not owned by us "
+                                  f"alone (uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})")
+        if unlink:
+            unlink_quiet(path)
+        if st.st_size < length or exact and st.st_size != length:
+            raise OSError(errno.EINVAL, f"shm segment {name} has {st.st_size} bytes, "
+                                        f"expected {'' if exact else 'at least '}{length}")
+        return mmap.mmap(fd, length)
+    finally:
+        os.close(fd)
