@@ -151,3 +151,12 @@ def test_info_shows_a_malformed_value():
     cp = info("-c", UCXPY_VERBS_PORT="one")
     assert cp.returncode == 0, cp.stderr
     assert "UCXPY_VERBS_PORT=<invalid:" in cp.stdout
+
+
+def test_overrides_are_fields_only():
+    for bad in ("setting", "items", "validate", "_env", "nope"):
+        with pytest.raises(ConfigError, match="unknown config option"):
+            Config.from_env({}, **{bad: "x"})
+    assert Config.from_env({}, rndv_thresh="8K").rndv_thresh == 8192
+    with pytest.raises(ConfigError, match="UCXPY_RNDV_THRESH='lots'"):
+        Config.from_env({}, rndv_thresh="lots")

@@ -139,10 +139,11 @@ class Config:
             key = PREFIX + f.name.upper()
             if key in env:
                 setattr(cfg, f.name, _parse(key, f.metadata["parse"], env[key]))
+        known = {f.name: f for f in _fields()}
         for k, v in overrides.items():
-            if not hasattr(cfg, k) or k.startswith("_"):
+            f = known.get(k)
+            if f is None:
                 raise ConfigError(f"unknown config option {k!r}")
-            f = next(f for f in _fields() if f.name == k)
             if isinstance(v, str):
                 v = _parse(PREFIX + k.upper(), f.metadata["parse"], v)
             setattr(cfg, k, v)
