@@ -288,3 +288,12 @@ def test_halving_plan_for_four_ranks_is_pinned():
                                       [(3, (2, 3), (3, 4)), (0, (2, 4), (0, 2))], None, 4)
     assert halving_doubling(1, 3) == (("recv", 0), [(2, (1, 2), (0, 1))], 0,
                                       [(2, (0, 1), (1, 2))], ("send", 0), 2)
+
+
+def test_fold_names_the_core_of_any_group():
+    from ucxpy.schedules import _fold
+    assert _fold(0, 3) == (2, 1, ("send", 1), ("recv", 1), None)
+    assert _fold(1, 3) == (2, 1, ("recv", 0), ("send", 0), 0)
+    assert _fold(2, 3) == (2, 1, None, None, 1)
+    assert [_fold(0, 3).real(nd) for nd in (0, 1)] == [1, 2]
+    assert _fold(5, 8) == (8, 0, None, None, 5)

@@ -49,24 +49,43 @@ class DoublingPlan(NamedTuple):
     unfold: Optional[Tuple[str, int]]
 
 
-def recursive_doubling(rank: int, n: int) -> DoublingPlan:
+class _Fold(NamedTuple):
+    """The power-of-two core both doubling schedules run on: the ``rem = n -
+    pof2`` even ranks below ``2 rem`` hand their value to ``rank + 1`` and sit
+    out (``newrank`` None); the others get core rank ``newrank``, and
+    :meth:`real` maps a core rank back to a group rank."""
+    pof2: int
+    rem: int
+    fold: Optional[Tuple[str, int]]
+    unfold: Optional[Tuple[str, int]]
+    newrank: Optional[int]
+
+    def real(self, nd: int) -> int:
+        return nd * 2 + 1 if nd < self.rem else nd + self.rem
+
+
+def _fold(rank: int, n: int) -> _Fold:
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} outside a group of {n}")
     pof2 = 1 << (n.bit_length() - 1)
     rem = n - pof2
     if rank < 2 * rem and rank % 2 == 0:      # folds into rank + 1, sits out
-        return DoublingPlan(("send", rank + 1), [], ("recv", rank + 1))
+        return _Fold(pof2, rem, ("send", rank + 1), ("recv", rank + 1), None)
     if rank < 2 * rem:
-        fold, unfold, newrank = ("recv", rank - 1), ("send", rank - 1), rank // 2
-    else:
-        fold, unfold, newrank = None, None, rank - rem
+        return _Fold(pof2, rem, ("recv", rank - 1), ("send", rank - 1), rank // 2)
+    return _Fold(pof2, rem, None, None, rank - rem)
+
+
+def recursive_doubling(rank: int, n: int) -> DoublingPlan:
+    f = _fold(rank, n)
+    if f.newrank is None:
+        return DoublingPlan(f.fold, [], f.unfold)
     partners = []
     mask = 1
-    while mask < pof2:
-        nd = newrank ^ mask
-        partners.append(nd * 2 + 1 if nd < rem else nd + rem)
+    while mask < f.pof2:
+        partners.append(f.real(f.newrank ^ mask))
         mask <<= 1
-    return DoublingPlan(fold, partners, unfold)
+    return DoublingPlan(f.fold, partners, f.unfold)
 
 
 class RingPlan(NamedTuple):
@@ -119,19 +138,10 @@ class HalvingPlan(NamedTuple):
 
 
 def halving_doubling(rank: int, n: int) -> HalvingPlan:
-    if not 0 <= rank < n:
-        raise ValueError(f"rank {rank} outside a group of {n}")
-    pof2 = 1 << (n.bit_length() - 1)
-    rem = n - pof2
-    if rank < 2 * rem and rank % 2 == 0:      # folds into rank + 1, sits out
-        return HalvingPlan(("send", rank + 1), [], -1, [], ("recv", rank + 1), pof2)
-    if rank < 2 * rem:
-        fold, unfold, newrank = ("recv", rank - 1), ("send", rank - 1), rank // 2
-    else:
-        fold, unfold, newrank = None, None, rank - rem
-
-    def real(nd: int) -> int:
-        return nd * 2 + 1 if nd < rem else nd + rem
+    f = _fold(rank, n)
+    pof2, newrank, real = f.pof2, f.newrank, f.real
+    if newrank is None:
+        return HalvingPlan(f.fold, [], -1, [], f.unfold, pof2)
     rs, lo, hi = [], 0, pof2
     mask = pof2 >> 1
     while mask:
@@ -149,7 +159,7 @@ def halving_doubling(rank: int, n: int) -> HalvingPlan:
         mine, theirs = newrank & ~(mask - 1), (newrank ^ mask) & ~(mask - 1)
         ag.append((real(newrank ^ mask), (mine, mine + mask), (theirs, theirs + mask)))
         mask <<= 1
-    return HalvingPlan(fold, rs, lo, ag, unfold, pof2)
+    return HalvingPlan(f.fold, rs, lo, ag, f.unfold, pof2)
 
 
 def block_bounds(count: int, n: int) -> List[Tuple[int, int]]:
