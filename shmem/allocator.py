@@ -138,17 +138,22 @@ class SymmetricHeap:
                 return obj.__array_interface__["data"][0]
             raise
 
+    def raw_offset(self, obj) -> int:
+        """``obj``'s offset from the heap base (an allocation this heap
+        handed out is found without asking for its buffer); not range
+        checked.  TypeError/ValueError/BufferError if ``obj`` has no buffer."""
+        hit = self.known.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        return self.address_of(obj) - self.base
+
     def offset_of(self, arr, nbytes: int) -> int:
         """Heap offset of ``arr`` whose first ``nbytes`` must lie in the heap."""
-        hit = self.known.get(id(arr))
-        if hit is not None and hit[0] is arr:
-            off = hit[1]
-        else:
-            try:
-                off = self.address_of(arr) - self.base
-            except (TypeError, ValueError, BufferError):
-                raise NotSymmetric(f"{type(arr).__name__} is not an array on the "
-                                   "symmetric heap") from None
+        try:
+            off = self.raw_offset(arr)
+        except (TypeError, ValueError, BufferError):
+            raise NotSymmetric(f"{type(arr).__name__} is not an array on the "
+                               "symmetric heap") from None
         if off < 0 or off + nbytes > self.size:
             raise NotSymmetric("array is not on the symmetric heap (allocate it with "
                                "shmem.array/zeros/empty/full/new_array/alloc)")

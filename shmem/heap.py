@@ -68,14 +68,10 @@ def free(mem) -> None:
     second free of the same memory."""
     rt = runtime.get()
     heap = rt.heap
-    hit = heap.known.get(id(mem))
-    if hit is not None and hit[0] is mem:
-        off = hit[1]
-    else:
-        try:
-            off = heap.address_of(mem) - heap.base
-        except (TypeError, ValueError, BufferError):
-            raise InvalidFree(f"cannot free a {type(mem).__name__}: not symmetric memory") from None
+    try:
+        off = heap.raw_offset(mem)
+    except (TypeError, ValueError, BufferError):
+        raise InvalidFree(f"cannot free a {type(mem).__name__}: not symmetric memory") from None
     if off not in heap.allocator.live:
         raise InvalidFree(f"memory at heap offset {off} is not a live symmetric allocation "
                           "(double free, or not returned by an allocation routine)")
