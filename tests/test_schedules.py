@@ -222,33 +222,32 @@ def simulate_halving(n, count):
     def span(blocks):
         return slice(bounds[blocks[0]][0], bounds[blocks[1] - 1][1])
     rounds = max(len(p.reduce_scatter) for p in plans)
-    for i in range(rounds):
-        msgs = {}
-        for r, p in enumerate(plans):
-            if p.reduce_scatter:
-                peer, send, keep = p.reduce_scatter[i]
-                msgs[r] = (peer, send, state[r][span(send)].copy())
-        for r, p in enumerate(plans):
-            if p.reduce_scatter:
-                peer, send, keep = p.reduce_scatter[i]
-                src, got_range, got = msgs[peer]
-                assert src == r and got_range == keep, (n, i, r, p, plans[peer])
-                state[r][span(keep)] += got
+
+    def exchange(phase, land):
+        """Every round of ``phase`` at once: each rank sends its ``send``
+        range; the peer's message must be for this rank and cover exactly
+        this rank's keep/recv range, which ``land`` updates."""
+        for i in range(rounds):
+            msgs = {r: (getattr(p, phase)[i][0], getattr(p, phase)[i][1],
+                        state[r][span(getattr(p, phase)[i][1])].copy())
+                    for r, p in enumerate(plans) if getattr(p, phase)}
+            for r, p in enumerate(plans):
+                if getattr(p, phase):
+                    peer, _send, mine = getattr(p, phase)[i]
+                    src, got_range, got = msgs[peer]
+                    assert src == r and got_range == mine, (n, phase, i, r, p, plans[peer])
+                    land(state[r], span(mine), got)
+
+    def combine(vec, where, got):
+        vec[where] += got
+
+    def replace(vec, where, got):
+        vec[where] = got
+    exchange("reduce_scatter", combine)
     for r, p in enumerate(plans):
         if p.reduce_scatter:
             assert p.reduce_scatter[-1][2] == (p.owned, p.owned + 1)
-    for i in range(rounds):
-        msgs = {}
-        for r, p in enumerate(plans):
-            if p.allgather:
-                peer, send, recv = p.allgather[i]
-                msgs[r] = (peer, send, state[r][span(send)].copy())
-        for r, p in enumerate(plans):
-            if p.allgather:
-                peer, send, recv = p.allgather[i]
-                src, got_range, got = msgs[peer]
-                assert src == r and got_range == recv, (n, i, r, p)
-                state[r][span(recv)] = got
+    exchange("allgather", replace)
     for r, p in enumerate(plans):                 # unfold: the result back
         if p.unfold and p.unfold[0] == "send":
             assert plans[p.unfold[1]].unfold == ("recv", r)
