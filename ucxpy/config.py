@@ -285,7 +285,3 @@ def unknown_variables(env=None) -> list:
     known = variables()
     env = os.environ if env is None else env
     return sorted(k for k in env if k.startswith(PREFIX) and k not in known)
-
-
-# compatibility names of the parsers
-_parse_size, _parse_bool, _parse_tristate = parse_size, parse_bool, parse_tristate

@@ -91,8 +91,8 @@ BW_BYTES, BW_MIN, BW_MAX = 1 << 30, 3, 1000
 
 
 def parse_sizes(text: str) -> list:
-    from ..config import _parse_size
-    return [_parse_size(t) for t in text.split(",") if t.strip()]
+    from ..config import parse_size
+    return [parse_size(t) for t in text.split(",") if t.strip()]
 
 
 def _pattern(size: int) -> np.ndarray:
