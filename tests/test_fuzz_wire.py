@@ -424,7 +424,7 @@ def test_unpack_rkey_malformed(rkey_pair, data):
     n = data.draw(st.integers(0, 64))
     genuine = ep.unpack_rkey(valid)
     same_region = all(getattr(key, f) == getattr(genuine, f) for f in
-                      ("mem_id", "base", "length", "pid", "slot", "table", "segment"))
+                      ("mem_id", "base", "length", "md_keys"))
     for op in ("put", "get", "amo"):
         size = 8 if op == "amo" else n
         try:
@@ -453,25 +453,35 @@ def test_unpack_rkey_malformed(rkey_pair, data):
 
 @pytest.mark.timeout(30)
 def test_rkey_names_and_slot_are_validated(rkey_pair):
-    """Regression: a key naming a file outside /dev/shm's ucxpy segments, or
-    a registration-table slot past the table, is refused when unpacked (it
-    used to map the named file, or read past the table mapping)."""
-    from ucxpy import rma
+    """Regression: a shm memory key naming a file outside /dev/shm's ucxpy
+    segments, or a registration-table slot past the table, is refused when
+    unpacked (it used to map the named file, or read past the table mapping)."""
+    from ucxpy import rkey
+    from ucxpy.transports import shm_md
     a, b, ep, mh = rkey_pair
-    f = list(rma._RKEY.unpack_from(mh.pack_rkey()))
-    off = rma._RKEY.size
-    tail = mh.pack_rkey()[off:]
-    tlen, slen, hlen = f[7], f[8], f[9]
+    packed = mh.pack_rkey()
+    keys = rkey.unpack_md_keys(packed, rkey.HEADER.size)
+    if ep.transport_endpoint().iface.md is None or "shm" not in keys:
+        pytest.skip("the lane has no shm memory domain to unpack the key")
+    head = packed[:rkey.HEADER.size]
+
+    def with_shm_key(k):
+        return head + rkey.pack_md_keys((n.encode(), k if n == "shm" else v)
+                                        for n, v in keys.items())
+    ep.unpack_rkey(with_shm_key(keys["shm"]))                  # the genuine one works
+    f = list(shm_md.KEY.unpack_from(keys["shm"]))
+    tail = keys["shm"][shm_md.KEY.size:]
+    tlen, slen = f[4], f[5]
     table, seg, host = tail[:tlen], tail[tlen:tlen + slen], tail[tlen + slen:]
     for t, s in ((b"../../etc/passwd", seg), (table, b"../../tmp/x"), (table, b"ucxpy-rm-1-/x")):
         g = list(f)
-        g[7], g[8] = len(t), len(s)
+        g[4], g[5] = len(t), len(s)
         with pytest.raises(RemoteAccessError):
-            ep.unpack_rkey(rma._RKEY.pack(*g) + t + s + host)
+            ep.unpack_rkey(with_shm_key(shm_md.KEY.pack(*g) + t + s + host))
     g = list(f)
-    g[6] = rma.TABLE_SLOTS + 5
+    g[2] = shm_md.TABLE_SLOTS + 5
     with pytest.raises(RemoteAccessError):
-        ep.unpack_rkey(rma._RKEY.pack(*g) + tail)
+        ep.unpack_rkey(with_shm_key(shm_md.KEY.pack(*g) + tail))
 
 
 # ------------------------------------------ RMA: success only inside the region
@@ -504,12 +514,16 @@ class RmaTarget:
             self.b.mem_map(bytearray(REGION))
         self.key = self.ep.unpack_rkey(self.mh.pack_rkey())
         if mode == "cma":
+            from ucxpy.transports import shm_md
+            from ucxpy.transports.base import MdRemoteKey
             assert self.key.mode == rma.AM        # same pid: not chosen by itself
+            self.key.md_key = MdRemoteKey(transport_key=shm_md.RKEY.pack(
+                shm_md.RKEY_MAGIC, os.getpid(), self.mh.address, REGION))
             self.key.mode = rma.CMA
             probe = bytearray(1)
             try:
-                rma.RmaEngine._cma(rma.lib.ucxpy_cma_read, self.key, memoryview(probe),
-                                   self.mh.address)
+                self.ep.transport_endpoint().get(memoryview(probe), self.mh.address,
+                                                 self.key.md_key.transport_key, None)
             except RemoteAccessError as e:
                 self.close()
                 pytest.skip(f"CMA not permitted here: {e}")

@@ -199,7 +199,7 @@ def test_the_core_names_no_transport():
     """Outside the transport registry (context.py, config.py's default),
     the transports themselves and the tools that list them, no core module
     names a transport: RMA and the protocols choose by capability flags
-    (Caps.MEM_MAP, Caps.MEM_REG, GET_ZCOPY, ...), so a new transport needs
+    and the memory domains (MdCaps, GET_ZCOPY, ...), so a new transport needs
     no change in the core."""
     import ast
     import pathlib

@@ -55,6 +55,17 @@ def parse_tristate(text: str) -> str:
     return "y" if parse_bool(t) else "n"
 
 
+ATOMIC_MODES = ("auto", "cpu", "device")
+
+
+def parse_choice(text: str, choices) -> str:
+    """``text`` (case-insensitive) if it is one of ``choices``, else ConfigError."""
+    t = str(text).strip().lower()
+    if t not in choices:
+        raise ConfigError(f"{text!r} is not one of {', '.join(choices)}")
+    return t
+
+
 def _tls(text: str) -> tuple:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
@@ -100,6 +111,12 @@ class Config:
                               "bytes per shm ring and connection (a power of two >= 4096)")
     shm_cma: bool = _opt(True, parse_bool,
                          "allow single-copy cross-process transfers (process_vm_readv)")
+    atomic_mode: str = _opt("auto", lambda t: parse_choice(t, ATOMIC_MODES),
+                            "how RMA atomics are done, like UCX_ATOMIC_MODE: cpu (loads and "
+                            "stores on mapped memory, else the target's CPU through active "
+                            "messages), device (the lane's device atomics; a lane without "
+                            "them raises), auto (device only when every lane of the worker "
+                            "has them, else cpu: the two kinds are not atomic with each other)")
     busy_poll: float = _opt(0.002, float,
                             "seconds a waiting worker spins before sleeping on file descriptors")
     oversubscribed: str = _opt("auto", parse_tristate,

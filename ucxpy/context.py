@@ -98,6 +98,18 @@ class Context:
         from .worker import Worker
         return Worker(self, worker_id)
 
+    def host_memory_domain(self):
+        """A new memory domain for memory same-host peers map, from the first
+        known transport that offers one without its interface
+        (``Interface.host_memory_domain``), or None."""
+        for name in transports():
+            cls, avail = load_transport(name, self.config)
+            md = cls.host_memory_domain(self.config) if cls is not None and avail.available \
+                else None
+            if md is not None:
+                return md
+        return None
+
     @staticmethod
     def query(config: Optional[Config] = None):
         """``[(name, Availability)]`` for every known transport (``ucxpy-info``)."""

@@ -4,64 +4,66 @@ Theory of operation
 -------------------
 ``Worker.mem_map()`` registers memory and returns a :class:`MemHandle`; its
 ``pack_rkey()`` bytes travel to peers, which turn them into a
-:class:`RemoteKey` with ``Endpoint.unpack_rkey()``.  Each remote key picks one
-access mode when unpacked, from the endpoint's lane:
+:class:`RemoteKey` with ``Endpoint.unpack_rkey()``.  Memory belongs to the
+transports' memory domains (``ucxpy.transports.base.MemoryDomain``): a
+handle is registered with the domain of every interface of the worker, and
+its key carries each domain's packed key.  ``mem_map(length=n)`` takes the
+memory from the first domain that allocates memory its same-host peers can
+map (``MdCaps.ALLOC``), else from the heap.
 
-=========  ======================================  ==============================
-mode       when                                    put / get / atomics
-=========  ======================================  ==============================
-RDMA       lane reads and writes registered        fi_write / fi_read (ofi),
-           memory by itself (ofi, verbs); the      RDMA WRITE / READ (verbs);
-           key carries the lane's registration     atomics as in AM mode
-MAPPED     lane is shm and the memory was          memcpy into the peer's shared
-           allocated by ``mem_map(length=n)``      segment; native C11 atomics
-CMA        lane is shm, user buffer registered,    process_vm_writev/readv;
-           cross-memory attach permitted           atomics as in AM mode
-AM         anything else (tcp, other hosts)        frames served by the target's
-                                                   progress (see below)
-=========  ======================================  ==============================
+Each remote key picks one access mode when unpacked, by asking the memory
+domain of the endpoint's lane (the core names no transport):
+
+=========  ==========================================  =========================
+mode       when the lane's domain unpacks the key to   put / get / atomics
+=========  ==========================================  =========================
+MAPPED     an address here (``rkey_ptr``)              memmove; CPU atomics
+one-sided  a transport key and ``MdCaps.PUT|GET``:     ``TransportEndpoint.put``
+(the       mode named by ``MemoryDomain.access``,      / ``get``; atomics by the
+domain's   e.g. "rdma" (asynchronous) or "cma"         device with
+``access``) (a synchronous copy)                       ``UCXPY_ATOMIC_MODE``,
+                                                       else as in AM mode
+AM         nothing (another host, no such domain)      frames served by the
+                                                       target's progress
+=========  ==========================================  =========================
 
 In AM mode the *target must progress* (call any blocking ucxpy function, or
 ``worker.progress()``, or start the worker's progress thread with
 ``UCXPY_PROGRESS_THREAD=y`` / ``Worker.start_progress_thread()``).  Puts
 complete when the target acknowledged them, so a completed put is visible at
-the target.  Atomics are applied by the target with the same native atomics
-as MAPPED mode, so both modes may hit one word concurrently.
+the target.  Atomics are applied by the target with the same CPU atomics as
+MAPPED mode, so both modes may hit one word concurrently; device atomics
+(``UCXPY_ATOMIC_MODE=device``) are not atomic with those, which is why the
+mode is chosen per worker, not per key.
 
-Validity: each worker keeps a registration table in shared memory (one
-64-bit slot per registration holding its memory id, 0 when unmapped).
-MAPPED and CMA accesses check the slot first, and the AM target checks its
-registry, so a stale key after ``unmap()`` raises :class:`RemoteAccessError`
-instead of writing into freed memory.  Every access is range-checked against
-the key; atomics must be naturally aligned.
+Validity: where the lane's domain can tell (``MdRemoteKey.valid``; shm keeps
+a registration table in shared memory for it), a stale key after
+``unmap()`` raises :class:`RemoteAccessError` instead of writing into freed
+memory, and the AM target checks its registry.  Every access is
+range-checked against the key; atomics must be naturally aligned.
 
 Ordering: operations on one endpoint in AM mode are executed in issue order.
 ``Endpoint.fence()`` orders operations issued before it ahead of those after
-it also across modes (it waits for outstanding AM operations);
+it also across modes (it waits for outstanding AM and one-sided operations);
 ``Endpoint.flush()`` / ``Worker.flush()`` wait until all are complete.
 """
 from __future__ import annotations
 
-import errno
-import glob
 import itertools
-import os
 from typing import Optional
 
-from . import shmfile, wire
+from . import wire
 from .atomics import MASK as _MASK, OPS as ATOMIC_OPS, POST_OPS  # noqa: F401 (re-exported)
 from .atomics import address_of as buffer_address, apply as apply_atomic
 from .buffers import COMPLETED, recv_view, send_view
 from .errors import RemoteAccessError
 from .request import Request
-from .shmfile import SHM_DIR
-from .rkey import ALIGN, BADOP, OK, RANGE, STALE, TABLE_SLOTS, RegionKey, resolve
+from .rkey import ALIGN, BADOP, OK, RANGE, STALE, RegionKey, resolve
 from .rkey import HEADER as _RKEY  # noqa: F401 (tests build keys with it)
 from .rkey import pack as _pack_rkey
-from .rkey import pack_transport_keys as _pack_transport_keys
-from .rkey import unpack_transport_keys as _unpack_transport_keys  # noqa: F401
-from .transports.base import Caps
-from .transports.liveness import pid_alive
+from .rkey import pack_md_keys as _pack_md_keys
+from .rkey import unpack_md_keys as _unpack_md_keys  # noqa: F401
+from .transports.base import MdCaps
 
 try:
     from ._native import ffi, lib
@@ -70,106 +72,54 @@ except ImportError:  # pragma: no cover - the module is built at install time
 
 AmId = wire.AmId
 
-#: atomic opcodes (wire values); post = add/and/or/xor, fetch = all
-
 _STATUS = {STALE: "stale or unknown remote key", RANGE: "access outside the registered region",
            ALIGN: "misaligned atomic", BADOP: "bad atomic operation"}
 
+#: access modes; a one-sided mode is named by its memory domain (``access``):
+#: CMA and RDMA are the names shm and the RDMA transports give theirs
 MAPPED, CMA, RDMA, AM = "mapped", "cma", "rdma", "am"
-#: a lane that moves registered memory by itself (RDMA) serves RMA directly
-RDMA_CAPS = Caps.GET_ZCOPY | Caps.PUT_ZCOPY
-#: a lane whose registrations peers read and write one-sidedly (RDMA)
-REG_CAPS = RDMA_CAPS | Caps.MEM_REG
-
-
-def _reap_stale_segments() -> None:
-    """Unlink segments left by killed processes (their pid is in the name)."""
-    for path in glob.glob(os.path.join(SHM_DIR, "ucxpy-r[tm]-*")):
-        try:
-            pid = int(os.path.basename(path).split("-")[2])
-        except (IndexError, ValueError):
-            continue
-        if not pid_alive(pid):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-
-
-class _Segment:
-    """A named shared-memory file mapped into this process."""
-
-    def __init__(self, name: str, length: int, create: bool):
-        if create:                  # sparse: a heap's pages are used as touched
-            self.map = shmfile.create(name, length)
-        else:
-            try:
-                self.map = shmfile.open_private(name, length)
-            except OSError as e:
-                if e.errno == errno.EINVAL:
-                    raise RemoteAccessError(f"shared segment {name} is smaller than its key "
-                                            f"says") from None
-                raise
-        self.name = name
-        self.path = os.path.join(SHM_DIR, name)
-        self.length = length
-        self.view = memoryview(self.map)      # keeps the mapping open
-        self.address = buffer_address(self.view)
-
-    def unlink(self) -> None:
-        try:
-            os.unlink(self.path)
-        except OSError:
-            pass
+ONE_SIDED = MdCaps.PUT | MdCaps.GET
+_DEVICE_SIZE = {4: MdCaps.ATOMIC32, 8: MdCaps.ATOMIC64}
 
 
 class MemHandle:
     """Registered memory (``ucp_mem_h``).  ``buf`` is a writable byte view,
-    ``address`` its base address as peers name it."""
+    ``address`` its base address as peers name it; ``alloc`` the memory
+    domain allocation it lives in (None for user or heap memory)."""
 
-    def __init__(self, rma, mem_id: int, view: memoryview, address: int, segment=None):
+    def __init__(self, rma, mem_id: int, view: memoryview, address: int, alloc=None,
+                 alloc_md=None):
         self.rma = rma
         self.mem_id = mem_id
         self.buf = view
         self.address = address
         self.length = view.nbytes
-        self.segment = segment
-        self.slot = -1
-        self._tl_keys = None
-        self._rdma_view = None
+        self.alloc = alloc
+        self.alloc_md = alloc_md
+        self._regs = None           # [(memory domain, its registration)]
+        self._rkey = None
         self.mapped = True
 
     def __repr__(self) -> str:
-        kind = "shared" if self.segment else "user"
+        kind = f"{self.alloc_md.name}-allocated" if self.alloc is not None else "user"
         return f"<MemHandle {self.mem_id} {kind} {self.length} B at {self.address:#x}>"
 
     def pack_rkey(self) -> bytes:
-        """Remote key bytes for peers (``ucp_rkey_pack``)."""
+        """Remote key bytes for peers (``ucp_rkey_pack``): registers the
+        memory with every memory domain of the worker on first use."""
         if not self.mapped:
             raise RemoteAccessError("memory handle is unmapped")
-        w = self.rma.worker
-        table = self.rma.table.name.encode() if self.rma.table else b""
-        seg = self.segment.name.encode() if self.segment else b""
-        return _pack_rkey(w.uuid, self.mem_id, self.address, self.length, os.getpid(),
-                          self.slot, table, seg, w.address.host_id, self._transport_keys())
-
-    def _transport_keys(self) -> bytes:
-        """The region registered with every interface that reads and writes
-        one-sidedly by itself (RDMA: ofi, verbs), so peers on those lanes
-        put/get directly (format: :func:`ucxpy.rkey.pack_transport_keys`).
-        Registered once, through a view of our own: the transports tie a
-        registration to the view it was made for, so dropping that view in
-        ``unmap`` revokes the key."""
-        if self._tl_keys is None:
-            keys = []
-            for iface in self.rma.worker.ifaces:
-                if iface.attrs.caps & REG_CAPS == REG_CAPS and self.length:
-                    if self._rdma_view is None:
-                        self._rdma_view = self.buf[:]
-                    _addr, key = iface.pack_local_key(self._rdma_view)
-                    keys.append((iface.name.encode(), bytes(key)))
-            self._tl_keys = _pack_transport_keys(keys)
-        return self._tl_keys
+        if self._rkey is None:
+            regs, keys = [], []
+            for md in self.rma.domains() if self.length else ():
+                if md.caps & MdCaps.REG:
+                    memh = md.mem_reg(self.buf, self.alloc if md is self.alloc_md else None)
+                    regs.append((md, memh))
+                    keys.append((md.name.encode(), bytes(md.rkey_pack(memh))))
+            self._regs = regs
+            self._rkey = _pack_rkey(self.rma.worker.uuid, self.mem_id, self.address,
+                                    self.length, _pack_md_keys(keys))
+        return self._rkey
 
     def unmap(self) -> None:
         """Unregister (idempotent); later remote accesses raise RemoteAccessError."""
@@ -186,16 +136,16 @@ class MemHandle:
 class RemoteKey(RegionKey):
     """A peer's registered region as seen through one endpoint: the fields of
     its packed key (:class:`ucxpy.rkey.RegionKey`, whose ``check`` range-checks
-    every access) and the access mode picked for the endpoint's lane."""
+    every access), what the lane's memory domain unpacked (``md_key``) and the
+    access mode that gives."""
 
-    __slots__ = ("ep", "mode", "_local_base")
+    __slots__ = ("ep", "mode")
 
     def __init__(self, ep, packed):
         RegionKey.__init__(self, packed)
         if self.uuid != ep.remote.uuid:
             raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
         self.ep = ep
-        self._local_base = 0
         self.mode = ep.worker.rma.access_mode(ep, self)
 
     def __repr__(self) -> str:
@@ -206,21 +156,24 @@ class RemoteKey(RegionKey):
         """Address of the region's first byte as mapped into this process
         (MAPPED mode; 0 otherwise), for layers that load/store peer memory
         directly, e.g. OpenSHMEM's symmetric heap and ``shmem_ptr``."""
-        return self._local_base if self.mode == MAPPED else 0
+        return self.md_key.address if self.mode == MAPPED else 0
 
     def map(self) -> Optional[memoryview]:
-        """The region mapped into this process when it lives in a shared
-        segment on this host, whatever the lane (UCX's ``rkey_ptr``): a
-        writable view of all of it (the mapping lasts as long as the view),
-        or None where it cannot be mapped (another host, a registered user
-        buffer, no /dev/shm).  Loads and stores through it bypass the lane:
-        the caller orders them (MPI's ``Win.Sync`` and barriers)."""
-        if not self.segment or self.host_id != self.ep.worker.address.host_id:
-            return None
-        try:
-            return _Segment(self.segment, self.length, create=False).view
-        except (OSError, RemoteAccessError):
-            return None
+        """The region mapped into this process where a memory domain of this
+        worker can map it, whatever the lane (UCX's ``rkey_ptr``): a writable
+        view of all of it (the mapping lasts as long as the view), or None
+        (another host, a registered user buffer, no such domain).  Loads and
+        stores through it bypass the lane: the caller orders them (MPI's
+        ``Win.Sync`` and barriers)."""
+        rma = self.ep.worker.rma
+        rma._alloc_domain()
+        for md in rma.domains():
+            packed = self.md_keys.get(md.name)
+            if packed is not None and md.caps & MdCaps.RKEY_PTR:
+                view = md.rkey_map(packed, self.length)
+                if view is not None:
+                    return view
+        return None
 
 
 class _Op:
@@ -238,50 +191,55 @@ class RmaEngine:
     def __init__(self, worker):
         self.worker = worker
         self.registry = {}            # mem id -> MemHandle
-        self.ops = {}                 # op id -> _Op (AM mode, awaiting a reply)
-        self.table = None             # our registration table (_Segment)
-        self._free_slots = []
+        self.ops = {}                 # op id -> _Op (awaiting a reply or the lane)
         self._ids = itertools.count(1)
         self._op_ids = itertools.count(1)
-        self._peer_segments = {}      # segment name -> _Segment (peers' memory / tables)
+        self._atomic_mode = None
+        self._host_md = None
+        self._host_md_tried = False
         self.handlers = {AmId.RMA_PUT: self.on_put, AmId.RMA_ACK: self.on_ack,
                          AmId.RMA_GET: self.on_get, AmId.RMA_GET_REP: self.on_get_rep,
                          AmId.RMA_AMO: self.on_amo, AmId.RMA_AMO_REP: self.on_amo_rep}
 
     # -- registration --------------------------------------------------------
-    def _shared_ok(self) -> bool:
-        return lib is not None and os.access(SHM_DIR, os.W_OK) and \
-            any(i.attrs.caps & Caps.MEM_MAP for i in self.worker.ifaces)
+    def domains(self) -> list:
+        """The memory domains of the worker's interfaces, in lane order, and
+        the host memory domain once one was needed (:meth:`_alloc_domain`)."""
+        mds = [i.md for i in self.worker.ifaces if i.md is not None]
+        return mds + [self._host_md] if self._host_md is not None else mds
 
-    def _ensure_table(self) -> None:
-        if self.table is not None or not self._shared_ok():
-            return
-        _reap_stale_segments()
-        name = f"ucxpy-rt-{os.getpid()}-{self.worker.uuid:x}"
-        self.table = _Segment(name, TABLE_SLOTS * 8, create=True)
-        self._free_slots = list(range(TABLE_SLOTS - 1, 0, -1))
+    def _alloc_domain(self, host: bool = True):
+        """The domain that allocates memory same-host peers map: an
+        interface's, else (``host``) the context's host memory domain,
+        opened once."""
+        md = next((i.md for i in self.worker.ifaces
+                   if i.md is not None and i.md.caps & MdCaps.ALLOC), None)
+        if md is None and host:
+            if not self._host_md_tried:
+                self._host_md_tried = True
+                self._host_md = self.worker.context.host_memory_domain()
+            md = self._host_md
+        return md
 
     def mem_map(self, buf=None, length: int = 0, shared: bool = False) -> MemHandle:
+        """A length allocates memory from the first interface's memory domain
+        that allocates memory same-host peers map, else from the heap;
+        ``shared`` (the caller wants that kind, ``RemoteKey.map``) falls back
+        to the context's host memory domain instead of the heap."""
         if buf is None and length <= 0:
             raise ValueError("mem_map needs a buffer or a length > 0")
         if buf is not None and length:
             raise ValueError("mem_map takes a buffer or a length, not both")
         mem_id = next(self._ids)
-        self._ensure_table()
         if buf is None:
-            if self.table is not None or shared and lib is not None \
-                    and os.access(SHM_DIR, os.W_OK):
-                seg = _Segment(f"ucxpy-rm-{os.getpid()}-{self.worker.uuid:x}-{mem_id}",
-                               length, create=True)
-                mh = MemHandle(self, mem_id, seg.view, seg.address, seg)
+            md = self._alloc_domain(host=shared)
+            if md is not None:
+                alloc = md.mem_alloc(length)
+                mh = MemHandle(self, mem_id, alloc.view, alloc.address, alloc, md)
             else:
-                mem = bytearray(length)
-                mh = self._wrap(mem_id, mem)
+                mh = self._wrap(mem_id, bytearray(length))
         else:
             mh = self._wrap(mem_id, buf)
-        if self.table is not None and self._free_slots:
-            mh.slot = self._free_slots.pop()
-            lib.ucxpy_atomic_store64(ffi.cast("void *", self.table.address + mh.slot * 8), mem_id)
         self.registry[mem_id] = mh
         return mh
 
@@ -291,56 +249,44 @@ class RmaEngine:
 
     def unregister(self, mh: MemHandle) -> None:
         self.registry.pop(mh.mem_id, None)
-        mh._rdma_view = None        # revokes the RDMA registrations made for it
-        if mh.slot > 0 and self.table is not None:
-            lib.ucxpy_atomic_store64(ffi.cast("void *", self.table.address + mh.slot * 8), 0)
-            self._free_slots.append(mh.slot)
-        if mh.segment is not None:
-            mh.segment.unlink()
+        for md, memh in mh._regs or ():
+            md.mem_dereg(memh)
+        mh._regs = None
+        if mh.alloc is not None:
+            mh.alloc_md.mem_free(mh.alloc)
 
     def close(self) -> None:
         for mh in list(self.registry.values()):
             mh.unmap()
-        if self.table is not None:
-            self.table.unlink()
-        self._peer_segments.clear()
+        if self._host_md is not None:
+            self._host_md.close()
 
     # -- access mode -----------------------------------------------------------
+    def atomic_mode(self) -> str:
+        """"cpu" or "device": ``UCXPY_ATOMIC_MODE`` with auto resolved (device
+        only when every interface's memory domain has device atomics)."""
+        if self._atomic_mode is None:
+            mode = self.worker.config.atomic_mode
+            if mode == "auto":
+                ifaces = self.worker.ifaces
+                mode = "device" if ifaces and all(
+                    i.md is not None and i.md.caps & MdCaps.ATOMIC64 for i in ifaces) else "cpu"
+            self._atomic_mode = mode
+        return self._atomic_mode
+
     def access_mode(self, ep, rkey: RemoteKey) -> str:
         ep.transport_endpoint()
-        if ep.lane.name in rkey.tl_keys and ep.lane.attrs.caps & REG_CAPS == REG_CAPS:
-            return RDMA
-        same_host = (ep.lane.attrs.caps & (Caps.MEM_MAP | Caps.LOOPBACK) and lib is not None
-                     and rkey.host_id == self.worker.address.host_id and rkey.table)
-        if not same_host:
+        md = ep.lane.md
+        packed = rkey.md_keys.get(md.name) if md is not None and lib is not None else None
+        mk = None if packed is None else md.rkey_unpack(packed, rkey.base, rkey.length)
+        if mk is None:
             return AM
-        try:
-            tab = self._peer_segment(rkey.table, TABLE_SLOTS * 8)
-        except (OSError, RemoteAccessError):
-            return AM
-        rkey._table_addr = tab.address + rkey.slot * 8
-        if rkey.segment:
-            try:
-                seg = self._peer_segment(rkey.segment, rkey.length)
-            except OSError:
-                raise RemoteAccessError(f"stale remote key: segment {rkey.segment} is gone") from None
-            rkey._local_base = seg.address
+        rkey.md_key = mk
+        if mk.address:
             return MAPPED
-        if rkey.pid != os.getpid() and ep.lane.attrs.caps & Caps.GET_ZCOPY:
-            return CMA
+        if mk.transport_key is not None and md.caps & ONE_SIDED == ONE_SIDED:
+            return md.access
         return AM
-
-    def _peer_segment(self, name: str, length: int) -> _Segment:
-        seg = self._peer_segments.get(name)
-        if seg is None:
-            if self.table is not None and name == self.table.name:
-                seg = self.table
-            else:
-                own = next((m.segment for m in self.registry.values()
-                            if m.segment is not None and m.segment.name == name), None)
-                seg = own or _Segment(name, length, create=False)
-            self._peer_segments[name] = seg
-        return seg
 
     # -- initiator -------------------------------------------------------------
     def _post(self, ep, am_id, header_fn, payload=b"", dest=None) -> Request:
@@ -361,13 +307,10 @@ class RmaEngine:
             self.worker.tr.rma("put", ep, mv.nbytes, rkey.mode)
         if rkey.mode == MAPPED:
             if mv.nbytes:
-                ffi.memmove(ffi.cast("char *", rkey._local_base + off), mv, mv.nbytes)
+                ffi.memmove(ffi.cast("char *", rkey.md_key.address + off), mv, mv.nbytes)
             return COMPLETED
-        if rkey.mode == CMA:
-            self._cma(lib.ucxpy_cma_write, rkey, mv, address)
-            return COMPLETED
-        if rkey.mode == RDMA:
-            return self._rdma(ep, "put", mv, address, rkey)
+        if rkey.mode != AM:
+            return self._one_sided(ep, "put", mv, address, rkey)
         return self._fragmented(ep, mv, lambda piece, at: self._post(
             ep, AmId.RMA_PUT, lambda i: wire.RMA_PUT.pack(i, rkey.mem_id, at), piece), address)
 
@@ -378,13 +321,10 @@ class RmaEngine:
             self.worker.tr.rma("get", ep, mv.nbytes, rkey.mode)
         if rkey.mode == MAPPED:
             if mv.nbytes:
-                ffi.memmove(mv, ffi.cast("char *", rkey._local_base + off), mv.nbytes)
+                ffi.memmove(mv, ffi.cast("char *", rkey.md_key.address + off), mv.nbytes)
             return COMPLETED
-        if rkey.mode == CMA:
-            self._cma(lib.ucxpy_cma_read, rkey, mv, address)
-            return COMPLETED
-        if rkey.mode == RDMA:
-            return self._rdma(ep, "get", mv, address, rkey)
+        if rkey.mode != AM:
+            return self._one_sided(ep, "get", mv, address, rkey)
         return self._fragmented(ep, mv, lambda piece, at: self._post(
             ep, AmId.RMA_GET, lambda i: wire.RMA_GET.pack(i, rkey.mem_id, at, piece.nbytes),
             dest=piece), address)
@@ -409,36 +349,35 @@ class RmaEngine:
             post_one(mv[off:off + frag], address + off).add_done_callback(one_done)
         return parent
 
-    def _rdma(self, ep, op: str, mv, address: int, rkey: RemoteKey) -> Request:
-        """One-sided put/get by the lane itself (fi_write / fi_read, RDMA
-        WRITE / READ); tracked so ``flush`` and ``fence`` wait for it."""
-        if not mv.nbytes:
-            return COMPLETED
-        tep = ep.transport_endpoint()
+    def _track(self, ep, keep=None):
+        """A Request for an operation the lane completes, and its callback
+        ``done(exc[, value])``; tracked so ``flush`` and ``fence`` wait for it
+        (``keep``: the local buffer, held until then)."""
         req = Request(self.worker)
         op_id = next(self._op_ids)
-        self.ops[op_id] = _Op(ep, req)
+        self.ops[op_id] = _Op(ep, req, keep)
 
-        def done(exc, op_id=op_id, mv=mv):
+        def done(exc, value=None, op_id=op_id):
             if self.ops.pop(op_id, None) is not None:
-                req.complete(exc=exc)
+                req.complete(value, exc=exc)
+        return req, op_id, done
+
+    def _one_sided(self, ep, op: str, mv, address: int, rkey: RemoteKey) -> Request:
+        """Put/get by the lane itself (``TransportEndpoint.put`` / ``get``:
+        fi_write, RDMA WRITE, a cross-memory copy, ...)."""
+        if not mv.nbytes:
+            return COMPLETED
+        req, op_id, done = self._track(ep, mv)
         try:
-            if getattr(tep, op)(mv, address, rkey.tl_keys[ep.lane.name], done):
-                done(None)
+            finished = getattr(ep.transport_endpoint(), op)(
+                mv, address, rkey.md_key.transport_key, done)
         except BaseException:
             self.ops.pop(op_id, None)
             raise
+        if finished:                     # done at once (a synchronous copy)
+            self.ops.pop(op_id, None)
+            return COMPLETED
         return req
-
-    @staticmethod
-    def _cma(fn, rkey, mv, address):
-        if not mv.nbytes:
-            return
-        with ffi.from_buffer(mv) as local:
-            n = fn(rkey.pid, local, address, mv.nbytes)
-        if n != mv.nbytes:
-            raise RemoteAccessError(f"cross-memory access to pid {rkey.pid} failed "
-                                    f"({os.strerror(-n) if n < 0 else f'{n} bytes moved'})")
 
     def atomic_nb(self, ep, op: str, value: int, address: int, rkey: RemoteKey,
                   size: int = 8, compare: int = 0) -> Request:
@@ -450,12 +389,30 @@ class RmaEngine:
         code = ATOMIC_OPS[op]
         if self.worker.tr is not None:
             self.worker.tr.rma("atomic_" + op, ep, size, rkey.mode)
+        if self.atomic_mode() == "device":
+            return self._device_atomic(ep, op, size, value, compare, address, rkey)
         if rkey.mode == MAPPED:
             req = Request(self.worker)
-            req.complete(apply_atomic(rkey._local_base + off, code, size, value, compare))
+            req.complete(apply_atomic(rkey.md_key.address + off, code, size, value, compare))
             return req
         return self._post(ep, AmId.RMA_AMO, lambda i: wire.RMA_AMO.pack(
             i, rkey.mem_id, address, code, size, value & _MASK[size], compare & _MASK[size]))
+
+    def _device_atomic(self, ep, op, size, value, compare, address, rkey) -> Request:
+        md, mk = ep.lane.md, rkey.md_key
+        if mk is None or mk.transport_key is None or not md.caps & _DEVICE_SIZE[size] \
+                or op not in md.device_atomic_ops:
+            raise RemoteAccessError(
+                f"UCXPY_ATOMIC_MODE=device: lane {ep.lane.name} has no {size * 8}-bit device "
+                f"atomic {op!r} for this key (cpu atomics would not be atomic with device ones)")
+        req, op_id, done = self._track(ep)
+        try:
+            ep.transport_endpoint().atomic(op, size, address, mk.transport_key,
+                                           value & _MASK[size], compare & _MASK[size], done)
+        except BaseException:
+            self.ops.pop(op_id, None)
+            raise
+        return req
 
     def outstanding(self, ep=None) -> bool:
         return any(op.ep is ep for op in self.ops.values()) if ep is not None else bool(self.ops)

@@ -65,3 +65,31 @@ def open_private(name: str, length: int, exact: bool = False,
         return mmap.mmap(fd, length)
     finally:
         os.close(fd)
+
+
+def reap_dead(pattern, min_age: float = 0.0) -> int:
+    """Unlink segments left by processes that are gone: names matching the
+    compiled ``pattern`` whose first group is the creator's pid, not ours,
+    no longer alive, and (``min_age`` > 0) older than ``min_age`` seconds
+    (the guard for peers in another pid namespace sharing /dev/shm).
+    Returns the number removed."""
+    import time
+    from .transports.liveness import pid_alive
+    try:
+        names = os.listdir(SHM_DIR)
+    except OSError:
+        return 0
+    now, me, removed = time.time(), os.getpid(), 0
+    for name in names:
+        m = pattern.match(name)
+        if m is None or int(m.group(1)) == me:
+            continue
+        path = os.path.join(SHM_DIR, name)
+        try:
+            if min_age and now - os.stat(path).st_mtime < min_age or pid_alive(int(m.group(1))):
+                continue
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass
+    return removed

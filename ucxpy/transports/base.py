@@ -82,12 +82,6 @@ class Caps(enum.IntFlag):
     CONNECT_TO_IFACE = 1 << 8  # connect from an interface address alone
     INTRA_HOST = 1 << 9    # only reaches peers on the same host
     LOOPBACK = 1 << 10     # only reaches the same worker
-    #: memory domain: same-host peers map this process's shared segments
-    #: (``mem_map(length=n)``) and load/store them directly (shm)
-    MEM_MAP = 1 << 11
-    #: memory domain: a region must be registered with the interface
-    #: (``Interface.pack_local_key``) for peers' one-sided access (ofi, verbs)
-    MEM_REG = 1 << 12
 
 
 @dataclass
@@ -164,9 +158,17 @@ class TransportEndpoint(abc.ABC):
         (``Caps.PUT_ZCOPY``).  Same return convention as :meth:`send`."""
         raise NotImplementedError(f"{type(self).__name__} has no put_zcopy")
 
+    def atomic(self, op: str, size: int, remote_addr: int, rkey: bytes, value: int,
+               compare: int, on_complete: Callable[[Optional[BaseException], int], None]) -> None:
+        """Device atomic ``op`` (one of the domain's ``device_atomic_ops``) on
+        the ``size``-byte word at ``remote_addr`` (``MdCaps.ATOMIC32/64``);
+        ``on_complete(exc, old value)`` runs from progress."""
+        raise NotImplementedError(f"{type(self).__name__} has no device atomics")
+
     def pack_local_key(self, buf: memoryview) -> tuple[int, bytes]:
         """Describe ``buf`` for a peer's :meth:`get` or :meth:`put`: returns
-        ``(address, rkey)``."""
+        ``(address, rkey)`` (the rendezvous protocols' one-off registration;
+        RMA registers through the interface's :class:`MemoryDomain`)."""
         raise NotImplementedError(f"{type(self).__name__} has no get_zcopy")
 
     @property
@@ -178,11 +180,146 @@ class TransportEndpoint(abc.ABC):
         """Close gracefully (idempotent); queued frames are flushed when possible."""
 
 
+class MdCaps(enum.IntFlag):
+    """What a :class:`MemoryDomain` does (``UCT_MD_FLAG_*`` and the
+    one-sided part of ``UCT_IFACE_FLAG_*``)."""
+
+    NONE = 0
+    ALLOC = 1 << 0      # mem_alloc: memory that same-host peers can map
+    REG = 1 << 1        # mem_reg: existing memory made reachable by peers
+    RKEY_PTR = 1 << 2   # an unpacked key may map the region here (load/store)
+    PUT = 1 << 3        # TransportEndpoint.put into a peer's registered memory
+    GET = 1 << 4        # TransportEndpoint.get from it
+    ATOMIC32 = 1 << 5   # TransportEndpoint.atomic, 32-bit, by the device
+    ATOMIC64 = 1 << 6   # the same, 64-bit
+
+
+class MdRemoteKey:
+    """A peer's region as a memory domain unpacked it (``uct_rkey_bundle``):
+
+    * ``address`` -- where the region starts in *this* process when the key
+      maps it (``rkey_ptr``: loads, stores and CPU atomics), else 0;
+    * ``transport_key`` -- bytes for :meth:`TransportEndpoint.put` / ``get`` /
+      ``atomic``, or None when the lane cannot reach it one-sidedly;
+    * ``valid()`` -- False once the owner unregistered the region, where the
+      domain can tell (a stale key must not touch reused memory);
+    * ``release()`` -- drop what unpacking mapped (``rkey_release``).
+    """
+
+    __slots__ = ("address", "transport_key", "keep")
+
+    def __init__(self, address: int = 0, transport_key: Optional[bytes] = None, keep=None):
+        self.address = address
+        self.transport_key = transport_key
+        self.keep = keep          # what keeps ``address`` mapped
+
+    def valid(self) -> bool:
+        return True
+
+    def release(self) -> None:
+        self.keep = None
+        self.address = 0
+
+
+class MemoryDomain:
+    """A transport's memory (UCT's ``md``): how its peers reach this
+    process's memory, kept apart from frames.  ``ucxpy.rma`` uses only this
+    interface and the flags in ``caps``:
+
+    * an unpacked key with an ``address`` -> loads, stores and CPU atomics;
+    * else ``transport_key`` and PUT/GET -> the lane's one-sided put/get
+      (``TransportEndpoint.put`` / ``get``), and device atomics with
+      ATOMIC32/64 when the atomic mode says so (``UCXPY_ATOMIC_MODE``);
+    * else active messages served by the target (the core's fallback).
+
+    ``name`` is the key's name inside a packed ``ucxpy`` remote key (the
+    interface name); ``access`` names the one-sided mode in traces and
+    ``RemoteKey.mode`` ("rdma": asynchronous, completed through the lane,
+    unordered with its frames; "cma": a synchronous copy).
+    """
+
+    name: str = "?"
+    caps: MdCaps = MdCaps.NONE
+    access: str = "rdma"
+    #: device atomics ``atomic`` posts (subset of ucxpy.atomics.OPS names)
+    device_atomic_ops: frozenset = frozenset()
+
+    def mem_alloc(self, length: int):
+        """Memory peers on this host may map (ALLOC): an object with ``view``
+        (writable memoryview of ``length`` bytes) and ``address``; freed with
+        :meth:`mem_free`."""
+        raise NotImplementedError(f"memory domain {self.name} cannot allocate")
+
+    def mem_free(self, alloc) -> None:
+        """Release memory from :meth:`mem_alloc` (idempotent)."""
+
+    def mem_reg(self, view: memoryview, alloc=None):
+        """Register ``view`` (REG; ``alloc`` when it is this domain's own
+        :meth:`mem_alloc` memory) and return a handle for :meth:`rkey_pack`
+        and :meth:`mem_dereg`.  Peers reach the memory until ``mem_dereg``."""
+        raise NotImplementedError(f"memory domain {self.name} cannot register memory")
+
+    def mem_dereg(self, memh) -> None:
+        """Revoke a registration (idempotent): later peer accesses fail."""
+
+    def rkey_pack(self, memh) -> bytes:
+        """The bytes peers unpack with :meth:`rkey_unpack`."""
+        raise NotImplementedError
+
+    def rkey_unpack(self, packed: bytes, base: int, length: int) -> Optional[MdRemoteKey]:
+        """A peer's key for its region ``[base, base+length)`` as reached from
+        this domain's lane, or None when this lane cannot reach it except by
+        active messages (another host, a permission).  Raises
+        :class:`ucxpy.errors.RemoteAccessError` for a key that can never work
+        (its memory is gone)."""
+        return None
+
+    def rkey_map(self, packed: bytes, length: int) -> Optional[memoryview]:
+        """The peer's region mapped here, whatever the lane, as a writable view
+        that keeps the mapping (``RemoteKey.map()``); None if it cannot be."""
+        return None
+
+    def close(self) -> None:
+        """Release every registration and mapping (idempotent)."""
+
+
+class RegistrationDomain(MemoryDomain):
+    """The memory domain of a transport that registers memory with a device
+    and lets its peers read and write it one-sidedly (ofi, verbs): a
+    registration is the interface's ``pack_local_key(view)`` for a view of
+    our own, revoked when that view is dropped."""
+
+    caps = MdCaps.REG | MdCaps.PUT | MdCaps.GET
+
+    def __init__(self, iface, caps: Optional[MdCaps] = None, atomic_ops=frozenset()):
+        self.name = iface.name
+        self.iface = iface
+        if caps is not None:
+            self.caps = caps
+        self.device_atomic_ops = frozenset(atomic_ops)
+
+    def mem_reg(self, view, alloc=None):
+        own = view[:]                      # the transport ties the registration to it
+        _addr, key = self.iface.pack_local_key(own)
+        return [own, bytes(key)]
+
+    def mem_dereg(self, memh) -> None:
+        memh[0] = None
+
+    def rkey_pack(self, memh) -> bytes:
+        return memh[1]
+
+    def rkey_unpack(self, packed, base, length):
+        return MdRemoteKey(transport_key=bytes(packed))
+
+
 class Interface(abc.ABC):
     """A transport instance bound to one worker."""
 
     name: ClassVar[str] = "?"
     attrs: TransportAttrs
+    #: its memory domain, or None: peers then reach memory by active messages
+    md: Optional[MemoryDomain] = None
 
     def __init__(self, owner: TransportOwner, config) -> None:
         self.owner = owner
@@ -192,6 +329,15 @@ class Interface(abc.ABC):
     def query(cls, config) -> Availability:
         """Can this transport run here?  Must not raise."""
         return Availability(True)
+
+    @classmethod
+    def host_memory_domain(cls, config) -> Optional[MemoryDomain]:
+        """A memory domain of this transport that works without an interface,
+        or None: when no selected transport allocates memory that same-host
+        peers map (``MdCaps.ALLOC``), the core uses the first transport's
+        that does, as UCX opens every memory domain whatever ``UCX_TLS``
+        selects (``mem_map(length, shared=True)`` and ``RemoteKey.map``)."""
+        return None
 
     @abc.abstractmethod
     def address(self) -> bytes:

@@ -126,8 +126,8 @@ from ..netaddr import host_id as this_host_id
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .liveness import PidWatch
-from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
-                   TransportEndpoint, fail_queued)
+from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, RegistrationDomain,
+                   TransportAttrs, TransportEndpoint, fail_queued)
 
 try:
     from .._ofi import ffi, lib
@@ -573,7 +573,9 @@ class OfiInterface(Interface):
         self._mrs = []                    # our bounce-buffer registrations
         intra = any(p in self.provider.split(";") for p in INTRA_HOST_PROVIDERS)
         caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
-                | Caps.CONNECT_TO_IFACE | Caps.MEM_REG)
+                | Caps.CONNECT_TO_IFACE)
+        #: RMA regions: fi_mr_reg'd through pack_local_key, fi_write / fi_read
+        self.md = RegistrationDomain(self)
         if intra:
             caps |= Caps.INTRA_HOST
         self.intra_host = intra

@@ -75,14 +75,15 @@ from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
                       RemoteAccessError)
-from .liveness import PidWatch, pid_alive
+from .liveness import PidWatch
 from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
+from .shm_md import RKEY, RKEY_MAGIC, ShmMemoryDomain
 
 log = logging.getLogger("ucxpy.shm")
 
 from ..shmfile import SHM_DIR, unlink_quiet as _unlink_quiet
 SEG_PREFIX = "ucxpy-shm-"
-_SEG_RE = re.compile(r"^ucxpy-shm-[0-9]+-[0-9a-f]{16}$")
+_SEG_RE = re.compile(r"^ucxpy-shm-([0-9]+)-[0-9a-f]{16}$")
 
 HDR = lib.UCXPY_RING_HDR_SIZE
 RING_FULL = lib.UCXPY_RING_FULL
@@ -101,9 +102,8 @@ _REQ_MAGIC = b"UCRQ"
 _ORPHAN_GRACE = 10.0
 _NACK = b"N"            # + segment name: the peer refused the connection
 _WAKE = b"W"
-#: remote key: magic, pid, base address, length
-_RKEY = struct.Struct("<4sIQQ")
-_RKEY_MAGIC = b"SHMK"
+#: remote key of get / put (the memory domain packs the same for RMA)
+_RKEY, _RKEY_MAGIC = RKEY, RKEY_MAGIC
 _VERSION = 1
 _F_CMA = 1
 
@@ -174,25 +174,7 @@ def reap_stale_segments(min_age: float = 60.0) -> int:
     ``min_age`` seconds (a segment normally lives until the peer maps it, a few
     milliseconds; the age guard protects peers in another pid namespace that
     share /dev/shm).  Returns the number removed."""
-    removed = 0
-    try:
-        names = os.listdir(SHM_DIR)
-    except OSError:
-        return 0
-    now = time.time()
-    for name in names:
-        if not _SEG_RE.match(name):
-            continue
-        pid = int(name.split("-")[2])
-        path = os.path.join(SHM_DIR, name)
-        try:
-            if pid == os.getpid() or now - os.stat(path).st_mtime < min_age or pid_alive(pid):
-                continue
-            os.unlink(path)
-            removed += 1
-        except OSError:
-            pass
-    return removed
+    return shmfile.reap_dead(_SEG_RE, min_age)
 
 
 def _creds(ancillary) -> Optional[tuple]:
@@ -572,7 +554,7 @@ class ShmInterface(Interface):
     def __init__(self, owner, config) -> None:
         super().__init__(owner, config)
         self.ring_size = int(config.shm_ring_size)
-        caps = Caps.AM_SHORT | Caps.AM_BCOPY | Caps.INTRA_HOST | Caps.MEM_MAP
+        caps = Caps.AM_SHORT | Caps.AM_BCOPY | Caps.INTRA_HOST
         self.cma_reason = "disabled by UCXPY_SHM_CMA"
         if config.shm_cma:
             usable, self.cma_reason = _cma_status()
@@ -583,6 +565,7 @@ class ShmInterface(Interface):
             caps=caps, max_short=256, max_bcopy=min(8192, max_frame), max_frame=max_frame,
             latency=0.5e-6, bandwidth=8e9, overhead=0.5e-6,
             max_get=(1 << 40) if caps & Caps.GET_ZCOPY else 0, priority=2)
+        self.md = ShmMemoryDomain(self.name, cma=bool(caps & Caps.GET_ZCOPY))
         reap_stale_segments()
         self._sock_name = f"ucxpy-{os.getpid()}-{secrets.token_hex(8)}".encode()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
@@ -620,6 +603,11 @@ class ShmInterface(Interface):
                                 devices=["memory"])
         except Exception as e:   # query must not raise
             return Availability(False, f"{type(e).__name__}: {e}")
+
+    @classmethod
+    def host_memory_domain(cls, config) -> Optional[ShmMemoryDomain]:
+        """Shared segments and their keys, without rings or CMA."""
+        return ShmMemoryDomain(cls.name, cma=False) if os.access(SHM_DIR, os.W_OK) else None
 
     def address(self) -> bytes:
         return self._address
@@ -892,4 +880,5 @@ class ShmInterface(Interface):
                 _unlink_quiet(path)
         self._orphans.clear()
         self._unlink_unaccepted()
+        self.md.close()
         self._sock.close()

@@ -88,8 +88,8 @@ from typing import Callable, Optional
 from .. import auth, config
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
-from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
-                   TransportEndpoint, fail_queued)
+from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, MdCaps,
+                   RegistrationDomain, TransportAttrs, TransportEndpoint, fail_queued)
 from .verbs_qp import (ACCEPTING, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,  # noqa: F401
                        ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, CLOSED, CONNECTING,
                        ESTABLISHED, FAILED, MTU_BYTES, OOB_REP, OOB_REQ, OOB_RTU, OOB_STEPS,
@@ -116,6 +116,8 @@ _ADDR = struct.Struct("<4sBBBBHHIQQ16sB")
 _ADDR_MAGIC = b"UVRB"
 _VERSION = 1
 _RKEY = struct.Struct("<4sQIQQ")
+#: the device atomics (ucxpy.atomics names) the memory domain offers
+DEVICE_ATOMICS = frozenset({"add", "cswap"})
 _RKEY_MAGIC = b"VRK1"
 #: out-of-band messages: magic, kind, pad, uuid, qpn, psn, lid, mtu, global, pad, gid,
 #: nonce, HMAC
@@ -496,6 +498,15 @@ class VerbsEndpoint(TransportEndpoint):
         return self._rma(opcode, result, remote_addr, rkey, done,
                          compare_add=value if op == "add" else compare, swap=value)
 
+    def atomic(self, op, size, remote_addr, rkey, value, compare, on_complete) -> None:
+        """The contract's device atomic: ``add`` (fetch-and-add) and ``cswap``
+        on 64-bit words, the operations InfiniBand has."""
+        if size != 8 or op not in DEVICE_ATOMICS:
+            raise RemoteAccessError(f"verbs: no {size * 8}-bit device atomic {op!r} "
+                                    f"(the device has 64-bit {', '.join(sorted(DEVICE_ATOMICS))})")
+        if self.atomic64(op, remote_addr, rkey, value, compare, on_complete):
+            raise AssertionError("verbs atomics complete from progress")  # pragma: no cover
+
     def _rma(self, opcode, local, remote_addr, rkey, on_complete, compare_add=0, swap=0):
         if self._exc is not None:
             raise self._exc
@@ -657,9 +668,14 @@ class VerbsInterface(Interface):
         self.max_rd_atomic = max(1, min(int(a.max_qp_rd_atom), 16))
         self.max_msg = max(4096, min(int(a.max_msg_sz) or (1 << 30), 1 << 30))
         caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
-                | Caps.CONNECT_TO_IFACE | Caps.MEM_REG)
+                | Caps.CONNECT_TO_IFACE)
+        md_caps = MdCaps.REG | MdCaps.PUT | MdCaps.GET
         if a.atomic_cap != lib.IBV_ATOMIC_NONE:
             caps |= Caps.ATOMIC64
+            md_caps |= MdCaps.ATOMIC64
+        #: RMA regions: ibv_reg_mr'd through pack_local_key; RDMA READ / WRITE,
+        #: and the device's fetch-add / compare-swap (UCXPY_ATOMIC_MODE=device)
+        self.md = RegistrationDomain(self, md_caps, DEVICE_ATOMICS)
         self.attrs = TransportAttrs(
             caps=caps, max_short=256, max_bcopy=self.bounce, max_frame=self.bounce,
             latency=2e-6, bandwidth=10e9, overhead=1e-6, max_get=1 << 40, priority=3)
