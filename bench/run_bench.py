@@ -13,9 +13,8 @@ CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
                price of tracing *off* from bench/trace_offcost.py (guards
                passed per message x the cost of one, against the 8 B
                latency),
-               mpi_shim (``--mpi-shim`` under ``ucxpy-run``), mpi4py under
-               ``mpiexec``, and a blocking Python socket ping-pong (the
-               floor for tcp latency).
+               mpi_shim (under ``ucxpy-run``), mpi4py under ``mpiexec``, and a
+               blocking Python socket ping-pong (the floor for tcp latency).
 ``rma``        ``put_lat get_lat put_bw get_bw amo_lat``: ucxpy RMA over each of
                ``--rma-tls`` (``mem_map`` + ``put_nb``/``get``/``flush``/
                ``atomic_fetch``), mpi_shim and mpi4py ``MPI.Win.Allocate``
@@ -34,6 +33,10 @@ table per test with ratios (latency: ours/reference, lower is better;
 bandwidth: ours/reference, higher is better), the project's targets as
 PASS/MISS (never fails), and saves ``bench/results/results.json`` and
 ``bench/results/bench.png``.  Figures only ever come from this driver.
+
+The ucxpy, mpi_shim, mpi4py, shmem and shmem4py jobs are ``ucxpy-perf``
+runs; all but ucxpy's own through its drivers in bench/perf_drivers.py
+(``impl_args``).
 
 Usage::
 
@@ -55,6 +58,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
+#: ucxpy-perf's comparison drivers (mpi4py, mpi_shim, shmem, shmem4py)
+PERF_DRIVERS = os.path.join(ROOT, "bench", "perf_drivers.py")
 sys.path.insert(0, ROOT)
 
 #: the project's performance targets
@@ -140,6 +145,11 @@ def _report(run: dict) -> None:
         _say(f"#   done in {run.get('seconds', 0):.0f} s; warning: {run['warning']}")
     else:
         _say(f"#   done in {run.get('seconds', 0):.0f} s")
+
+
+def impl_args(impl: str) -> list:
+    """ucxpy-perf's options that run the driver ``impl`` of bench/perf_drivers.py."""
+    return ["--drivers", PERF_DRIVERS, "--impl", impl]
 
 
 def perf_args(impl_flag: list, tests, sizes, max_time: float) -> list:
@@ -684,9 +694,11 @@ def main(argv=None) -> int:
             errors.setdefault("trace-off", []).append(offcost["error"])
 
     # -- the same mpi4py code: mpi_shim under ucxpy-run, mpi4py on MPICH under mpiexec
-    mpi_impls = [("mpi_shim", ["--mpi-shim"], lambda a, n: ucxpy_cmd(a, T, n), _clean_env())]
+    mpi_impls = [("mpi_shim", impl_args("mpi_shim"), lambda a, n: ucxpy_cmd(a, T, n),
+                  _clean_env())]
     if not args.skip_mpi:
-        mpi_impls.append(("mpi4py", ["--mpi4py"], lambda a, n: mpi_cmd(a, n), _clean_env()))
+        mpi_impls.append(("mpi4py", impl_args("mpi4py"), lambda a, n: mpi_cmd(a, n),
+                          _clean_env()))
     if args.only_trace:
         mpi_impls = []
     for label, flag, launch, env in mpi_impls:
@@ -704,14 +716,14 @@ def main(argv=None) -> int:
 
     # -- OpenSHMEM: ours, and shmem4py on Open MPI's OSHMEM
     if "shmem" in suites:
-        a = perf_args(["--shmem"], RMA_TESTS, sizes["rma"], max_time)
+        a = perf_args(impl_args("shmem"), RMA_TESTS, sizes["rma"], max_time)
         job("shmem", "rma", lambda a=a: ucxpy_cmd(a, T), _clean_env())
         why = "skipped (--skip-shmem4py)" if args.skip_shmem4py else shmem4py_status()
         if why:
             notes.append(f"shmem4py: {why}; its column is left out")
             _say(f"# {notes[-1]}")
         else:
-            a = perf_args(["--shmem4py"], RMA_TESTS, sizes["rma"], max_time)
+            a = perf_args(impl_args("shmem4py"), RMA_TESTS, sizes["rma"], max_time)
             job("shmem4py", "rma", lambda a=a: oshrun_cmd(a), shmem4py_env())
             if any("after writing" in w for w in impls.get("shmem4py", {}).get("warnings", [])):
                 notes.append("shmem4py: Open MPI's OSHMEM crashed in shmem_finalize after "

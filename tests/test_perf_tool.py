@@ -20,6 +20,13 @@ SIZES = (8, 65536)
 RMA = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
 PERF = [sys.executable, "-m", "ucxpy.tools.perf"]
 SMOKE = ["--sizes", ",".join(map(str, SIZES)), "--iters", "5", "--window", "4"]
+#: the comparison drivers live outside the package (bench/perf_drivers.py)
+DRIVERS = os.path.join(ROOT, "bench", "perf_drivers.py")
+
+
+def impl(name):
+    """ucxpy-perf's options for the comparison driver ``name``."""
+    return ["--drivers", DRIVERS, "--impl", name]
 
 
 def _check_tables(stdout, tests=("tag_lat", "tag_bw")):
@@ -85,7 +92,7 @@ def test_perf_rma_with_a_third_rank():
 
 def test_perf_mpi4py_reference():
     _need_mpiexec()
-    cp = run_job(PERF + ["--mpi4py"] + SMOKE, 2, timeout=90, launcher="mpiexec")
+    cp = run_job(PERF + impl("mpi4py") + SMOKE, 2, timeout=90, launcher="mpiexec")
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "impl=mpi4py" in cp.stdout
     _check_tables(cp.stdout)
@@ -94,7 +101,7 @@ def test_perf_mpi4py_reference():
 def test_perf_mpi4py_rma_and_allreduce():
     _need_mpiexec()
     tests = RMA + ("allreduce",)
-    cp = run_job(PERF + ["--mpi4py", "-t", ",".join(tests)] + SMOKE, 2, timeout=90,
+    cp = run_job(PERF + impl("mpi4py") + ["-t", ",".join(tests)] + SMOKE, 2, timeout=90,
                  launcher="mpiexec")
     assert cp.returncode == 0, cp.stdout + cp.stderr
     _check_tables(cp.stdout, tests)
@@ -106,7 +113,7 @@ def test_perf_mpi_shim(tl):
     if not transport_available(tl):
         pytest.skip(f"transport {tl} unavailable")
     tests = ("tag_lat", "tag_bw") + RMA + ("allreduce",)
-    cp = run_job(PERF + ["--mpi-shim", "-t", ",".join(tests)] + SMOKE, 2, timeout=120,
+    cp = run_job(PERF + impl("mpi_shim") + ["-t", ",".join(tests)] + SMOKE, 2, timeout=120,
                  env={"UCXPY_TLS": tl})
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "impl=mpi_shim" in cp.stdout and f"lane=ucxpy-{tl}" in cp.stdout
@@ -114,7 +121,7 @@ def test_perf_mpi_shim(tl):
 
 
 def test_perf_mpi_shim_allreduce_four_ranks():
-    cp = run_job(PERF + ["--mpi-shim", "-t", "allreduce"] + SMOKE, 4, timeout=120)
+    cp = run_job(PERF + impl("mpi_shim") + ["-t", "allreduce"] + SMOKE, 4, timeout=120)
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "ranks=4" in cp.stdout
     _check_tables(cp.stdout, ("allreduce",))
@@ -124,7 +131,7 @@ def test_perf_mpi_shim_allreduce_four_ranks():
 def test_perf_shmem(tl):
     if not transport_available(tl):
         pytest.skip(f"transport {tl} unavailable")
-    cp = run_job(PERF + ["--shmem", "-t", ",".join(RMA)] + SMOKE, 2, timeout=120,
+    cp = run_job(PERF + impl("shmem") + ["-t", ",".join(RMA)] + SMOKE, 2, timeout=120,
                  env={"UCXPY_TLS": tl})
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert "impl=shmem " in cp.stdout
@@ -141,7 +148,7 @@ def test_perf_shmem4py_on_oshmem():
     sys.path.insert(0, os.path.join(ROOT, "bench"))
     import run_bench
     env = run_bench.shmem4py_env()
-    cmd = run_bench.oshrun_cmd(["--shmem4py", "-t", "put_lat,amo_lat"] + SMOKE)
+    cmd = run_bench.oshrun_cmd(impl("shmem4py") + ["-t", "put_lat,amo_lat"] + SMOKE)
     cp = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "impl=shmem4py" in cp.stdout, cp.stdout + cp.stderr
     _check_tables(cp.stdout, ("put_lat", "amo_lat"))
@@ -153,12 +160,37 @@ def test_perf_needs_two_ranks():
     assert "at least 2 ranks" in cp.stderr
 
 
-@pytest.mark.parametrize("args,msg", [(["--shmem", "-t", "tag_lat"], "not available"),
-                                      (["-t", "allreduce"], "not available"),
-                                      (["-t", "nope"], "unknown test")])
+@pytest.mark.parametrize("args,msg", [
+    (impl("shmem") + ["-t", "tag_lat"], "not available"),
+    (["-t", "allreduce"], "not available"),
+    (["-t", "nope"], "unknown test"),
+    # the comparison drivers exist only once their file is loaded
+    (["--impl", "mpi4py"], "unknown implementation 'mpi4py'; registered: ucxpy ("),
+    (impl("nope"), "registered: ucxpy, mpi4py, mpi_shim, shmem, shmem4py"),
+    (["--drivers", "no/such/file.py"], "no such file"),
+    (["--drivers", "no_such_module_here"], "No module named")])
 def test_perf_rejects_unsupported_tests(args, msg):
     cp = subprocess.run(PERF + args, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert cp.returncode == 2 and msg in cp.stderr, cp.stderr
+
+
+def test_perf_drivers_from_a_module(tmp_path):
+    """``--drivers NAME`` imports a module by name; what it registers with
+    ``register_driver`` is what ``--impl`` runs (here ucxpy's own comm under
+    another name, with only ``tag_lat``)."""
+    (tmp_path / "toy_perf_driver.py").write_text(
+        "from ucxpy.tools.perf import register_driver\n"
+        "from ucxpy.tools.perf_comms import UcxpyComm\n"
+        "register_driver('toy', UcxpyComm, ['tag_lat'])\n")
+    env = {"PYTHONPATH": str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    args = ["--drivers", "toy_perf_driver", "--impl", "toy"]
+    cp = subprocess.run(PERF + args + ["-t", "tag_bw"], capture_output=True, text=True,
+                        timeout=60, cwd=ROOT, env=dict(os.environ, **env))
+    assert cp.returncode == 2 and "not available with toy" in cp.stderr, cp.stderr
+    cp = run_job(PERF + args + ["-t", "tag_lat"] + SMOKE, 2, timeout=90, env=env)
+    assert cp.returncode == 0, cp.stdout + cp.stderr
+    assert "impl=toy" in cp.stdout
+    _check_tables(cp.stdout, ("tag_lat",))
 
 
 def test_bench_tables_ratios_and_best_of():

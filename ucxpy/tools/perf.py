@@ -5,15 +5,27 @@ An SPMD program for (at least) two ranks; ranks 0 and 1 measure, others wait
 
     ucxpy-run -n 2 ucxpy-perf -t tag_lat,tag_bw --pin
     ucxpy-run -n 2 ucxpy-perf -t put_lat,get_lat,put_bw,get_bw,amo_lat
-    mpiexec -n 2 python -m ucxpy.tools.perf --mpi4py          # the reference
-    ucxpy-run -n 4 python -m ucxpy.tools.perf --mpi-shim -t allreduce
-    ucxpy-run -n 2 python -m ucxpy.tools.perf --shmem -t put_lat,amo_lat
-    oshrun -n 2 python -m ucxpy.tools.perf --shmem4py -t put_lat   # Open MPI OSHMEM
+    mpiexec -n 2 python -m ucxpy.tools.perf --drivers bench/perf_drivers.py --impl mpi4py
 
-Implementations (one per run): ucxpy's own API (default); ``--mpi4py`` and
-``--mpi-shim`` run the same mpi4py code, with ``from mpi4py import MPI`` or
-``from mpi_shim import MPI``; ``--shmem`` / ``--shmem4py`` run the OpenSHMEM
-code with our ``shmem`` or shmem4py (RMA tests only).
+Drivers
+-------
+One implementation per run, ``--impl NAME`` among the registered drivers;
+the core registers only ``ucxpy`` (its own API, :mod:`.perf_comms`, the
+default).  ``--drivers FILE_OR_MODULE`` (repeatable) first imports a Python
+file (a path ending in ``.py``, or any path with a ``/``) or a module by
+name; importing it registers more drivers with::
+
+    from ucxpy.tools.perf import register_driver
+    register_driver(name, factory, tests)
+
+``factory()`` is called once per rank and returns the *comm* (the protocol
+of :class:`.perf_comms.UcxpyComm`: ``rank``, ``size``, ``bind``, ``waitall``,
+``barrier``, ``lane``, ``rma_window``, ``finalize``; for the collective tests
+also ``coll_case(test, size) -> (call, check)``, ``bcast_int`` and
+``max_float``; an optional ``tls`` attribute overrides the ``UCXPY_TLS`` shown
+in the JSON).  ``tests`` names the tests it runs.  The comparison drivers
+(MPI and OpenSHMEM libraries, ours included) live outside the package, in
+``bench/perf_drivers.py``, which documents its names.
 
 Tests (``latency_us`` is per operation, ``bandwidth_GBps`` is size / latency)
 ------------------------------------------------------------------------------
@@ -35,11 +47,12 @@ Tests (``latency_us`` is per operation, ``bandwidth_GBps`` is size / latency)
               ``atomic_fetch("add")``; MPI ``Fetch_and_op(SUM)`` + ``Flush``;
               shmem ``atomic_fetch_add``); reported at size 8 only.
 ``allreduce`` ``Allreduce`` of float64 arrays of ``size`` bytes on all ranks
-              (mpi4py / mpi_shim only); latency is the slowest rank's mean
-              time per call, as the OSU benchmark reports.
-``bcast``     ``Bcast`` of ``size`` bytes from rank 0 (mpi4py / mpi_shim).
+              (drivers with ``coll_case`` only: none in the core); latency
+              is the slowest rank's mean time per call, as the OSU
+              benchmark reports.
+``bcast``     ``Bcast`` of ``size`` bytes from rank 0 (likewise).
 ``alltoall``  ``Alltoall`` with ``size`` bytes per peer (OSU's convention;
-              mpi4py / mpi_shim).
+              likewise).
 
 RMA tests are one-sided: rank 1 is a passive target that waits in a barrier
 (a blocking call, so it progresses where the access needs the target: ucxpy
@@ -58,6 +71,8 @@ rows are ``size iters latency_us bandwidth_GB/s``) and writes ``--json``.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import os
 import socket
@@ -67,7 +82,7 @@ import time
 import numpy as np
 
 from ..config import setting
-from .perf_comms import Mpi4pyComm, ShmemComm, UcxpyComm
+from .perf_comms import UcxpyComm
 
 TAG_TESTS = ("tag_lat", "tag_bw")
 RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
@@ -273,53 +288,10 @@ def run_rma(comm, test: str, sizes, opts) -> list:
     return rows
 
 
-def _coll_case(comm, test: str, size: int):
-    """``(call, check)`` for one collective test: ``call()`` runs it once on
-    the benchmark buffers, ``check()`` raises if one run gave wrong data."""
-    MPI, c, n, rank = comm.MPI, comm.comm, comm.size, comm.rank
-    count = max(1, size // 8)
-    if test == "allreduce":
-        sbuf, rbuf = np.ones(count), np.zeros(count)
-        Allreduce, SUM = c.Allreduce, MPI.SUM
-
-        def check():
-            src = np.arange(count, dtype=np.float64) + rank
-            out = np.zeros(count)
-            c.Allreduce(src, out, op=MPI.SUM)
-            want = np.arange(count, dtype=np.float64) * n + n * (n - 1) / 2
-            if not np.array_equal(out, want):
-                raise RuntimeError(f"Allreduce of {count} float64 returned a wrong sum")
-        return (lambda: Allreduce(sbuf, rbuf, op=SUM)), check
-    if test == "bcast":
-        buf = np.zeros(max(size, 1), np.uint8)
-        Bcast = c.Bcast
-
-        def check():
-            b = np.full(max(size, 1), 7 if rank == 0 else 0, np.uint8)
-            c.Bcast(b, root=0)
-            if not (b == 7).all():
-                raise RuntimeError(f"Bcast of {size} bytes delivered wrong data")
-        return (lambda: Bcast(buf, root=0)), check
-    if test == "alltoall":
-        per = max(size, 1)
-        sbuf, rbuf = np.zeros(per * n, np.uint8), np.zeros(per * n, np.uint8)
-        Alltoall = c.Alltoall
-
-        def check():
-            src = np.repeat((np.arange(n) * 16 + rank).astype(np.uint8), per)
-            out = np.zeros(per * n, np.uint8)
-            c.Alltoall(src, out)
-            want = np.repeat((rank * 16 + np.arange(n)).astype(np.uint8), per)
-            if not np.array_equal(out, want):
-                raise RuntimeError(f"Alltoall of {per} bytes per peer delivered wrong data")
-        return (lambda: Alltoall(sbuf, rbuf)), check
-    raise ValueError(f"unknown collective test {test!r}")
-
-
 def collective(comm, test: str, size: int, opts) -> dict:
     """One collective (see ``COLL_TESTS``) on every rank; the slowest rank's
     mean time per call."""
-    call, check = _coll_case(comm, test, size)
+    call, check = comm.coll_case(test, size)
     if not opts.no_check:
         check()
 
@@ -328,7 +300,7 @@ def collective(comm, test: str, size: int, opts) -> dict:
             call()
     k = _plan(run, _lat_default(size, opts), LAT_MIN, opts.iters, opts.max_time,
               comm.bcast_int)
-    comm.comm.Barrier()
+    comm.barrier()
     t0 = time.perf_counter()
     run(k)
     per = comm.max_float((time.perf_counter() - t0) / k)
@@ -381,12 +353,38 @@ def pin_self(rank: int) -> int:
 
 # ------------------------------------------------------------------ main
 
-IMPLS = {"ucxpy": (UcxpyComm, {}), "mpi4py": (Mpi4pyComm, {}),
-         "mpi_shim": (Mpi4pyComm, {"shim": True}), "shmem": (ShmemComm, {}),
-         "shmem4py": (ShmemComm, {"module": "shmem4py"})}
-#: the tests each implementation runs
-SUPPORTS = {"ucxpy": TAG_TESTS + RMA_TESTS, "mpi4py": TESTS, "mpi_shim": TESTS,
-            "shmem": RMA_TESTS, "shmem4py": RMA_TESTS}
+#: name -> (factory, tests): the implementations ``--impl`` chooses from
+DRIVERS: dict = {}
+
+
+def register_driver(name: str, factory, tests) -> None:
+    """Make ``--impl name`` run ``factory()`` (a comm, see "Drivers" above)
+    for ``tests``, a subset of :data:`TESTS`.  A second registration of a
+    name replaces the first."""
+    tests = tuple(tests)
+    unknown = [t for t in tests if t not in TESTS]
+    if unknown:
+        raise ValueError(f"driver {name!r}: unknown tests {unknown}; choose from {TESTS}")
+    DRIVERS[name] = (factory, tests)
+
+
+def load_drivers(spec: str) -> None:
+    """Import ``spec`` for the drivers it registers: a file (``*.py`` or a
+    path with a separator) or a module name."""
+    if spec.endswith(".py") or os.sep in spec:
+        path = os.path.abspath(spec)
+        if not os.path.isfile(path):
+            raise ImportError(f"no such file: {spec}")
+        name = "ucxpy_perf_drivers_" + os.path.splitext(os.path.basename(path))[0]
+        mspec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(mspec)
+        sys.modules[name] = module
+        mspec.loader.exec_module(module)
+    else:
+        importlib.import_module(spec)
+
+
+register_driver("ucxpy", UcxpyComm, TAG_TESTS + RMA_TESTS)
 
 
 def main(argv=None) -> int:
@@ -410,26 +408,29 @@ def main(argv=None) -> int:
                    help="window of the *_bw tests (default 64)")
     p.add_argument("--pin", action="store_true", help="pin each rank to its own CPU")
     p.add_argument("--json", metavar="FILE", help="rank 0 writes the results here")
-    impl = p.add_mutually_exclusive_group()
-    impl.add_argument("--mpi4py", dest="impl", action="store_const", const="mpi4py",
-                      help="mpi4py (the reference; launch with mpiexec)")
-    impl.add_argument("--mpi-shim", dest="impl", action="store_const", const="mpi_shim",
-                      help="the mpi4py code path with `from mpi_shim import MPI` "
-                           "(launch with ucxpy-run or mpiexec)")
-    impl.add_argument("--shmem", dest="impl", action="store_const", const="shmem",
-                      help="our OpenSHMEM layer (RMA tests)")
-    impl.add_argument("--shmem4py", dest="impl", action="store_const", const="shmem4py",
-                      help="shmem4py on the OpenSHMEM it was built for (launch with oshrun)")
+    p.add_argument("--drivers", metavar="FILE_OR_MODULE", action="append", default=[],
+                   help="import this Python file or module first, for the drivers it "
+                        "registers (repeatable; e.g. bench/perf_drivers.py)")
+    p.add_argument("--impl", default="ucxpy",
+                   help="the registered driver to run (default: ucxpy)")
     p.add_argument("--no-check", action="store_true", help="skip the per-size data check")
-    p.set_defaults(impl="ucxpy")
     opts = p.parse_args(argv)
+    for spec in opts.drivers:
+        try:
+            load_drivers(spec)
+        except ImportError as e:
+            p.error(f"--drivers {spec}: {e}")
+    if opts.impl not in DRIVERS:
+        p.error(f"unknown implementation {opts.impl!r}; registered: {', '.join(DRIVERS)} "
+                "(--drivers FILE_OR_MODULE registers more, e.g. bench/perf_drivers.py)")
+    factory, supported = DRIVERS[opts.impl]
     tests = [t.strip() for t in opts.test.split(",") if t.strip()]
     for t in tests:
         if t not in TESTS:
             p.error(f"unknown test {t!r}; choose from {', '.join(TESTS)}")
-        if t not in SUPPORTS[opts.impl]:
+        if t not in supported:
             p.error(f"test {t!r} is not available with {opts.impl} "
-                    f"(it runs {', '.join(SUPPORTS[opts.impl])})")
+                    f"(it runs {', '.join(supported)})")
     if opts.window < 1:
         p.error("--window must be >= 1")
 
@@ -440,8 +441,7 @@ def main(argv=None) -> int:
                 ALLREDUCE_SIZES if test in COLL_TESTS else DEFAULT_SIZES)
         return [s for s in base if opts.max_size is None or s <= opts.max_size]
 
-    cls, kwargs = IMPLS[opts.impl]
-    comm = cls(**kwargs)
+    comm = factory()
     if comm.size < 2:
         sys.stderr.write("ucxpy-perf: needs at least 2 ranks "
                          "(ucxpy-run -n 2 ucxpy-perf ... or mpiexec -n 2 ...)\n")
@@ -469,9 +469,10 @@ def main(argv=None) -> int:
         lane = comm.lane(1 - comm.rank)
     comm.barrier()
     if comm.rank == 0:
-        meta = {"impl": comm.impl, "lane": lane, "ranks": comm.size,
+        tls = getattr(comm, "tls", None)
+        meta = {"impl": opts.impl, "lane": lane, "ranks": comm.size,
                 "pinned": cpu is not None, "window": opts.window,
-                "tls": ",".join(setting("UCXPY_TLS")) if comm.impl != "mpi4py" else "",
+                "tls": ",".join(setting("UCXPY_TLS")) if tls is None else tls,
                 "rma_modes": modes,
                 "host": socket.gethostname(), "python": sys.version.split()[0],
                 "time": time.strftime("%Y-%m-%dT%H:%M:%S")}
@@ -487,4 +488,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run the importable module's main, so that the drivers a --drivers file
+    # registers through ``ucxpy.tools.perf`` are the ones this run sees
+    from ucxpy.tools import perf
+    sys.exit(perf.main())
