@@ -29,6 +29,13 @@ def path(name: str = "mpi4py") -> str:
             from None
 
 
+def pythonpath(name: str = "mpi4py") -> list:
+    """The ``PYTHONPATH`` entries a process needs to run on the drop-in
+    ``name``: its directory, then the one holding mpi_shim / shmem.  The
+    ``ucxpy.dropins`` entry points name this for ``ucxpy-run --as-<name>``."""
+    return [path(name), _ROOT]
+
+
 def activate(*names: str) -> None:
     """Put the drop-in packages first on ``sys.path`` (before they are imported)."""
     for name in names or ("mpi4py",):

@@ -93,6 +93,19 @@ REPUBLISH_INTERVAL = 0.5
 IDLE_WAKEUP = 1.0
 
 
+def dropin_pythonpath(name: str) -> list:
+    """``PYTHONPATH`` entries for ``--as-<name>``, from the installed package
+    that provides the drop-in (``ucxpy.dropins`` entry point: a function of
+    the name returning the entries; mpi_shim provides mpi4py and shmem4py):
+    the launcher does not import the layers built on ucxpy."""
+    from importlib import metadata
+    for ep in metadata.entry_points(group="ucxpy.dropins"):
+        if ep.name == name:
+            return list(ep.load()(name))
+    raise SystemExit(f"ucxpy-run: --as-{name}: no installed package provides a {name} "
+                     f"drop-in (entry point group ucxpy.dropins)")
+
+
 def _say(msg: str) -> None:
     sys.stderr.write(f"{PROG}: {msg}\n")
     sys.stderr.flush()
@@ -300,9 +313,7 @@ class Job:
         dropins = [n for n, on in (("mpi4py", opts.as_mpi4py), ("shmem4py", opts.as_shmem4py))
                    if on]
         if dropins:
-            from mpi_shim.dropin import path as dropin_path
-            here = os.path.dirname(os.path.dirname(dropin_path("mpi4py")))
-            parts = [dropin_path(n) for n in dropins] + [here]
+            parts = list(dict.fromkeys(p for n in dropins for p in dropin_pythonpath(n)))
             base_env["PYTHONPATH"] = os.pathsep.join(
                 parts + ([base_env["PYTHONPATH"]] if base_env.get("PYTHONPATH") else []))
             os.environ["PYTHONPATH"] = base_env["PYTHONPATH"]    # spawned processes too
