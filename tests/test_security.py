@@ -476,9 +476,9 @@ def test_ofi_forged_tokens_and_replayed_handshakes_are_dropped(ofi_tcp):
 @pytest.mark.timeout(30)
 def test_ofi_memory_keys_are_random_and_bounce_buffers_local(ofi_tcp):
     a = ofi_tcp()
-    keys = set(a._keys)
+    keys = set(a.md._keys)
     assert len(keys) >= 2
-    assert not any(0 < (k - a.uuid) & a.key_limit < 1000 for k in keys)
+    assert not any(0 < (k - a.uuid) & a.md.key_limit < 1000 for k in keys)
     reg_keys = {a.pack_local_key(memoryview(bytearray(64)))[1] for _ in range(4)}
     assert len(reg_keys) == 4
 

@@ -533,5 +533,57 @@ def test_a_cached_mapping_is_checked_against_every_keys_length(domains):
 def test_no_registration_after_close():
     md = ShmMemoryDomain("shm", cma=True)
     md.close()
-    with pytest.raises(RemoteAccessError, match="closed"):
+    with pytest.raises(RemoteAccessError, match=r"\Athe shm memory domain is closed\Z"):
         md.mem_reg(memoryview(bytearray(8)))
+
+
+@needs_shm
+def test_a_cma_key_outlives_its_domain_closing(domains):
+    """The same for a CMA key: it keeps the owner's table mapped."""
+    import gc
+    owner, peer = domains(), domains()
+    reg = owner.mem_reg(memoryview(bytearray(64)))
+    mk = peer.rkey_unpack(with_pid(owner.rkey_pack(reg), os.getpid() + 1), 0x1000, 64)
+    assert mk.transport_key is not None
+    peer.close()
+    gc.collect()
+    assert mk.valid()
+    owner.mem_dereg(reg)
+    assert not mk.valid()
+
+
+@needs_shm
+def test_names_carry_the_pid_and_a_16_digit_token(domains):
+    import re
+    md = domains()
+    seg = md.mem_alloc(64)
+    table = parse_key(md.rkey_pack(md.mem_reg(seg.view, seg)))[3]
+    token = re.fullmatch(rf"ucxpy-rt-{os.getpid()}-([0-9a-f]{{16}})", table).group(1)
+    assert seg.name == f"ucxpy-rm-{os.getpid()}-{token}-1"
+
+
+@needs_shm
+def test_a_peer_with_a_table_of_its_own_checks_the_owners(domains):
+    """A domain that has registered memory itself (so has a table) still
+    reads the owner's table for the owner's keys."""
+    owner, peer = domains(), domains()
+    peer.mem_reg(memoryview(bytearray(8)))              # the peer's own table
+    seg = owner.mem_alloc(4096)
+    reg = owner.mem_reg(seg.view, seg)
+    mk = peer.rkey_unpack(owner.rkey_pack(reg), seg.address, 4096)
+    assert mk.valid()
+    owner.mem_dereg(reg)
+    assert not mk.valid()
+
+
+@needs_shm
+def test_deregistering_twice_leaves_other_registrations_alone(domains):
+    md = domains()
+    first = md.mem_reg(memoryview(bytearray(8)))
+    second = md.mem_reg(memoryview(bytearray(8)))
+    mk = md.rkey_unpack(with_pid(md.rkey_pack(first), os.getpid() + 1), 0x1000, 8)
+    md.mem_dereg(second)
+    md.mem_dereg(second)                                 # idempotent
+    assert mk.valid()
+    third, fourth = md.mem_reg(memoryview(bytearray(8))), md.mem_reg(memoryview(bytearray(8)))
+    assert len({first.slot, third.slot, fourth.slot}) == 3

@@ -241,15 +241,15 @@ def test_get_outside_region_or_foreign_key_raises(two):
 
 def test_registration_lives_as_long_as_the_view(two):
     (a, b), _ = two
-    base = len(b.regs)
+    base = len(b.md.regs)
     view = memoryview(bytearray(1 << 16))
     b.pack_local_key(view)
     assert b.pack_local_key(view)[1] == b.pack_local_key(view)[1]   # reused
-    assert len(b.regs) == base + 1
+    assert len(b.md.regs) == base + 1
     del view
     gc.collect()
     b.progress()
-    assert len(b.regs) == base and not b.regs.dead
+    assert len(b.md.regs) == base and not b.md.regs.dead
 
 
 # -- peer death (real processes) --------------------------------------------------

@@ -213,7 +213,7 @@ def attack_ofi_raw(vs):
         target = np.full(64, 0xEE, np.uint8)
         with ofi.ffi.from_buffer(target) as p:
             ptr = int(ofi.ffi.cast("uintptr_t", p))
-        for key in [(peer["uuid"] + n) & a.key_limit for n in range(1, 12)] + list(range(8)):
+        for key in [(peer["uuid"] + n) & a.md.key_limit for n in range(1, 12)] + list(range(8)):
             for raddr in (0, v["mem"]):
                 op = ChunkedOp(done.append, 1, "put")
                 if not a._post_rma(ep, op, False, ptr, 64, ofi.ffi.NULL, raddr, key):

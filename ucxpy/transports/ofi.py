@@ -114,11 +114,9 @@ import logging
 import mmap
 import os
 import random
-import secrets
 import socket
 import struct
 import time
-import weakref
 from typing import Callable, Optional
 
 from .. import auth, config
@@ -126,8 +124,9 @@ from ..netaddr import host_id as this_host_id
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .liveness import PidWatch
-from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, RegistrationDomain,
-                   TransportAttrs, TransportEndpoint, fail_queued)
+from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, TransportAttrs,
+                   TransportEndpoint, fail_queued)
+from .ofi_md import OfiMemoryDomain, _errstr, pack_rkey, unpack_rkey  # noqa: F401 (tests use them)
 
 try:
     from .._ofi import ffi, lib
@@ -156,9 +155,6 @@ _LABEL_TOKEN = b"ucxpy-ofi-2 token"
 _NONCE = auth.NONCE_LEN
 #: connection requests (HELLO without AUTH yet) kept at once
 MAX_PENDING = 256
-_RKEY = struct.Struct("<4sQQQQB")
-_RKEY_MAGIC = b"OFK1"
-_RK_VIRT = 1
 
 #: uuids of the open interfaces of this process: a provider may crash when
 #: sending to an interface of the same process that was closed (shm unmaps
@@ -215,10 +211,6 @@ def _provider_env(provider: str, cfg):
         del os.environ["FI_TCP_IFACE"]
 
 
-def _errstr(rc: int) -> str:
-    return ffi.string(lib.uxofi_strerror(rc)).decode(errors="replace")
-
-
 # ----------------------------------------------------------------- addresses
 
 def pack_address(pid: int, uuid: int, provider: str, fabric: str, host_id: bytes,
@@ -248,78 +240,6 @@ def unpack_address(data) -> dict:
     off += lh
     return dict(flags=flags, pid=pid, uuid=uuid, provider=prov, fabric=fabric, host_id=host,
                 name=data[off:off + ln])
-
-
-def pack_rkey(uuid: int, key: int, base: int, length: int, virt: bool) -> bytes:
-    return _RKEY.pack(_RKEY_MAGIC, uuid, key, base, length, _RK_VIRT if virt else 0)
-
-
-def unpack_rkey(data) -> tuple:
-    """-> (owner uuid, MR key, base, length, virtual addressing); RemoteAccessError if bad."""
-    try:
-        magic, uuid, key, base, length, flags = _RKEY.unpack(bytes(data))
-    except struct.error:
-        raise RemoteAccessError("malformed ofi remote key") from None
-    if magic != _RKEY_MAGIC:
-        raise RemoteAccessError("not an ofi remote key")
-    return uuid, key, base, length, bool(flags & _RK_VIRT)
-
-
-# ----------------------------------------------------------------- registrations
-
-class _Registration:
-    __slots__ = ("mr", "key", "desc", "address", "length")
-
-
-class RegistrationTable:
-    """Registrations that live exactly as long as the buffer view they describe.
-
-    ``pack_local_key`` gets the view the core keeps for a rendezvous send
-    until the receiver acknowledged it (ATS); when that view is collected,
-    the registration is closed (from ``progress()``, never from inside a
-    garbage-collection callback).  Packing the same view again reuses its
-    registration.  Re-registering the same pages is cheap where it matters:
-    hardware providers keep their own registration cache (libfabric's
-    ``FI_MR_CACHE_*``)."""
-
-    def __init__(self, iface: "OfiInterface"):
-        self.iface = iface
-        self._by_view = {}        # id(view) -> (weakref to view, registration)
-        self.dead = []            # registrations to close from progress()
-        self.hits = self.misses = 0
-
-    def __len__(self):
-        return len(self._by_view)
-
-    def for_view(self, view: memoryview) -> _Registration:
-        key = id(view)
-        entry = self._by_view.get(key)
-        if entry is not None and entry[0]() is view:
-            self.hits += 1
-            return entry[1]
-        self.misses += 1
-        reg = self.iface._register(view)
-        dead = self.dead
-        table = self._by_view
-
-        def gone(ref, key=key, reg=reg):
-            e = table.get(key)
-            if e is not None and e[0] is ref:
-                del table[key]
-            dead.append(reg)
-        self._by_view[key] = (weakref.ref(view, gone), reg)
-        return reg
-
-    def reap(self) -> None:
-        while self.dead:
-            self.iface._deregister(self.dead.pop())
-
-    def clear(self) -> None:
-        entries, self._by_view = list(self._by_view.values()), {}
-        for _ref, reg in entries:
-            self.iface._deregister(reg)
-        self._by_view.clear()
-        self.reap()
 
 
 # ----------------------------------------------------------------- endpoint
@@ -457,14 +377,14 @@ class OfiEndpoint(TransportEndpoint):
         if is_read and mv.readonly:
             raise RemoteAccessError("ofi get into a read-only buffer")
         iface = self.iface
-        reg = iface._register(mv) if iface.mr_local else None
+        reg = iface.md.register(mv) if iface.mr_local else None
         with ffi.from_buffer(mv) as p:
             address = int(ffi.cast("uintptr_t", p))
         desc = reg.desc if reg is not None else ffi.NULL
         raddr = remote_addr if virt else off
         chunk = iface.max_rma
         offsets = range(0, n, chunk)
-        dead = iface.regs.dead
+        dead = iface.md.regs.dead
         op = ChunkedOp(on_complete, len(offsets), "get" if is_read else "put",
                        release=(lambda: dead.append(reg)) if reg is not None else None)
         for o in offsets:
@@ -562,20 +482,19 @@ class OfiInterface(Interface):
         self.virt_addr = bool(self.mr_mode & lib.FI_MR_VIRT_ADDR)
         self.prov_key = bool(self.mr_mode & lib.FI_MR_PROV_KEY)
         self.mr_local = bool(self.mr_mode & lib.FI_MR_LOCAL)
-        self.key_limit = (1 << (8 * min(int(fi.mr_key_size) or 8, 8))) - 1
         self.max_rma = max(4096, min(int(fi.max_msg_size), 1 << 30))
-        self._keys = set()
         self.rejected = 0
         #: handshakes whose proof did not match our key, frames with a wrong token
         self.auth_failures = 0
         self.key = auth.interface_key(self.config)
         self._pending_auth = collections.OrderedDict()   # (uuid, conn) -> accepted ep
-        self._mrs = []                    # our bounce-buffer registrations
         intra = any(p in self.provider.split(";") for p in INTRA_HOST_PROVIDERS)
         caps = (Caps.AM_SHORT | Caps.AM_BCOPY | Caps.GET_ZCOPY | Caps.PUT_ZCOPY
                 | Caps.CONNECT_TO_IFACE)
-        #: RMA regions: fi_mr_reg'd through pack_local_key, fi_write / fi_read
-        self.md = RegistrationDomain(self)
+        #: registrations (ofi_md.py): RMA regions, rendezvous buffers, bounce buffers
+        self.md = OfiMemoryDomain(self, (1 << (8 * min(int(fi.mr_key_size) or 8, 8))) - 1,
+                                  self.mr_local, self.virt_addr,
+                                  config.setting("UCXPY_OFI_PINNED", self.config))
         if intra:
             caps |= Caps.INTRA_HOST
         self.intra_host = intra
@@ -590,16 +509,13 @@ class OfiInterface(Interface):
         self._tx_view = memoryview(self._tx_mem)
         self._rx_ptr = ffi.from_buffer(self._rx_mem)
         self._tx_ptr = ffi.from_buffer(self._tx_mem)
-        self._rx_desc = self._register_raw(self._rx_ptr, len(self._rx_mem))
-        self._tx_desc = self._register_raw(self._tx_ptr, len(self._tx_mem))
+        self._rx_desc = self.md.register_raw(self._rx_ptr, len(self._rx_mem))
+        self._tx_desc = self.md.register_raw(self._tx_ptr, len(self._tx_mem))
         self._tx_free = list(range(self._rma0 - 1, self._tx0 - 1, -1))
         self._tx_owner = {}               # send slot -> endpoint
         self._rma_free = list(range(self._rma0 + self.rma_depth - 1, self._rma0 - 1, -1))
         self._rma_ops = {}                # rma slot -> (op, endpoint)
         self._comps = ffi.new("uxofi_comp_t[]", _POLL_BATCH)
-        self.regs = RegistrationTable(self)
-        self._pinned = collections.deque(
-            maxlen=max(config.setting("UCXPY_OFI_PINNED", self.config), 1))
         # endpoints
         self._next_conn = 1
         self._conns = {}                  # our conn id -> connector endpoint
@@ -670,69 +586,9 @@ class OfiInterface(Interface):
             return peer["host_id"] == self.host_id and host_id == self.host_id
         return True
 
-    # -- registration ----------------------------------------------------------------
-    def _access(self) -> int:
-        return (lib.FI_SEND | lib.FI_RECV | lib.FI_READ | lib.FI_WRITE
-                | lib.FI_REMOTE_READ | lib.FI_REMOTE_WRITE)
-
-    def _next_key(self) -> int:
-        """A random key no registration of ours uses: unguessable by peers."""
-        while True:
-            key = secrets.randbits(64) & self.key_limit
-            if key and key not in self._keys:
-                self._keys.add(key)
-                return key
-
-    def _register_raw(self, ptr, length: int):
-        mr = ffi.new("struct fid_mr **")
-        key = ffi.new("uint64_t *")
-        desc = ffi.new("void **")
-        # bounce buffers: local access only, no peer may read or write them
-        access = lib.FI_SEND | lib.FI_RECV | lib.FI_READ | lib.FI_WRITE
-        rc = lib.uxofi_mr_reg(self._h, ptr, length, access, self._next_key(), mr, key, desc)
-        if rc:
-            raise TransportUnavailable(f"ofi: fi_mr_reg of {length} bytes: {_errstr(rc)}")
-        self._mrs.append(mr[0])
-        return desc[0]
-
-    def _register(self, view: memoryview) -> _Registration:
-        reg = _Registration()
-        mr = ffi.new("struct fid_mr **")
-        key = ffi.new("uint64_t *")
-        desc = ffi.new("void **")
-        with ffi.from_buffer(view) as p:
-            address = int(ffi.cast("uintptr_t", p))
-            rc = lib.uxofi_mr_reg(self._h, p, view.nbytes, self._access(), self._next_key(),
-                                  mr, key, desc)
-        if rc:
-            raise RemoteAccessError(f"ofi: fi_mr_reg of {view.nbytes} bytes: {_errstr(rc)}")
-        reg.mr, reg.key, reg.desc = mr[0], int(key[0]), desc[0] if self.mr_local else ffi.NULL
-        reg.address, reg.length = address, view.nbytes
-        return reg
-
-    def _deregister(self, reg: _Registration) -> None:
-        if reg.mr is not None and self._h is not None:
-            lib.uxofi_mr_close(reg.mr)
-            self._keys.discard(reg.key)
-        reg.mr = None
-
+    # -- registration (the memory domain, ofi_md.py) -------------------------------
     def pack_local_key(self, buf) -> tuple:
-        """Register ``buf`` for as long as this view of it lives and describe
-        it for a peer's get/put: ``(address, remote key)``.
-
-        The core passes the memoryview it keeps until the transfer is
-        acknowledged.  Other buffers are wrapped in a view that stays pinned
-        among the last ``UCXPY_OFI_PINNED`` (64) such registrations."""
-        mv = buf if type(buf) is memoryview else memoryview(buf)
-        if mv.format != "B" or mv.ndim != 1:
-            mv = mv.cast("B")
-        if mv is not buf:
-            self._pinned.append(mv)
-        if mv.nbytes == 0:
-            return 0, pack_rkey(self.uuid, 0, 0, 0, self.virt_addr)
-        reg = self.regs.for_view(mv)
-        return reg.address, pack_rkey(self.uuid, reg.key, reg.address, reg.length,
-                                      self.virt_addr)
+        return self.md.pack_local_key(buf)
 
     # -- wire-up ---------------------------------------------------------------------
     def _av(self, name: bytes) -> int:
@@ -983,8 +839,8 @@ class OfiInterface(Interface):
         if self._pending:
             for ep in list(self._pending):
                 n += ep._flush()
-        if self.regs.dead:
-            self.regs.reap()
+        if self.md.regs.dead:
+            self.md.regs.reap()
         now = time.monotonic()
         if now >= self._next_housekeeping:
             n += self._housekeeping(now)
@@ -1277,13 +1133,11 @@ class OfiInterface(Interface):
             for op, _ep, _piece, _tries in list(self._rma_ops.values()):
                 op.chunk_done(exc)
             self._rma_ops.clear()
-            self._pinned.clear()
-            self.regs.clear()
+            self.md.release()
         h, self._h = self._h, None
         lib.uxofi_close_ep(h)         # cancels the posted receives
-        for mr in getattr(self, "_mrs", ()):
-            lib.uxofi_mr_close(mr)    # registrations go before their domain
-        self._mrs = []
+        if isinstance(self.md, OfiMemoryDomain):
+            self.md.close_bounce()    # registrations go before their domain
         lib.uxofi_close(h)
         for name in ("_rx_ptr", "_tx_ptr"):
             p = getattr(self, name, None)
