@@ -99,7 +99,12 @@ class DevInterface(ToyInterface):
         return len(done) + super().progress()
 
 
-context.register_transport("devtoy", f"{__name__}:DevInterface")
+@pytest.fixture(autouse=True, scope="module")
+def devtoy():
+    """Registered for this module's tests only (other files list transports)."""
+    context.register_transport("devtoy", f"{__name__}:DevInterface")
+    yield
+    context.TRANSPORTS.pop("devtoy", None)
 
 
 def pair(tls, **cfg):

@@ -78,6 +78,12 @@ def test_info_devices():
     assert "127.0.0.1" in cp.stdout          # lo has an IPv4 address
     assert "/dev/shm" in cp.stdout
     assert "CMA permission:" in cp.stdout
+    md = cp.stdout.split("# memory domains", 1)[1]
+    assert "UCXPY_ATOMIC_MODE=auto: cpu atomics" in md
+    rows = {line.split()[0]: line for line in md.splitlines()[3:] if line.strip()}
+    assert "REG|RKEY_PTR" in rows["self"] and "load/store" in rows["self"]
+    assert "active messages" in rows["tcp"]
+    assert "ALLOC" in rows["shm"] and "cma" in rows["shm"] or "CMA permission: no" in cp.stdout
 
 
 @pytest.mark.parametrize("args", [(), ("-e",), ("-c", "-d")])

@@ -423,6 +423,38 @@ def print_devices(config, out) -> None:
         state = ("available; devices: " + (", ".join(map(str, avail.devices)) or "-")
                  if avail.available else f"not available: {avail.reason}")
         print(f"\n# {name}: {state}", file=out)
+    print_memory_domains(config, out)
+
+
+def print_memory_domains(config, out) -> None:
+    """The memory domain of every selected transport, from a worker's
+    interfaces (what ``ucxpy.rma`` chooses by), and the atomic mode."""
+    from ..context import Context
+    from ..errors import UcxpyError
+    try:
+        worker = Context(config).create_worker()
+    except UcxpyError as e:
+        print(f"\n# memory domains: no usable transport: {e}", file=out)
+        return
+    try:
+        rows = []
+        for iface in worker.ifaces:
+            md = iface.md
+            if md is None:
+                rows.append([iface.name, "-", "active messages", "-"])
+                continue
+            caps = "|".join(c.name for c in type(md.caps) if c and md.caps & c) or "-"
+            ways = ["load/store"] if md.caps & md.caps.RKEY_PTR else []
+            if md.caps & md.caps.PUT and md.caps & md.caps.GET:
+                ways.append(md.access)
+            rows.append([iface.name, caps, ", ".join(ways) or "active messages",
+                         ",".join(sorted(md.device_atomic_ops)) or "-"])
+        print(f"\n# memory domains (UCXPY_ATOMIC_MODE={config.atomic_mode}: "
+              f"{worker.rma.atomic_mode()} atomics)", file=out)
+        print(_table(rows, ["transport", "caps", "peers reach memory by", "device atomics"]),
+              file=out)
+    finally:
+        worker.close()
 
 
 def print_stats(config, out) -> int:
