@@ -1,8 +1,9 @@
 """Build shim: compiles the cffi modules; metadata lives in setup.cfg.
 
-``ucxpy._native`` (shm rings, atomics, CMA) is always built, and so is
+``ucxpy._native`` (shm rings, atomics, CMA) is always built, and so are
 ``ucxpy._pybuffer`` (a base class that lets Python handle objects export the
-buffer protocol, native/pybuffer.c).  The RDMA
+buffer protocol, native/pybuffer.c) and ``ucxpy._fastpath`` (the receive
+fast path, native/fastpath.c).  The RDMA
 modules (``ucxpy._ofi``, ``ucxpy._verbs``) are added when their headers exist
 (see native/build_rdma.py; ``UCXPY_NO_RDMA=1`` skips them).
 """
@@ -23,5 +24,8 @@ finally:
 
 # A plain C extension: the buffer-protocol base class (native/pybuffer.c).
 PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
+# The receive fast path (native/fastpath.c), with the ring code compiled in.
+FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/ring.c"],
+                     include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 
-setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(), ext_modules=[PYBUFFER])
+setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(), ext_modules=[PYBUFFER, FASTPATH])

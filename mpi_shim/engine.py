@@ -123,9 +123,12 @@ class Engine:
 
     def wait(self, op) -> None:
         if not op.is_done():
-            self.wait_until(op.is_done)
+            # a blocking receive may take ucxpy's native fast path
+            ureq = getattr(op, "ureq", None)
+            self.wait_until(op.is_done, fast=None if ureq is None
+                            else self.worker.recv_poller(ureq))
 
-    def wait_until(self, cond, timeout=None) -> None:
+    def wait_until(self, cond, timeout=None, fast=None) -> None:
         """Progress until ``cond()``: spin while there is activity, then nap on
         the transports' descriptors with growing naps (oversubscribed ranks
         leave the CPU to each other).  With several threads (see
@@ -142,6 +145,8 @@ class Engine:
             # than CPUs the loop below yields the CPU instead)
             try:
                 for _ in range(16):
+                    if fast is not None and fast():
+                        return
                     w.progress()
                     if cond():
                         return
@@ -150,7 +155,7 @@ class Engine:
                 raise translate(e) from None
         saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
-            w.wait_until(cond, timeout, "MPI operation", lock)
+            w.wait_until(cond, timeout, "MPI operation", lock, fast)
         except ucxpy.UcxpyError as e:
             from .exceptions import translate
             raise translate(e) from None

@@ -174,3 +174,34 @@ def test_unexpected_message_keeps_its_payload_or_descriptor():
     assert (eager.data, eager.rts) == (b"xyz", None)
     assert (rts.data, rts.rts) == (None, ("sreq", 9))
     assert rts.info == TagInfo(1, 2, 1 << 20)
+
+
+# -- the native fast path's condition (Worker.recv_poller) --------------------------
+
+class _W:
+    def __init__(self):
+        self.lock = None
+
+
+def _req(source, tag, mask=FULL_MASK):
+    return RecvRequest(_W(), memoryview(bytearray(8)), source, tag, mask, lambda r: True)
+
+
+def test_sole_match_only_for_the_first_exact_receive_without_wildcards():
+    m = TagMatcher()
+    a, b, other = _req(1, 7), _req(1, 7), _req(2, 7)
+    for r in (a, b, other):
+        m.post(r)
+    assert m.sole_match(a) and not m.sole_match(b) and m.sole_match(other)
+    m.take(a)
+    assert m.sole_match(b) and (1, 7) in m.exact
+    m.take(b)
+    assert (1, 7) not in m.exact and m.sole_match(other)
+    wild = _req(ANY_SOURCE, 0, 0)
+    m.post(wild)
+    assert not m.sole_match(other)
+    masked = TagMatcher()
+    r = _req(1, 7, 0xFF)
+    masked.post(r)
+    assert not masked.sole_match(r)          # a masked receive sits with the wildcards
+    assert not TagMatcher().sole_match(_req(1, 7))

@@ -117,6 +117,10 @@ class Config:
                             "messages), device (the lane's device atomics; a lane without "
                             "them raises), auto (device only when every lane of the worker "
                             "has them, else cpu: the two kinds are not atomic with each other)")
+    fastpath: bool = _opt(True, parse_bool,
+                          "native fast path: a blocking exact-tag receive whose message is "
+                          "the next eager frame of the peer's shm ring is matched and copied "
+                          "by one C call (n = the pure-Python path only, the reference)")
     busy_poll: float = _opt(0.002, float,
                             "seconds a waiting worker spins before sleeping on file descriptors")
     oversubscribed: str = _opt("auto", parse_tristate,

@@ -114,6 +114,23 @@ class TagMatcher:
         except ValueError:
             return False
 
+    def sole_match(self, req: RecvRequest) -> bool:
+        """Would every message (req.source, req.tag) match ``req`` and only
+        it?  True when ``req`` is the earliest exact receive for them and no
+        wildcard receive is posted (the native fast path's condition)."""
+        if self.wild:
+            return False
+        q = self.exact.get((req.source, req.tag))
+        return q is not None and q[0] is req
+
+    def take(self, req: RecvRequest) -> None:
+        """Remove ``req``, for which :meth:`sole_match` was just true."""
+        key = (req.source, req.tag)
+        q = self.exact[key]
+        q.popleft()
+        if not q:
+            del self.exact[key]
+
     def match_posted(self, source: int, tag: int):
         """Pop and return the earliest posted receive matching (source, tag)."""
         q = self.exact.get((source, tag))

@@ -24,7 +24,10 @@ from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
 
 AmId = wire.AmId
+TAG_EAGER = int(AmId.TAG_EAGER)
 COLD_EVERY = 16     # power of two
+#: polls of one fast-path C call (``Worker.recv_poller``) between progress passes
+FAST_SPINS = 256
 #: local ids given to peers whose worker id collides with a live peer's
 ALIAS_BASE = 1 << 62
 #: a peer's last connection closed: wait this long (and two full progress
@@ -69,6 +72,8 @@ class Worker:
         self.uuid = random.getrandbits(63)
         self.id = self.uuid if worker_id is None else worker_id
         self.tr = None          # ucxpy.trace.Recorder with UCXPY_TRACE / UCXPY_STATS
+        #: receives completed by the native fast path (recv_poller)
+        self.fast_recvs = 0
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
         self.matcher = TagMatcher()
         self.rndv = RendezvousProtocol(self)
@@ -178,21 +183,25 @@ class Worker:
             self._hot.append(fn)
 
     def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
-                   what: str = "operation", lock=None) -> None:
+                   what: str = "operation", lock=None,
+                   fast: Optional[Callable[[], bool]] = None) -> None:
         """Progress until ``cond()`` is true.  Spins for ``UCXPY_BUSY_POLL``
         seconds, then sleeps on the transports' file descriptors with growing
         naps so oversubscribed ranks leave the CPU to each other.
 
         ``lock`` (a layer's library lock, e.g. mpi_shim's THREAD_MULTIPLE
         lock, not held by the caller) is taken around each progress pass
-        while other threads are alive, and released between passes."""
+        while other threads are alive, and released between passes.
+
+        ``fast`` (from :meth:`recv_poller`) is tried before each progress
+        pass of a single-threaded wait; True means it completed the wait."""
         if cond():
             return
         if self.tr is not None:
             return self._wait_traced(cond, timeout, what, lock)
-        self._wait_loop(cond, timeout, what, lock)
+        self._wait_loop(cond, timeout, what, lock, fast)
 
-    def _wait_loop(self, cond, timeout, what, shared=None) -> None:
+    def _wait_loop(self, cond, timeout, what, shared=None, fast=None) -> None:
         if self.progress_error is not None:
             self.check_peers()             # raises: the progress thread is gone
         deadline = deadline_of(timeout, self.config.timeout)
@@ -209,6 +218,8 @@ class Worker:
             lock = shared if shared is not None and threading.active_count() > 1 else None
             if lock is None:
                 for _ in range(burst):
+                    if fast is not None and fast():
+                        return
                     if progress():
                         if cond():
                             return
@@ -275,7 +286,57 @@ class Worker:
     _slept_ns = 0
 
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
-        self.wait_until(lambda: req.done, timeout, repr(req))
+        self.wait_until(lambda: req.done, timeout, repr(req), fast=self.recv_poller(req))
+
+    def recv_poller(self, req) -> Optional[Callable[[], bool]]:
+        """The native fast path for waiting on the posted receive ``req``
+        (``UCXPY_FASTPATH``), or None where it does not apply.
+
+        It applies to an exact receive (one source, full tag mask) from a
+        peer whose frames all arrive on one transport endpoint offering
+        ``recv_eager`` (shm), with tracing and statistics off and no progress
+        thread (which would poll the same ring).  The returned
+        ``poll()`` acts only while ``req`` is the one receive that message
+        could match (``TagMatcher.sole_match``: no wildcard posted, ``req``
+        first for its source and tag); then one C call spins briefly on the
+        peer's ring and, if the next frame is the eager message for ``req``
+        and fits, copies it into the receive buffer and consumes it.
+        Anything else stays in the ring for ``progress()``, in order, so MPI's
+        matching and ordering rules hold exactly as on the Python path.  A
+        wait passes ``poll`` to :meth:`wait_until`, which tries it before
+        each progress pass."""
+        if type(req) is not RecvRequest or self.tr is not None or not self.config.fastpath \
+                or self.lock is not None or req.done or req.source == ANY_SOURCE or req.mask != FULL_MASK:
+            return None
+        found = self._fast_lane(req.source)
+        if found is None:
+            return None
+        ep, recv = found
+        matcher, src, tag, buf = self.matcher, req.source, req.tag, req.buf
+        spins = 0 if self.oversubscribed() else FAST_SPINS
+
+        def poll() -> bool:
+            if req.done or ep.failed is not None or not matcher.sole_match(req):
+                return False
+            n = recv(TAG_EAGER, tag, buf, spins)
+            if n < 0:
+                return False
+            matcher.take(req)
+            self.fast_recvs += 1
+            req.complete(TagInfo(src, tag, n))
+            return True
+        return poll
+
+    def _fast_lane(self, src: int):
+        """``(endpoint, its transport endpoint's recv_eager)`` for frames from
+        worker ``src``, when they all arrive on one transport endpoint that
+        offers the fast path; else None."""
+        ep = self.endpoints.get(src)
+        if ep is None or ep.failed is not None or len(ep.incoming) != 1:
+            return None
+        for tep in ep.incoming:
+            recv = tep.recv_eager
+            return None if recv is None else (ep, recv)
 
     def _idle_sleep(self, seconds: float) -> None:
         t0 = time.perf_counter_ns()
@@ -558,7 +619,28 @@ class Worker:
     def tag_recv(self, buf, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
                  timeout: Optional[float] = None) -> TagInfo:
         """Blocking :meth:`tag_recv_nb`; returns the :class:`TagInfo`.  On
-        timeout the receive is cancelled before TimeoutError is raised."""
+        timeout the receive is cancelled before TimeoutError is raised.
+
+        Native fast path (``UCXPY_FASTPATH``, see :meth:`recv_poller`): when
+        nothing posted or queued could take the message instead (no
+        wildcard, no other receive for this source and tag, an empty
+        unexpected queue), the next frame from ``source`` is tried first
+        with one C call, before any request exists."""
+        if tag_mask == FULL_MASK and self.config.fastpath and self.tr is None \
+                and self.lock is None and type(source) is int and source >= 0:
+            m = self.matcher
+            tag &= FULL_MASK
+            if not (m.wild or m.unexpected or (source, tag) in m.exact):
+                found = self._fast_lane(source)
+                if found is not None:
+                    try:
+                        n = found[1](TAG_EAGER, tag, buf, 0 if self.oversubscribed()
+                                     else FAST_SPINS)
+                    except (TypeError, BufferError):
+                        n = -1              # not a writable contiguous buffer: the full path
+                    if n >= 0:
+                        self.fast_recvs += 1
+                        return TagInfo(source, tag, n)
         req = self.tag_recv_nb(buf, tag, tag_mask, source)
         if req.done:
             return req.wait()

@@ -71,6 +71,7 @@ from collections import deque
 from typing import Callable, Optional
 
 from .. import auth, shmfile
+from .._fastpath import WAKE_BIT as _WAKE_BIT, recv_tag as _recv_tag
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
@@ -278,6 +279,7 @@ class ShmEndpoint(TransportEndpoint):
         self._seg = seg
         self._tx = seg.ring(tx_index)
         self._rx = seg.ring(1 - tx_index)
+        self._rx_addr = int(ffi.cast("uintptr_t", self._rx))   # for the fast path
         self._rx_view = seg.data_view(1 - tx_index)
         self._out = ffi.new("uint64_t[5]")
         self._peer_pid = peer_pid
@@ -425,6 +427,17 @@ class ShmEndpoint(TransportEndpoint):
                 self._fail(ConnectionLost("shm peer closed the connection"))
             else:
                 self._fail(ProtocolError("shm ring from peer is corrupt"))
+        return n
+
+    def recv_eager(self, am_id: int, tag: int, buf, spins: int) -> int:
+        """The contract's fast path: one C call (native/fastpath.c) polls our
+        ring, checks the next frame and copies its payload into ``buf``."""
+        if self._exc is not None or self._closed or self._in_poll or self._rx is None:
+            return -1
+        n = _recv_tag(self._rx_addr, am_id, tag, buf, spins)
+        if n >= _WAKE_BIT:
+            self.iface._wake(self._peer_sock)
+            return n - _WAKE_BIT
         return n
 
     # -- one-sided ---------------------------------------------------------------

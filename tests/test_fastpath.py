@@ -1,0 +1,154 @@
+"""The native fast path of blocking exact-tag receives (``UCXPY_FASTPATH``,
+``Worker.recv_poller``, ``ucxpy_ring_recv_tag`` in native/ring.c): real
+two-rank jobs, with it and without it (the Python reference path), the
+same data checked both ways and the path taken counted
+(``Worker.fast_recvs``)."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+import ucxpy
+from conftest import PROGS, run_job, transport_available
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _job(prog, fastpath, tls="shm", **env):
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    return run_job(["python", os.path.join(PROGS, prog)], 2, timeout=200,
+                   env={"UCXPY_TLS": tls, "UCXPY_FASTPATH": fastpath, **env})
+
+
+@pytest.mark.parametrize("fastpath", ["y", "n"])
+def test_fast_and_python_paths_give_the_same_results(fastpath):
+    proc = _job("fastpath.py", fastpath)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = re.findall(r"FASTPATH OK (\d) (\d+) (\d+)", proc.stdout)
+    assert len(rows) == 2, proc.stdout
+    for rank, pingpong, total in rows:
+        if fastpath == "n":
+            assert int(total) == 0
+        else:
+            # most of the 2000 ping-pong receives; none of the cases after
+            # them needs the Python path to be right (they are checked), and
+            # the empty message may take either
+            assert int(pingpong) >= 1000, rows
+            assert int(total) - int(pingpong) <= 3, rows
+
+
+def test_tcp_lanes_take_the_python_path():
+    """tcp offers no eager_receiver: same program, no fast receives."""
+    proc = _job("fastpath.py", "y", tls="tcp")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [r[2] for r in re.findall(r"FASTPATH OK (\d) (\d+) (\d+)", proc.stdout)] == ["0", "0"]
+
+
+@pytest.mark.parametrize("prog,marker", [("tag_suite.py", "TAG-SUITE OK"),
+                                         ("mpi_p2p.py", "MPI-P2P OK")])
+def test_suites_on_the_python_reference_path(prog, marker):
+    """The tag and MPI point-to-point suites, which run on the fast path in
+    the rest of the tests, also pass with it off."""
+    proc = _job(prog, "n", TAG_SUITE_MAX=str(1 << 20))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count(marker) == 2, proc.stdout[-3000:]
+
+
+# -- in one process: two workers over shm, every branch of the decision ----------
+
+@pytest.fixture
+def shm_pair():
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    from conftest import Pair
+    p = Pair("shm")
+    a, b = p.workers
+    p.eps[0][1].tag_send(b"wire", 99)            # a -> b carries a's wire-up
+    assert b.tag_recv(bytearray(4), 99, source=0, timeout=10).length == 4
+    yield p, a, b, p.eps[0][1]
+    p.close()
+
+
+def test_an_exact_eager_receive_takes_the_fast_path(shm_pair):
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    ep.tag_send(b"fast!", 1)
+    buf = bytearray(8)
+    info = b.tag_recv(buf, 1, source=0, timeout=10)
+    assert (info.source, info.tag, info.length, bytes(buf[:5])) == (0, 1, 5, b"fast!")
+    assert b.fast_recvs == before + 1
+
+
+def test_another_frame_first_goes_the_python_way_in_order(shm_pair):
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    ep.tag_send(b"one", 1)
+    ep.tag_send(b"two", 2)
+    x, y = bytearray(3), bytearray(3)
+    assert b.tag_recv(y, 2, source=0, timeout=10).length == 3 and bytes(y) == b"two"
+    assert b.fast_recvs == before                 # "one" was at the head of the ring
+    assert len(b.matcher.unexpected) == 1
+    assert b.tag_recv(x, 1, source=0, timeout=10).length == 3 and bytes(x) == b"one"
+    assert b.fast_recvs == before                 # from the unexpected queue
+
+
+def test_a_posted_wildcard_keeps_the_python_path(shm_pair):
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    wild = b.tag_recv_nb(bytearray(8), 7, 0xFF)    # a masked receive matches tag 7 too
+    ep.tag_send(b"to the wildcard", 7)
+    with pytest.raises(ucxpy.TruncationError):
+        wild.wait(10)
+    ep.tag_send(b"first", 7)
+    any_tag = bytearray(8)
+    wild2 = b.tag_recv_nb(any_tag, 0, 0)           # any tag, posted first: it must win
+    ep.tag_send(b"x", 7)
+    got = bytearray(5)
+    assert b.tag_recv(got, 7, source=0, timeout=10).length == 1 and got[:1] == b"x"
+    assert wild2.wait(10).length == 5 and any_tag[:5] == b"first"
+    assert b.fast_recvs == before
+
+
+def test_truncation_raises_on_the_python_path(shm_pair):
+    p, a, b, ep = shm_pair
+    ep.tag_send(bytes(16), 3)
+    with pytest.raises(ucxpy.TruncationError):
+        b.tag_recv(bytearray(8), 3, source=0, timeout=10)
+
+
+def test_rendezvous_and_empty_messages(shm_pair):
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    ep.tag_send(b"", 4)
+    assert b.tag_recv(bytearray(4), 4, source=0, timeout=10).length == 0
+    assert b.fast_recvs == before + 1
+    import numpy as np
+    big = np.arange(1 << 18, dtype=np.uint32)
+    req = ep.tag_send_nb(big, 5)
+    out = np.zeros_like(big)
+    # the sender serves the rendezvous from its progress: both workers are
+    # driven here (tests/progs/fastpath.py does a blocking one, 2 processes)
+    recv = b.tag_recv_nb(out, 5, source=0)
+    assert b.recv_poller(recv)() is False                # the RTS is no eager frame
+    p.wait(req, recv)
+    assert recv.result.length == big.nbytes
+    assert np.array_equal(out, big) and b.fast_recvs == before + 1
+
+
+def test_no_fast_path_with_a_progress_thread_or_when_off(shm_pair):
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    b.config.fastpath = False
+    ep.tag_send(b"off", 6)
+    assert b.tag_recv(bytearray(3), 6, source=0, timeout=10).length == 3
+    b.config.fastpath = True
+    b.start_progress_thread()
+    try:
+        ep.tag_send(b"thread", 6)
+        assert b.tag_recv(bytearray(6), 6, source=0, timeout=10).length == 6
+    finally:
+        b.stop_progress_thread()
+    assert b.fast_recvs == before
