@@ -310,7 +310,10 @@ class P2P:
         return Request._from(self._send_op(buf, dest, tag, "s"))
 
     # -- receives ------------------------------------------------------------------
-    def _irecv_op(self, buf, source, tag):
+    def _irecv_op(self, buf, source, tag, now=False):
+        """The receive operation; ``now`` (a blocking receive) first tries
+        ucxpy's native fast path, which takes the message at once when it is
+        the next frame from ``source`` and nothing else could match it."""
         if source == PROC_NULL:
             self._impl()
             if buf is not None:
@@ -322,15 +325,22 @@ class P2P:
         staging = None
         if dst is None:
             staging = dst = bytearray(m.nbytes)
+        w = ENGINE.worker
+        if now and src >= 0:
+            info = w.tag_try_recv(dst, t, mask, src)
+            if info is not None:
+                ureq = ucxpy.Request(w)
+                ureq.complete(info)
+                return RecvOp(ureq, self, m, staging)
         try:
-            ureq = ENGINE.worker.tag_recv_nb(dst, t, mask, src)
+            ureq = w.tag_recv_nb(dst, t, mask, src)
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
         return RecvOp(ureq, self, m, staging)
 
     def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None) -> None:
         """Blocking receive."""
-        op = self._irecv_op(buf, source, tag)
+        op = self._irecv_op(buf, source, tag, now=True)
         ENGINE.wait(op)
         op.finish(status)
 

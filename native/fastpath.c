@@ -8,9 +8,10 @@
  * through the cffi module ucxpy._native; the ring handle is passed as its
  * address).
  *
- * recv_tag(ring address, am_id, tag, buffer, spins) -> n
- *   n >= 0: the next frame was the eager message; n = payload length, plus
- *           WAKE_BIT when the producer waits for space (the caller wakes it)
+ * recv_tag(ring address, am_id, tag, mask, buffer, spins) -> (n, tag)
+ *   n >= 0: the next frame was an eager message whose tag equals ``tag``
+ *           under ``mask``; n = payload length, plus WAKE_BIT when the
+ *           producer waits for space (the caller wakes it); its tag
  *   -1:     no frame within ``spins`` polls (or a closed/corrupt ring: the
  *           Python path reports that)
  *   -2:     the next frame is another one (left in the ring, in order) */
@@ -24,25 +25,25 @@
 static PyObject *
 recv_tag(PyObject *self, PyObject *args)
 {
-    unsigned long long ring, tag;
+    unsigned long long ring, tag, mask;
     int am_id, spins;
     Py_buffer buf;
-    uint64_t wake = 0;
+    uint64_t wake = 0, got = 0;
     int64_t n;
 
-    if (!PyArg_ParseTuple(args, "KiKw*i", &ring, &am_id, &tag, &buf, &spins))
+    if (!PyArg_ParseTuple(args, "KiKKw*i", &ring, &am_id, &tag, &mask, &buf, &spins))
         return NULL;
     if (!PyBuffer_IsContiguous(&buf, 'A')) {
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_BufferError, "recv_tag needs a contiguous buffer");
         return NULL;
     }
-    n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, (uint8_t)am_id, tag, buf.buf,
-                            (uint64_t)buf.len, spins, &wake);
+    n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, (uint8_t)am_id, tag, mask,
+                            buf.buf, (uint64_t)buf.len, spins, &wake, &got);
     PyBuffer_Release(&buf);
     if (n >= 0 && wake)
         n |= WAKE_BIT;
-    return PyLong_FromLongLong(n);
+    return Py_BuildValue("(LK)", (long long)n, (unsigned long long)got);
 }
 
 static PyMethodDef methods[] = {

@@ -292,16 +292,17 @@ int ucxpy_ring_poll_many(ucxpy_ring_t **rings, int n, int start)
     return -1;
 }
 
-/* The native fast path of a blocking exact-tag receive (ucxpy.fastpath):
+/* The native fast path of a blocking tagged receive (native/fastpath.c):
  * waits up to ``spins`` polls for a frame; if the next frame is an eager
- * tag frame (``am_id``, an 8-byte header holding ``tag``, little-endian)
- * whose payload fits ``capacity``, copies the payload to ``buf``, consumes
- * the frame and returns its length (``*wake``: the producer waits for
- * space).  Returns -1 when no frame came (or the ring is closed or
+ * tag frame (``am_id``, an 8-byte little-endian tag header) whose tag
+ * equals ``tag`` under ``mask`` and whose payload fits ``capacity``, copies
+ * the payload to ``buf``, consumes the frame and returns its length
+ * (``*got_tag``: its tag; ``*wake``: the producer waits for space).  Returns -1 when no frame came (or the ring is closed or
  * corrupt: the Python path reports that) and -2 when the next frame is
  * another one, which stays in the ring for the Python path, in order. */
-int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint8_t am_id, uint64_t tag, void *buf,
-                            uint64_t capacity, int spins, uint64_t *wake)
+int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint8_t am_id, uint64_t tag, uint64_t mask,
+                            void *buf, uint64_t capacity, int spins, uint64_t *wake,
+                            uint64_t *got_tag)
 {
     uint64_t out[5], t;
     int rc;
@@ -319,8 +320,9 @@ int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint8_t am_id, uint64_t tag, void *
     if (out[0] != am_id || out[2] != sizeof t || out[4] > capacity)
         return -2;
     memcpy(&t, r->data + out[1], sizeof t);
-    if (t != tag)
+    if ((t ^ tag) & mask)
         return -2;
+    *got_tag = t;
     memcpy(buf, r->data + out[3], out[4]);
     *wake = ucxpy_ring_release(r) == UCXPY_RING_NOTIFY;
     return (int64_t)out[4];

@@ -33,11 +33,22 @@ def test_fast_and_python_paths_give_the_same_results(fastpath):
         if fastpath == "n":
             assert int(total) == 0
         else:
-            # most of the 2000 ping-pong receives; none of the cases after
-            # them needs the Python path to be right (they are checked), and
-            # the empty message may take either
-            assert int(pingpong) >= 1000, rows
-            assert int(total) - int(pingpong) <= 3, rows
+            # ping-pong receives take it (how many arrive within the C
+            # call's spin depends on timing); the cases after them are
+            # right whichever path they take (their data is checked)
+            assert int(pingpong) > 0, rows
+
+
+@pytest.mark.parametrize("fastpath", ["y", "n"])
+def test_mpi_shim_blocking_receives(fastpath):
+    """mpi_shim's Recv (masked tags, Ssend acknowledgements, ANY_TAG,
+    status) on the fast path and off it."""
+    proc = _job("mpi_fastpath.py", fastpath)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    counts = [int(c) for c in re.findall(r"MPI-FASTPATH OK \d (\d+)", proc.stdout)]
+    assert len(counts) == 2, proc.stdout
+    # how many arrive within the C call's spin depends on timing: some must
+    assert all(c > 0 for c in counts) if fastpath == "y" else counts == [0, 0], counts
 
 
 def test_tcp_lanes_take_the_python_path():

@@ -200,8 +200,23 @@ def test_sole_match_only_for_the_first_exact_receive_without_wildcards():
     wild = _req(ANY_SOURCE, 0, 0)
     m.post(wild)
     assert not m.sole_match(other)
-    masked = TagMatcher()
-    r = _req(1, 7, 0xFF)
-    masked.post(r)
-    assert not masked.sole_match(r)          # a masked receive sits with the wildcards
     assert not TagMatcher().sole_match(_req(1, 7))
+
+
+def test_sole_match_of_a_masked_receive_only_when_it_is_alone():
+    m = TagMatcher()
+    r = _req(1, 7, 0xFF)
+    assert not m.sole_match(r)               # not posted
+    m.post(r)
+    assert m.sole_match(r)
+    exact = _req(2, 9)
+    m.post(exact)
+    assert not m.sole_match(r)               # an exact receive could match it too
+    m.take(exact)
+    assert m.sole_match(r) and m.exact == {}
+    other = _req(1, 8, 0xF0)
+    m.post(other)
+    assert not m.sole_match(r) and not m.sole_match(other)
+    m.remove(other)
+    m.take(r)
+    assert m.wild == [] and not m.sole_match(r)

@@ -115,16 +115,25 @@ class TagMatcher:
             return False
 
     def sole_match(self, req: RecvRequest) -> bool:
-        """Would every message (req.source, req.tag) match ``req`` and only
-        it?  True when ``req`` is the earliest exact receive for them and no
-        wildcard receive is posted (the native fast path's condition)."""
-        if self.wild:
-            return False
-        q = self.exact.get((req.source, req.tag))
-        return q is not None and q[0] is req
+        """Would a message from ``req.source`` that ``req`` matches go to
+        ``req`` and could it go nowhere else?  For an exact receive: it is
+        the earliest one for its source and tag and no wildcard or masked
+        receive is posted; for a masked receive from one source: it is the
+        only posted receive of either kind (the native fast path's
+        condition)."""
+        if req.mask == FULL_MASK:
+            if self.wild:
+                return False
+            q = self.exact.get((req.source, req.tag))
+            return q is not None and q[0] is req
+        wild = self.wild
+        return len(wild) == 1 and wild[0] is req and not self.exact
 
     def take(self, req: RecvRequest) -> None:
         """Remove ``req``, for which :meth:`sole_match` was just true."""
+        if req.mask != FULL_MASK:
+            self.wild.clear()
+            return
         key = (req.source, req.tag)
         q = self.exact[key]
         q.popleft()

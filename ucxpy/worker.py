@@ -292,38 +292,38 @@ class Worker:
         """The native fast path for waiting on the posted receive ``req``
         (``UCXPY_FASTPATH``), or None where it does not apply.
 
-        It applies to an exact receive (one source, full tag mask) from a
-        peer whose frames all arrive on one transport endpoint offering
-        ``recv_eager`` (shm), with tracing and statistics off and no progress
-        thread (which would poll the same ring).  The returned
-        ``poll()`` acts only while ``req`` is the one receive that message
-        could match (``TagMatcher.sole_match``: no wildcard posted, ``req``
-        first for its source and tag); then one C call spins briefly on the
-        peer's ring and, if the next frame is the eager message for ``req``
-        and fits, copies it into the receive buffer and consumes it.
+        It applies to a receive from one source (exact, or masked while it
+        is the only posted receive) whose frames all arrive on one transport
+        endpoint offering ``recv_eager`` (shm), with tracing and statistics
+        off and no progress thread (which would poll the same ring).  The
+        returned ``poll()`` acts only while ``req`` is the one receive such a
+        message could match (``TagMatcher.sole_match``); then one C call
+        spins briefly on the peer's ring and, if the next frame is an eager
+        message ``req`` matches and it fits, copies it into the receive
+        buffer and consumes it.
         Anything else stays in the ring for ``progress()``, in order, so MPI's
         matching and ordering rules hold exactly as on the Python path.  A
         wait passes ``poll`` to :meth:`wait_until`, which tries it before
         each progress pass."""
         if type(req) is not RecvRequest or self.tr is not None or not self.config.fastpath \
-                or self.lock is not None or req.done or req.source == ANY_SOURCE or req.mask != FULL_MASK:
+                or self.lock is not None or req.done or req.source == ANY_SOURCE:
             return None
         found = self._fast_lane(req.source)
         if found is None:
             return None
         ep, recv = found
-        matcher, src, tag, buf = self.matcher, req.source, req.tag, req.buf
+        matcher, src, tag, mask, buf = self.matcher, req.source, req.tag, req.mask, req.buf
         spins = 0 if self.oversubscribed() else FAST_SPINS
 
         def poll() -> bool:
             if req.done or ep.failed is not None or not matcher.sole_match(req):
                 return False
-            n = recv(TAG_EAGER, tag, buf, spins)
+            n, got = recv(TAG_EAGER, tag, mask, buf, spins)
             if n < 0:
                 return False
             matcher.take(req)
             self.fast_recvs += 1
-            req.complete(TagInfo(src, tag, n))
+            req.complete(TagInfo(src, got, n))
             return True
         return poll
 
@@ -621,26 +621,10 @@ class Worker:
         """Blocking :meth:`tag_recv_nb`; returns the :class:`TagInfo`.  On
         timeout the receive is cancelled before TimeoutError is raised.
 
-        Native fast path (``UCXPY_FASTPATH``, see :meth:`recv_poller`): when
-        nothing posted or queued could take the message instead (no
-        wildcard, no other receive for this source and tag, an empty
-        unexpected queue), the next frame from ``source`` is tried first
-        with one C call, before any request exists."""
-        if tag_mask == FULL_MASK and self.config.fastpath and self.tr is None \
-                and self.lock is None and type(source) is int and source >= 0:
-            m = self.matcher
-            tag &= FULL_MASK
-            if not (m.wild or m.unexpected or (source, tag) in m.exact):
-                found = self._fast_lane(source)
-                if found is not None:
-                    try:
-                        n = found[1](TAG_EAGER, tag, buf, 0 if self.oversubscribed()
-                                     else FAST_SPINS)
-                    except (TypeError, BufferError):
-                        n = -1              # not a writable contiguous buffer: the full path
-                    if n >= 0:
-                        self.fast_recvs += 1
-                        return TagInfo(source, tag, n)
+        Tries :meth:`tag_try_recv` (the native fast path) first."""
+        info = self.tag_try_recv(buf, tag, tag_mask, source)
+        if info is not None:
+            return info
         req = self.tag_recv_nb(buf, tag, tag_mask, source)
         if req.done:
             return req.wait()
@@ -649,6 +633,42 @@ class Worker:
         except UcxpyError:
             req.cancel()
             raise
+
+    def tag_try_recv(self, buf, tag: int = 0, tag_mask: int = FULL_MASK,
+                     source=ANY_SOURCE) -> Optional[TagInfo]:
+        """Receive at once by the native fast path (``UCXPY_FASTPATH``), or
+        return None having consumed nothing (then post the receive as usual).
+
+        Applies when ``source`` is a worker id whose frames all arrive on one
+        transport endpoint offering ``recv_eager`` (shm), and nothing posted
+        or queued could take the message instead: no wildcard or masked
+        receive posted, no exact one for this source and tag (none at all for
+        a masked ``tag_mask``), an empty unexpected queue; and without
+        tracing, statistics or a progress thread.  Then one C call spins
+        briefly on the peer's ring and, if the next frame is an eager message
+        matching ``tag`` under ``tag_mask`` that fits ``buf``, copies it into
+        ``buf`` and consumes it: no request, matcher or progress pass.  A
+        buffer that is not writable and contiguous gives None."""
+        if type(source) is not int or source < 0 or not self.config.fastpath \
+                or self.tr is not None or self.lock is not None:
+            return None
+        m = self.matcher
+        tag &= FULL_MASK
+        if m.wild or m.unexpected or \
+                ((source, tag) in m.exact if tag_mask == FULL_MASK else m.exact):
+            return None
+        found = self._fast_lane(source)
+        if found is None:
+            return None
+        try:
+            n, got = found[1](TAG_EAGER, tag, tag_mask, buf,
+                              0 if self.oversubscribed() else FAST_SPINS)
+        except (TypeError, BufferError):
+            return None
+        if n < 0:
+            return None
+        self.fast_recvs += 1
+        return TagInfo(source, got, n)
 
     def tag_probe_nb(self, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
                      remove: bool = False):

@@ -171,13 +171,14 @@ class TransportEndpoint(abc.ABC):
         RMA registers through the interface's :class:`MemoryDomain`)."""
         raise NotImplementedError(f"{type(self).__name__} has no get_zcopy")
 
-    #: Optional native fast path of a blocking exact-tag receive (None: not
-    #: offered): ``recv_eager(am_id, tag, buf, spins) -> n`` polls up to
-    #: ``spins`` times for the next incoming frame; if it is an ``am_id``
-    #: frame whose header is the 8-byte little-endian ``tag`` and whose
-    #: payload fits the writable buffer ``buf``, copies the payload into it,
-    #: consumes the frame and returns its length; else returns -1 (no frame)
-    #: or -2 (another frame, left for ``progress`` in order).  The core calls
+    #: Optional native fast path of a blocking tagged receive (None: not
+    #: offered): ``recv_eager(am_id, tag, mask, buf, spins) -> (n, its tag)``
+    #: polls up to ``spins`` times for the next incoming frame; if it is an
+    #: ``am_id`` frame whose header is an 8-byte little-endian tag equal to
+    #: ``tag`` under ``mask`` and whose payload fits the writable buffer
+    #: ``buf``, copies the payload into it, consumes the frame and returns
+    #: its length; else n is -1 (no frame) or -2 (another frame, left for
+    #: ``progress`` in order).  The core calls
     #: it only when that frame could match nothing but the waiting receive.
     recv_eager = None
 

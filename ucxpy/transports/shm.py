@@ -429,16 +429,16 @@ class ShmEndpoint(TransportEndpoint):
                 self._fail(ProtocolError("shm ring from peer is corrupt"))
         return n
 
-    def recv_eager(self, am_id: int, tag: int, buf, spins: int) -> int:
+    def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:
         """The contract's fast path: one C call (native/fastpath.c) polls our
         ring, checks the next frame and copies its payload into ``buf``."""
         if self._exc is not None or self._closed or self._in_poll or self._rx is None:
-            return -1
-        n = _recv_tag(self._rx_addr, am_id, tag, buf, spins)
+            return -1, 0
+        n, got = _recv_tag(self._rx_addr, am_id, tag, mask, buf, spins)
         if n >= _WAKE_BIT:
             self.iface._wake(self._peer_sock)
-            return n - _WAKE_BIT
-        return n
+            return n - _WAKE_BIT, got
+        return n, got
 
     # -- one-sided ---------------------------------------------------------------
     def pack_local_key(self, buf) -> tuple:
