@@ -297,3 +297,14 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for line in getattr(config, "_ucxpy_env_summary", []):
         terminalreporter.write_line(line)
+
+
+def raises_remote_access(msg, fn, *args):
+    """``fn(*args)`` raises RemoteAccessError with exactly ``msg``, not
+    chained to another exception; returns it (the key-format tests)."""
+    from ucxpy.errors import RemoteAccessError
+    with pytest.raises(RemoteAccessError) as ei:
+        fn(*args)
+    assert str(ei.value) == msg
+    assert ei.value.__suppress_context__ or ei.value.__context__ is None
+    return ei.value

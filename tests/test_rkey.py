@@ -14,6 +14,8 @@ import types
 
 import pytest
 
+from conftest import raises_remote_access
+
 from ucxpy import rkey, rma
 from ucxpy.errors import RemoteAccessError
 from ucxpy.rkey import ALIGN, OK, RANGE, STALE, RegionKey, resolve
@@ -38,12 +40,7 @@ def packed(**kw) -> bytes:
     return rkey.pack(**args)
 
 
-def raises(msg, fn, *args):
-    with pytest.raises(RemoteAccessError) as ei:
-        fn(*args)
-    assert str(ei.value) == msg
-    assert ei.value.__suppress_context__ or ei.value.__context__ is None
-    return ei.value
+raises = raises_remote_access
 
 
 # ------------------------------------------------------------------ format

@@ -15,6 +15,8 @@ import sys
 
 import pytest
 
+from conftest import raises_remote_access
+
 from ucxpy import shmfile
 from ucxpy._native import ffi
 from ucxpy.errors import RemoteAccessError
@@ -40,12 +42,7 @@ def by_hand(pid=4242, slot=3, reg_id=9, table=TABLE, seg=SEG, host=HOST) -> byte
             + bytes([len(table), len(seg), len(host)]) + table + seg + host)
 
 
-def raises(msg, fn, *args):
-    with pytest.raises(RemoteAccessError) as ei:
-        fn(*args)
-    assert str(ei.value) == msg
-    assert ei.value.__suppress_context__ or ei.value.__context__ is None
-    return ei.value
+raises = raises_remote_access
 
 
 def address_of(view) -> int:
@@ -500,15 +497,22 @@ def test_stale_names_pattern():
 
 
 @needs_shm
-def test_a_segment_key_outlives_its_domain_closing(domains):
+@pytest.mark.parametrize("kind", ["segment", "cma"])
+def test_a_key_outlives_its_domain_closing(domains, kind):
     """Regression: a segment key kept only the segment mapped; once the
     domain closed (its peer cache cleared) and the table mapping was
-    collected, valid() read unmapped memory and the process died."""
+    collected, valid() read unmapped memory and the process died.  A CMA
+    key must keep the owner's table mapped the same way."""
     import gc
-    owner, peer = domains(), domains(cma=False)
-    seg = owner.mem_alloc(4096)
-    reg = owner.mem_reg(seg.view, seg)
-    mk = peer.rkey_unpack(owner.rkey_pack(reg), seg.address, 4096)
+    owner, peer = domains(), domains(cma=kind == "cma")
+    if kind == "segment":
+        seg = owner.mem_alloc(4096)
+        reg = owner.mem_reg(seg.view, seg)
+        mk = peer.rkey_unpack(owner.rkey_pack(reg), seg.address, 4096)
+    else:
+        reg = owner.mem_reg(memoryview(bytearray(64)))
+        mk = peer.rkey_unpack(with_pid(owner.rkey_pack(reg), os.getpid() + 1), 0x1000, 64)
+        assert mk.transport_key is not None
     peer.close()
     gc.collect()
     assert mk.valid()
@@ -535,21 +539,6 @@ def test_no_registration_after_close():
     md.close()
     with pytest.raises(RemoteAccessError, match=r"\Athe shm memory domain is closed\Z"):
         md.mem_reg(memoryview(bytearray(8)))
-
-
-@needs_shm
-def test_a_cma_key_outlives_its_domain_closing(domains):
-    """The same for a CMA key: it keeps the owner's table mapped."""
-    import gc
-    owner, peer = domains(), domains()
-    reg = owner.mem_reg(memoryview(bytearray(64)))
-    mk = peer.rkey_unpack(with_pid(owner.rkey_pack(reg), os.getpid() + 1), 0x1000, 64)
-    assert mk.transport_key is not None
-    peer.close()
-    gc.collect()
-    assert mk.valid()
-    owner.mem_dereg(reg)
-    assert not mk.valid()
 
 
 @needs_shm

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import abc
 import enum
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, ClassVar, Optional, Protocol
 
@@ -292,6 +293,58 @@ class MemoryDomain:
 
     def close(self) -> None:
         """Release every registration and mapping (idempotent)."""
+
+
+class ViewRegistrations:
+    """Device registrations that live exactly as long as the buffer view
+    they describe (ofi's ``fi_mr_reg``, verbs' ``ibv_reg_mr``).
+
+    ``for_view(view)`` registers a view once (``register(view)``) and reuses
+    the registration while that very view lives: the core keeps the view of
+    a rendezvous send until the receiver acknowledged it, and RMA keeps one
+    per memory handle until ``unmap``.  When the view is collected the
+    registration is queued in ``dead`` and closed by :meth:`reap` (from the
+    transport's ``progress()``, never from inside a garbage-collection
+    callback) with ``deregister(reg)``."""
+
+    def __init__(self, register, deregister):
+        self._register = register
+        self._deregister = deregister
+        self._by_view = {}        # id(view) -> (weakref to view, registration)
+        self.dead = []            # registrations to close from progress()
+        self.hits = self.misses = 0
+
+    def __len__(self):
+        return len(self._by_view)
+
+    def for_view(self, view: memoryview):
+        key = id(view)
+        entry = self._by_view.get(key)
+        if entry is not None and entry[0]() is view:
+            self.hits += 1
+            return entry[1]
+        self.misses += 1
+        reg = self._register(view)
+        dead, table = self.dead, self._by_view
+
+        def gone(ref, key=key, reg=reg):
+            e = table.get(key)
+            if e is not None and e[0] is ref:
+                del table[key]
+            dead.append(reg)
+        table[key] = (weakref.ref(view, gone), reg)
+        return reg
+
+    def reap(self) -> None:
+        while self.dead:
+            self._deregister(self.dead.pop())
+
+    def clear(self) -> None:
+        """Close every registration (the interface closes)."""
+        entries, self._by_view = list(self._by_view.values()), {}
+        for _ref, reg in entries:
+            self._deregister(reg)
+        self.reap()
 
 
 class RegistrationDomain(MemoryDomain):

@@ -1,7 +1,7 @@
 """The ofi transport's memory domain: ``fi_mr_reg`` registrations.
 
 A registration lives exactly as long as the buffer view it describes (see
-:class:`RegistrationTable`); keys are random and unguessable by peers, and
+:class:`~ucxpy.transports.base.ViewRegistrations`); keys are random and unguessable by peers, and
 never reused while registered.  The bounce buffers of the interface are
 registered here too (:meth:`OfiMemoryDomain.register_raw`), for local
 access only: no peer may read or write them.
@@ -16,10 +16,9 @@ from __future__ import annotations
 import collections
 import secrets
 import struct
-import weakref
 
 from ..errors import RemoteAccessError, TransportUnavailable
-from .base import RegistrationDomain
+from .base import RegistrationDomain, ViewRegistrations
 
 try:
     from .._ofi import ffi, lib
@@ -54,57 +53,6 @@ class _Registration:
     __slots__ = ("mr", "key", "desc", "address", "length")
 
 
-class RegistrationTable:
-    """Registrations that live exactly as long as the buffer view they describe.
-
-    ``pack_local_key`` gets the view the core keeps for a rendezvous send
-    until the receiver acknowledged it (ATS); when that view is collected,
-    the registration is closed (from ``progress()``, never from inside a
-    garbage-collection callback).  Packing the same view again reuses its
-    registration.  Re-registering the same pages is cheap where it matters:
-    hardware providers keep their own registration cache (libfabric's
-    ``FI_MR_CACHE_*``)."""
-
-    def __init__(self, md: "OfiMemoryDomain"):
-        self.md = md
-        self._by_view = {}        # id(view) -> (weakref to view, registration)
-        self.dead = []            # registrations to close from progress()
-        self.hits = self.misses = 0
-
-    def __len__(self):
-        return len(self._by_view)
-
-    def for_view(self, view: memoryview) -> _Registration:
-        key = id(view)
-        entry = self._by_view.get(key)
-        if entry is not None and entry[0]() is view:
-            self.hits += 1
-            return entry[1]
-        self.misses += 1
-        reg = self.md.register(view)
-        dead = self.dead
-        table = self._by_view
-
-        def gone(ref, key=key, reg=reg):
-            e = table.get(key)
-            if e is not None and e[0] is ref:
-                del table[key]
-            dead.append(reg)
-        self._by_view[key] = (weakref.ref(view, gone), reg)
-        return reg
-
-    def reap(self) -> None:
-        while self.dead:
-            self.md.deregister(self.dead.pop())
-
-    def clear(self) -> None:
-        entries, self._by_view = list(self._by_view.values()), {}
-        for _ref, reg in entries:
-            self.md.deregister(reg)
-        self._by_view.clear()
-        self.reap()
-
-
 class OfiMemoryDomain(RegistrationDomain):
     """Registrations with one interface's libfabric domain (``iface._h``).
     ``key_limit``: the provider's MR key size; ``mr_local``: local buffers
@@ -119,7 +67,8 @@ class OfiMemoryDomain(RegistrationDomain):
         self.virt_addr = virt_addr
         self._keys = set()            # keys in use
         self.mrs = []                 # the bounce buffers' registrations
-        self.regs = RegistrationTable(self)
+        #: registrations of peers' RMA and rendezvous buffers, by view
+        self.regs = ViewRegistrations(self.register, self.deregister)
         self._pinned = collections.deque(maxlen=max(pinned, 1))
 
     def _next_key(self) -> int:

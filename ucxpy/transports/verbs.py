@@ -82,14 +82,14 @@ import random
 import select
 import socket
 import struct
-import weakref
 from typing import Callable, Optional
 
 from .. import auth, config
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
 from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, MdCaps,
-                   RegistrationDomain, TransportAttrs, TransportEndpoint, fail_queued)
+                   RegistrationDomain, TransportAttrs, TransportEndpoint, ViewRegistrations,
+                   fail_queued)
 from .verbs_qp import (ACCEPTING, ACCESS_LOCAL_WRITE, ACCESS_REMOTE_ATOMIC,  # noqa: F401
                        ACCESS_REMOTE_READ, ACCESS_REMOTE_WRITE, CLOSED, CONNECTING,
                        ESTABLISHED, FAILED, MTU_BYTES, OOB_REP, OOB_REQ, OOB_RTU, OOB_STEPS,
@@ -701,8 +701,7 @@ class VerbsInterface(Interface):
         self._pending = set()
         self._by_fd = {}
         self._poller = select.poll()
-        self._regs = {}               # id(view) -> (weakref, _Reg)
-        self._dead_regs = []
+        self.regs = ViewRegistrations(self._register, self._deregister)
         self.key = auth.interface_key(cfg)
         self.auth_failures = 0
         ips = advertised_ipv4s(getattr(cfg, "tcp_iface", "") or "",
@@ -754,19 +753,7 @@ class VerbsInterface(Interface):
     def pack_local_key(self, buf) -> tuple:
         """Register the view (for as long as it lives) and describe it."""
         mv = buf if type(buf) is memoryview else memoryview(buf)
-        entry = self._regs.get(id(mv))
-        if entry is not None and entry[0]() is mv:
-            reg = entry[1]
-        else:
-            reg = self._register(mv)
-            key, regs, dead = id(mv), self._regs, self._dead_regs
-
-            def gone(ref, key=key, reg=reg):
-                e = regs.get(key)
-                if e is not None and e[0] is ref:
-                    del regs[key]
-                dead.append(reg)
-            self._regs[key] = (weakref.ref(mv, gone), reg)
+        reg = self.regs.for_view(mv)
         return reg.address, pack_rkey(self.uuid, reg.rkey, reg.address, reg.length)
 
     # -- wire-up -------------------------------------------------------------------------
@@ -904,9 +891,8 @@ class VerbsInterface(Interface):
         if self._pending:
             for ep in list(self._pending):
                 n += ep._flush()
-        if self._dead_regs:
-            while self._dead_regs:
-                self._deregister(self._dead_regs.pop())
+        if self.regs.dead:
+            self.regs.reap()
         for fd, ev in self._poller.poll(0):
             n += 1
             if fd == self._lsock.fileno():
@@ -941,10 +927,8 @@ class VerbsInterface(Interface):
             fail_queued(queued, rq, exc)
         for op, _ep in list(getattr(self, "_rma_ops", {}).values()):
             op.chunk_done(exc)
-        for _ref, reg in list(getattr(self, "_regs", {}).values()):
-            self._deregister(reg)
-        for reg in getattr(self, "_dead_regs", []):
-            self._deregister(reg)
+        if hasattr(self, "regs"):
+            self.regs.clear()
         if getattr(self, "_tx_mr", None) is not None and self._tx_mr != ffi.NULL:
             lib.uxv_dereg_mr(self._tx_mr)
         if hasattr(self, "_lsock"):
