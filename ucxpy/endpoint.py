@@ -5,9 +5,11 @@ from typing import Optional
 
 from . import wire
 from .address import WorkerAddress
+from .atomics import POST_OPS
 from .buffers import COMPLETED, send_view  # noqa: F401  (re-exported)
 from .errors import ConnectionLost, TransportUnavailable
 from .request import Request
+from .rma import RemoteKey
 from .transports.base import Caps
 
 
@@ -145,7 +147,6 @@ class Endpoint:
         """Turn a peer's ``MemHandle.pack_rkey()`` bytes into a
         :class:`ucxpy.rma.RemoteKey` usable on this endpoint; raises
         RemoteAccessError if malformed or foreign."""
-        from .rma import RemoteKey
         return RemoteKey(self, packed)
 
     def put_nb(self, buf, remote_addr: int, rkey) -> Request:
@@ -164,7 +165,6 @@ class Endpoint:
 
     def atomic_post(self, op: str, value: int, remote_addr: int, rkey, size: int = 8) -> Request:
         """Non-fetching atomic ``op`` in add/and/or/xor on a 4- or 8-byte word."""
-        from .rma import POST_OPS
         if op not in POST_OPS:
             raise ValueError(f"atomic_post supports {', '.join(POST_OPS)}, not {op!r}")
         return self.worker.rma.atomic_nb(self, op, value, remote_addr, rkey, size)

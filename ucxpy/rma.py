@@ -53,16 +53,14 @@ import itertools
 from typing import Optional
 
 from . import wire
-from .atomics import MASK as _MASK, OPS as ATOMIC_OPS, POST_OPS  # noqa: F401 (re-exported)
+from .atomics import MASK as _MASK, OPS as ATOMIC_OPS
 from .atomics import address_of as buffer_address, apply as apply_atomic
 from .buffers import COMPLETED, recv_view, send_view
 from .errors import RemoteAccessError
 from .request import Request
 from .rkey import ALIGN, BADOP, OK, RANGE, STALE, RegionKey, resolve
-from .rkey import HEADER as _RKEY  # noqa: F401 (tests build keys with it)
 from .rkey import pack as _pack_rkey
 from .rkey import pack_md_keys as _pack_md_keys
-from .rkey import unpack_md_keys as _unpack_md_keys  # noqa: F401
 from .transports.base import MdCaps
 
 try:
