@@ -51,7 +51,10 @@ def embed_signatures(namespace, prefix="mpi_shim") -> None:
             if isinstance(member, (classmethod, staticmethod)):
                 fn = member.__func__
                 _embed(key, fn, _signature_line(key, fn))
-            elif isinstance(member, types.FunctionType):
+            elif isinstance(member, types.FunctionType) or (
+                    callable(member) and not isinstance(member, type)
+                    and getattr(member, "__wrapped__", None) is not None):
+                # (a wrapper such as threads' serialized method: its own __doc__)
                 _embed(key, member, _signature_line(key, member))
             elif isinstance(member, property):
                 prop_doc = member.__doc__

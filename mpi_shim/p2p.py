@@ -14,9 +14,13 @@ import pickle as _pickle
 import ucxpy
 
 from .datatype import parse
-from .engine import ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, SEQ_SHIFT, TAG_UB
+from ucxpy.buffers import COMPLETED
+
+from .engine import (CTX_MASK, ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, SEQ_MASK,
+                     SEQ_SHIFT, TAG_UB, USER_MASK)
 from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
 from .handle import Handle, register_family
+from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
 from .ops import DoneOp, PickleRecvOp, RecvOp, SendOp
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
@@ -264,6 +268,21 @@ class P2P:
 
     def Send(self, buf, dest: int, tag: int = 0) -> None:
         """Blocking send."""
+        c = self._h
+        if type(buf) in _PLAIN_TYPES and type(dest) is int and type(tag) is int \
+                and c is not None and not c.revoked and 0 <= tag <= TAG_UB \
+                and 0 <= dest < len(c.eps):
+            # the common case in one pass, checking what parse() and _dest()
+            # would: a whole contiguous buffer of a predefined type to a rank
+            mv = memoryview(buf)
+            if mv.nbytes and mv.c_contiguous and _PLAIN_FORMATS.get(mv.format) is not None:
+                try:
+                    req = c.eps[dest].tag_send_nb(mv, c.p2p | tag)
+                    if req is not COMPLETED:
+                        req.wait()
+                    return
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
         if dest == PROC_NULL:
             self._send_op(buf, dest, tag, "")
             return
@@ -340,6 +359,34 @@ class P2P:
 
     def Recv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None) -> None:
         """Blocking receive."""
+        c = self._h
+        if type(buf) in _PLAIN_TYPES and type(source) is int and type(tag) is int \
+                and c is not None and not c.revoked and 0 <= source < len(c.peers) \
+                and (0 <= tag <= TAG_UB or tag == ANY_TAG):
+            # the common case in one pass (what _match() and parse() check):
+            # ucxpy's native fast path takes the message at once when it is
+            # the next frame from ``source`` and nothing else could match it
+            mv = memoryview(buf)
+            if mv.nbytes and mv.c_contiguous and not mv.readonly \
+                    and _PLAIN_FORMATS.get(mv.format) is not None:
+                if tag == ANY_TAG:
+                    info = ENGINE.worker.tag_try_recv(mv, c.p2p, MASK_ANY_TAG, c.peers[source])
+                else:
+                    info = ENGINE.worker.tag_try_recv(mv, c.p2p | tag, MASK_TAG, c.peers[source])
+                if info is not None:
+                    got = info.tag
+                    if got & SEQ_MASK:          # a synchronous send: acknowledge it
+                        try:
+                            c.eps[source].tag_send_nb(b"", KIND_ACK | (got & (CTX_MASK | SEQ_MASK)))
+                        except ucxpy.UcxpyError as e:
+                            raise translate(e) from None
+                    if status is not None:
+                        status._set(source, got & USER_MASK, info.length)
+                    return
+                op = self._irecv_op(buf, source, tag)
+                ENGINE.wait(op)
+                op.finish(status)
+                return
         op = self._irecv_op(buf, source, tag, now=True)
         ENGINE.wait(op)
         op.finish(status)

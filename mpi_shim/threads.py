@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 
+from ucxpy._fastpath import serialized
+
 from .engine import ENGINE
 
 #: classes whose public methods touch the worker or shared MPI state
@@ -25,16 +27,8 @@ _installed = {"done": False}
 
 
 def _wrap(fn, lock):
-    acquire, release = lock.acquire, lock.release      # (cheaper than `with lock`)
-
-    @functools.wraps(fn)
-    def locked(*args, **kwargs):
-        acquire()
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            release()
-    return locked
+    # one C vectorcall (ucxpy._fastpath.serialized): acquire, call, release
+    return functools.update_wrapper(serialized(fn, lock), fn)
 
 
 def _lock_class(cls, lock) -> None:

@@ -14,13 +14,33 @@
  *           producer waits for space (the caller wakes it); its tag
  *   -1:     no frame within ``spins`` polls (or a closed/corrupt ring: the
  *           Python path reports that)
- *   -2:     the next frame is another one (left in the ring, in order) */
+ *   -2:     the next frame is another one (left in the ring, in order)
+ *
+ * send_tag(ring address, am_id, tag, buffer, max_payload) -> rc
+ *   pushes one eager frame (header: the 8-byte little-endian tag, payload:
+ *   the buffer's bytes) when the payload is at most ``max_payload`` bytes:
+ *   rc is ucxpy_ring_push's (0 sent, 1 sent and the consumer wants a
+ *   wake-up, <0 not sent: full, too big, corrupt); -100: longer than
+ *   ``max_payload``, not sent.  A buffer that is not contiguous raises
+ *   BufferError, as ``memoryview`` would.
+ *
+ * serialized(fn, lock) -> a callable that runs fn(*args, **kwargs) holding
+ *   ``lock`` (acquire() before, release() after, also when fn raises), and
+ *   binds like a function when stored on a class.  It has a __dict__, so
+ *   functools.update_wrapper gives it fn's name, docstring and __wrapped__.
+ *   What a Python wrapper costs on every call (a frame with *args/**kwargs
+ *   and two bound-method calls) becomes one vectorcall. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "ucxpy_native.h"
 
 #define WAKE_BIT (1LL << 62)
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the frame header's tag is little-endian (wire.EAGER); send_tag copies it as is"
+#endif
 
 static PyObject *
 recv_tag(PyObject *self, PyObject *args)
@@ -46,7 +66,169 @@ recv_tag(PyObject *self, PyObject *args)
     return Py_BuildValue("(LK)", (long long)n, (unsigned long long)got);
 }
 
+static PyObject *
+send_tag(PyObject *self, PyObject *args)
+{
+    unsigned long long ring, tag;
+    long long max_payload;
+    int am_id, rc;
+    Py_buffer buf;
+    uint64_t hdr;
+
+    if (!PyArg_ParseTuple(args, "KiKy*L", &ring, &am_id, &tag, &buf, &max_payload))
+        return NULL;
+    if (buf.len > max_payload) {
+        PyBuffer_Release(&buf);
+        return PyLong_FromLong(-100);
+    }
+    hdr = (uint64_t)tag;     /* x86-64 and aarch64 are little-endian, like wire.EAGER */
+    rc = ucxpy_ring_push((ucxpy_ring_t *)(uintptr_t)ring, (unsigned)am_id, &hdr, sizeof hdr,
+                         buf.buf, (size_t)buf.len);
+    PyBuffer_Release(&buf);
+    return PyLong_FromLong(rc);
+}
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *fn, *acquire, *release, *dict;
+    vectorcallfunc vectorcall;
+} Serialized;
+
+static PyObject *
+serialized_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Serialized *s = (Serialized *)op;
+    PyObject *r, *ok, *exc_type, *exc, *tb;
+
+    ok = PyObject_CallNoArgs(s->acquire);
+    if (ok == NULL)
+        return NULL;
+    Py_DECREF(ok);
+    r = PyObject_Vectorcall(s->fn, args, nargsf, kwnames);
+    if (r == NULL) {
+        PyErr_Fetch(&exc_type, &exc, &tb);
+        ok = PyObject_CallNoArgs(s->release);
+        if (ok == NULL) {                  /* releasing failed: report the first error */
+            PyErr_Clear();
+        } else {
+            Py_DECREF(ok);
+        }
+        PyErr_Restore(exc_type, exc, tb);
+        return NULL;
+    }
+    ok = PyObject_CallNoArgs(s->release);
+    if (ok == NULL) {
+        Py_DECREF(r);
+        return NULL;
+    }
+    Py_DECREF(ok);
+    return r;
+}
+
+static PyObject *
+serialized_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    PyObject *fn, *lock;
+    Serialized *s;
+
+    if (!PyArg_ParseTuple(args, "OO:serialized", &fn, &lock))
+        return NULL;
+    if (!PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_TypeError, "serialized: fn must be callable");
+        return NULL;
+    }
+    s = (Serialized *)type->tp_alloc(type, 0);
+    if (s == NULL)
+        return NULL;
+    s->acquire = PyObject_GetAttrString(lock, "acquire");
+    s->release = s->acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+    if (s->release == NULL) {
+        Py_DECREF(s);
+        return NULL;
+    }
+    Py_INCREF(fn);
+    s->fn = fn;
+    s->vectorcall = serialized_vectorcall;
+    return (PyObject *)s;
+}
+
+static int
+serialized_traverse(Serialized *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->fn);
+    Py_VISIT(s->acquire);
+    Py_VISIT(s->release);
+    Py_VISIT(s->dict);
+    return 0;
+}
+
+static int
+serialized_clear(Serialized *s)
+{
+    Py_CLEAR(s->fn);
+    Py_CLEAR(s->acquire);
+    Py_CLEAR(s->release);
+    Py_CLEAR(s->dict);
+    return 0;
+}
+
+static void
+serialized_dealloc(Serialized *s)
+{
+    PyObject_GC_UnTrack(s);
+    serialized_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyObject *
+serialized_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) {
+        Py_INCREF(self);
+        return self;
+    }
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+serialized_repr(Serialized *s)
+{
+    return PyUnicode_FromFormat("<serialized %R>", s->fn);
+}
+
+static PyMemberDef serialized_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Serialized, vectorcall), READONLY, NULL},
+    {"fn", T_OBJECT, offsetof(Serialized, fn), READONLY, "the wrapped callable"},
+    {NULL},
+};
+
+static PyGetSetDef serialized_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject SerializedType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._fastpath.serialized",
+    .tp_basicsize = sizeof(Serialized),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "serialized(fn, lock): fn called holding lock",
+    .tp_new = serialized_new,
+    .tp_dealloc = (destructor)serialized_dealloc,
+    .tp_traverse = (traverseproc)serialized_traverse,
+    .tp_clear = (inquiry)serialized_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = serialized_get,
+    .tp_repr = (reprfunc)serialized_repr,
+    .tp_members = serialized_members,
+    .tp_getset = serialized_getset,
+    .tp_dictoffset = offsetof(Serialized, dict),
+    .tp_vectorcall_offset = offsetof(Serialized, vectorcall),
+};
+
 static PyMethodDef methods[] = {
+    {"send_tag", send_tag, METH_VARARGS, "push one eager frame into a ring"},
     {"recv_tag", recv_tag, METH_VARARGS, "the next eager frame of a ring, if it is the one"},
     {NULL, NULL, 0, NULL},
 };
@@ -58,8 +240,15 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__fastpath(void)
 {
-    PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "WAKE_BIT", WAKE_BIT) < 0) {
+    PyObject *m;
+
+    if (PyType_Ready(&SerializedType) < 0)
+        return NULL;
+    m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddIntConstant(m, "WAKE_BIT", WAKE_BIT) < 0 ||
+            PyModule_AddObjectRef(m, "serialized", (PyObject *)&SerializedType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -45,10 +45,14 @@ def test_mpi_shim_blocking_receives(fastpath):
     status) on the fast path and off it."""
     proc = _job("mpi_fastpath.py", fastpath)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    counts = [int(c) for c in re.findall(r"MPI-FASTPATH OK \d (\d+)", proc.stdout)]
-    assert len(counts) == 2, proc.stdout
+    rows = re.findall(r"MPI-FASTPATH OK \d (\d+) (\d+)", proc.stdout)
+    assert len(rows) == 2, proc.stdout
+    counts = [int(r[0]) for r in rows]
     # how many arrive within the C call's spin depends on timing: some must
     assert all(c > 0 for c in counts) if fastpath == "y" else counts == [0, 0], counts
+    # every eager send takes the native push when it is on (1000 + 5 of rank 0's)
+    sends = [int(r[1]) for r in rows]
+    assert min(sends) >= 1000 if fastpath == "y" else sends == [0, 0], sends
 
 
 def test_tcp_lanes_take_the_python_path():
@@ -163,3 +167,86 @@ def test_no_fast_path_with_a_progress_thread_or_when_off(shm_pair):
     finally:
         b.stop_progress_thread()
     assert b.fast_recvs == before
+
+
+# -- the send side: Endpoint.tag_send_nb through the lane's send_eager ------------
+
+def test_an_eager_send_takes_the_native_push(shm_pair):
+    p, a, b, ep = shm_pair
+    before = a.fast_sends
+    import numpy as np
+    for i, msg in enumerate([b"bytes", bytearray(b"bytearray"), memoryview(b"view"),
+                             np.arange(3, dtype=np.float64)]):
+        assert ep.tag_send_nb(msg, 20 + i).done
+        want = bytes(memoryview(msg).cast("B"))
+        got = bytearray(len(want))
+        b.config.fastpath = False               # the Python path decodes the same frame
+        try:
+            assert b.tag_recv(got, 20 + i, source=0, timeout=10).length == len(want)
+        finally:
+            b.config.fastpath = True
+        assert bytes(got) == want
+    assert a.fast_sends == before + 4
+
+
+def test_what_the_native_push_refuses_goes_the_python_way(shm_pair):
+    p, a, b, ep = shm_pair
+    import numpy as np
+    before = a.fast_sends
+    with pytest.raises(ucxpy.InvalidBuffer):
+        ep.tag_send_nb(np.arange(8)[::2], 1)     # not contiguous: as the Python path says
+    with pytest.raises(ucxpy.InvalidBuffer):
+        ep.tag_send_nb("text", 1)
+    big = np.arange(ep.rndv_thresh, dtype=np.uint8)   # rendezvous: not eager
+    req = ep.tag_send_nb(big, 2)
+    out = np.zeros_like(big)
+    recv = b.tag_recv_nb(out, 2, source=0)
+    p.wait(req, recv)
+    assert np.array_equal(out, big)
+    assert a.fast_sends == before
+
+
+def test_a_full_ring_queues_in_order(shm_pair):
+    """Once the ring is full the Python path queues; later sends must not
+    overtake the queue through the native push."""
+    p, a, b, ep = shm_pair
+    import numpy as np
+    chunk = np.zeros(ep.short_thresh or 64, np.uint8)
+    n = 0
+    tep = ep.transport_endpoint()
+    while not tep.pending and n < 100000:        # fill the peer's ring
+        chunk[:8] = np.frombuffer(n.to_bytes(8, "little"), np.uint8)
+        ep.tag_send_nb(chunk, 9)
+        n += 1
+    assert tep.pending
+    queued_before = a.fast_sends
+    for _ in range(3):
+        chunk[:8] = np.frombuffer(n.to_bytes(8, "little"), np.uint8)
+        ep.tag_send_nb(chunk, 9)
+        n += 1
+    assert a.fast_sends == queued_before          # behind the queue, not into the ring
+    got = np.zeros_like(chunk)
+    for i in range(n):
+        recv = b.tag_recv_nb(got, 9, source=0)
+        p.wait(recv)
+        assert int.from_bytes(got[:8].tobytes(), "little") == i
+
+
+def test_tracing_or_a_progress_thread_keeps_the_python_send(shm_pair):
+    p, a, b, ep = shm_pair
+    before = a.fast_sends
+    a.start_progress_thread()
+    try:
+        ep.tag_send(b"thread", 6)
+    finally:
+        a.stop_progress_thread()
+    assert b.tag_recv(bytearray(6), 6, source=0, timeout=10).length == 6
+    assert a.fast_sends == before
+
+
+def test_a_non_contiguous_receive_buffer_is_reported_as_on_the_python_path(shm_pair):
+    p, a, b, ep = shm_pair
+    import numpy as np
+    ep.tag_send(b"12345678", 8)
+    with pytest.raises(ucxpy.InvalidBuffer):
+        b.tag_recv(np.zeros(16, np.uint8)[::2], 8, source=0, timeout=10)

@@ -518,3 +518,71 @@ def test_cma_read_write_between_processes():
 def test_cma_probe_self():
     assert lib.ucxpy_cma_probe(os.getpid(), lib.ucxpy_cma_probe_addr()) in (1, -errno.EPERM,
                                                                             -errno.ENOSYS)
+
+
+# -- ucxpy._fastpath.serialized: a method called holding a lock ----------------------
+
+def test_serialized_holds_the_lock_binds_and_keeps_the_metadata():
+    import functools
+    import inspect
+    import threading
+    from ucxpy._fastpath import serialized
+    lock = threading.RLock()
+
+    class A:
+        def f(self, x, y=2):
+            """doc of f"""
+            assert lock._is_owned()
+            return self, x, y
+
+        def boom(self):
+            assert lock._is_owned()
+            raise KeyError("k")
+
+        @classmethod
+        def c(cls, v):
+            assert lock._is_owned()
+            return cls, v
+
+        @staticmethod
+        def s(v):
+            assert lock._is_owned()
+            return v
+    A.f = functools.update_wrapper(serialized(A.f, lock), A.f)
+    A.boom = serialized(A.boom, lock)
+    A.c = classmethod(serialized(vars(A)["c"].__func__, lock))
+    A.s = staticmethod(serialized(vars(A)["s"].__func__, lock))
+    a = A()
+    assert a.f(1) == (a, 1, 2) and a.f(1, y=3) == (a, 1, 3) and A.f(a, 5) == (a, 5, 2)
+    assert (A.f.__doc__, A.f.__name__, str(inspect.signature(A.f))) == \
+        ("doc of f", "f", "(self, x, y=2)")
+    assert A.c(4) == (A, 4) and a.s(7) == 7
+    with pytest.raises(KeyError):
+        a.boom()
+    assert not lock._is_owned()                  # released after the exception too
+    with pytest.raises(TypeError):
+        serialized(42, lock)
+    with pytest.raises(AttributeError):
+        serialized(len, object())                # no acquire/release
+
+
+def test_serialized_excludes_other_threads():
+    import threading
+    from ucxpy._fastpath import serialized
+    lock = threading.Lock()
+    inside, overlaps = [], []
+
+    def body(i):
+        inside.append(i)
+        if len(inside) != 1:
+            overlaps.append(list(inside))
+        for _ in range(200):
+            pass
+        inside.pop()
+    f = serialized(body, lock)
+    ts = [threading.Thread(target=lambda: [f(i) for i in range(300)]) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert inside == [] and overlaps == []

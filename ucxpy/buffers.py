@@ -24,7 +24,9 @@ def send_view(buf) -> memoryview:
     """A flat byte view of any contiguous buffer-protocol object."""
     try:
         mv = buf if type(buf) is memoryview else memoryview(buf)
-        return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+        if mv.format == "B" and mv.ndim == 1 and mv.c_contiguous:
+            return mv
+        return mv.cast("B")
     except TypeError as e:
         raise InvalidBuffer(f"cannot send {type(buf).__name__}: {e}") from None
 
@@ -35,7 +37,9 @@ def recv_view(buf) -> memoryview:
         mv = buf if type(buf) is memoryview else memoryview(buf)
         if mv.readonly:
             raise InvalidBuffer(f"receive buffer {type(buf).__name__} is read-only")
-        return mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B")
+        if mv.format == "B" and mv.ndim == 1 and mv.c_contiguous:
+            return mv
+        return mv.cast("B")
     except TypeError as e:
         raise InvalidBuffer(f"cannot receive into {type(buf).__name__}: {e}") from None
 

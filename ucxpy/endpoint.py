@@ -12,6 +12,8 @@ from .request import Request
 from .rma import RemoteKey
 from .transports.base import Caps
 
+_TAG_EAGER = int(wire.AmId.TAG_EAGER)
+
 
 class Endpoint:
     """Messages to one remote worker.
@@ -33,6 +35,8 @@ class Endpoint:
         self.lane = None
         self.rndv_thresh = 0
         self.short_thresh = 0
+        #: the lane's native eager send (``send_eager``) under UCXPY_FASTPATH
+        self._fast_send = None
 
     def __repr__(self) -> str:
         lane = self.lane.name if self.lane else "unconnected"
@@ -56,6 +60,8 @@ class Endpoint:
         self.short_thresh, self.rndv_thresh = protocol_thresholds(iface.attrs, self.worker.config)
         tep.send(wire.AmId.WIREUP, b"", self.worker.address_bytes)
         self._tep = tep
+        if self.worker.config.fastpath:
+            self._fast_send = tep.send_eager
         tr = self.worker.tr
         if tr is not None:
             tr.event("wireup", "wireup_connect", iface.name, peer=self.remote_id,
@@ -79,8 +85,22 @@ class Endpoint:
 
     def tag_send_nb(self, buf, tag: int) -> Request:
         """Send ``buf`` with ``tag``; returns a Request (already done when the
-        transport took a copy).  ``buf`` must not change until it completes."""
+        transport took a copy).  ``buf`` must not change until it completes.
+
+        An eager message goes by the lane's native ``send_eager`` when it
+        offers one (UCXPY_FASTPATH; without tracing, statistics or a progress
+        thread): the same frame, pushed by one C call."""
         tag &= 0xFFFF_FFFF_FFFF_FFFF
+        fast = self._fast_send
+        if fast is not None:
+            w = self.worker
+            if w.tr is None and w.lock is None:
+                try:
+                    if fast(_TAG_EAGER, tag, buf, self.rndv_thresh - 1):
+                        w.fast_sends += 1
+                        return COMPLETED
+                except (TypeError, ValueError, BufferError):
+                    pass            # not a contiguous buffer: send_view reports it
         return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
                                  wire.AmId.TAG_RTS, wire.RTS, (tag,))
 

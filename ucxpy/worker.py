@@ -74,6 +74,7 @@ class Worker:
         self.tr = None          # ucxpy.trace.Recorder with UCXPY_TRACE / UCXPY_STATS
         #: receives completed by the native fast path (recv_poller)
         self.fast_recvs = 0
+        self.fast_sends = 0     # eager sends by a lane's native send_eager
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
         self.matcher = TagMatcher()
         self.rndv = RendezvousProtocol(self)
@@ -657,13 +658,19 @@ class Worker:
         if m.wild or m.unexpected or \
                 ((source, tag) in m.exact if tag_mask == FULL_MASK else m.exact):
             return None
-        found = self._fast_lane(source)
-        if found is None:
+        ep = self.endpoints.get(source)             # (_fast_lane, inlined)
+        if ep is None or ep.failed is not None or len(ep.incoming) != 1:
             return None
+        for tep in ep.incoming:
+            recv = tep.recv_eager
+        if recv is None:
+            return None
+        over = self._oversubscribed
+        if over is None:
+            over = self.oversubscribed()
         try:
-            n, got = found[1](TAG_EAGER, tag, tag_mask, buf,
-                              0 if self.oversubscribed() else FAST_SPINS)
-        except (TypeError, BufferError):
+            n, got = recv(TAG_EAGER, tag, tag_mask, buf, 0 if over else FAST_SPINS)
+        except (TypeError, ValueError, BufferError):
             return None
         if n < 0:
             return None

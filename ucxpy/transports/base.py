@@ -183,6 +183,15 @@ class TransportEndpoint(abc.ABC):
     #: it only when that frame could match nothing but the waiting receive.
     recv_eager = None
 
+    #: Optional native fast path of an eager send (None: not offered):
+    #: ``send_eager(am_id, tag, buf, max_payload) -> bool`` sends ``buf``
+    #: (any contiguous buffer-protocol object) as one ``am_id`` frame with
+    #: the 8-byte little-endian tag as its header, exactly as
+    #: :meth:`send` would have, when nothing is queued before it and it has
+    #: at most ``max_payload`` bytes; else sends nothing and returns False
+    #: (the caller then takes :meth:`send`, which also reports errors).
+    send_eager = None
+
     @property
     def pending(self) -> int:
         """Frames queued but not yet handed to the wire."""

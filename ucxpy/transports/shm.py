@@ -71,7 +71,7 @@ from collections import deque
 from typing import Callable, Optional
 
 from .. import auth, shmfile
-from .._fastpath import WAKE_BIT as _WAKE_BIT, recv_tag as _recv_tag
+from .._fastpath import WAKE_BIT as _WAKE_BIT, recv_tag as _recv_tag, send_tag as _send_tag
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
@@ -280,6 +280,7 @@ class ShmEndpoint(TransportEndpoint):
         self._tx = seg.ring(tx_index)
         self._rx = seg.ring(1 - tx_index)
         self._rx_addr = int(ffi.cast("uintptr_t", self._rx))   # for the fast path
+        self._tx_addr = int(ffi.cast("uintptr_t", self._tx))
         self._rx_view = seg.data_view(1 - tx_index)
         self._out = ffi.new("uint64_t[5]")
         self._peer_pid = peer_pid
@@ -439,6 +440,19 @@ class ShmEndpoint(TransportEndpoint):
             self.iface._wake(self._peer_sock)
             return n - _WAKE_BIT, got
         return n, got
+
+    def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
+        """The contract's fast send: one C call (native/fastpath.c) pushes the
+        frame into our ring when nothing is queued before it."""
+        if self._queue or self._exc is not None or self._closing or self._tx is None:
+            return False
+        rc = _send_tag(self._tx_addr, am_id, tag, buf, min(max_payload, self._max_frame))
+        if rc == 0:
+            return True
+        if rc == 1:
+            self.iface._wake(self._peer_sock)
+            return True
+        return False
 
     # -- one-sided ---------------------------------------------------------------
     def pack_local_key(self, buf) -> tuple:
