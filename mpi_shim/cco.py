@@ -20,11 +20,20 @@ from .msgspec import parse_block, parse_v
 def _spec(spec, n, writable, vector):
     """``(Msg, counts, displs)`` of a vector form or of ``n`` equal blocks."""
     return (parse_v if vector else parse_block)(spec, n, writable)
-from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_OP, Exception
-from .op import SUM, store, typed
+import ucxpy
+from ucxpy.schedules import ALLREDUCE_RING_MIN
+
+from .engine import ENGINE
+from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_OP, Exception, translate
+from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
+from .op import SUM, Op, store, typed
 from .ops import GenOp, run
 
 ROOT, PROC_NULL = G.ROOT, G.PROC_NULL
+
+#: Alltoall blocks up to this size run straight (sends first, then receives,
+#: coll.alltoall_now); larger ones post every receive before sending
+_ALLTOALL_NOW_MAX = 8192
 
 
 def _req(gen):
@@ -125,6 +134,13 @@ class Coll:
 
     def Barrier(self) -> None:
         """Barrier synchronization."""
+        c = self._h
+        if c is not None and c.remote is None and ENGINE.worker.tr is None:
+            try:
+                G.barrier_now(c)         # the same rounds, straight (coll.py)
+            except ucxpy.UcxpyError as e:
+                raise translate(e) from None
+            return
         run(self._g_Barrier())
 
     def Ibarrier(self):
@@ -169,6 +185,18 @@ class Coll:
 
     def Bcast(self, buf, root: int = 0) -> None:
         """Broadcast data from one process to all other processes."""
+        c = self._h
+        if type(buf) in _PLAIN_TYPES and type(root) is int and c is not None \
+                and c.remote is None and 0 <= root < c.size and ENGINE.worker.tr is None:
+            # a whole contiguous buffer of a predefined type (what parse checks)
+            mv = memoryview(buf)
+            if mv.nbytes and mv.c_contiguous and (c.rank == root or not mv.readonly) \
+                    and _PLAIN_FORMATS.get(mv.format) is not None:
+                try:
+                    G.bcast_now(c, mv, root)     # the same tree, straight (coll.py)
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                return
         run(self._g_Bcast(buf, root))
 
     def Ibcast(self, buf, root: int = 0):
@@ -252,6 +280,17 @@ class Coll:
 
     def Allreduce(self, sendbuf, recvbuf, op=SUM) -> None:
         """Reduce to all processes."""
+        c = self._h
+        if type(recvbuf) is np.ndarray and type(op) is Op and c is not None \
+                and c.remote is None and op._h is not None and ENGINE.worker.tr is None:
+            x, rm, _ = _operand(sendbuf, recvbuf)
+            if rm is recvbuf and x.nbytes < ALLREDUCE_RING_MIN:
+                # plain arrays, recursive doubling: the same rounds, straight (coll.py)
+                try:
+                    G.allreduce_now(c, x, op, recvbuf.reshape(-1))
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                return
         run(self._g_Allreduce(sendbuf, recvbuf, op))
 
     def Iallreduce(self, sendbuf, recvbuf, op=SUM):
@@ -573,6 +612,15 @@ class Coll:
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
         """All to all scatter/gather."""
+        c = self._h
+        if c is not None and c.remote is None and ENGINE.worker.tr is None:
+            blocks = _plain_blocks(sendbuf, recvbuf, c.size)
+            if blocks is not None and len(blocks[0][0]) <= _ALLTOALL_NOW_MAX:
+                try:
+                    G.alltoall_now(c, *blocks)   # the same messages, straight (coll.py)
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                return
         run(self._g_Alltoallv(sendbuf, recvbuf, False))
 
     def Ialltoall(self, sendbuf, recvbuf):

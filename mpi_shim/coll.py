@@ -113,6 +113,153 @@ def run(gen):
     return _run(gen)
 
 
+# -- blocking small collectives, run directly -------------------------------------
+# A blocking collective on small plain buffers runs the same schedule as its
+# generator below (same rounds, tags and bytes, so ranks on either path
+# interoperate) as straight-line code: each round is one eager send, which the
+# shm lane pushes natively, and one blocking receive, which ucxpy's native fast
+# path usually takes at once; no generator, request list or completion scan.
+# The callers (cco.py) choose this only without tracing, whose spans the
+# generators record.
+
+_PLANS = {}
+
+
+def _plan(kind, *key):
+    """A cached schedule (plans are immutable and depend on ranks only)."""
+    k = (kind,) + key
+    p = _PLANS.get(k)
+    if p is None:
+        p = _PLANS[k] = (recursive_doubling if kind == "rd" else binomial_tree)(*key)
+    return p
+
+
+def _send_now(c, dst, data, tag):
+    """One round's send: None once the transport has the bytes (an eager
+    frame), else the request to wait for before ``data`` may change."""
+    r = c.eps[dst].tag_send_nb(data, tag)
+    return None if r.done and r.exc is None else r
+
+
+def _wait_now(r) -> None:
+    if not r.done:
+        ENGINE.wait_until(lambda: r.done)
+    if r.exc is not None:
+        raise r.exc
+
+
+def _recv_now(c, src, buf, tag) -> None:
+    """One round's blocking receive into ``buf``: ucxpy's native fast path
+    first, else a posted receive waited for (polling the fast path)."""
+    w = ENGINE.worker
+    wid = c.peers[src]
+    if w.tag_try_recv(buf, tag, FULL, wid) is None:
+        r = w.tag_recv_nb(buf, tag, FULL, wid)
+        if not r.done:
+            ENGINE.wait_until(lambda: r.done, fast=w.recv_poller(r))
+        if r.exc is not None:
+            raise r.exc
+
+
+_EMPTY = bytearray(0)
+
+
+def barrier_now(c) -> None:
+    """:func:`g_barrier`, blocking."""
+    if c.revoked:
+        raise _revoked()
+    tag, n, rank = c.coll_tag(), c.size, c.rank
+    dist, rnd = 1, 0
+    while dist < n:
+        s = _send_now(c, (rank + dist) % n, b"", tag | rnd)
+        _recv_now(c, (rank - dist) % n, _EMPTY, tag | rnd)
+        if s is not None:
+            _wait_now(s)
+        dist, rnd = dist * 2, rnd + 1
+
+
+def bcast_now(c, data, root) -> None:
+    """:func:`g_bcast` of a buffer (the root's bytes, or where the others
+    receive them), blocking."""
+    if c.revoked:
+        raise _revoked()
+    tag = c.coll_tag()
+    parent, children = _plan("tree", c.rank, c.size, root)
+    if parent is not None:
+        _recv_now(c, parent, data, tag)
+    pending = None
+    for child in children:
+        s = _send_now(c, child, data, tag)
+        if s is not None:
+            pending = pending or []
+            pending.append(s)
+    if pending:
+        for s in pending:
+            _wait_now(s)
+
+
+def allreduce_now(c, x, op, out) -> None:
+    """:func:`_rd_into` (recursive doubling) of flat numpy ``x`` into ``out``
+    (``x`` may be ``out``: IN_PLACE), blocking; the caller checked that
+    :func:`allreduce_algorithm` picks recursive doubling for it."""
+    if c.revoked:
+        raise _revoked()
+    tag, rank = c.coll_tag(), c.rank
+    plan = _plan("rd", rank, c.size)
+    other = np.empty_like(out)
+    combine = op.combine_to
+    acc = x
+    if plan.fold is not None:
+        kind, peer = plan.fold
+        if kind == "send":                # sit out; the result comes back
+            s = _send_now(c, peer, acc, tag)
+            if s is not None:
+                _wait_now(s)              # (out may be x itself)
+            _recv_now(c, peer, out, tag | 0xFF)
+            return
+        _recv_now(c, peer, other, tag)
+        combine(other, acc, out)
+        acc = out
+    for rnd, peer in enumerate(plan.partners, 1):
+        s = _send_now(c, peer, acc, tag | rnd)
+        _recv_now(c, peer, other, tag | rnd)
+        if s is not None:
+            _wait_now(s)                  # before out, which it may send, changes
+        if peer < rank:
+            combine(other, acc, out)
+        else:
+            combine(acc, other, out)
+        acc = out
+    if plan.unfold is not None:           # ("send", peer): the result to the folded rank
+        s = _send_now(c, plan.unfold[1], acc, tag | 0xFF)
+        if s is not None:
+            _wait_now(s)
+    elif acc is not out:                  # a group of one
+        out[...] = acc
+
+
+def alltoall_now(c, sblocks, rblocks) -> None:
+    """:func:`g_alltoall_blocks` on small blocks, blocking: every send first
+    (eager frames), then each receive in the generator's order."""
+    if c.revoked:
+        raise _revoked()
+    tag, n, me = c.coll_tag(), c.size, c.rank
+    rblocks[me][:] = sblocks[me]
+    pending = None
+    for k in range(1, n):
+        i = (me + k) % n
+        s = _send_now(c, i, sblocks[i], tag)
+        if s is not None:
+            pending = pending or []
+            pending.append(s)
+    for k in range(1, n):
+        i = (me - k) % n
+        _recv_now(c, i, rblocks[i], tag)
+    if pending:
+        for s in pending:
+            _wait_now(s)
+
+
 # -- intracommunicator generators ------------------------------------------------
 def g_barrier(c):
     tag, n = c.coll_tag(), c.size

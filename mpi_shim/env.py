@@ -28,6 +28,9 @@ def _init(required=None):
     level = rc.thread_level_value() if required is None else required
     world = ucxpy.init()
     ENGINE.attach(world)
+    if world.worker.tr is not None:
+        from .win import trace_epochs
+        trace_epochs()
     init_predefined()
     _state["level"] = min(max(level, THREAD_SINGLE), THREAD_MULTIPLE)
     if _state["level"] == THREAD_MULTIPLE:

@@ -35,12 +35,12 @@ from . import attr
 from .comm import Comm
 from .datatype import Msg, byte_view, describe, from_description, parse, reduction_dtype
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
-from .msgspec import parse_target
+from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES, parse_target
 from .exceptions import ERR_ARG, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_WIN, Exception, translate
 from .handle import Handle, register_family
 from ucxpy.buffers import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
-from .op import NO_OP, REPLACE, SUM, _by_name
+from .op import NO_OP, REPLACE, SUM, Op, _by_name
 from .packing import contiguous_range, span
 from .request import ENGINE, DoneOp, Request
 from .status import PROC_NULL
@@ -60,7 +60,11 @@ _ids = iter(range(1, 1 << 62))
 
 #: accumulate ops that word atomics implement (NO_OP: a fetch-and-add of 0)
 _ORDER = sys.byteorder      # of the words ucxpy's atomics take and return
+_WORD_MASK = {4: (1 << 32) - 1, 8: (1 << 64) - 1}
 _WORD = {}                  # datatype impl -> its size as an atomic word (0: none)
+#: numpy element type -> (word size, signed) for Fetch_and_op's one-pass path
+_NP_WORD = {np.dtype(t): (np.dtype(t).itemsize, np.dtype(t).kind == "i")
+            for t in ("=i4", "=i8", "=u4", "=u8")}
 _ATOMIC_OP = {"SUM": "add", "REPLACE": "swap", "NO_OP": "add", "BAND": "and", "BOR": "or",
               "BXOR": "xor"}
 
@@ -112,6 +116,7 @@ class WinImpl:
         me = (self.base, view.nbytes, disp_unit, mh.pack_rkey() if mh else b"")
         self.peers = comm.allgather(me)
         self.rkeys = []
+        self.eps = c.eps                 # the communicator's endpoints, by rank
         for r, (addr, n, du, rk) in enumerate(self.peers):
             ep = c.eps[r]
             self.rkeys.append(ep.unpack_rkey(rk) if rk and r != self.rank else None)
@@ -272,6 +277,12 @@ class WinImpl:
                 result, (q.result & mask).to_bytes(size, _ORDER)))
         self._track(target_rank, req)
 
+    def track_word(self, req, target_rank, result, word):
+        """Store a word atomic's old value into numpy ``result`` when ``req``
+        completes (Fetch_and_op's one-pass path, when not done at once)."""
+        req.add_done_callback(lambda q: q.exc is None and _store_word(result, q.result, word))
+        self._track(target_rank, req)
+
     # -- completion -----------------------------------------------------------
     def flush(self, target=None):
         if target is not None and not self.after and not self.inflight.get(target):
@@ -324,6 +335,14 @@ def _blocks(dtype, count, off, data):
         for bo, bn in zip(runs.starts.tolist(), runs.lengths.tolist()):
             yield off + i * tm.extent + bo, (bn if data is None else data[pos:pos + bn])
             pos += bn
+
+
+def _store_word(result, value: int, word) -> None:
+    """An atomic's old ``value`` (unsigned) into one-element numpy ``result``
+    of ``word`` = (size, signed)."""
+    size, signed = word
+    value &= _WORD_MASK[size]
+    result.flat[0] = value - (1 << 8 * size) if signed and value >> (8 * size - 1) else value
 
 
 def _store(msg, payload):
@@ -472,8 +491,14 @@ def _on_reply(msg):
 
 # -- the public class ----------------------------------------------------------------
 def _epoch(method):
-    """Record a window synchronization call on the trace timeline (category
-    ``win``, the MPI name, the target rank when there is one)."""
+    """Mark a window synchronization call for the trace timeline (category
+    ``win``, the MPI name, the target rank when there is one): the calls
+    pay nothing unless tracing is on, when :func:`trace_epochs` wraps them."""
+    method._win_epoch = True
+    return method
+
+
+def _traced(method):
     name = method.__name__
 
     @functools.wraps(method)
@@ -485,6 +510,16 @@ def _epoch(method):
         with ucxpy.trace.span(w, "win", name, **extra):
             return method(self, *args, **kwargs)
     return traced
+
+
+def trace_epochs() -> None:
+    """Record the window synchronization calls (and their aliases, e.g.
+    ``Flush_local``) on the trace timeline; called at MPI initialization
+    when the worker traces (idempotent)."""
+    for key, member in list(vars(Win).items()):
+        if getattr(member, "_win_epoch", False) and not hasattr(member, "__wrapped__"):
+            setattr(Win, key, _traced(member))
+
 
 class Win(Handle, BufferExporter):
     """Remote memory access context."""
@@ -694,11 +729,45 @@ class Win(Handle, BufferExporter):
 
     def Put(self, origin, target_rank, target=None):
         """Put data into a memory window on a remote process."""
+        w = self._h
+        if type(origin) in _PLAIN_TYPES and type(target_rank) is int and w is not None \
+                and (target is None or type(target) is int and target >= 0) \
+                and 0 <= target_rank < w.size and target_rank != w.rank:
+            # the common case in one pass (what WinImpl.put checks): a whole
+            # contiguous buffer of a predefined type at a displacement
+            rk = w.rkeys[target_rank]
+            mv = memoryview(origin)
+            if rk is not None and mv.nbytes and mv.c_contiguous \
+                    and _PLAIN_FORMATS.get(mv.format) is not None:
+                base, _, du, _ = w.peers[target_rank]
+                try:
+                    req = w.eps[target_rank].put_nb(mv, base + (target or 0) * du, rk)
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                if not req.done:
+                    w.reqs.setdefault(target_rank, []).append(req)
+                return
         if target_rank != PROC_NULL:
             self._call(self._impl().put, origin, target_rank, target)
 
     def Get(self, origin, target_rank, target=None):
         """Get data from a memory window on a remote process."""
+        w = self._h
+        if type(origin) in _PLAIN_TYPES and type(target_rank) is int and w is not None \
+                and (target is None or type(target) is int and target >= 0) \
+                and 0 <= target_rank < w.size and target_rank != w.rank:
+            rk = w.rkeys[target_rank]            # (as in Put)
+            mv = memoryview(origin)
+            if rk is not None and mv.nbytes and mv.c_contiguous and not mv.readonly \
+                    and _PLAIN_FORMATS.get(mv.format) is not None:
+                base, _, du, _ = w.peers[target_rank]
+                try:
+                    req = w.eps[target_rank].get_nb(mv, base + (target or 0) * du, rk)
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                if not req.done:
+                    w.reqs.setdefault(target_rank, []).append(req)
+                return
         if target_rank != PROC_NULL:
             self._call(self._impl().get, origin, target_rank, target)
 
@@ -714,6 +783,33 @@ class Win(Handle, BufferExporter):
 
     def Fetch_and_op(self, origin, result, target_rank, target_disp=0, op=SUM):
         """Perform one-element fetch-and-accumulate."""
+        w = self._h
+        if type(origin) is np.ndarray and type(result) is np.ndarray and w is not None \
+                and type(target_rank) is int and type(target_disp) is int:
+            # the common case in one pass (what word_atomic checks): one
+            # 4/8-byte integer of one numpy type, an op ucxpy's atomics have
+            word = _NP_WORD.get(origin.dtype)
+            h = op._h if type(op) is Op else None
+            name = h.name if h is not None else None
+            if word is not None and result.dtype is origin.dtype and origin.size == 1 \
+                    and result.size == 1 and name in _ATOMIC_OP and target_disp >= 0 \
+                    and 0 <= target_rank < w.size and target_rank != w.rank \
+                    and w.rkeys[target_rank] is not None and not w.inflight.get(target_rank) \
+                    and result.flags.writeable:
+                size = word[0]
+                addr = w.peers[target_rank][0] + target_disp * w.peers[target_rank][2]
+                if not addr % size:
+                    value = 0 if name == "NO_OP" else int(origin.item()) & _WORD_MASK[size]
+                    try:
+                        req = w.eps[target_rank].atomic_fetch_nb(
+                            _ATOMIC_OP[name], value, addr, w.rkeys[target_rank], size)
+                    except ucxpy.UcxpyError as e:
+                        raise translate(e) from None
+                    if req.done and req.exc is None:
+                        _store_word(result, req.result, word)
+                    else:
+                        w.track_word(req, target_rank, result, word)
+                    return
         o, r = parse(origin), parse(result, writable=True)
         if o.count != 1 or r.count != 1 or o.dtype != r.dtype:
             raise ValueError("Fetch_and_op needs one element of one datatype")
@@ -772,9 +868,15 @@ class Win(Handle, BufferExporter):
     @_epoch
     def Flush(self, rank):
         """Complete all outstanding RMA operations to a target."""
-        if rank != PROC_NULL:
-            self._call(self._impl().flush, rank)
-        ENGINE.progress()           # every MPI call progresses (passive-target requests)
+        w = self._h
+        try:
+            if rank != PROC_NULL:
+                (w or self._impl()).flush(rank)
+            # every MPI call progresses (peers' passive-target requests); the
+            # library lock, if any, is held already (threads.py)
+            ENGINE.worker.progress()
+        except ucxpy.UcxpyError as e:
+            raise translate(e) from None
 
     @_epoch
     def Flush_all(self):

@@ -250,3 +250,30 @@ def test_a_non_contiguous_receive_buffer_is_reported_as_on_the_python_path(shm_p
     ep.tag_send(b"12345678", 8)
     with pytest.raises(ucxpy.InvalidBuffer):
         b.tag_recv(np.zeros(16, np.uint8)[::2], 8, source=0, timeout=10)
+
+
+# -- mpi_shim's blocking small collectives, run straight ----------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_straight_collectives_interoperate_with_the_generators(n):
+    """Even ranks take coll.*_now (plain arrays), odd ranks the generator
+    schedules (buffer specs): same rounds, tags and bytes, results checked
+    (Bcast from every root, Allreduce of several types, IN_PLACE, a
+    non-commutative op, rendezvous-sized vectors, Alltoall)."""
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    proc = run_job(["python", os.path.join(PROGS, "mpi_coll_direct.py")], n, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {int(r): int(k) for r, k in re.findall(r"COLL-DIRECT OK (\d+) (\d+)", proc.stdout)}
+    assert sorted(rows) == list(range(n)), proc.stdout
+    for r, k in rows.items():
+        assert (k > 0) if r % 2 == 0 else (k == 0), rows
+
+
+def test_straight_collectives_with_the_fast_path_off():
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    proc = run_job(["python", os.path.join(PROGS, "mpi_coll_direct.py")], 3, timeout=200,
+                   env={"UCXPY_FASTPATH": "n"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("COLL-DIRECT OK") == 3
