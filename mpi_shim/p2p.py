@@ -22,6 +22,7 @@ from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
 from .handle import Handle, register_family
 from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
 from .ops import DoneOp, PickleRecvOp, RecvOp, SendOp
+from .request import Request
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 _ACK = bytearray(0)
@@ -128,7 +129,6 @@ class Message(Handle):
 
     def Irecv(self, buf):
         """Nonblocking receive of the matched message."""
-        from .request import Request
         comm, m = self._take()
         if m is None:
             if buf is not None:
@@ -147,7 +147,6 @@ class Message(Handle):
 
     def irecv(self):
         """Nonblocking receive of the matched message (pickled object)."""
-        from .request import Request
         comm, m = self._take()
         if m is None:
             return Request._from(DoneOp())
@@ -311,7 +310,6 @@ class P2P:
 
     def Isend(self, buf, dest: int, tag: int = 0):
         """Nonblocking send."""
-        from .request import Request
         return Request._from(self._send_op(buf, dest, tag, ""))
 
     def Irsend(self, buf, dest: int, tag: int = 0):
@@ -320,12 +318,10 @@ class P2P:
 
     def Ibsend(self, buf, dest: int, tag: int = 0):
         """Nonblocking send in buffered mode."""
-        from .request import Request
         return Request._from(self._send_op(buf, dest, tag, "b"))
 
     def Issend(self, buf, dest: int, tag: int = 0):
         """Nonblocking send in synchronous mode."""
-        from .request import Request
         return Request._from(self._send_op(buf, dest, tag, "s"))
 
     # -- receives ------------------------------------------------------------------
@@ -393,7 +389,19 @@ class P2P:
 
     def Irecv(self, buf, source: int = ANY_SOURCE, tag: int = ANY_TAG):
         """Nonblocking receive."""
-        from .request import Request
+        c = self._h
+        if type(buf) in _PLAIN_TYPES and type(source) is int and type(tag) is int \
+                and c is not None and not c.revoked and 0 <= source < len(c.peers) \
+                and 0 <= tag <= TAG_UB:
+            # the common case in one pass (what _match() and parse() check)
+            mv = memoryview(buf)
+            if mv.nbytes and mv.c_contiguous and not mv.readonly \
+                    and _PLAIN_FORMATS.get(mv.format) is not None:
+                try:
+                    ureq = ENGINE.worker.tag_recv_nb(mv, c.p2p | tag, MASK_TAG, c.peers[source])
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                return Request._wrap(RecvOp(ureq, self))
         return Request._from(self._irecv_op(buf, source, tag))
 
     def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
@@ -409,7 +417,6 @@ class P2P:
     def Isendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,
                   source: int = ANY_SOURCE, recvtag: int = ANY_TAG):
         """Nonblocking send and receive."""
-        from .request import Request
         sendbuf, recvbuf = _parse_pair(sendbuf, recvbuf)
         r = self._irecv_op(recvbuf, source, recvtag)
         s = self._send_op(sendbuf, dest, sendtag, "")
@@ -423,7 +430,6 @@ class P2P:
     def Isendrecv_replace(self, buf, dest: int, sendtag: int = 0, source: int = ANY_SOURCE,
                           recvtag: int = ANY_TAG):
         """Nonblocking send and receive with one buffer."""
-        from .request import Request
         m = parse(buf, writable=True)
         if dest != PROC_NULL:
             data = bytes(m.pack())
@@ -551,7 +557,6 @@ class P2P:
 
     # -- pickle API ----------------------------------------------------------------
     def _isend_obj(self, obj, dest, tag, mode):
-        from .request import Request
         if dest == PROC_NULL:
             self._impl()
             return Request._from(DoneOp())
@@ -602,7 +607,6 @@ class P2P:
 
     def irecv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG):
         """Nonblocking receive of a Python object."""
-        from .request import Request
         return Request._from(self._irecv_obj(buf, source, tag))
 
     def sendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None,
@@ -617,7 +621,6 @@ class P2P:
     def isendrecv(self, sendobj, dest: int, sendtag: int = 0, recvbuf=None,
                   source: int = ANY_SOURCE, recvtag: int = ANY_TAG):
         """Nonblocking send and receive of a Python object."""
-        from .request import Request
         r = self._irecv_obj(recvbuf, source, recvtag)
         s = self._isend_obj(sendobj, dest, sendtag, "")._h
         return Request._from(_PairOp(s, r))

@@ -277,3 +277,24 @@ def test_straight_collectives_with_the_fast_path_off():
                    env={"UCXPY_FASTPATH": "n"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("COLL-DIRECT OK") == 3
+
+
+def test_a_window_of_receives_completes_in_one_wait(shm_pair):
+    """The frames right behind a fast receive go to the receives posted next
+    for the same source and tag (Worker._fast_drain); a frame that does not
+    fit stops it, and the Python path reports it."""
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    bufs = [bytearray(4) for _ in range(5)]
+    reqs = [b.tag_recv_nb(x, 11, source=0) for x in bufs]
+    for i in range(3):
+        ep.tag_send(b"w%03d" % i, 11)
+    ep.tag_send(b"too long", 11)                 # does not fit reqs[3]
+    ep.tag_send(b"last", 11)
+    reqs[0].wait(10)
+    assert [r.done for r in reqs[:3]] == [True] * 3 and not reqs[3].done
+    assert b.fast_recvs == before + 3
+    assert [bytes(x) for x in bufs[:3]] == [b"w000", b"w001", b"w002"]
+    with pytest.raises(ucxpy.TruncationError):
+        reqs[3].wait(10)
+    assert reqs[4].wait(10).length == 4 and bytes(bufs[4]) == b"last"

@@ -123,5 +123,8 @@ def deadline_of(timeout: Optional[float], default: float) -> float:
     return time.monotonic() + timeout if timeout and timeout > 0 else float("inf")
 
 
-def timeout_error(what: str, timeout: float) -> TimeoutError:
-    return TimeoutError(f"{what} did not complete within {timeout:g} s")
+def timeout_error(what, timeout: float) -> TimeoutError:
+    """``what``: a description, or the object waited for (shown by its repr,
+    formatted only now: waits pass it as it is)."""
+    return TimeoutError(f"{what if isinstance(what, str) else repr(what)} did not complete "
+                        f"within {timeout:g} s")

@@ -184,7 +184,7 @@ class Worker:
             self._hot.append(fn)
 
     def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
-                   what: str = "operation", lock=None,
+                   what="operation", lock=None,
                    fast: Optional[Callable[[], bool]] = None) -> None:
         """Progress until ``cond()`` is true.  Spins for ``UCXPY_BUSY_POLL``
         seconds, then sleeps on the transports' file descriptors with growing
@@ -199,7 +199,7 @@ class Worker:
         if cond():
             return
         if self.tr is not None:
-            return self._wait_traced(cond, timeout, what, lock)
+            return self._wait_traced(cond, timeout, str(what), lock)
         self._wait_loop(cond, timeout, what, lock, fast)
 
     def _wait_loop(self, cond, timeout, what, shared=None, fast=None) -> None:
@@ -287,7 +287,10 @@ class Worker:
     _slept_ns = 0
 
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
-        self.wait_until(lambda: req.done, timeout, repr(req), fast=self.recv_poller(req))
+        poll = self.recv_poller(req)
+        if poll is not None and poll():
+            return                      # (the message was there: no wait loop)
+        self.wait_until(lambda: req.done, timeout, req, fast=poll)
 
     def recv_poller(self, req) -> Optional[Callable[[], bool]]:
         """The native fast path for waiting on the posted receive ``req``
@@ -325,8 +328,31 @@ class Worker:
             matcher.take(req)
             self.fast_recvs += 1
             req.complete(TagInfo(src, got, n))
+            if mask == FULL_MASK:
+                self._fast_drain(recv, src, tag)
             return True
         return poll
+
+    def _fast_drain(self, recv, src: int, tag: int) -> None:
+        """After a fast receive: give the frames already behind it in the
+        ring to the next posted exact receives for the same source and tag,
+        as long as each is the one such a frame could match and the frame
+        is an eager message that fits (a window of Irecvs completes in one
+        wait).  Stops, consuming nothing more, at anything else."""
+        m, key = self.matcher, (src, tag)
+        while not m.wild:
+            q = m.exact.get(key)        # (a completion callback may change it)
+            if not q:
+                return
+            nxt = q[0]
+            n, got = recv(TAG_EAGER, tag, FULL_MASK, nxt.buf, 0)
+            if n < 0:
+                return
+            q.popleft()
+            if not q:
+                del m.exact[key]
+            self.fast_recvs += 1
+            nxt.complete(TagInfo(src, got, n))
 
     def _fast_lane(self, src: int):
         """``(endpoint, its transport endpoint's recv_eager)`` for frames from
@@ -596,7 +622,7 @@ class Worker:
         The request's result is a :class:`TagInfo`; a message larger than
         ``buf`` completes it with :class:`TruncationError`."""
         mv = recv_view(buf)
-        src = self._source_id(source)
+        src = source if type(source) is int else self._source_id(source)
         tag &= FULL_MASK
         req = RecvRequest(self, mv, src, tag, tag_mask, self._cancel_recv)
         if self.tr is not None:
