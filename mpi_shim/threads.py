@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 
-from ucxpy._fastpath import serialized
+from ucxpy.progress_thread import serialized
 
 from .engine import ENGINE
 
@@ -27,7 +27,7 @@ _installed = {"done": False}
 
 
 def _wrap(fn, lock):
-    # one C vectorcall (ucxpy._fastpath.serialized): acquire, call, release
+    # one C vectorcall (ucxpy.progress_thread.serialized): acquire, call, release
     return functools.update_wrapper(serialized(fn, lock), fn)
 
 

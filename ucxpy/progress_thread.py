@@ -16,6 +16,13 @@ import select
 import threading
 import time
 
+from ._fastpath import serialized  # noqa: F401  (public here)
+
+#: ``serialized(fn, lock)``: ``fn`` called holding ``lock``, one C vectorcall
+#: (native/fastpath.c); binds like a function on a class, and
+#: functools.update_wrapper gives it fn's metadata.  Layers above the core
+#: (mpi_shim's THREAD_MULTIPLE) serialize their API with it.
+
 log = logging.getLogger(__name__)
 
 WORKER_API = ("progress", "wait_until", "connect", "tag_recv_nb", "tag_recv", "tag_probe_nb",
