@@ -20,6 +20,7 @@ from ucxpy._native import lib  # noqa: E402
 from ucxpy.errors import (ConnectionLost, MessageTooLarge, ProtocolError,  # noqa: E402
                           RemoteAccessError)
 from ucxpy.transports.base import Caps  # noqa: E402
+from ucxpy.transports import shm  # noqa: E402
 from ucxpy.transports.shm import ShmInterface, local_host_id, reap_stale_segments  # noqa: E402
 
 pytestmark = pytest.mark.timeout(60)
@@ -169,7 +170,7 @@ def test_attributes_and_reachability(local):
     _owner, iface = local()
     a = iface.attrs
     assert a.caps & Caps.AM_SHORT and a.caps & Caps.AM_BCOPY and a.caps & Caps.INTRA_HOST
-    assert a.max_short == 256 and a.max_bcopy == 8192
+    assert a.max_short == 256 and a.max_bcopy == shm.EAGER_LIMIT == 65536
     assert a.max_frame == iface.ring_size // 4
     assert iface.is_reachable(iface.address(), local_host_id())
     assert not iface.is_reachable(iface.address(), b"other-host/boot/1")
@@ -209,9 +210,11 @@ def test_frames_in_order_byte_for_byte_all_sizes(peers, local):
 
 
 def test_ring_full_back_pressure_keeps_order(peers, local):
-    owner, iface = local(shm_ring_size=65536)
-    peer = peers("echo", shm_ring_size=65536)
+    # a ring with room for frames above the eager-copy limit (a quarter of it)
+    owner, iface = local(shm_ring_size=1 << 19)
+    peer = peers("echo", shm_ring_size=1 << 19)
     ep = iface.connect(peer.address)
+    assert iface.attrs.max_bcopy + 1000 <= iface.attrs.max_frame
     rng = random.Random(11)
     sent, done, results = [], [], []
     big = iface.attrs.max_bcopy + 1000
@@ -269,9 +272,9 @@ def test_get_zcopy_64MiB_via_cma(peers, local):
 
 @pytest.mark.parametrize("who_connects", ["we", "peer"])
 def test_peer_death_is_connection_lost(peers, local, who_connects):
-    owner, iface = local(shm_ring_size=65536)
+    owner, iface = local(shm_ring_size=1 << 19)      # frames above max_bcopy fit
     if who_connects == "we":
-        peer = peers("stall", shm_ring_size=65536)
+        peer = peers("stall", shm_ring_size=1 << 19)
         ep = iface.connect(peer.address)
         ep.send(AM_DATA, b"first", b"")
     else:
