@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import coll as G
+from . import shmcoll as S
 from .datatype import IN_PLACE, Msg, parse, sub
 from .msgspec import parse_block, parse_v
 
@@ -84,10 +85,38 @@ def _operand(sendbuf, recvbuf):
     return x, rm, G.Codec(x.dtype, len(x))
 
 
-def _plain_blocks(sendbuf, recvbuf, n):
-    """``(send blocks, receive blocks)`` of an Alltoall on two whole
-    contiguous buffers of one predefined type and count, split evenly among
-    ``n`` peers (byte memoryviews), or None for the general parser."""
+def _alltoall_parts(c, sendbuf, recvbuf, vector=False):
+    """``(send Msg, receive Msg, send parts, receive parts)`` of an
+    Alltoall(v), one part per peer (``IN_PLACE`` sends a copy of the receive
+    buffer)."""
+    n = len(c.peers)
+    rm, rc, rd = _spec(recvbuf, n, True, vector)
+    if sendbuf is IN_PLACE:
+        if c.remote is not None:
+            raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
+        sm, sc, sd = Msg(memoryview(bytearray(rm.view)), 0, rm.dtype, rm.offset), rc, rd
+    else:
+        sm, sc, sd = _spec(sendbuf, n, False, vector)
+    return (sm, rm, [sub(sm, sc[i], sd[i]) for i in range(n)],
+            [sub(rm, rc[i], rd[i]) for i in range(n)])
+
+
+def _team_reduce(t, x, rm, op, root) -> None:
+    """Allreduce (``root`` None) or Reduce of operand ``x`` through a
+    shared-memory team, into result message ``rm`` (None off the root)."""
+    if rm is None:
+        return S.run(t.reduce, x, None, op.combine_to, root)
+    out = rm.reshape(-1) if type(rm) is np.ndarray else np.empty_like(x)
+    S.run(t.allreduce if root is None else t.reduce, x, out, op.combine_to,
+          *(() if root is None else (root,)))
+    if out is not rm and type(rm) is not np.ndarray:
+        store(rm, out)
+
+
+def _plain_pair(sendbuf, recvbuf, n):
+    """``(send bytes, receive bytes)`` (flat byte memoryviews) of an Alltoall
+    on two whole contiguous buffers of one predefined type and count that
+    split evenly among ``n`` peers, or None for the general parser."""
     plain = (np.ndarray, bytes, bytearray)
     if type(sendbuf) not in plain or type(recvbuf) not in plain:
         return None
@@ -95,9 +124,18 @@ def _plain_blocks(sendbuf, recvbuf, n):
     if not (sm.whole and rm.whole) or sm.dtype != rm.dtype or sm.count != rm.count \
             or sm.count % n:
         return None
-    step = len(sm.view) // n
-    return ([sm.view[i * step:(i + 1) * step] for i in range(n)],
-            [rm.view[i * step:(i + 1) * step] for i in range(n)])
+    return sm.view, rm.view
+
+
+def _plain_blocks(sendbuf, recvbuf, n):
+    """:func:`_plain_pair` split into the ``n`` blocks, or None."""
+    pair = _plain_pair(sendbuf, recvbuf, n)
+    if pair is None:
+        return None
+    sv, rv = pair
+    step = len(sv) // n
+    return ([sv[i * step:(i + 1) * step] for i in range(n)],
+            [rv[i * step:(i + 1) * step] for i in range(n)])
 
 
 def _view(a):
@@ -115,7 +153,6 @@ def _same(sm, rm, rcount):
 
 
 def _check_op(op):
-    from .op import Op
     if not isinstance(op, Op):
         raise TypeError(f"expected an Op, got {type(op).__name__}")
     if not op:
@@ -135,6 +172,12 @@ class Coll:
     def Barrier(self) -> None:
         """Barrier synchronization."""
         c = self._h
+        if c is not None and c.remote is None:
+            t = c.shm if c.shm is not None else S.team(c)
+            if t:
+                if c.revoked:
+                    raise G._revoked()
+                return S.run(t.barrier)
         if c is not None and c.remote is None and ENGINE.worker.tr is None:
             try:
                 G.barrier_now(c)         # the same rounds, straight (coll.py)
@@ -186,6 +229,26 @@ class Coll:
     def Bcast(self, buf, root: int = 0) -> None:
         """Broadcast data from one process to all other processes."""
         c = self._h
+        t = c.shm if c is not None else None
+        if t and type(buf) in _PLAIN_TYPES and type(root) is int and 0 <= root < c.size \
+                and not c.revoked:
+            # a formed team and a whole contiguous buffer of a predefined type
+            # (what parse checks): its bytes straight through the slots
+            mv = memoryview(buf)
+            if mv.c_contiguous and (c.rank == root or not mv.readonly) \
+                    and mv.nbytes <= S.BCAST_MAX and _PLAIN_FORMATS.get(mv.format) is not None:
+                try:
+                    return t.bcast(np.frombuffer(mv, np.uint8), root)
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+        if c is not None and c.remote is None:
+            G.check_root(c, root)
+            m = parse(buf, writable=c.rank != root)
+            t = S.team(c) if m.nbytes <= S.BCAST_MAX else None
+            if t is not None:
+                if c.revoked:
+                    raise G._revoked()
+                return S.bcast(t, c, m, root)
         if type(buf) in _PLAIN_TYPES and type(root) is int and c is not None \
                 and c.remote is None and 0 <= root < c.size and ENGINE.worker.tr is None:
             # a whole contiguous buffer of a predefined type (what parse checks)
@@ -250,6 +313,17 @@ class Coll:
 
     def Reduce(self, sendbuf, recvbuf, op=SUM, root: int = 0) -> None:
         """Reduce to root."""
+        c = self._h
+        if c is not None and c.remote is None and isinstance(op, Op):
+            _check_op(op)
+            G.check_root(c, root)
+            x, rm, _ = _operand(sendbuf, recvbuf if c.rank == root else None)
+            if S.reduces(op, x) and x.nbytes <= S.allreduce_max(c.size):
+                t = S.team(c)
+                if t is not None:
+                    if c.revoked:
+                        raise G._revoked()
+                    return _team_reduce(t, x, rm, op, root)
         run(self._g_Reduce(sendbuf, recvbuf, op, root))
 
     def Ireduce(self, sendbuf, recvbuf, op=SUM, root: int = 0):
@@ -281,10 +355,34 @@ class Coll:
     def Allreduce(self, sendbuf, recvbuf, op=SUM) -> None:
         """Reduce to all processes."""
         c = self._h
-        if type(recvbuf) is np.ndarray and type(op) is Op and c is not None \
-                and c.remote is None and op._h is not None and ENGINE.worker.tr is None:
+        t = c.shm if c is not None else None
+        if t and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray \
+                and type(op) is Op and not c.revoked:
+            # a formed team and whole contiguous arrays (what _operand checks)
+            h = op._h
+            if h is not None and h.predefined and h.commute and _plain(recvbuf) \
+                    and _plain(sendbuf) and recvbuf.flags.writeable \
+                    and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size \
+                    and sendbuf.nbytes <= S.allreduce_max(c.size):
+                try:
+                    return t.allreduce(sendbuf.reshape(-1), recvbuf.reshape(-1),
+                                       h.arr if h.ufunc else op.combine_to)
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                except TypeError:
+                    raise Exception(ERR_OP, f"{h.name} is not defined for "
+                                    f"{sendbuf.dtype}") from None
+        if c is not None and c.remote is None and isinstance(op, Op):
+            _check_op(op)
             x, rm, _ = _operand(sendbuf, recvbuf)
-            if rm is recvbuf and x.nbytes < ALLREDUCE_RING_MIN:
+            if S.reduces(op, x) and x.nbytes <= S.allreduce_max(c.size):
+                t = S.team(c)
+                if t is not None:
+                    if c.revoked:
+                        raise G._revoked()
+                    return _team_reduce(t, x, rm, op, None)
+            if rm is recvbuf and type(op) is Op and ENGINE.worker.tr is None \
+                    and x.nbytes < ALLREDUCE_RING_MIN:
                 # plain arrays, recursive doubling: the same rounds, straight (coll.py)
                 try:
                     G.allreduce_now(c, x, op, recvbuf.reshape(-1))
@@ -567,6 +665,18 @@ class Coll:
 
     def Allgather(self, sendbuf, recvbuf) -> None:
         """Gather to all processes."""
+        c = self._h
+        if c is not None and c.remote is None:
+            rm, counts, displs = _spec(recvbuf, c.size, True, False)
+            parts = [sub(rm, counts[i], displs[i]) for i in range(c.size)]
+            # (None sends nothing, leaving this rank's block as it is: in place)
+            sm = None if sendbuf is IN_PLACE or sendbuf is None else parse(sendbuf)
+            if parts[c.rank].nbytes * c.size <= S.ALLTOALL_MAX:
+                t = S.team(c)
+                if t is not None:
+                    if c.revoked:
+                        raise G._revoked()
+                    return S.allgather(t, sm, parts)
         run(self._g_Allgatherv(sendbuf, recvbuf, False))
 
     def Iallgather(self, sendbuf, recvbuf):
@@ -598,26 +708,44 @@ class Coll:
             blocks = _plain_blocks(sendbuf, recvbuf, n)
             if blocks is not None:
                 return (yield from G.g_alltoall_blocks(c, *blocks))
-        rm, rc, rd = _spec(recvbuf, n, True, vector)
-        if sendbuf is IN_PLACE:
-            if c.remote is not None:
-                raise Exception(ERR_ARG, "IN_PLACE is not valid on an intercommunicator")
-            copy = Msg(memoryview(bytearray(rm.view)), 0, rm.dtype, rm.offset)
-            sm, sc, sd = copy, rc, rd
-        else:
-            sm, sc, sd = _spec(sendbuf, n, False, vector)
-        sparts = [sub(sm, sc[i], sd[i]) for i in range(n)]
-        rparts = [sub(rm, rc[i], rd[i]) for i in range(n)]
+        _sm, _rm, sparts, rparts = _alltoall_parts(c, sendbuf, recvbuf, vector)
         yield from G.g_alltoallw(c, sparts, rparts)
 
     def Alltoall(self, sendbuf, recvbuf) -> None:
         """All to all scatter/gather."""
         c = self._h
-        if c is not None and c.remote is None and ENGINE.worker.tr is None:
-            blocks = _plain_blocks(sendbuf, recvbuf, c.size)
-            if blocks is not None and len(blocks[0][0]) <= _ALLTOALL_NOW_MAX:
-                try:
-                    G.alltoall_now(c, *blocks)   # the same messages, straight (coll.py)
+        t = c.shm if c is not None else None
+        if t and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray \
+                and _plain(sendbuf) and _plain(recvbuf) and recvbuf.flags.writeable \
+                and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size \
+                and not sendbuf.size % c.size and sendbuf.nbytes <= S.ALLTOALL_MAX \
+                and not c.revoked:
+            # a formed team and whole arrays (what _plain_pair checks)
+            return S.run(t.alltoall, sendbuf.reshape(-1).view(np.uint8),
+                         recvbuf.reshape(-1).view(np.uint8))
+        if c is not None and c.remote is None:
+            pair = _plain_pair(sendbuf, recvbuf, c.size)
+            if pair is not None:
+                total = len(pair[1])
+            else:
+                _sm, _rm, sparts, rparts = _alltoall_parts(c, sendbuf, recvbuf)
+                total = sum(p.nbytes for p in rparts)
+            if total <= S.ALLTOALL_MAX:
+                t = S.team(c)
+                if t is not None:
+                    if c.revoked:
+                        raise G._revoked()
+                    if pair is None:
+                        return S.alltoall(t, sparts, rparts)
+                    # whole buffers: straight between the user's memory and the slots
+                    return S.run(t.alltoall, np.frombuffer(pair[0], np.uint8),
+                                 np.frombuffer(pair[1], np.uint8))
+            if pair is not None and ENGINE.worker.tr is None \
+                    and total // c.size <= _ALLTOALL_NOW_MAX:
+                step = total // c.size
+                try:                             # the same messages, straight (coll.py)
+                    G.alltoall_now(c, [pair[0][i * step:(i + 1) * step] for i in range(c.size)],
+                                   [pair[1][i * step:(i + 1) * step] for i in range(c.size)])
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
                 return

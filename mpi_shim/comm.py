@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import weakref
 
-from . import attr
+from . import attr, shmcoll
 from .cco import Coll
 from .engine import CTX_BITS, CTX_SHIFT, ENGINE, KIND_CGRP, KIND_COLL, KIND_LOCAL, TAG_UB
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
@@ -41,7 +41,7 @@ class CommImpl:
     __slots__ = ("ctx", "kind", "group", "rank", "size", "remote", "peers", "eps", "srcmap",
                  "local", "p2p", "coll", "coll_seq", "ssend_seq", "name", "info", "attrs",
                  "errhandler", "topo", "freed", "predefined", "revoked", "locks", "acked",
-                 "ft_seq",
+                 "ft_seq", "shm", "shm_calls",
                  "_hid", "__weakref__")
 
     def __init__(self, ctx, group, remote=None, kind=None, name="", coll_kind=KIND_COLL):
@@ -68,6 +68,8 @@ class CommImpl:
         self.locks = {}
         self.acked = frozenset()
         self.ft_seq = 0                      # agreements (ULFM) started on this communicator
+        self.shm = None                      # its shared-memory team (shmcoll.team), False: none
+        self.shm_calls = 0
         if remote is not None:
             # the local group's own collectives (phases of intercommunicator
             # collectives): same context, another traffic kind
@@ -361,6 +363,7 @@ class Comm(Handle, P2P, Coll):
         attr.delete_all(self, c.attrs)
         c.freed = True
         self._h = None
+        shmcoll.release(c)
         from .dynproc import forget_parent
         forget_parent(c)
 
@@ -368,6 +371,7 @@ class Comm(Handle, P2P, Coll):
         c = self._h
         attr.delete_all(self, c.attrs)
         c.freed = True
+        shmcoll.release(c)
         from .dynproc import forget_parent
         forget_parent(c)
 

@@ -61,12 +61,14 @@ _user_ops = [0]
 
 
 class OpImpl:
-    __slots__ = ("name", "obj", "arr", "user", "commute", "predefined", "freed", "_hid",
-                 "__weakref__")
+    __slots__ = ("name", "obj", "arr", "user", "commute", "predefined", "freed", "ufunc",
+                 "_hid", "__weakref__")
 
     def __init__(self, name, obj=None, arr=None, user=None, commute=True, predefined=False):
         self.name, self.obj, self.arr, self.user = name, obj, arr, user
         self.commute, self.predefined, self.freed = commute, predefined, False
+        #: arr is a numpy ufunc that combine_to calls as it is
+        self.ufunc = user is None and isinstance(arr, np.ufunc)
 
 
 class Op(Handle):

@@ -117,6 +117,15 @@ class Config:
                             "messages), device (the lane's device atomics; a lane without "
                             "them raises), auto (device only when every lane of the worker "
                             "has them, else cpu: the two kinds are not atomic with each other)")
+    shm_coll: bool = _opt(True, parse_bool,
+                          "collectives of same-host groups through shared segments (ucxpy.shmteam) "
+                          "where the layer above offers them; n = messages only")
+    shm_coll_slot: int = _opt(1 << 20, parse_size,
+                              "bytes per data slot of a shared-memory team (two per member); "
+                              "larger operations run in slot-sized pieces")
+    shm_coll_teams: int = _opt(32, parse_size,
+                               "shared-memory teams one process may belong to at once (more "
+                               "communicators use messages)")
     fastpath: bool = _opt(True, parse_bool,
                           "native fast path: a blocking exact-tag receive whose message is "
                           "the next eager frame of the peer's shm ring is matched and copied "
@@ -194,6 +203,8 @@ class Config:
             raise ConfigError("UCXPY_TRACE_EVENTS must be >= 1")
         if self.shm_ring_size < 4096 or self.shm_ring_size & (self.shm_ring_size - 1):
             raise ConfigError("UCXPY_SHM_RING_SIZE must be a power of two >= 4096")
+        if self.shm_coll_slot < 4096 or self.shm_coll_slot % 64:
+            raise ConfigError("UCXPY_SHM_COLL_SLOT must be a multiple of 64, at least 4096")
         from . import auth
         if isinstance(self.auth_key, bytes):
             self.auth_key = self.auth_key.decode("utf-8", "surrogateescape")

@@ -1,0 +1,394 @@
+"""Collectives among same-host processes through shared segments.
+
+A :class:`ShmTeam` is a group of processes on one host (UCC's ``tl/shm``,
+the shared-memory collectives of MPICH and Open MPI).  Each member owns one
+segment (``Worker.mem_map(length, shared=True)``) that every other member
+maps (``RemoteKey.map``): two counters, each in cache lines of its own, and
+two data slots.  An operation copies a member's contribution into its own
+slot and publishes it by raising its counter; the others wait for the
+counters and copy or reduce straight out of the peers' slots.  No message
+moves: a small allreduce costs one synchronisation instead of log2(n)
+rounds of requests, and an oversubscribed rank waits on a word in memory
+instead of for its partner's time slice and a progress pass.
+
+Theory of operation
+-------------------
+Every member runs the team's operations in one order (the layer above
+guarantees it: MPI's collective ordering), numbered ``k = 1, 2, ...``;
+operation ``k`` uses slot ``k % 2`` of every segment.  Operations larger
+than a slot run as several, one per slot-sized piece.
+
+=============  ==========================================================
+counter        meaning once member ``r`` has stored ``k`` in it
+=============  ==========================================================
+``seq[r]``     ``r`` has begun operation ``k`` (its contribution, if the
+               operation has one, is in its slot ``k % 2``), so it has
+               finished ``k - 1``: it reads nobody's slot ``(k - 1) % 2``
+               any more
+``red[r]``     ``r``'s block of operation ``k``'s reduction is in its slot
+=============  ==========================================================
+
+A member writes its slot ``k % 2`` for operation ``k`` only once every
+``seq`` is at least ``k - 1``: the slot's previous readers (operation
+``k - 2``) are done with it.  The counters are C11 sequentially
+consistent atomics (``ucxpy.atomics``): a store publishes the data
+written before it, a load that sees it makes that data visible.
+
+Waiting spins on the counter briefly, then goes through the worker's wait
+loop (progress, failure checks, oversubscription-aware yielding, the
+timeout), and raises if a member's endpoint has failed or the ``check``
+callback raises (a layer's revoked communicator): a dead member never
+leaves the others waiting.
+
+Forming a team is itself collective (:meth:`ShmTeam.create`): the layer
+supplies the allgather that exchanges the segments' keys and then whether
+every member could map every other one; if any could not (another host,
+``UCXPY_SHM_COLL=n``, the per-process team limit), nobody uses the team.
+"""
+from __future__ import annotations
+
+import weakref
+from os import sched_yield
+from typing import Callable, List, Optional, Sequence
+
+import numpy as np
+
+from .atomics import address_of, load64, pointer, store64
+from .errors import ConnectionLost, UcxpyError
+from .schedules import block_bounds
+
+#: byte offsets in a segment: the two counters, 128 bytes apart (a cache
+#: line each and the line the adjacent-line prefetcher pairs with it), then
+#: the two slots
+SEQ, RED, HEADER = 0, 128, 256
+
+#: reductions up to this many bytes are done whole by every member after
+#: one synchronisation (n reads of the whole vector each); larger ones are
+#: reduce-scattered in the slots and gathered after a second one
+WHOLE_REDUCE_MAX = 16 << 10
+
+#: counter loads spun on before the worker's wait loop takes over (more
+#: ranks than CPUs: sched_yield calls, each followed by one load)
+SPINS = 200
+YIELDS = 64
+
+_TEAMS: "weakref.WeakSet[ShmTeam]" = weakref.WeakSet()
+
+
+class ShmTeam:
+    """The same-host members of a group, ranks ``0..size-1``, ``rank`` this
+    process; built by :meth:`create`.  Operations take numpy arrays (flat,
+    C-contiguous; byte arrays for the data-movement ones) and block."""
+
+    def __init__(self, worker, rank: int, eps: Sequence, mh, views: List[memoryview],
+                 slot: int, wait: Optional[Callable] = None):
+        self.worker = worker
+        self.rank, self.size = rank, len(views)
+        self.eps = list(eps)
+        self.slot = slot
+        self.check: Optional[Callable[[], None]] = None
+        self._mh = mh
+        self._views = views                     # the mappings live as long as these
+        arrays = [np.frombuffer(v, np.uint8) for v in views]
+        self._slots = [(a[HEADER:HEADER + slot], a[HEADER + slot:HEADER + 2 * slot])
+                       for a in arrays]
+        bases = [address_of(v) for v in views]
+        self._seq = [pointer(b + SEQ) for b in bases]
+        self._red = [pointer(b + RED) for b in bases]
+        self._others = [r for r in range(self.size) if r != rank]
+        self._k = 0
+        self._known = 0                          # every seq is known to be >= this
+        self._cache: dict = {}
+        self._wait = wait or worker.wait_until
+        self._yield = worker.oversubscribed()
+        self.closed = False
+        _TEAMS.add(self)
+
+    # -- forming and closing -------------------------------------------------------
+    @classmethod
+    def create(cls, worker, rank: int, eps: Sequence, exchange: Callable[[object], list],
+               slot: Optional[int] = None, wait: Optional[Callable] = None
+               ) -> Optional["ShmTeam"]:
+        """Form a team over a group (collective: every member calls it).
+
+        ``eps[r]`` is this worker's endpoint to member ``r`` (ignored at
+        ``rank``); ``exchange(obj)`` is the layer's blocking allgather (the
+        list of every member's ``obj``, by rank).  Returns the team, or None
+        on every member when any member cannot join."""
+        cfg = worker.config
+        slot = int(slot or cfg.shm_coll_slot)
+        n = len(eps)
+        mh = packed = None
+        if n > 1 and cfg.shm_coll and len(_TEAMS) < cfg.shm_coll_teams \
+                and any(i.name == "shm" for i in worker.ifaces):
+            try:
+                mh = worker.mem_map(length=HEADER + 2 * slot, shared=True)
+                packed = mh.pack_rkey()
+            except (UcxpyError, OSError):
+                if mh is not None:
+                    mh.unmap()
+                mh = packed = None
+        keys = exchange(packed)
+        views: List[Optional[memoryview]] = [None] * n
+        ok = mh is not None and all(k is not None for k in keys)
+        if ok:
+            views[rank] = mh.buf
+            for r, key in enumerate(keys):
+                if r != rank:
+                    try:
+                        views[r] = eps[r].unpack_rkey(key).map()
+                    except (UcxpyError, OSError):
+                        views[r] = None
+                    if views[r] is None or len(views[r]) < HEADER + 2 * slot:
+                        ok = False
+                        break
+        if all(exchange(ok)):
+            return cls(worker, rank, eps, mh, views, slot, wait)
+        if mh is not None:
+            mh.unmap()
+        return None
+
+    def close(self) -> None:
+        """Leave the team (local: a member's mappings of this segment stay valid)."""
+        if not self.closed:
+            self.closed = True
+            _TEAMS.discard(self)
+            self._slots = self._views = ()
+            self._mh.unmap()
+
+    # -- waiting -------------------------------------------------------------------
+    def _await(self, counters, k: int, ranks) -> None:
+        """Wait until the counters of ``ranks`` are at least ``k``."""
+        for r in ranks:
+            p = counters[r]
+            if load64(p) >= k:
+                continue
+            if self._yield:
+                # more ranks than CPUs: the member being waited for may be
+                # queued behind this one, so give it the CPU at once
+                for _ in range(YIELDS):
+                    sched_yield()
+                    if load64(p) >= k:
+                        break
+                else:
+                    self._wait(self._ready(p, k, r))
+                continue
+            for _ in range(SPINS):
+                if load64(p) >= k:
+                    break
+            else:
+                self._wait(self._ready(p, k, r))
+
+    def _ready(self, p, k: int, r: int) -> Callable[[], bool]:
+        ep, check = self.eps[r], self.check
+
+        def ready() -> bool:
+            if load64(p) >= k:
+                return True
+            if ep.failed is not None:
+                raise ConnectionLost(f"shm team: member {r} failed: {ep.failed}") from ep.failed
+            if check is not None:
+                check()
+            return False
+        return ready
+
+    def _begin(self, writes: bool) -> int:
+        """Number the next operation; before one that writes its slot, wait
+        until that slot's last readers are done with it."""
+        k = self._k = self._k + 1
+        if writes and self._known < k - 1:
+            self._await(self._seq, k - 1, self._others)
+            self._known = k - 1
+        return k
+
+    def _publish(self, k: int) -> None:
+        store64(self._seq[self.rank], k)
+
+    def _sync(self, k: int) -> None:
+        """Publish operation ``k`` and wait until every member has."""
+        store64(self._seq[self.rank], k)
+        self._await(self._seq, k, self._others)
+        self._known = k
+
+    # -- operations ------------------------------------------------------------------
+    def barrier(self) -> None:
+        self._sync(self._begin(False))
+
+    def bcast(self, buf: np.ndarray, root: int) -> None:
+        """``root``'s bytes into every member's ``buf`` (byte arrays)."""
+        n, step = buf.nbytes, self.slot
+        if 0 < n <= step:                           # one piece (_begin and _publish inline)
+            k = self._k = self._k + 1
+            seq = self._seq
+            if self.rank == root:
+                if self._known < k - 1:
+                    self._await(seq, k - 1, self._others)
+                    self._known = k - 1
+                self._slots[root][k & 1][:n] = buf
+                store64(seq[root], k)
+            else:
+                store64(seq[self.rank], k)
+                if load64(seq[root]) < k:
+                    self._await(seq, k, (root,))
+                buf[:] = self._blocks(k & 1, 0, n)[root]
+            return
+        for off in range(0, n, step) if n else ():
+            m = min(step, n - off)
+            if self.rank == root:
+                k = self._begin(True)
+                self._slots[root][k & 1][:m] = buf[off:off + m]
+                self._publish(k)
+            else:
+                k = self._begin(False)
+                self._publish(k)
+                self._await(self._seq, k, (root,))
+                buf[off:off + m] = self._slots[root][k & 1][:m]
+
+    def allgather(self, send: np.ndarray, recv: np.ndarray) -> None:
+        """Every member's ``send`` bytes, by rank, into ``recv`` (byte arrays;
+        ``send`` may be ``recv``'s own block)."""
+        b, step = send.nbytes, self.slot
+        if 0 < b <= step:
+            k = self._begin(True)
+            self._slots[self.rank][k & 1][:b] = send
+            self._sync(k)
+            np.concatenate(self._blocks(k & 1, 0, b), out=recv)
+            return
+        for off in range(0, b, step) if b else ():
+            m = min(step, b - off)
+            k = self._begin(True)
+            s = k & 1
+            self._slots[self.rank][s][:m] = send[off:off + m]
+            self._sync(k)
+            for r in range(self.size):
+                recv[r * b + off:r * b + off + m] = self._slots[r][s][:m]
+
+    def alltoall(self, send: np.ndarray, recv: np.ndarray) -> None:
+        """Block ``j`` of ``send`` to member ``j``, block ``i`` of ``recv`` from
+        member ``i`` (byte arrays of ``size`` equal blocks)."""
+        n, me = self.size, self.rank
+        b = send.nbytes // n
+        step = max(1, self.slot // n)
+        if 0 < b <= step:                           # the whole buffer in one piece
+            k = self._begin(True)
+            self._slots[me][k & 1][:n * b] = send
+            self._sync(k)
+            np.concatenate(self._blocks(k & 1, me * b, (me + 1) * b), out=recv)
+            return
+        for off in range(0, b, step) if b else ():
+            m = min(step, b - off)
+            k = self._begin(True)
+            s = k & 1
+            mine = self._slots[me][s]
+            for j in range(n):
+                mine[j * m:(j + 1) * m] = send[j * b + off:j * b + off + m]
+            self._sync(k)
+            for r in range(n):
+                recv[r * b + off:r * b + off + m] = self._slots[r][s][me * m:(me + 1) * m]
+
+    def _blocks(self, s: int, lo: int, hi: int) -> list:
+        """Bytes ``lo:hi`` of every member's slot ``s`` (cached, as :meth:`_operands`)."""
+        key = (s, lo, hi)
+        blocks = self._cache.get(key)
+        if blocks is None:
+            if len(self._cache) >= 64:
+                self._cache.clear()
+            blocks = self._cache[key] = [sl[s][lo:hi] for sl in self._slots]
+        return blocks
+
+    def allreduce(self, x: np.ndarray, out: np.ndarray, combine: Callable) -> None:
+        """``out = x_0 op x_1 op ... op x_(size-1)`` on every member, where
+        ``combine(a, b, dest)`` computes ``a op b`` into ``dest`` (elementwise;
+        numpy arrays of ``x``'s dtype).  ``x`` may be ``out`` (in place).
+        Large vectors are reduce-scattered, so ``op`` must then commute."""
+        if x.nbytes <= WHOLE_REDUCE_MAX and x.nbytes <= self.slot and x.size:
+            return self._reduce_whole(x, out, combine, None)
+        self._reduce(x, out, combine, None)
+
+    def reduce(self, x: np.ndarray, out: Optional[np.ndarray], combine: Callable,
+               root: int) -> None:
+        """:meth:`allreduce` with the result at ``root`` only (``out`` there)."""
+        self._reduce(x, out, combine, root)
+
+    def _reduce(self, x, out, combine, root) -> None:
+        count = x.size
+        if not count:
+            return
+        step = self.slot // x.itemsize
+        if x.nbytes <= WHOLE_REDUCE_MAX:
+            if count <= step:
+                return self._reduce_whole(x, out, combine, root)
+            for lo in range(0, count, step):
+                hi = min(count, lo + step)
+                self._reduce_whole(x[lo:hi], None if out is None else out[lo:hi], combine, root)
+            return
+        for lo in range(0, count, step):
+            self._reduce_scatter(x[lo:lo + step], out, lo, combine, root)
+
+    def _typed(self, r: int, s: int, dtype, lo: int, hi: int) -> np.ndarray:
+        """Elements ``lo:hi`` of member ``r``'s slot ``s`` as ``dtype``."""
+        isz = dtype.itemsize
+        return self._slots[r][s][lo * isz:hi * isz].view(dtype)
+
+    def _operands(self, s: int, x: np.ndarray) -> list:
+        """Every member's slot ``s`` as an array shaped like ``x`` (cached:
+        a loop of equal calls makes no new views)."""
+        key = (s, x.dtype, x.size)
+        views = self._cache.get(key)
+        if views is None:
+            if len(self._cache) >= 64:
+                self._cache.clear()
+            nb = x.nbytes
+            views = self._cache[key] = [sl[s][:nb].view(x.dtype) for sl in self._slots]
+        return views
+
+    def _reduce_whole(self, x, out, combine, root) -> None:
+        """One slot's worth, reduced whole (in rank order) by whoever needs
+        the result."""
+        k = self._k = self._k + 1
+        if self._known < k - 1:
+            self._await(self._seq, k - 1, self._others)
+            self._known = k - 1
+        views = self._operands(k & 1, x)
+        views[self.rank][...] = x
+        seq = self._seq
+        store64(seq[self.rank], k)
+        if root is not None and root != self.rank:
+            return
+        for r in self._others:
+            if load64(seq[r]) < k:
+                self._await(seq, k, self._others)
+                break
+        if root is None:
+            self._known = k
+        combine(views[0], views[1], out)
+        for r in range(2, self.size):
+            combine(out, views[r], out)
+
+    def _reduce_scatter(self, x, out, lo, combine, root) -> None:
+        """One piece: each member reduces its block of it into its own slot
+        (``op`` commutes: its own value first, then the others' in rank
+        order) and whoever needs the result gathers the blocks."""
+        k = self._begin(True)
+        s = k & 1
+        c, me, dt = x.size, self.rank, x.dtype
+        self._slots[me][s][:x.nbytes] = x.view(np.uint8)
+        self._sync(k)
+        bounds = block_bounds(c, self.size)
+        a, b = bounds[me]
+        acc = self._typed(me, s, dt, a, b)       # only this member reads this block
+        for r in self._others:
+            combine(acc, self._typed(r, s, dt, a, b), acc)
+        store64(self._red[me], k)
+        if root is not None and root != me:
+            return
+        out[lo + a:lo + b] = acc
+        self._await(self._red, k, self._others)
+        for r in self._others:
+            a, b = bounds[r]
+            out[lo + a:lo + b] = self._typed(r, s, dt, a, b)
+
+
+def live_teams() -> int:
+    """Teams of this process not closed yet (``UCXPY_SHM_COLL_TEAMS`` caps it)."""
+    return len(_TEAMS)
