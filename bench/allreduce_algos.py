@@ -4,14 +4,17 @@ Run under a launcher, e.g. ``ucxpy-run -n 4 python bench/allreduce_algos.py``:
 for each size every schedule (``ring``, ``halving_doubling``,
 ``recursive_doubling``) is forced in turn, three rounds interleaved, and
 rank 0 prints the best time per call of each (the slowest rank's).  This is
-how ``ucxpy.schedules.ALLREDUCE_RING_MIN`` was chosen.
+how ``ucxpy.schedules.ALLREDUCE_RING_MIN`` was chosen.  The schedules are
+the message algorithms, so shared-memory teams are off here (UCXPY_SHM_COLL).
 """
+import os
 import time
 
 import numpy as np
 
-import mpi_shim.coll as coll
-from mpi_shim import MPI
+os.environ["UCXPY_SHM_COLL"] = "n"         # read when MPI initializes, below
+import mpi_shim.coll as coll  # noqa: E402
+from mpi_shim import MPI  # noqa: E402
 
 ALGOS = ("ring", "halving_doubling", "recursive_doubling")
 SIZES = (1 << 14, 1 << 16, 1 << 18, 1 << 19, 1 << 20, 1 << 22)

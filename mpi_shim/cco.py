@@ -236,7 +236,8 @@ class Coll:
             # (what parse checks): its bytes straight through the slots
             mv = memoryview(buf)
             if mv.c_contiguous and (c.rank == root or not mv.readonly) \
-                    and mv.nbytes <= S.BCAST_MAX and _PLAIN_FORMATS.get(mv.format) is not None:
+                    and mv.nbytes <= S.team_max("bcast", c.size) \
+                    and _PLAIN_FORMATS.get(mv.format) is not None:
                 try:
                     return t.bcast(np.frombuffer(mv, np.uint8), root)
                 except ucxpy.UcxpyError as e:
@@ -244,7 +245,7 @@ class Coll:
         if c is not None and c.remote is None:
             G.check_root(c, root)
             m = parse(buf, writable=c.rank != root)
-            t = S.team(c) if m.nbytes <= S.BCAST_MAX else None
+            t = S.team(c) if m.nbytes <= S.team_max("bcast", c.size) else None
             if t is not None:
                 if c.revoked:
                     raise G._revoked()
@@ -318,7 +319,7 @@ class Coll:
             _check_op(op)
             G.check_root(c, root)
             x, rm, _ = _operand(sendbuf, recvbuf if c.rank == root else None)
-            if S.reduces(op, x) and x.nbytes <= S.allreduce_max(c.size):
+            if S.reduces(op, x) and x.nbytes <= S.team_max("reduce", c.size):
                 t = S.team(c)
                 if t is not None:
                     if c.revoked:
@@ -363,7 +364,7 @@ class Coll:
             if h is not None and h.predefined and h.commute and _plain(recvbuf) \
                     and _plain(sendbuf) and recvbuf.flags.writeable \
                     and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size \
-                    and sendbuf.nbytes <= S.allreduce_max(c.size):
+                    and sendbuf.nbytes <= S.team_max("allreduce", c.size):
                 try:
                     return t.allreduce(sendbuf.reshape(-1), recvbuf.reshape(-1),
                                        h.arr if h.ufunc else op.combine_to)
@@ -375,7 +376,7 @@ class Coll:
         if c is not None and c.remote is None and isinstance(op, Op):
             _check_op(op)
             x, rm, _ = _operand(sendbuf, recvbuf)
-            if S.reduces(op, x) and x.nbytes <= S.allreduce_max(c.size):
+            if S.reduces(op, x) and x.nbytes <= S.team_max("allreduce", c.size):
                 t = S.team(c)
                 if t is not None:
                     if c.revoked:
@@ -671,7 +672,7 @@ class Coll:
             parts = [sub(rm, counts[i], displs[i]) for i in range(c.size)]
             # (None sends nothing, leaving this rank's block as it is: in place)
             sm = None if sendbuf is IN_PLACE or sendbuf is None else parse(sendbuf)
-            if parts[c.rank].nbytes * c.size <= S.ALLTOALL_MAX:
+            if parts[c.rank].nbytes * c.size <= S.team_max("allgather", c.size):
                 t = S.team(c)
                 if t is not None:
                     if c.revoked:
@@ -718,7 +719,8 @@ class Coll:
         if t and type(sendbuf) is np.ndarray and type(recvbuf) is np.ndarray \
                 and _plain(sendbuf) and _plain(recvbuf) and recvbuf.flags.writeable \
                 and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size \
-                and not sendbuf.size % c.size and sendbuf.nbytes <= S.ALLTOALL_MAX \
+                and not sendbuf.size % c.size \
+                and sendbuf.nbytes <= S.team_max("alltoall", c.size) \
                 and not c.revoked:
             # a formed team and whole arrays (what _plain_pair checks)
             return S.run(t.alltoall, sendbuf.reshape(-1).view(np.uint8),
@@ -730,7 +732,7 @@ class Coll:
             else:
                 _sm, _rm, sparts, rparts = _alltoall_parts(c, sendbuf, recvbuf)
                 total = sum(p.nbytes for p in rparts)
-            if total <= S.ALLTOALL_MAX:
+            if total <= S.team_max("alltoall", c.size):
                 t = S.team(c)
                 if t is not None:
                     if c.revoked:

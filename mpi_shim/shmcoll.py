@@ -4,8 +4,9 @@ An intracommunicator whose members all map each other's memory (one host,
 ``UCXPY_SHM_COLL=y``) forms a :class:`ucxpy.shmteam.ShmTeam` at its
 :data:`FORM_AT`-th blocking buffer collective, and from then on its
 blocking ``Barrier``, ``Bcast``, ``Allreduce``, ``Reduce``, ``Allgather``
-and ``Alltoall`` go through the team where :func:`use` says so, instead of
-messages.  Nonblocking and persistent collectives, the pickle forms and the
+and ``Alltoall`` go through the team up to the sizes of
+``ucxpy.shmteam.TEAM_MAX`` instead of messages (``ucxpy-info -e -n RANKS``
+prints both tables).  Nonblocking and persistent collectives, the pickle forms and the
 other collectives keep the message algorithms of :mod:`.coll`; MPI never
 matches a blocking collective with a nonblocking one, and both kinds keep
 their own order, so the two coexist on one communicator.
@@ -24,7 +25,7 @@ from typing import Optional
 import numpy as np
 
 import ucxpy
-from ucxpy.shmteam import ShmTeam
+from ucxpy.shmteam import ShmTeam, team_max
 
 from .engine import ENGINE
 from .exceptions import ERR_TRUNCATE, Exception, translate
@@ -32,19 +33,6 @@ from .exceptions import ERR_TRUNCATE, Exception, translate
 #: a communicator forms its team at its second blocking buffer collective:
 #: the many communicators that live for one collective never pay for one
 FORM_AT = 2
-
-#: the largest calls that go through the team, by group size (bytes per
-#: member; ``bench`` with shm teams on and off, 2026-12-04): beyond them the
-#: messages' single-copy rendezvous moves less memory than the team's two
-#: copies through the slots
-BCAST_MAX = 1 << 20
-ALLTOALL_MAX = 1 << 20
-
-
-def allreduce_max(n: int) -> int:
-    """Allreduce bytes up to which a group of ``n`` uses the team."""
-    return 1 << 20 if n == 2 else 1 << 62
-
 
 def team(c) -> Optional[ShmTeam]:
     """``c``'s team, formed at its :data:`FORM_AT`-th call here (collective:

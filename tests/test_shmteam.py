@@ -55,9 +55,9 @@ SHMCOLL = ["python", os.path.join(PROGS, "mpi_shmcoll.py")]
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_mpi_blocking_collectives_on_a_team(n):
-    proc = run_job(SHMCOLL, n, timeout=250)
+@pytest.mark.parametrize("n,slot", [(1, "1M"), (2, "1M"), (3, "64K"), (4, "1M")])
+def test_mpi_blocking_collectives_on_a_team(n, slot):
+    proc = run_job(SHMCOLL, n, timeout=250, env={"UCXPY_SHM_COLL_SLOT": slot})
     _ok(proc, n, "MPI-SHMCOLL OK")
     assert proc.stdout.count("ShmTeam") == (n if n > 1 else 0)
 
@@ -102,3 +102,21 @@ else:
     proc = run_job(["--fault-tolerant", "python", str(prog)], 2, timeout=120)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "WAIT ENDED" in proc.stdout and "REVOKED" in proc.stdout
+
+
+def test_team_limits_and_their_table():
+    from ucxpy.shmteam import TEAM_MAX, WHOLE_REDUCE_MAX, team_max, team_table
+    for op, (two, more) in TEAM_MAX.items():
+        assert team_max(op, 2) == two and team_max(op, 3) == team_max(op, 64) == more
+    rows = {(r[0], r[1]) for r in team_table(2)}
+    assert ("bcast", "<= 256 KiB") in rows and ("allreduce", f"<= {WHOLE_REDUCE_MAX >> 10} KiB") in rows
+    assert ("allreduce", "> 16 KiB, <= 4 MiB") in rows
+    assert ("allreduce", "> 16 KiB, any") in {(r[0], r[1]) for r in team_table(4)}
+
+
+def test_ucxpy_info_prints_the_team_table():
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "ucxpy.tools.info", "-e", "-n", "4"],
+                         capture_output=True, text=True, timeout=60).stdout
+    assert "shared-memory team" in out and "reduce-scatter in the slots" in out
