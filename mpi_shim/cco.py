@@ -231,7 +231,7 @@ class Coll:
         c = self._h
         t = c.shm if c is not None else None
         if t and type(buf) in _PLAIN_TYPES and type(root) is int and 0 <= root < c.size \
-                and not c.revoked:
+                and not c.revoked and ENGINE.worker.tr is None:
             # a formed team and a whole contiguous buffer of a predefined type
             # (what parse checks): its bytes straight through the slots
             mv = memoryview(buf)
@@ -358,7 +358,7 @@ class Coll:
         c = self._h
         t = c.shm if c is not None else None
         if t and type(recvbuf) is np.ndarray and type(sendbuf) is np.ndarray \
-                and type(op) is Op and not c.revoked:
+                and type(op) is Op and not c.revoked and ENGINE.worker.tr is None:
             # a formed team and whole contiguous arrays (what _operand checks)
             h = op._h
             if h is not None and h.predefined and h.commute and _plain(recvbuf) \
@@ -721,7 +721,7 @@ class Coll:
                 and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size \
                 and not sendbuf.size % c.size \
                 and sendbuf.nbytes <= S.team_max("alltoall", c.size) \
-                and not c.revoked:
+                and not c.revoked and ENGINE.worker.tr is None:
             # a formed team and whole arrays (what _plain_pair checks)
             return S.run(t.alltoall, sendbuf.reshape(-1).view(np.uint8),
                          recvbuf.reshape(-1).view(np.uint8))

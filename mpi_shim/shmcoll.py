@@ -75,9 +75,16 @@ def release(c) -> None:
 
 
 def run(fn, *args) -> None:
-    """Run a team operation, with ucxpy's errors as MPI's."""
+    """Run team operation ``fn`` (``t.allreduce``...), with ucxpy's errors as
+    MPI's, as a span on the trace timeline when tracing (category ``coll``,
+    the MPI name, ``algorithm`` ``shmteam_<operation>``)."""
+    w = ENGINE.worker
     try:
-        fn(*args)
+        if w.tr is None:
+            return fn(*args)
+        with ucxpy.trace.span(w, "coll", fn.__name__.capitalize(), blocking=True,
+                              algorithm="shmteam_" + fn.__name__):
+            return fn(*args)
     except ucxpy.UcxpyError as e:
         raise translate(e) from None
 

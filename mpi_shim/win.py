@@ -490,6 +490,11 @@ def _on_reply(msg):
 
 
 # -- the public class ----------------------------------------------------------------
+#: Flush progresses the worker on every this many calls (a power of two)
+FLUSH_PROGRESS_EVERY = 8
+_FLUSHES = [0]
+
+
 def _epoch(method):
     """Mark a window synchronization call for the trace timeline (category
     ``win``, the MPI name, the target rank when there is one): the calls
@@ -872,9 +877,13 @@ class Win(Handle, BufferExporter):
         try:
             if rank != PROC_NULL:
                 (w or self._impl()).flush(rank)
-            # every MPI call progresses (peers' passive-target requests); the
-            # library lock, if any, is held already (threads.py)
-            ENGINE.worker.progress()
+            # serve peers' passive-target requests (active-message lanes) now
+            # and then, so a rank that only flushes still lets them finish; a
+            # progress pass on every call would double a mapped Get+Flush.
+            # The library lock, if any, is held already (threads.py).
+            _FLUSHES[0] += 1
+            if not _FLUSHES[0] & (FLUSH_PROGRESS_EVERY - 1):
+                ENGINE.worker.progress()
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
 

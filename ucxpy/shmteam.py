@@ -174,22 +174,27 @@ class ShmTeam:
                 if mh is not None:
                     mh.unmap()
                 mh = packed = None
-        keys = exchange(packed)
-        views: List[Optional[memoryview]] = [None] * n
-        ok = mh is not None and all(k is not None for k in keys)
-        if ok:
-            views[rank] = mh.buf
-            for r, key in enumerate(keys):
-                if r != rank:
-                    try:
-                        views[r] = eps[r].unpack_rkey(key).map()
-                    except (UcxpyError, OSError):
-                        views[r] = None
-                    if views[r] is None or len(views[r]) < HEADER + 2 * slot:
-                        ok = False
-                        break
-        if all(exchange(ok)):
-            return cls(worker, rank, eps, mh, views, slot, wait)
+        try:
+            keys = exchange(packed)
+            views: List[Optional[memoryview]] = [None] * n
+            ok = mh is not None and all(k is not None for k in keys)
+            if ok:
+                views[rank] = mh.buf
+                for r, key in enumerate(keys):
+                    if r != rank:
+                        try:
+                            views[r] = eps[r].unpack_rkey(key).map()
+                        except (UcxpyError, OSError):
+                            views[r] = None
+                        if views[r] is None or len(views[r]) < HEADER + 2 * slot:
+                            ok = False
+                            break
+            if all(exchange(ok)):
+                return cls(worker, rank, eps, mh, views, slot, wait)
+        except BaseException:
+            if mh is not None:              # (the exchange failed: a dead peer, a revoke)
+                mh.unmap()
+            raise
         if mh is not None:
             mh.unmap()
         return None
@@ -405,8 +410,7 @@ class ShmTeam:
             if load64(seq[r]) < k:
                 self._await(seq, k, self._others)
                 break
-        if root is None:
-            self._known = k
+        self._known = k
         combine(views[0], views[1], out)
         for r in range(2, self.size):
             combine(out, views[r], out)

@@ -1,6 +1,7 @@
 """mpi_shim and shmem events on the trace timeline (tests/test_trace.py):
-a large Allreduce (ring), a small one (recursive doubling), a nonblocking
-Iallreduce, a window's Fence/Lock/Unlock epochs, shmem put+quiet, fence,
+a large Allreduce (ring), a small one (the shared-memory team that
+COMM_WORLD forms at its second blocking collective), a nonblocking
+Iallreduce (ring), a window's Fence/Lock/Unlock epochs, shmem put+quiet, fence,
 barrier_all."""
 import sys
 
