@@ -4,7 +4,7 @@ mpi4py on MPICH, shmem4py on Open MPI's OSHMEM, and a raw TCP socket ping-pong.
 Every comparison is measured in the same run, two ranks pinned to distinct
 CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
 
-``tag``        ``tag_lat`` / ``tag_bw``: ucxpy over each of ``--tls``
+``tag``        ``tag_lat`` / ``tag_lat_nb`` / ``tag_bw``: ucxpy over each of ``--tls``
                (``UCXPY_TLS=shm``, ``tcp``, ``ofi``; ``tcp+tls`` is tcp with
                ``UCXPY_TCP_TLS=y``, the price of encryption) under ``ucxpy-run``,
                ``tag_lat`` once more on shm with ``UCXPY_TRACE`` set
@@ -20,7 +20,8 @@ CPUs (allreduce also on four ranks).  Suites (``--suites``, default all):
                ``atomic_fetch``), mpi_shim and mpi4py ``MPI.Win.Allocate``
                (``Lock``/``Put``/``Get``/``Fetch_and_op``/``Flush``).
 ``coll``       ``MPI.Allreduce`` (float64), ``Bcast`` and ``Alltoall`` (bytes per
-               peer), 8 B .. 16 MiB on 2 and 4 ranks: mpi_shim vs mpi4py
+               peer), 8 B .. 16 MiB on 2 and 4 ranks, and ``Allreduce`` 8 B ..
+               64 KiB on 8 ranks (more ranks than cores): mpi_shim vs mpi4py
                (``allreduce`` is an old name of this suite).
 ``shmem``      the RMA tests through our ``shmem`` (``put``+``quiet``, ``get``,
                ``put_nbi``/``get_nbi``+``quiet``, ``atomic_fetch_add``) next to
@@ -76,9 +77,12 @@ SMALL = 8                # "small message" size for the latency targets
 SUITES = ("tag", "rma", "coll", "shmem")
 COLL_TESTS = ("allreduce", "bcast", "alltoall")
 COLL_BW_FACTOR = 0.8     # a large allreduce moves >= 0.8x MPICH's bytes per second
-TAG_TESTS = ("tag_lat", "tag_bw")
+TAG_TESTS = ("tag_lat", "tag_lat_nb", "tag_bw")
 RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
 AR_RANKS = (2, 4)
+#: more ranks than the 2 cores: Allreduce only, small sizes (waiting must yield)
+OVERSUB_RANKS, OVERSUB_SIZES = 8, [8, 1024, 64 << 10]
+OVERSUB_FACTOR = 3.0     # 8 B allreduce on 8 ranks <= this x mpi4py
 #: sizes of --quick, per family
 QUICK_SIZES = {"tag": [8, 1024, 64 << 10, 1 << 20, 4 << 20],
                "rma": [8, 1024, 64 << 10, 1 << 20],
@@ -395,7 +399,7 @@ def ucx_perftest_run(sizes, cpus, timeout: float = 120) -> dict:
     pin = (["taskset", "-c", str(cpus[0])], ["taskset", "-c", str(cpus[-1])]) \
         if len(cpus) > 1 and shutil.which("taskset") else ([], [])
     tests = {}
-    for test in TAG_TESTS:
+    for test in ("tag_lat", "tag_bw"):          # (its own tests of that name)
         rows = []
         for size in sizes:
             with socket.socket() as probe:          # a free port for its out-of-band setup
@@ -493,6 +497,10 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
     shim = impls.get("mpi_shim")
     ratio_target(f"mpi_shim Send/Recv {SMALL} B <= {SHIM_FACTOR:g}x ucxpy's tag latency",
                  _col(shim, "tag_lat", "latency_us"), shm_lat, [SMALL], SHIM_FACTOR)
+    ratio_target(f"mpi_shim Isend/Irecv+Waitall {SMALL} B <= {SHIM_FACTOR:g}x ucxpy's "
+                 "non-blocking ping-pong",
+                 _col(shim, "tag_lat_nb", "latency_us"),
+                 _col(impls.get("ucxpy-shm"), "tag_lat_nb", "latency_us"), [SMALL], SHIM_FACTOR)
     shm_rma = impls.get("ucxpy-shm")
     ratio_target(f"mpi_shim Win Put+Flush {SMALL} B <= {SHIM_FACTOR:g}x ucxpy's put",
                  _col(shim, "put_lat", "latency_us"), _col(shm_rma, "put_lat", "latency_us"),
@@ -508,6 +516,12 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
             ratio_target(f"{t} {SMALL} B on {n} ranks <= {limit:g}x mpi4py",
                          _col(shim, f"{t}@{n}", "latency_us"),
                          _col(impls.get("mpi4py"), f"{t}@{n}", "latency_us"), [SMALL], limit)
+
+    ratio_target(f"allreduce {SMALL} B on {OVERSUB_RANKS} ranks (2 cores) <= "
+                 f"{OVERSUB_FACTOR:g}x mpi4py",
+                 _col(shim, f"allreduce@{OVERSUB_RANKS}", "latency_us"),
+                 _col(impls.get("mpi4py"), f"allreduce@{OVERSUB_RANKS}", "latency_us"),
+                 [SMALL], OVERSUB_FACTOR)
 
     name = f"tcp {SMALL} B latency <= {TCP_LAT_FACTOR:g}x raw socket ping-pong"
     if SMALL in tcp_lat and SMALL in raw_lat:
@@ -713,6 +727,10 @@ def main(argv=None) -> int:
                 a = perf_args(flag, COLL_TESTS, sizes["coll"], max_time)
                 job(label, f"coll@{n}", lambda a=a, n=n: launch(a, n), env,
                     rename=lambda t, n=n: f"{t}@{n}")
+            a = perf_args(flag, ("allreduce",), OVERSUB_SIZES, max_time)
+            n = OVERSUB_RANKS
+            job(label, f"coll@{n}", lambda a=a, n=n: launch(a, n), env,
+                rename=lambda t, n=n: f"{t}@{n}")
 
     # -- OpenSHMEM: ours, and shmem4py on Open MPI's OSHMEM
     if "shmem" in suites:
@@ -770,6 +788,9 @@ def main(argv=None) -> int:
     ucx_rma = [f"ucxpy-{t}" for t in rma_tls]
     if "tag" in suites:
         show("tag_lat", "tag_lat", ucx_tag + ["mpi_shim", "mpi4py", "ucx-c", "raw-tcp"])
+        show("tag_lat_nb", "tag_lat_nb", ucx_tag + ["mpi_shim", "mpi4py"],
+             title="tag_lat_nb (ping-pong by Irecv + Isend + Waitall; ucxpy: tag_recv_nb + "
+                   "tag_send_nb + wait)")
         show("tag_bw", "tag_bw", ucx_tag + ["mpi_shim", "mpi4py", "ucx-c"])
         if "ucxpy-shm+trace" in impls:
             show("trace tag_lat", "tag_lat", ["ucxpy-shm+trace", "ucxpy-shm"],
@@ -790,6 +811,9 @@ def main(argv=None) -> int:
                             ("alltoall", "bytes per peer")):
                 show(f"{t}@{n}", f"{t}@{n}", ["mpi_shim", "mpi4py"],
                      title=f"{t} ({what}), {n} ranks")
+        n = OVERSUB_RANKS
+        show(f"allreduce@{n}", f"allreduce@{n}", ["mpi_shim", "mpi4py"],
+             title=f"allreduce (float64), {n} ranks on 2 cores")
     if "shmem" in suites:
         for t in RMA_TESTS:
             show(f"shmem {t}", t, ["shmem", "mpi_shim", "shmem4py"],

@@ -29,7 +29,7 @@ def impl(name):
     return ["--drivers", DRIVERS, "--impl", name]
 
 
-def _check_tables(stdout, tests=("tag_lat", "tag_bw")):
+def _check_tables(stdout, tests=("tag_lat", "tag_lat_nb", "tag_bw")):
     from ucxpy.tools.perf import parse_table
     tables = parse_table(stdout)
     assert set(tables) == set(tests), stdout

@@ -30,6 +30,10 @@ in the JSON).  ``tests`` names the tests it runs.  The comparison drivers
 Tests (``latency_us`` is per operation, ``bandwidth_GBps`` is size / latency)
 ------------------------------------------------------------------------------
 ``tag_lat``   ping-pong; latency is half the round trip.
+``tag_lat_nb`` the same ping-pong with non-blocking calls: each rank posts
+              its receive, then sends, then waits for both (MPI ``Irecv`` +
+              ``Isend`` + ``Waitall``; ucxpy ``tag_recv_nb`` + ``tag_send_nb``
+              + ``wait``).
 ``tag_bw``    rank 0 posts a window of non-blocking sends, rank 1 a window of
               receives, then rank 1 answers a 1-byte ack; latency is the time
               per message.
@@ -84,12 +88,12 @@ import numpy as np
 from ..config import setting
 from .perf_comms import UcxpyComm
 
-TAG_TESTS = ("tag_lat", "tag_bw")
+TAG_TESTS = ("tag_lat", "tag_lat_nb", "tag_bw")
 RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
 COLL_TESTS = ("allreduce", "bcast", "alltoall")
 TESTS = TAG_TESTS + RMA_TESTS + COLL_TESTS
 #: tests whose figure of merit is latency (lower is better); the others bandwidth
-LATENCY_TESTS = ("tag_lat", "put_lat", "get_lat", "amo_lat", "allreduce", "bcast", "alltoall")
+LATENCY_TESTS = ("tag_lat", "tag_lat_nb", "put_lat", "get_lat", "amo_lat", "allreduce", "bcast", "alltoall")
 
 DEFAULT_SIZES = (8, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10,
                  1 << 20, 4 << 20)
@@ -185,6 +189,27 @@ def tag_lat(comm, size: int, opts) -> dict:
             for _ in range(n):
                 recv(buf, TAG_LAT)
                 send(buf, TAG_LAT)
+    n = _plan(run, _lat_default(size, opts), LAT_MIN, opts.iters, opts.max_time,
+              lambda v: _agree(comm, send, recv, v))
+    t0 = time.perf_counter()
+    run(n)
+    return _row(size, n, (time.perf_counter() - t0) / n / 2)
+
+
+def tag_lat_nb(comm, size: int, opts) -> dict:
+    send, recv, isend, irecv = comm.bind(1 - comm.rank)
+    sbuf, rbuf = np.zeros(size, np.uint8), np.zeros(size, np.uint8)
+    waitall = comm.waitall
+    if comm.rank == 0:
+        def run(n):
+            for _ in range(n):
+                r = irecv(rbuf, TAG_LAT)
+                waitall([isend(sbuf, TAG_LAT), r])
+    else:
+        def run(n):
+            for _ in range(n):
+                waitall([irecv(rbuf, TAG_LAT)])
+                waitall([isend(sbuf, TAG_LAT)])
     n = _plan(run, _lat_default(size, opts), LAT_MIN, opts.iters, opts.max_time,
               lambda v: _agree(comm, send, recv, v))
     t0 = time.perf_counter()
@@ -307,7 +332,7 @@ def collective(comm, test: str, size: int, opts) -> dict:
     return _row(size if test != "allreduce" else max(1, size // 8) * 8, k, per)
 
 
-PATTERNS = {"tag_lat": tag_lat, "tag_bw": tag_bw}
+PATTERNS = {"tag_lat": tag_lat, "tag_lat_nb": tag_lat_nb, "tag_bw": tag_bw}
 
 
 # ------------------------------------------------------------------ output
