@@ -57,7 +57,7 @@ def test_perf_two_ranks(tl, tmp_path):
     if not transport_available(tl):
         pytest.skip(f"transport {tl} unavailable")
     out = tmp_path / "perf.json"
-    cp = run_job(PERF + ["-t", "tag_lat,tag_bw"] + SMOKE + ["--json", str(out)], 2,
+    cp = run_job(PERF + ["-t", "tag_lat,tag_lat_nb,tag_bw"] + SMOKE + ["--json", str(out)], 2,
                  timeout=90, env={"UCXPY_TLS": tl})
     assert cp.returncode == 0, cp.stdout + cp.stderr
     assert f"lane={tl}" in cp.stdout
