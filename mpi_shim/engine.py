@@ -25,6 +25,7 @@ import threading
 import time
 
 import ucxpy
+from ucxpy.progress_thread import threads_alive
 
 USER_BITS = 31
 USER_MASK = (1 << USER_BITS) - 1
@@ -114,7 +115,7 @@ class Engine:
                 return self.worker.progress()
             with self.lock:
                 n = self.worker.progress()
-            if not n and threading.active_count() > 1:
+            if not n and threads_alive() > 1:
                 time.sleep(0)           # a polling loop (Test) lets other threads in
             return n
         except ucxpy.UcxpyError as e:
@@ -138,7 +139,7 @@ class Engine:
             return
         lock = self.lock
         w = self.worker
-        if (lock is None or threading.active_count() == 1) and not w.oversubscribed():
+        if (lock is None or threads_alive() == 1) and not w.oversubscribed():
             # a short spin first, without the wait loop's set-up: the reply to
             # a small message usually arrives within it (a lock held by the
             # only thread is nobody else's to want meanwhile; with more ranks

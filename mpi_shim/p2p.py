@@ -26,6 +26,8 @@ from .request import Request
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 _ACK = bytearray(0)
+#: the operation of every send the transport took at once (stateless, shared)
+_SENT = SendOp(COMPLETED)
 
 
 class Pickle:
@@ -310,6 +312,18 @@ class P2P:
 
     def Isend(self, buf, dest: int, tag: int = 0):
         """Nonblocking send."""
+        c = self._h
+        if type(buf) in _PLAIN_TYPES and type(dest) is int and type(tag) is int \
+                and c is not None and not c.revoked and 0 <= tag <= TAG_UB \
+                and 0 <= dest < len(c.eps):
+            # the common case in one pass, as in Send
+            mv = memoryview(buf)
+            if mv.nbytes and mv.c_contiguous and _PLAIN_FORMATS.get(mv.format) is not None:
+                try:
+                    req = c.eps[dest].tag_send_nb(mv, c.p2p | tag)
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+                return Request._wrap(_SENT if req is COMPLETED else SendOp(req, None, mv))
         return Request._from(self._send_op(buf, dest, tag, ""))
 
     def Irsend(self, buf, dest: int, tag: int = 0):

@@ -15,6 +15,7 @@ from .am import ActiveMessages
 from .buffers import recv_view  # noqa: F401  (re-exported)
 from .endpoint import Endpoint
 from .netaddr import host_id
+from .progress_thread import threads_alive
 from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadError,
                      ProtocolError, UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
@@ -216,7 +217,7 @@ class Worker:
             # with one thread alive nobody else can want the lock, so this
             # pass polls without it; only a live thread can start another,
             # and this one is here: the count is exact
-            lock = shared if shared is not None and threading.active_count() > 1 else None
+            lock = shared if shared is not None and threads_alive() > 1 else None
             if lock is None:
                 for _ in range(burst):
                     if fast is not None and fast():
