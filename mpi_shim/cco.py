@@ -101,16 +101,25 @@ def _alltoall_parts(c, sendbuf, recvbuf, vector=False):
             [sub(rm, rc[i], rd[i]) for i in range(n)])
 
 
-def _team_reduce(t, x, rm, op, root) -> None:
-    """Allreduce (``root`` None) or Reduce of operand ``x`` through a
-    shared-memory team, into result message ``rm`` (None off the root)."""
+def _team_reduce(c, x, rm, op, root) -> bool:
+    """Allreduce (``root`` None) or Reduce of operand ``x`` into result
+    message ``rm`` (None off the root) through ``c``'s shared-memory team
+    where it takes the call; False: the caller uses messages."""
+    if not S.reduces(op, x) or \
+            x.nbytes > S.team_max("allreduce" if root is None else "reduce", c.size):
+        return False
+    t = S.usable(c)
+    if t is None:
+        return False
     if rm is None:
-        return S.run(t.reduce, x, None, op.combine_to, root)
+        S.run(t.reduce, x, None, op.combine_to, root)
+        return True
     out = rm.reshape(-1) if type(rm) is np.ndarray else np.empty_like(x)
     S.run(t.allreduce if root is None else t.reduce, x, out, op.combine_to,
           *(() if root is None else (root,)))
-    if out is not rm and type(rm) is not np.ndarray:
+    if type(rm) is not np.ndarray:       # (an array got the result in place)
         store(rm, out)
+    return True
 
 
 def _plain_pair(sendbuf, recvbuf, n):
@@ -173,10 +182,8 @@ class Coll:
         """Barrier synchronization."""
         c = self._h
         if c is not None and c.remote is None:
-            t = c.shm if c.shm is not None else S.team(c)
+            t = c.shm if c.shm and not c.revoked else S.usable(c)
             if t:
-                if c.revoked:
-                    raise G._revoked()
                 return S.run(t.barrier)
         if c is not None and c.remote is None and ENGINE.worker.tr is None:
             try:
@@ -245,10 +252,8 @@ class Coll:
         if c is not None and c.remote is None:
             G.check_root(c, root)
             m = parse(buf, writable=c.rank != root)
-            t = S.team(c) if m.nbytes <= S.team_max("bcast", c.size) else None
+            t = S.usable(c) if m.nbytes <= S.team_max("bcast", c.size) else None
             if t is not None:
-                if c.revoked:
-                    raise G._revoked()
                 return S.bcast(t, c, m, root)
         if type(buf) in _PLAIN_TYPES and type(root) is int and c is not None \
                 and c.remote is None and 0 <= root < c.size and ENGINE.worker.tr is None:
@@ -319,12 +324,8 @@ class Coll:
             _check_op(op)
             G.check_root(c, root)
             x, rm, _ = _operand(sendbuf, recvbuf if c.rank == root else None)
-            if S.reduces(op, x) and x.nbytes <= S.team_max("reduce", c.size):
-                t = S.team(c)
-                if t is not None:
-                    if c.revoked:
-                        raise G._revoked()
-                    return _team_reduce(t, x, rm, op, root)
+            if _team_reduce(c, x, rm, op, root):
+                return
         run(self._g_Reduce(sendbuf, recvbuf, op, root))
 
     def Ireduce(self, sendbuf, recvbuf, op=SUM, root: int = 0):
@@ -376,12 +377,8 @@ class Coll:
         if c is not None and c.remote is None and isinstance(op, Op):
             _check_op(op)
             x, rm, _ = _operand(sendbuf, recvbuf)
-            if S.reduces(op, x) and x.nbytes <= S.team_max("allreduce", c.size):
-                t = S.team(c)
-                if t is not None:
-                    if c.revoked:
-                        raise G._revoked()
-                    return _team_reduce(t, x, rm, op, None)
+            if _team_reduce(c, x, rm, op, None):
+                return
             if rm is recvbuf and type(op) is Op and ENGINE.worker.tr is None \
                     and x.nbytes < ALLREDUCE_RING_MIN:
                 # plain arrays, recursive doubling: the same rounds, straight (coll.py)
@@ -673,10 +670,8 @@ class Coll:
             # (None sends nothing, leaving this rank's block as it is: in place)
             sm = None if sendbuf is IN_PLACE or sendbuf is None else parse(sendbuf)
             if parts[c.rank].nbytes * c.size <= S.team_max("allgather", c.size):
-                t = S.team(c)
+                t = S.usable(c)
                 if t is not None:
-                    if c.revoked:
-                        raise G._revoked()
                     return S.allgather(t, sm, parts)
         run(self._g_Allgatherv(sendbuf, recvbuf, False))
 
@@ -733,10 +728,8 @@ class Coll:
                 _sm, _rm, sparts, rparts = _alltoall_parts(c, sendbuf, recvbuf)
                 total = sum(p.nbytes for p in rparts)
             if total <= S.team_max("alltoall", c.size):
-                t = S.team(c)
+                t = S.usable(c)
                 if t is not None:
-                    if c.revoked:
-                        raise G._revoked()
                     if pair is None:
                         return S.alltoall(t, sparts, rparts)
                     # whole buffers: straight between the user's memory and the slots

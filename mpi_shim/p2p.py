@@ -267,23 +267,33 @@ class P2P:
             data = m.pack()
         return self._isend(data, dest, tag, mode, data)
 
-    def Send(self, buf, dest: int, tag: int = 0) -> None:
-        """Blocking send."""
+    def _plain_send(self, buf, dest, tag):
+        """The common case of a standard send in one pass, checking what
+        parse() and _dest() would: a whole contiguous buffer of a predefined
+        type to a rank goes straight to ucxpy (its request, and the buffer
+        view it must keep), else None."""
         c = self._h
         if type(buf) in _PLAIN_TYPES and type(dest) is int and type(tag) is int \
                 and c is not None and not c.revoked and 0 <= tag <= TAG_UB \
                 and 0 <= dest < len(c.eps):
-            # the common case in one pass, checking what parse() and _dest()
-            # would: a whole contiguous buffer of a predefined type to a rank
             mv = memoryview(buf)
             if mv.nbytes and mv.c_contiguous and _PLAIN_FORMATS.get(mv.format) is not None:
                 try:
-                    req = c.eps[dest].tag_send_nb(mv, c.p2p | tag)
-                    if req is not COMPLETED:
-                        req.wait()
-                    return
+                    return c.eps[dest].tag_send_nb(mv, c.p2p | tag), mv
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
+        return None
+
+    def Send(self, buf, dest: int, tag: int = 0) -> None:
+        """Blocking send."""
+        sent = self._plain_send(buf, dest, tag)
+        if sent is not None:
+            if sent[0] is not COMPLETED:
+                try:
+                    sent[0].wait()
+                except ucxpy.UcxpyError as e:
+                    raise translate(e) from None
+            return
         if dest == PROC_NULL:
             self._send_op(buf, dest, tag, "")
             return
@@ -312,18 +322,10 @@ class P2P:
 
     def Isend(self, buf, dest: int, tag: int = 0):
         """Nonblocking send."""
-        c = self._h
-        if type(buf) in _PLAIN_TYPES and type(dest) is int and type(tag) is int \
-                and c is not None and not c.revoked and 0 <= tag <= TAG_UB \
-                and 0 <= dest < len(c.eps):
-            # the common case in one pass, as in Send
-            mv = memoryview(buf)
-            if mv.nbytes and mv.c_contiguous and _PLAIN_FORMATS.get(mv.format) is not None:
-                try:
-                    req = c.eps[dest].tag_send_nb(mv, c.p2p | tag)
-                except ucxpy.UcxpyError as e:
-                    raise translate(e) from None
-                return Request._wrap(_SENT if req is COMPLETED else SendOp(req, None, mv))
+        sent = self._plain_send(buf, dest, tag)
+        if sent is not None:
+            req, mv = sent
+            return Request._wrap(_SENT if req is COMPLETED else SendOp(req, None, mv))
         return Request._from(self._send_op(buf, dest, tag, ""))
 
     def Irsend(self, buf, dest: int, tag: int = 0):

@@ -49,6 +49,16 @@ def team(c) -> Optional[ShmTeam]:
     return t or None
 
 
+def usable(c) -> Optional[ShmTeam]:
+    """:func:`team`, raising ERR_REVOKED when ``c`` has one and is revoked
+    (every member sees the revoke: none waits in the team for the others)."""
+    t = team(c)
+    if t is not None and c.revoked:
+        from .coll import _revoked
+        raise _revoked()
+    return t
+
+
 def _form(c) -> Optional[ShmTeam]:
     from .coll import g_allgather_obj, run
     t = ShmTeam.create(ENGINE.worker, c.rank, c.eps, lambda obj: run(g_allgather_obj(c, obj)),
