@@ -1,5 +1,5 @@
 """A/B of shared-memory teams against messages for mpi_shim's blocking
-collectives at one group size: how ``ucxpy.shmteam.TEAM_MAX`` was chosen.
+collectives at one group size: how ``ucxpy.schedules.TEAM_MAX`` was chosen.
 
 Run under a launcher, e.g. ``ucxpy-run -n 4 python bench/shmteam_ab.py``.
 Two duplicates of COMM_WORLD run the same calls, three rounds interleaved:
@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-import ucxpy.shmteam as shmteam
+import ucxpy.schedules as schedules
 from mpi_shim import MPI
 
 SIZES = (1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)
@@ -35,7 +35,7 @@ def call(comm, op, nbytes):
 
 def main():
     world = MPI.COMM_WORLD
-    shmteam.TEAM_MAX = {k: (1 << 62, 1 << 62) for k in shmteam.TEAM_MAX}
+    schedules.TEAM_MAX = {k: (1 << 62, 1 << 62) for k in schedules.TEAM_MAX}
     team, msgs = world.Dup(), world.Dup()
     msgs._h.shm = False                        # this one never forms a team
     best = {}

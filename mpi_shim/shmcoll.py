@@ -5,7 +5,7 @@ An intracommunicator whose members all map each other's memory (one host,
 :data:`FORM_AT`-th blocking buffer collective, and from then on its
 blocking ``Barrier``, ``Bcast``, ``Allreduce``, ``Reduce``, ``Allgather``
 and ``Alltoall`` go through the team up to the sizes of
-``ucxpy.shmteam.TEAM_MAX`` instead of messages (``ucxpy-info -e -n RANKS``
+``ucxpy.schedules.TEAM_MAX`` instead of messages (``ucxpy-info -e -n RANKS``
 prints both tables).  Nonblocking and persistent collectives, the pickle forms and the
 other collectives keep the message algorithms of :mod:`.coll`; MPI never
 matches a blocking collective with a nonblocking one, and both kinds keep
@@ -25,7 +25,8 @@ from typing import Optional
 import numpy as np
 
 import ucxpy
-from ucxpy.shmteam import ShmTeam, team_max
+from ucxpy.schedules import team_max
+from ucxpy.shmteam import ShmTeam
 
 from .engine import ENGINE
 from .exceptions import ERR_TRUNCATE, Exception, translate

@@ -296,3 +296,38 @@ def test_fold_names_the_core_of_any_group():
     assert _fold(2, 3) == (2, 1, None, None, 1)
     assert [_fold(0, 3).real(nd) for nd in (0, 1)] == [1, 2]
     assert _fold(5, 8) == (8, 0, None, None, 5)
+
+
+def test_team_sizes_by_group_size():
+    """Which calls a shared-memory team takes: the smaller limits for two
+    members, the larger from three on (every rank computes the same)."""
+    from ucxpy.schedules import TEAM_MAX, WHOLE_REDUCE_MAX, team_max
+    assert WHOLE_REDUCE_MAX == 16 << 10
+    assert TEAM_MAX == {"bcast": (256 << 10, 1 << 62), "allreduce": (4 << 20, 1 << 62),
+                        "reduce": (4 << 20, 1 << 62), "allgather": (256 << 10, 4 << 20),
+                        "alltoall": (256 << 10, 1 << 20)}
+    for op, (two, more) in TEAM_MAX.items():
+        assert team_max(op, 1) == team_max(op, 2) == two
+        assert team_max(op, 3) == team_max(op, 4) == team_max(op, 64) == more
+    with pytest.raises(KeyError):
+        team_max("scan", 2)
+
+
+def test_team_table_is_pinned():
+    from ucxpy.schedules import team_table
+    whole = "one sync, each member reduces all slots (rank order)"
+    scatter = "reduce-scatter in the slots, gather (commutative ops)"
+    assert team_table(2) == [
+        ("barrier", "-", "flags: every member's counter"),
+        ("bcast", "<= 256 KiB", "root's slot, copied out by the others"),
+        ("allreduce", "<= 16 KiB", whole), ("allreduce", "> 16 KiB, <= 4 MiB", scatter),
+        ("reduce", "<= 16 KiB", whole), ("reduce", "> 16 KiB, <= 4 MiB", scatter),
+        ("allgather", "<= 256 KiB", "own slot, every slot copied out"),
+        ("alltoall", "<= 256 KiB", "own slot, each member's block copied out")]
+    assert team_table(4) == [
+        ("barrier", "-", "flags: every member's counter"),
+        ("bcast", "any", "root's slot, copied out by the others"),
+        ("allreduce", "<= 16 KiB", whole), ("allreduce", "> 16 KiB, any", scatter),
+        ("reduce", "<= 16 KiB", whole), ("reduce", "> 16 KiB, any", scatter),
+        ("allgather", "<= 4 MiB", "own slot, every slot copied out"),
+        ("alltoall", "<= 1 MiB", "own slot, each member's block copied out")]

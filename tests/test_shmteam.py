@@ -104,16 +104,6 @@ else:
     assert "WAIT ENDED" in proc.stdout and "REVOKED" in proc.stdout
 
 
-def test_team_limits_and_their_table():
-    from ucxpy.shmteam import TEAM_MAX, WHOLE_REDUCE_MAX, team_max, team_table
-    for op, (two, more) in TEAM_MAX.items():
-        assert team_max(op, 2) == two and team_max(op, 3) == team_max(op, 64) == more
-    rows = {(r[0], r[1]) for r in team_table(2)}
-    assert ("bcast", "<= 256 KiB") in rows and ("allreduce", f"<= {WHOLE_REDUCE_MAX >> 10} KiB") in rows
-    assert ("allreduce", "> 16 KiB, <= 4 MiB") in rows
-    assert ("allreduce", "> 16 KiB, any") in {(r[0], r[1]) for r in team_table(4)}
-
-
 def test_ucxpy_info_prints_the_team_table():
     import subprocess
     import sys

@@ -213,3 +213,51 @@ def collective_table(n: int):
         ("allgather", "any", "ring"),
         ("gather/scatter/alltoall", "any", "direct (all messages at once)"),
     ]
+
+
+# -- shared-memory teams (ucxpy.shmteam): which calls, which of its algorithms -----
+#: team reductions up to this many bytes are done whole by every member after
+#: one synchronisation (n reads of the whole vector each); larger ones are
+#: reduce-scattered in the slots and gathered after a second one
+WHOLE_REDUCE_MAX = 16 << 10
+
+#: the largest blocking collectives a team takes (bytes: a member's vector
+#: for reductions and bcast, the whole receive buffer for allgather and
+#: alltoall), for groups of 2 and of more members; above them the layers use
+#: their message algorithms, whose single-copy rendezvous moves less memory
+#: than two copies through the slots.  From ``bench/shmteam_ab.py`` at 2 and
+#: 4 ranks on 2 cores, 2026-12-04 (docs/performance.md): with 2 members the
+#: messages win from 1 MiB on (16 MiB for allreduce); with 4 members on 2
+#: cores the team wins at every size for reductions and bcast, up to 1 MiB
+#: (alltoall) and 4 MiB (allgather) for the others.
+TEAM_MAX = {
+    "bcast": (256 << 10, 1 << 62),
+    "allreduce": (4 << 20, 1 << 62),
+    "reduce": (4 << 20, 1 << 62),
+    "allgather": (256 << 10, 4 << 20),
+    "alltoall": (256 << 10, 1 << 20),
+}
+
+
+def team_max(op: str, n: int) -> int:
+    """Bytes up to which a group of ``n`` runs collective ``op`` on its team."""
+    two, more = TEAM_MAX[op]
+    return two if n <= 2 else more
+
+
+def team_table(n: int) -> list:
+    """``(collective, size range, algorithm)`` rows for ``ucxpy-info``."""
+    def upto(op):
+        m = team_max(op, n)
+        return "any" if m >= 1 << 40 else f"<= {m >> 20} MiB" if m >= 1 << 20 else \
+            f"<= {m >> 10} KiB"
+    rows = [("barrier", "-", "flags: every member's counter"),
+            ("bcast", upto("bcast"), "root's slot, copied out by the others")]
+    for op in ("allreduce", "reduce"):
+        rows.append((op, f"<= {WHOLE_REDUCE_MAX >> 10} KiB",
+                     "one sync, each member reduces all slots (rank order)"))
+        rows.append((op, f"> {WHOLE_REDUCE_MAX >> 10} KiB, {upto(op)}",
+                     "reduce-scatter in the slots, gather (commutative ops)"))
+    rows += [("allgather", upto("allgather"), "own slot, every slot copied out"),
+             ("alltoall", upto("alltoall"), "own slot, each member's block copied out")]
+    return rows

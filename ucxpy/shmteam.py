@@ -44,7 +44,10 @@ Forming a team is itself collective (:meth:`ShmTeam.create`): the layer
 supplies the allgather that exchanges the segments' keys and then whether
 every member could map every other one; if any could not (another host,
 ``UCXPY_SHM_COLL=n``, no same-host transport in ``UCXPY_TLS``, the
-per-process team limit), nobody uses the team.
+per-process team limit), nobody uses the team.  Which calls a layer gives
+its team, and which of the reduction algorithms runs, are size choices in
+:mod:`ucxpy.schedules` (``TEAM_MAX``, ``WHOLE_REDUCE_MAX``) beside the
+message schedules'.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ import numpy as np
 
 from .atomics import address_of, load64, pointer, store64
 from .errors import ConnectionLost, UcxpyError
-from .schedules import block_bounds
+from .schedules import WHOLE_REDUCE_MAX, block_bounds
 from .transports.base import Caps
 
 #: byte offsets in a segment: the two counters, 128 bytes apart (a cache
@@ -64,57 +67,10 @@ from .transports.base import Caps
 #: the two slots
 SEQ, RED, HEADER = 0, 128, 256
 
-#: reductions up to this many bytes are done whole by every member after
-#: one synchronisation (n reads of the whole vector each); larger ones are
-#: reduce-scattered in the slots and gathered after a second one
-WHOLE_REDUCE_MAX = 16 << 10
-
 #: counter loads spun on before the worker's wait loop takes over (more
 #: ranks than CPUs: sched_yield calls, each followed by one load)
 SPINS = 200
 YIELDS = 64
-
-#: the largest blocking collectives a team takes (bytes: a member's vector
-#: for reductions and bcast, the whole receive buffer for allgather and
-#: alltoall), for groups of 2 and of more members; above them the layers use
-#: their message algorithms, whose single-copy rendezvous moves less memory
-#: than two copies through the slots.  From ``bench/shmteam_ab.py`` at 2 and
-#: 4 ranks on 2 cores, 2026-12-04 (docs/performance.md): with 2 members the
-#: messages win from 1 MiB on (16 MiB for allreduce); with 4 members on 2
-#: cores the team wins at every size for reductions and bcast, up to 1 MiB
-#: (alltoall) and 4 MiB (allgather) for the others.
-TEAM_MAX = {
-    "bcast": (256 << 10, 1 << 62),
-    "allreduce": (4 << 20, 1 << 62),
-    "reduce": (4 << 20, 1 << 62),
-    "allgather": (256 << 10, 4 << 20),
-    "alltoall": (256 << 10, 1 << 20),
-}
-
-
-def team_max(op: str, n: int) -> int:
-    """Bytes up to which a group of ``n`` runs collective ``op`` on its team."""
-    two, more = TEAM_MAX[op]
-    return two if n <= 2 else more
-
-
-def team_table(n: int) -> list:
-    """``(collective, size range, algorithm)`` rows for ``ucxpy-info``."""
-    def upto(op):
-        m = team_max(op, n)
-        return "any" if m >= 1 << 40 else f"<= {m >> 20} MiB" if m >= 1 << 20 else \
-            f"<= {m >> 10} KiB"
-    rows = [("barrier", "-", "flags: every member's counter"),
-            ("bcast", upto("bcast"), "root's slot, copied out by the others")]
-    for op in ("allreduce", "reduce"):
-        rows.append((op, f"<= {WHOLE_REDUCE_MAX >> 10} KiB",
-                     "one sync, each member reduces all slots (rank order)"))
-        rows.append((op, f"> {WHOLE_REDUCE_MAX >> 10} KiB, {upto(op)}",
-                     "reduce-scatter in the slots, gather (commutative ops)"))
-    rows += [("allgather", upto("allgather"), "own slot, every slot copied out"),
-             ("alltoall", upto("alltoall"), "own slot, each member's block copied out")]
-    return rows
-
 
 _TEAMS: "weakref.WeakSet[ShmTeam]" = weakref.WeakSet()
 
@@ -205,6 +161,7 @@ class ShmTeam:
             self.closed = True
             _TEAMS.discard(self)
             self._slots = self._views = ()
+            self._cache.clear()                 # (its views hold the peers' mappings)
             self._mh.unmap()
 
     # -- waiting -------------------------------------------------------------------
@@ -339,7 +296,7 @@ class ShmTeam:
 
     def _blocks(self, s: int, lo: int, hi: int) -> list:
         """Bytes ``lo:hi`` of every member's slot ``s`` (cached, as :meth:`_operands`)."""
-        key = (s, lo, hi)
+        key = ("bytes", s, lo, hi)
         blocks = self._cache.get(key)
         if blocks is None:
             if len(self._cache) >= 64:
@@ -384,7 +341,7 @@ class ShmTeam:
     def _operands(self, s: int, x: np.ndarray) -> list:
         """Every member's slot ``s`` as an array shaped like ``x`` (cached:
         a loop of equal calls makes no new views)."""
-        key = (s, x.dtype, x.size)
+        key = ("typed", s, x.dtype, x.size)
         views = self._cache.get(key)
         if views is None:
             if len(self._cache) >= 64:

@@ -17,7 +17,8 @@ import time
 import numpy as np
 
 import ucxpy
-from ucxpy.shmteam import WHOLE_REDUCE_MAX, ShmTeam, live_teams
+from ucxpy.schedules import WHOLE_REDUCE_MAX
+from ucxpy.shmteam import ShmTeam, live_teams
 
 mode = sys.argv[1] if len(sys.argv) > 1 else "ops"
 w = ucxpy.init()

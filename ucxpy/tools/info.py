@@ -282,9 +282,9 @@ def print_collectives(n: int, out) -> None:
     print(f"\n# collective algorithms for a group of {n} ranks "
           "(mpi_shim, shmem; ucxpy.schedules):", file=out)
     print(_table(collective_table(n), ("collective", "payload", "algorithm")), file=out)
-    from ..shmteam import team_table
+    from ..schedules import team_table
     print(f"\n# blocking collectives of a same-host group of {n} with a shared-memory team "
-          "(mpi_shim; ucxpy.shmteam, UCXPY_SHM_COLL=y), larger ones as above:", file=out)
+          "(mpi_shim; ucxpy.shmteam, UCXPY_SHM_COLL=y; ucxpy.schedules), larger ones as above:", file=out)
     print(_table(team_table(n), ("collective", "payload", "algorithm")), file=out)
 
 
