@@ -331,3 +331,10 @@ def test_team_table_is_pinned():
         ("reduce", "<= 16 KiB", whole), ("reduce", "> 16 KiB, any", scatter),
         ("allgather", "<= 4 MiB", "own slot, every slot copied out"),
         ("alltoall", "<= 1 MiB", "own slot, each member's block copied out")]
+
+
+def test_team_table_calls_limits_from_2_to_40_unlimited(monkeypatch):
+    import ucxpy.schedules as sch
+    monkeypatch.setattr(sch, "TEAM_MAX", dict(sch.TEAM_MAX, bcast=(1 << 40, (1 << 40) - 1)))
+    assert sch.team_table(2)[1][1] == "any"
+    assert sch.team_table(3)[1][1] == f"<= {((1 << 40) - 1) >> 20} MiB"
