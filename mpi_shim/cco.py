@@ -246,7 +246,8 @@ class Coll:
                     and mv.nbytes <= S.team_max("bcast", c.size) \
                     and _PLAIN_FORMATS.get(mv.format) is not None:
                 try:
-                    return t.bcast(np.frombuffer(mv, np.uint8), root)
+                    return t.bcast(mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B"),
+                                   root)
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
         if c is not None and c.remote is None:
