@@ -243,7 +243,7 @@ class Coll:
             # (what parse checks): its bytes straight through the slots
             mv = memoryview(buf)
             if mv.c_contiguous and (c.rank == root or not mv.readonly) \
-                    and mv.nbytes <= S.team_max("bcast", c.size) \
+                    and mv.nbytes <= t.limits["bcast"] \
                     and _PLAIN_FORMATS.get(mv.format) is not None:
                 try:
                     return t.bcast(mv if mv.format == "B" and mv.ndim == 1 else mv.cast("B"),
@@ -366,9 +366,10 @@ class Coll:
             if h is not None and h.predefined and h.commute and _plain(recvbuf) \
                     and _plain(sendbuf) and recvbuf.flags.writeable \
                     and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size \
-                    and sendbuf.nbytes <= S.team_max("allreduce", c.size):
+                    and sendbuf.nbytes <= t.limits["allreduce"]:
                 try:
-                    return t.allreduce(sendbuf.reshape(-1), recvbuf.reshape(-1),
+                    return t.allreduce(sendbuf if sendbuf.ndim == 1 else sendbuf.reshape(-1),
+                                       recvbuf if recvbuf.ndim == 1 else recvbuf.reshape(-1),
                                        h.arr if h.ufunc else op.combine_to)
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
@@ -716,7 +717,7 @@ class Coll:
                 and _plain(sendbuf) and _plain(recvbuf) and recvbuf.flags.writeable \
                 and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size \
                 and not sendbuf.size % c.size \
-                and sendbuf.nbytes <= S.team_max("alltoall", c.size) \
+                and sendbuf.nbytes <= t.limits["alltoall"] \
                 and not c.revoked and ENGINE.worker.tr is None:
             # a formed team and whole arrays (what _plain_pair checks)
             return S.run(t.alltoall, sendbuf.reshape(-1).view(np.uint8),

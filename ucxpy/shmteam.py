@@ -59,7 +59,7 @@ import numpy as np
 
 from .atomics import address_of, load64, pointer, store64
 from .errors import ConnectionLost, UcxpyError
-from .schedules import WHOLE_REDUCE_MAX, block_bounds
+from .schedules import TEAM_MAX, WHOLE_REDUCE_MAX, block_bounds, team_max
 from .transports.base import Caps
 
 #: byte offsets in a segment: the two counters, 128 bytes apart (a cache
@@ -102,6 +102,8 @@ class ShmTeam:
         self._k = 0
         self._known = 0                          # every seq is known to be >= this
         self._cache: dict = {}
+        #: bytes up to which each collective belongs on this team (ucxpy.schedules)
+        self.limits = {op: team_max(op, self.size) for op in TEAM_MAX}
         self._wait = wait or worker.wait_until
         self._yield = worker.oversubscribed()
         self.closed = False
@@ -282,9 +284,17 @@ class ShmTeam:
         b = send.nbytes // n
         step = max(1, self.slot // n)
         if 0 < b <= step:                           # the whole buffer in one piece
-            k = self._begin(True)
+            k = self._k = self._k + 1               # (_begin and _sync inline)
+            seq = self._seq
+            if self._known < k - 1:
+                self._await(seq, k - 1, self._others)
             self._bytes[me][k & 1][:n * b] = send
-            self._sync(k)
+            store64(seq[me], k)
+            for r in self._others:
+                if load64(seq[r]) < k:
+                    self._await(seq, k, self._others)
+                    break
+            self._known = k
             np.concatenate(self._blocks(k & 1, me * b, (me + 1) * b), out=recv)
             return
         for off in range(0, b, step) if b else ():
