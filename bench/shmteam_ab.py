@@ -59,8 +59,8 @@ def main():
         print(f"# best us per call on {world.size} ranks: team / messages")
         print(f"{'bytes':>9} " + " ".join(f"{op:>19}" for op in OPS))
         for nbytes in SIZES:
-            cells = [f"{best['team', op, nbytes] * 1e6:8.0f} /{best['messages', op, nbytes] * 1e6:8.0f}"
-                     for op in OPS]
+            cells = [f"{best['team', op, nbytes] * 1e6:8.0f} /"
+                     f"{best['messages', op, nbytes] * 1e6:8.0f}" for op in OPS]
             print(f"{nbytes:>9} " + " ".join(f"{c:>19}" for c in cells))
 
 

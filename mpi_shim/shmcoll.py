@@ -5,9 +5,10 @@ An intracommunicator whose members all map each other's memory (one host,
 :data:`FORM_AT`-th blocking buffer collective, and from then on its
 blocking ``Barrier``, ``Bcast``, ``Allreduce``, ``Reduce``, ``Allgather``
 and ``Alltoall`` go through the team up to the sizes of
-``ucxpy.schedules.TEAM_MAX`` instead of messages (``ucxpy-info -e -n RANKS``
-prints both tables).  Nonblocking and persistent collectives, the pickle forms and the
-other collectives keep the message algorithms of :mod:`.coll`; MPI never
+``ucxpy.schedules.TEAM_MAX`` instead of messages (``ucxpy-info -e -n
+RANKS`` prints both tables).  Nonblocking and persistent collectives, the
+pickle forms and the other collectives keep the message algorithms of
+:mod:`.coll`; MPI never
 matches a blocking collective with a nonblocking one, and both kinds keep
 their own order, so the two coexist on one communicator.
 
@@ -35,6 +36,7 @@ from .exceptions import ERR_TRUNCATE, Exception, translate
 #: the many communicators that live for one collective never pay for one
 FORM_AT = 2
 
+
 def team(c) -> Optional[ShmTeam]:
     """``c``'s team, formed at its :data:`FORM_AT`-th call here (collective:
     every member calls this once per blocking buffer collective), or None."""
@@ -52,11 +54,11 @@ def team(c) -> Optional[ShmTeam]:
 
 def usable(c) -> Optional[ShmTeam]:
     """:func:`team`, raising ERR_REVOKED when ``c`` has one and is revoked
-    (every member sees the revoke: none waits in the team for the others)."""
+    (a member that has not seen the revoke yet waits in the team until it
+    does: the team's waits check it too)."""
     t = team(c)
-    if t is not None and c.revoked:
-        from .coll import _revoked
-        raise _revoked()
+    if t is not None:
+        _check(c)
     return t
 
 

@@ -93,7 +93,8 @@ RMA_TESTS = ("put_lat", "get_lat", "put_bw", "get_bw", "amo_lat")
 COLL_TESTS = ("allreduce", "bcast", "alltoall")
 TESTS = TAG_TESTS + RMA_TESTS + COLL_TESTS
 #: tests whose figure of merit is latency (lower is better); the others bandwidth
-LATENCY_TESTS = ("tag_lat", "tag_lat_nb", "put_lat", "get_lat", "amo_lat", "allreduce", "bcast", "alltoall")
+LATENCY_TESTS = ("tag_lat", "tag_lat_nb", "put_lat", "get_lat", "amo_lat", "allreduce", "bcast",
+                 "alltoall")
 
 DEFAULT_SIZES = (8, 64, 256, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10,
                  1 << 20, 4 << 20)

@@ -131,8 +131,11 @@ def _shm_dev() -> int:
 #: eager-copy limit (rendezvous from one byte more): two copies through the
 #: ring cost less than the rendezvous handshake's Python up to here (8 B..64
 #: KiB ping-pong, 2 pinned ranks, 2026-12-04: 64 KiB eager 8.5 us against 33
-#: us by CMA rendezvous; 128 KiB eager would tie up a sixteenth of the ring)
+#: us by CMA rendezvous).  At most an eighth of the ring (RING_EAGER_SHARE):
+#: in a small ring, a few large eager frames would fill it and queue
+#: everything behind them (the default 2 MiB ring takes the whole limit)
 EAGER_LIMIT = 64 << 10
+RING_EAGER_SHARE = 8
 
 
 def max_frame_for(ring_size: int) -> int:
@@ -596,7 +599,7 @@ class ShmInterface(Interface):
                 caps |= Caps.GET_ZCOPY | Caps.PUT_ZCOPY
         max_frame = max_frame_for(self.ring_size)
         self.attrs = TransportAttrs(
-            caps=caps, max_short=256, max_bcopy=min(EAGER_LIMIT, max_frame), max_frame=max_frame,
+            caps=caps, max_short=256, max_bcopy=min(EAGER_LIMIT, self.ring_size // RING_EAGER_SHARE, max_frame), max_frame=max_frame,
             latency=0.5e-6, bandwidth=8e9, overhead=0.5e-6,
             max_get=(1 << 40) if caps & Caps.GET_ZCOPY else 0, priority=2)
         self.md = ShmMemoryDomain(self.name, cma=bool(caps & Caps.GET_ZCOPY))
