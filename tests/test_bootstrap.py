@@ -211,8 +211,15 @@ def test_sigterm_is_forwarded():
                             cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        lines = [proc.stdout.readline() for _ in range(2)]    # both ranks are up
-        assert all("sleeping" in ln for ln in lines), lines
+        # both ranks are up (their lines may interleave: print writes the
+        # text and the newline separately)
+        seen = ""
+        while not ("rank 0 sleeping" in seen and "rank 1 sleeping" in seen):
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen += line
+        assert "rank 0 sleeping" in seen and "rank 1 sleeping" in seen, seen
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=20)

@@ -18,12 +18,12 @@ def _ok(proc, n, word="SHMTEAM OK"):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("n", [2, 3, 4])
-@pytest.mark.parametrize("slot", ["4096", "1M"])
+@pytest.mark.parametrize("n,slot", [(2, "4096"), (2, "1M"), (3, "4096"), (3, "1M"),
+                                    (4, "4096"), (4, "1M"), (7, "4096")])
 def test_every_operation_against_numpy(n, slot):
     """Pieces (a 4 KiB slot), the whole/reduce-scatter switch, every root,
     in place, and a mixed loop with ranks out of step (more ranks than the
-    2 CPUs here: the yielding wait)."""
+    2 CPUs here: the yielding wait; 7 members: uneven reduce-scatter blocks)."""
     _ok(run_job(OPS, n, timeout=240, env={"UCXPY_SHM_COLL_SLOT": slot}), n)
 
 
