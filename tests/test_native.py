@@ -586,3 +586,20 @@ def test_serialized_excludes_other_threads():
     for t in ts:
         t.join()
     assert inside == [] and overlaps == []
+
+
+def test_threads_alive_counts_like_active_count():
+    """The wait loops' lock-free thread count (ucxpy.progress_thread)."""
+    import threading
+    from ucxpy.progress_thread import threads_alive
+    base = threading.active_count()
+    assert threads_alive() == base
+    ev = threading.Event()
+    ts = [threading.Thread(target=ev.wait) for _ in range(3)]
+    for t in ts:
+        t.start()
+    assert threads_alive() == threading.active_count() == base + 3
+    ev.set()
+    for t in ts:
+        t.join()
+    assert threads_alive() == base

@@ -18,6 +18,13 @@ import time
 
 from ._fastpath import serialized  # noqa: F401  (public here)
 
+#: ``serialized(fn, lock)``: ``fn`` called holding ``lock``, one C vectorcall
+#: (native/fastpath.c); binds like a function on a class, and
+#: functools.update_wrapper gives it fn's metadata.  Layers above the core
+#: (mpi_shim's THREAD_MULTIPLE) serialize their API with it.
+
+log = logging.getLogger(__name__)
+
 _limbo = getattr(threading, "_limbo", None)
 _active = getattr(threading, "_active", None)
 
@@ -31,12 +38,6 @@ def threads_alive() -> int:
         return threading.active_count()
     return len(_limbo) + len(_active)
 
-#: ``serialized(fn, lock)``: ``fn`` called holding ``lock``, one C vectorcall
-#: (native/fastpath.c); binds like a function on a class, and
-#: functools.update_wrapper gives it fn's metadata.  Layers above the core
-#: (mpi_shim's THREAD_MULTIPLE) serialize their API with it.
-
-log = logging.getLogger(__name__)
 
 WORKER_API = ("progress", "wait_until", "connect", "tag_recv_nb", "tag_recv", "tag_probe_nb",
               "tag_probe", "tag_recv_message_nb", "set_am_handler", "mem_map", "flush",
