@@ -25,7 +25,7 @@ finally:
 # A plain C extension: the buffer-protocol base class (native/pybuffer.c).
 PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
 # The receive fast path (native/fastpath.c), with the ring code compiled in.
-FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/ring.c"],
+FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/ring.c", "native/atomics.c"],
                      include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 
 setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(), ext_modules=[PYBUFFER, FASTPATH])

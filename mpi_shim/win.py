@@ -62,8 +62,11 @@ _ids = iter(range(1, 1 << 62))
 _ORDER = sys.byteorder      # of the words ucxpy's atomics take and return
 _WORD_MASK = {4: (1 << 32) - 1, 8: (1 << 64) - 1}
 _WORD = {}                  # datatype impl -> its size as an atomic word (0: none)
-#: numpy element type -> (word size, signed) for Fetch_and_op's one-pass path
-_NP_WORD = {np.dtype(t): (np.dtype(t).itemsize, np.dtype(t).kind == "i")
+#: numpy element type -> (word size, signed, the first unsigned value that
+#: stands for a negative one, 2**bits) for Fetch_and_op's one-pass path
+_NP_WORD = {np.dtype(t): (np.dtype(t).itemsize, np.dtype(t).kind == "i",
+                          1 << (8 * np.dtype(t).itemsize - (np.dtype(t).kind == "i")),
+                          1 << 8 * np.dtype(t).itemsize)
             for t in ("=i4", "=i8", "=u4", "=u8")}
 _ATOMIC_OP = {"SUM": "add", "REPLACE": "swap", "NO_OP": "add", "BAND": "and", "BOR": "or",
               "BXOR": "xor"}
@@ -340,9 +343,49 @@ def _blocks(dtype, count, off, data):
 def _store_word(result, value: int, word) -> None:
     """An atomic's old ``value`` (unsigned) into one-element numpy ``result``
     of ``word`` = (size, signed)."""
-    size, signed = word
+    size, signed = word[0], word[1]
     value &= _WORD_MASK[size]
     result.flat[0] = value - (1 << 8 * size) if signed and value >> (8 * size - 1) else value
+
+
+def _word_now(w, origin, result, target_rank: int, target_disp: int, atomic: str,
+              noop: bool, compare) -> bool:
+    """Fetch_and_op's and Compare_and_swap's one pass for their common case
+    (what WinImpl.word_atomic checks): numpy ``origin`` and ``result`` of
+    one 4/8-byte integer of one type, at an aligned word of a target whose
+    key ucxpy's atomics reach.  Mapped memory takes one native call and no
+    request (``Endpoint.atomic_fetch_now``).  True when the atomic is issued
+    (done, or completed by the next flush), False for the general path."""
+    word = _NP_WORD.get(origin.dtype)
+    if word is None or result.dtype is not origin.dtype or origin.size != 1 \
+            or result.size != 1 or target_disp < 0 or not 0 <= target_rank < w.size \
+            or w.inflight.get(target_rank) or not result.flags.writeable:
+        return False
+    rk = w.rkeys[target_rank]
+    size = word[0]
+    base, _, du, _ = w.peers[target_rank]
+    addr = base + target_disp * du
+    if rk is None or addr % size:
+        return False
+    value = 0 if noop else origin.item()
+    ep = w.eps[target_rank]
+    old = ep.atomic_fetch_now(atomic, value, addr, rk, size, compare)
+    if old is None:
+        try:
+            req = ep.atomic_fetch_nb(atomic, value, addr, rk, size, compare)
+        except ucxpy.UcxpyError as e:
+            raise translate(e) from None
+        if not req.done or req.exc is not None:
+            w.track_word(req, target_rank, result, word)
+            return True
+        old = req.result & _WORD_MASK[size]
+    if old >= word[2]:                   # signed: back from two's complement
+        old -= word[3]
+    if result.ndim == 1:
+        result[0] = old
+    else:
+        result.flat[0] = old
+    return True
 
 
 def _store(msg, payload):
@@ -790,31 +833,12 @@ class Win(Handle, BufferExporter):
         """Perform one-element fetch-and-accumulate."""
         w = self._h
         if type(origin) is np.ndarray and type(result) is np.ndarray and w is not None \
-                and type(target_rank) is int and type(target_disp) is int:
-            # the common case in one pass (what word_atomic checks): one
-            # 4/8-byte integer of one numpy type, an op ucxpy's atomics have
-            word = _NP_WORD.get(origin.dtype)
-            h = op._h if type(op) is Op else None
-            name = h.name if h is not None else None
-            if word is not None and result.dtype is origin.dtype and origin.size == 1 \
-                    and result.size == 1 and name in _ATOMIC_OP and target_disp >= 0 \
-                    and 0 <= target_rank < w.size and target_rank != w.rank \
-                    and w.rkeys[target_rank] is not None and not w.inflight.get(target_rank) \
-                    and result.flags.writeable:
-                size = word[0]
-                addr = w.peers[target_rank][0] + target_disp * w.peers[target_rank][2]
-                if not addr % size:
-                    value = 0 if name == "NO_OP" else int(origin.item()) & _WORD_MASK[size]
-                    try:
-                        req = w.eps[target_rank].atomic_fetch_nb(
-                            _ATOMIC_OP[name], value, addr, w.rkeys[target_rank], size)
-                    except ucxpy.UcxpyError as e:
-                        raise translate(e) from None
-                    if req.done and req.exc is None:
-                        _store_word(result, req.result, word)
-                    else:
-                        w.track_word(req, target_rank, result, word)
-                    return
+                and type(target_rank) is int and type(target_disp) is int and type(op) is Op:
+            h = op._h
+            atomic = _ATOMIC_OP.get(h.name) if h is not None else None
+            if atomic is not None and _word_now(w, origin, result, target_rank, target_disp,
+                                                atomic, h.name == "NO_OP", 0):
+                return
         o, r = parse(origin), parse(result, writable=True)
         if o.count != 1 or r.count != 1 or o.dtype != r.dtype:
             raise ValueError("Fetch_and_op needs one element of one datatype")
@@ -829,6 +853,13 @@ class Win(Handle, BufferExporter):
 
     def Compare_and_swap(self, origin, compare, result, target_rank, target_disp=0):
         """Perform one-element atomic compare-and-swap."""
+        w = self._h
+        if type(origin) is np.ndarray and type(result) is np.ndarray and w is not None \
+                and type(compare) is np.ndarray and compare.dtype is origin.dtype \
+                and compare.size == 1 and type(target_rank) is int and type(target_disp) is int \
+                and _word_now(w, origin, result, target_rank, target_disp, "cswap", False,
+                              compare.item()):
+            return
         o, r, c = parse(origin), parse(result, writable=True), parse(compare)
         if o.count != 1 or r.count != 1 or c.count != 1 or not (o.dtype == r.dtype == c.dtype):
             raise ValueError("Compare_and_swap needs one element of one datatype")
@@ -875,14 +906,17 @@ class Win(Handle, BufferExporter):
         """Complete all outstanding RMA operations to a target."""
         w = self._h
         try:
-            if rank != PROC_NULL:
-                (w or self._impl()).flush(rank)
+            if w is None or w.reqs or w.after or w.inflight.get(rank):
+                # something to complete (the usual case has nothing left:
+                # mapped operations and atomics are done when issued)
+                if rank != PROC_NULL:
+                    (w or self._impl()).flush(rank)
             # serve peers' passive-target requests (active-message lanes) now
             # and then, so a rank that only flushes still lets them finish; a
             # progress pass on every call would double a mapped Get+Flush.
             # The library lock, if any, is held already (threads.py).
-            _FLUSHES[0] += 1
-            if not _FLUSHES[0] & (FLUSH_PROGRESS_EVERY - 1):
+            n = _FLUSHES[0] = _FLUSHES[0] + 1
+            if not n & (FLUSH_PROGRESS_EVERY - 1):
                 ENGINE.worker.progress()
         except ucxpy.UcxpyError as e:
             raise translate(e) from None

@@ -24,6 +24,17 @@
  *   ``max_payload``, not sent.  A buffer that is not contiguous raises
  *   BufferError, as ``memoryview`` would.
  *
+ * mapped_atomic(word, offset, size, op, value, compare) -> old value or None
+ *   a fetching atomic on a peer's memory mapped here (ucxpy.rma's MAPPED
+ *   mode, CPU atomics): ``word`` is the remote key's (mapped address,
+ *   length, guard address, guard value) tuple; op is ucxpy.atomics.OPS'
+ *   code (add, and, or, xor, swap, cswap with ``compare``); value and
+ *   compare are truncated to ``size`` (4 or 8) bytes.  None, with nothing
+ *   done, when the word is outside [0, length), misaligned, the op or size
+ *   unknown, or the guard word (where its address is not 0) no longer holds
+ *   the guard value (the owner unregistered the region): the caller's
+ *   Python path then reports that as an error.
+ *
  * serialized(fn, lock) -> a callable that runs fn(*args, **kwargs) holding
  *   ``lock`` (acquire() before, release() after, also when fn raises), and
  *   binds like a function when stored on a class.  It has a __dict__, so
@@ -86,6 +97,66 @@ send_tag(PyObject *self, PyObject *args)
                          buf.buf, (size_t)buf.len);
     PyBuffer_Release(&buf);
     return PyLong_FromLong(rc);
+}
+
+static PyObject *
+mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long base, length, guard, guard_id, value, compare, old;
+    long long offset;
+    long size, op;
+    void *p;
+
+    if (nargs != 6 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 4) {
+        PyErr_SetString(PyExc_TypeError,
+                        "mapped_atomic(word 4-tuple, offset, size, op, value, compare)");
+        return NULL;
+    }
+    base = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 0));
+    length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 1));
+    guard = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 2));
+    guard_id = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 3));
+    offset = PyLong_AsLongLong(args[1]);
+    size = PyLong_AsLong(args[2]);
+    op = PyLong_AsLong(args[3]);
+    value = PyLong_AsUnsignedLongLongMask(args[4]);
+    compare = PyLong_AsUnsignedLongLongMask(args[5]);
+    if (PyErr_Occurred()) {
+        /* an offset beyond 64 bits is out of range like any other: the
+         * Python path says so; a wrong type stays a TypeError */
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if ((size != 4 && size != 8) || op < 0 || op > 5 || offset < 0
+            || (unsigned long long)offset > length || length - (unsigned long long)offset < (unsigned long long)size
+            || (base + (unsigned long long)offset) % (unsigned long long)size)
+        Py_RETURN_NONE;
+    if (guard && ucxpy_atomic_load64((void *)(uintptr_t)guard) != guard_id)
+        Py_RETURN_NONE;
+    p = (void *)(uintptr_t)(base + (unsigned long long)offset);
+    if (size == 8) {
+        switch (op) {
+        case 0: old = ucxpy_atomic_fetch_add64(p, value); break;
+        case 1: old = ucxpy_atomic_fetch_and64(p, value); break;
+        case 2: old = ucxpy_atomic_fetch_or64(p, value); break;
+        case 3: old = ucxpy_atomic_fetch_xor64(p, value); break;
+        case 4: old = ucxpy_atomic_swap64(p, value); break;
+        default: old = ucxpy_atomic_cswap64(p, compare, value); break;
+        }
+    } else {
+        uint32_t v = (uint32_t)value, c = (uint32_t)compare;
+        switch (op) {
+        case 0: old = ucxpy_atomic_fetch_add32(p, v); break;
+        case 1: old = ucxpy_atomic_fetch_and32(p, v); break;
+        case 2: old = ucxpy_atomic_fetch_or32(p, v); break;
+        case 3: old = ucxpy_atomic_fetch_xor32(p, v); break;
+        case 4: old = ucxpy_atomic_swap32(p, v); break;
+        default: old = ucxpy_atomic_cswap32(p, c, v); break;
+        }
+    }
+    return PyLong_FromUnsignedLongLong(old);
 }
 
 typedef struct {
@@ -230,6 +301,8 @@ static PyTypeObject SerializedType = {
 static PyMethodDef methods[] = {
     {"send_tag", send_tag, METH_VARARGS, "push one eager frame into a ring"},
     {"recv_tag", recv_tag, METH_VARARGS, "the next eager frame of a ring, if it is the one"},
+    {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,
+     "a fetching atomic on mapped peer memory, or None"},
     {NULL, NULL, 0, NULL},
 };
 

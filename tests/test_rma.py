@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ucxpy
-from conftest import Pair
+from conftest import Pair, transport_available
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -197,3 +197,116 @@ def test_rkey_map_gives_the_peers_shared_segment(tl):
         assert bytes(view[100:105]) == b"mapd!"     # the mapping outlives the unlink
     finally:
         p.close()
+
+
+# -- atomic_fetch_now: the native atomic on mapped memory --------------------------
+
+@pytest.fixture
+def mapped():
+    """(Pair over shm, MemHandle on worker 1, worker 0's mapped key to it)."""
+    if not transport_available("shm"):
+        pytest.skip("transport shm unavailable")
+    p = Pair("shm")
+    mh = p.workers[1].mem_map(length=64)
+    key = p.eps[0][1].unpack_rkey(mh.pack_rkey())
+    assert key.mode == "mapped" and key.word is not None
+    yield p, mh, key
+    p.close()
+
+
+@pytest.mark.parametrize("size", [4, 8])
+def test_atomic_fetch_now_does_every_op_at_once(mapped, size):
+    p, mh, key = mapped
+    ep = p.eps[0][1]
+    words = np.frombuffer(mh.buf, np.uint32 if size == 4 else np.uint64, count=4)
+    addr, mask = mh.address + size, (1 << (8 * size)) - 1
+    words[1] = 10
+    assert ep.atomic_fetch_now("add", 5, addr, key, size) == 10 and words[1] == 15
+    assert ep.atomic_fetch_now("add", -1, addr, key, size) == 15 and words[1] == 14  # masked
+    assert ep.atomic_fetch_now("swap", 99, addr, key, size) == 14 and words[1] == 99
+    assert ep.atomic_fetch_now("cswap", 7, addr, key, size, compare=1) == 99 and words[1] == 99
+    assert ep.atomic_fetch_now("cswap", 7, addr, key, size, compare=99) == 99 and words[1] == 7
+    assert ep.atomic_fetch_now("and", 0b110, addr, key, size) == 7 and words[1] == 0b110
+    assert ep.atomic_fetch_now("or", 0b1, addr, key, size) == 0b110 and words[1] == 0b111
+    assert ep.atomic_fetch_now("xor", 0b101, addr, key, size) == 0b111 and words[1] == 0b010
+    assert ep.atomic_fetch_now("or", mask, addr, key, size) == 0b010 and int(words[1]) == mask
+    assert words[0] == 0 and words[2] == 0                        # neighbours untouched
+    assert ep.atomic_fetch("add", 1, addr, key, size) == mask and words[1] == 0   # wraps
+    last = mh.address + mh.length - size                          # the region's last word
+    assert ep.atomic_fetch_now("add", 3, last, key, size) == 0
+    assert ep.atomic_fetch("add", 0, last, key, size) == 3
+
+
+def test_atomic_fetch_now_leaves_what_it_cannot_do_to_the_request_path(mapped):
+    p, mh, key = mapped
+    ep = p.eps[0][1]
+    before = bytes(mh.buf)
+    for args in [("add", 1, mh.address + mh.length - 4, key, 8),    # runs past the end
+                 ("add", 1, mh.address - 8, key, 8),                # before the start
+                 ("add", 1, mh.address + (1 << 70), key, 8),        # beyond 64 bits
+                 ("add", 1, mh.address + 4, key, 8),                # misaligned
+                 ("nand", 1, mh.address, key, 8),                   # no such op
+                 ("add", 1, mh.address, key, 2)]:                   # no such size
+        assert ep.atomic_fetch_now(*args) is None, args
+    assert bytes(mh.buf) == before                                  # nothing done
+    with pytest.raises(ucxpy.RemoteAccessError, match="outside"):
+        ep.atomic_fetch("add", 1, mh.address + mh.length - 4, key, 8)
+    with pytest.raises(ucxpy.RemoteAccessError, match="misaligned"):
+        ep.atomic_fetch("add", 1, mh.address + 4, key, 8)
+    with pytest.raises(ValueError):
+        ep.atomic_fetch("nand", 1, mh.address, key)
+    with pytest.raises(TypeError):
+        ep.atomic_fetch_now("add", "one", mh.address, key, 8)
+    mh.unmap()                                                      # a stale key
+    assert ep.atomic_fetch_now("add", 1, mh.address, key, 8) is None
+    with pytest.raises(ucxpy.RemoteAccessError, match="stale|unmapped"):
+        ep.atomic_fetch("add", 1, mh.address, key, 8)
+
+
+def test_atomic_fetch_now_is_off_when_traced(mapped):
+    p, mh, key = mapped
+    a = p.workers[0]
+    a.tr = object()                    # any recorder: the trace must see every atomic
+    try:
+        assert p.eps[0][1].atomic_fetch_now("add", 1, mh.address, key) is None
+    finally:
+        a.tr = None
+
+
+@pytest.mark.parametrize("cfg", [{"fastpath": False}, {"atomic_mode": "device"}],
+                         ids=["fastpath-off", "device-atomics"])
+def test_no_native_word_without_fastpath_or_with_device_atomics(cfg):
+    if not transport_available("shm"):
+        pytest.skip("transport shm unavailable")
+    p = Pair("shm", **cfg)
+    try:
+        mh = p.workers[1].mem_map(length=64)
+        key = p.eps[0][1].unpack_rkey(mh.pack_rkey())
+        assert key.mode == "mapped" and key.word is None
+        assert p.eps[0][1].atomic_fetch_now("add", 1, mh.address, key) is None
+        if "fastpath" in cfg:          # the Python path still does it
+            assert p.eps[0][1].atomic_fetch("add", 2, mh.address, key) == 0
+            assert np.frombuffer(mh.buf, np.uint64, count=1)[0] == 2
+    finally:
+        p.close()
+
+
+def test_self_keys_have_no_native_word():
+    """The loopback domain's validity is not one word: its keys stay in Python."""
+    p = Pair("self")
+    try:
+        w = p.workers[0]
+        mh = w.mem_map(length=64)
+        key = p.eps[0][0].unpack_rkey(mh.pack_rkey())
+        assert key.word is None
+        assert p.eps[0][0].atomic_fetch("add", 5, mh.address, key) == 0
+    finally:
+        p.close()
+
+
+def test_mapped_atomic_rejects_a_malformed_word():
+    from ucxpy._fastpath import mapped_atomic
+    with pytest.raises(TypeError):
+        mapped_atomic((1, 2, 3), 0, 8, 0, 1, 0)
+    with pytest.raises(TypeError):
+        mapped_atomic((0, 64, 0, 0), 0, 8, 0)

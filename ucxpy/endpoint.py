@@ -5,11 +5,11 @@ from typing import Optional
 
 from . import wire
 from .address import WorkerAddress
-from .atomics import POST_OPS
+from .atomics import OPS as ATOMIC_OPS, POST_OPS
 from .buffers import COMPLETED, send_view  # noqa: F401  (re-exported)
 from .errors import ConnectionLost, TransportUnavailable
 from .request import Request
-from .rma import RemoteKey
+from .rma import RemoteKey, mapped_atomic
 from .transports.base import Caps
 
 _TAG_EAGER = int(wire.AmId.TAG_EAGER)
@@ -197,7 +197,25 @@ class Endpoint:
 
     def atomic_fetch(self, op: str, value: int, remote_addr: int, rkey, size: int = 8,
                      compare: int = 0, timeout: Optional[float] = None) -> int:
+        old = self.atomic_fetch_now(op, value, remote_addr, rkey, size, compare)
+        if old is not None:
+            return old
         return self.atomic_fetch_nb(op, value, remote_addr, rkey, size, compare).wait(timeout)
+
+    def atomic_fetch_now(self, op: str, value: int, remote_addr: int, rkey, size: int = 8,
+                         compare: int = 0) -> Optional[int]:
+        """The old value of a fetching atomic that completes at once: the
+        key maps the peer's memory here, CPU atomics, no trace, the native
+        fast path on; one C call, no request.  None, with nothing done,
+        otherwise (and for a bad address or op, which
+        :meth:`atomic_fetch_nb` then reports): post it with that."""
+        word = rkey.word
+        if word is None or self.worker.tr is not None:
+            return None
+        code = ATOMIC_OPS.get(op)
+        if code is None:
+            return None
+        return mapped_atomic(word, remote_addr - rkey.base, size, code, value, compare)
 
     def fence(self, timeout: Optional[float] = None) -> None:
         """Operations issued before the fence complete at the target before

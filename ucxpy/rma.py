@@ -64,6 +64,10 @@ from .rkey import pack_md_keys as _pack_md_keys
 from .transports.base import MdCaps
 
 try:
+    from ._fastpath import mapped_atomic
+except ImportError:                # not built: every atomic takes the Python path
+    mapped_atomic = None
+try:
     from ._native import ffi, lib
 except ImportError:  # pragma: no cover - the module is built at install time
     ffi = lib = None
@@ -137,7 +141,7 @@ class RemoteKey(RegionKey):
     every access), what the lane's memory domain unpacked (``md_key``) and the
     access mode that gives."""
 
-    __slots__ = ("ep", "mode")
+    __slots__ = ("ep", "mode", "word")
 
     def __init__(self, ep, packed):
         RegionKey.__init__(self, packed)
@@ -145,6 +149,8 @@ class RemoteKey(RegionKey):
             raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
         self.ep = ep
         self.mode = ep.worker.rma.access_mode(ep, self)
+        #: what ``Endpoint.atomic_fetch_now`` hands the native atomic, or None
+        self.word = ep.worker.rma.native_word(self)
 
     def __repr__(self) -> str:
         return f"<RemoteKey mem {self.mem_id} [{self.base:#x}+{self.length}] {self.mode}>"
@@ -285,6 +291,16 @@ class RmaEngine:
         if mk.transport_key is not None and md.caps & ONE_SIDED == ONE_SIDED:
             return md.access
         return AM
+
+    def native_word(self, rkey: RemoteKey) -> Optional[tuple]:
+        """``(mapped address, length, guard address, guard value)`` of a
+        MAPPED key for ``_fastpath.mapped_atomic`` (CPU atomics, the native
+        fast path on, a domain whose validity is one word), else None."""
+        if rkey.mode != MAPPED or mapped_atomic is None or not self.worker.config.fastpath \
+                or self.atomic_mode() != "cpu":
+            return None
+        guard = rkey.md_key.guard()
+        return None if guard is None else (rkey.md_key.address, rkey.length) + tuple(guard)
 
     # -- initiator -------------------------------------------------------------
     def _post(self, ep, am_id, header_fn, payload=b"", dest=None) -> Request:

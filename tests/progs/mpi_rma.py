@@ -223,6 +223,58 @@ comm.Barrier()
 fwin.Free()
 win.Free()
 
+# one-word atomics' old values in every result shape and sign, from the last
+# rank (rank 0 itself in a one-rank job): mapped memory takes the native call
+# (UCXPY_FASTPATH=y), tcp and UCXPY_FASTPATH=n the request path; both must
+# give two's complement back as negative numbers, and a read-only result
+# raises before the target word changes
+awin = MPI.Win.Allocate(32, 8, comm=comm)
+aw = np.frombuffer(awin.tomemory(), "u8")
+aw[:] = 0
+if rank == 0:
+    aw[0], aw[1] = (1 << 64) - 2, (1 << 64) - 5       # u8 near the top; -5 as i8
+comm.Barrier()
+if rank == size - 1:
+    awin.Lock(0, MPI.LOCK_EXCLUSIVE)
+    u = np.zeros(1, "u8")
+    awin.Fetch_and_op(np.array([1], "u8"), u, 0, 0, MPI.SUM)
+    awin.Flush(0)
+    assert u[0] == (1 << 64) - 2, u
+    s0 = np.zeros((), "i8")                                   # 0-d result
+    awin.Fetch_and_op(np.array(3, "i8"), s0, 0, 1, MPI.SUM)
+    awin.Flush(0)
+    assert int(s0) == -5, s0
+    s2 = np.zeros((1, 1), "i8")                               # 2-d result
+    awin.Fetch_and_op(np.array([99], "i8"), s2, 0, 1, MPI.NO_OP)
+    awin.Flush(0)
+    assert s2[0, 0] == -2, s2
+    c4 = np.zeros(1, "i4")                                    # 32-bit CAS at byte 16
+    awin.Compare_and_swap(np.array([-7], "i4"), np.array([0], "i4"), c4, 0, 2)
+    awin.Flush(0)
+    assert c4[0] == 0, c4
+    awin.Compare_and_swap(np.array([9], "i4"), np.array([-7], "i4"), c4, 0, 2)
+    awin.Flush(0)
+    assert c4[0] == -7, c4
+    awin.Compare_and_swap(np.array([5], "i4"), np.array([-7], "i4"), c4, 0, 2)   # no match
+    awin.Flush(0)
+    assert c4[0] == 9, c4
+    ro = np.zeros(1, "i8")
+    ro.flags.writeable = False
+    try:
+        awin.Fetch_and_op(np.array([1], "i8"), ro, 0, 1, MPI.SUM)
+    except (MPI.Exception, ValueError, BufferError, TypeError):
+        pass
+    else:
+        raise AssertionError("a read-only result was accepted")
+    awin.Flush(0)
+    awin.Unlock(0)
+comm.Barrier()
+if rank == 0:
+    assert aw[0] == (1 << 64) - 1 and int(aw[1].view("i8")) == -2, aw
+    assert int(aw[2:3].view("i4")[0]) == 9 and int(aw[2:3].view("i4")[1]) == 0, aw
+comm.Barrier()
+awin.Free()
+
 # Allocate_shared: every rank maps every other rank's part (ucxpy shared
 # segments mapped through the remote key, whatever the lane: tcp too);
 # parts of different sizes, one of them empty, and stores seen by loads

@@ -224,6 +224,10 @@ class MdRemoteKey:
       ``atomic``, or None when the lane cannot reach it one-sidedly;
     * ``valid()`` -- False once the owner unregistered the region, where the
       domain can tell (a stale key must not touch reused memory);
+    * ``guard()`` -- what ``valid()`` checks as ``(address, value)``: valid
+      while the 64-bit word at ``address`` holds ``value`` ((0, 0): always
+      valid), or None when ``valid()`` is not such a word (native callers,
+      e.g. ``Endpoint.atomic_fetch_now``, then leave the key to Python);
     * ``release()`` -- drop what unpacking mapped (``rkey_release``).
     """
 
@@ -236,6 +240,9 @@ class MdRemoteKey:
 
     def valid(self) -> bool:
         return True
+
+    def guard(self) -> Optional[tuple]:
+        return (0, 0)
 
     def release(self) -> None:
         self.keep = None

@@ -75,6 +75,9 @@ class _OwnKey(MdRemoteKey):
     def valid(self) -> bool:
         return self.reg_id in self.live
 
+    def guard(self):
+        return None            # a set membership, not a word
+
 
 class SelfMemoryDomain(MemoryDomain):
     """Registrations of one worker, reached by itself (see the module docstring)."""

@@ -109,6 +109,9 @@ class ShmRemoteKey(MdRemoteKey):
         return not self.table_word or \
             lib.ucxpy_atomic_load64(ffi.cast("void *", self.table_word)) == self.reg_id
 
+    def guard(self) -> tuple:
+        return (self.table_word, self.reg_id) if self.table_word else (0, 0)
+
 
 def parse_key(packed: bytes) -> tuple:
     """``(pid, slot, reg id, table name, segment name, host id)`` of a packed
