@@ -24,10 +24,17 @@
  *   ``max_payload``, not sent.  A buffer that is not contiguous raises
  *   BufferError, as ``memoryview`` would.
  *
- * mapped_atomic(word, offset, size, op, value, compare) -> old value or None
- *   a fetching atomic on a peer's memory mapped here (ucxpy.rma's MAPPED
- *   mode, CPU atomics): ``word`` is the remote key's (mapped address,
- *   length, guard address, guard value) tuple; op is ucxpy.atomics.OPS'
+ * mapped_copy(map, offset, buffer, put) -> True, or False with nothing done
+ *   a put (buffer -> peer) or get (peer -> buffer) on a peer's memory mapped
+ *   here (ucxpy.rma's MAPPED mode): ``map`` is the remote key's (mapped
+ *   address, length, guard address, guard value) tuple, ``offset`` where in
+ *   the region.  False when the buffer is not contiguous (or, for a get, not
+ *   writable), the range is outside [0, length), or the guard word (where
+ *   its address is not 0) no longer holds the guard value (the owner
+ *   unregistered the region): the caller's Python path reports why.
+ *
+ * mapped_atomic(map, offset, size, op, value, compare) -> old value or None
+ *   a fetching atomic there (CPU atomics), ``map`` as above; op is ucxpy.atomics.OPS'
  *   code (add, and, or, xor, swap, cswap with ``compare``); value and
  *   compare are truncated to ``size`` (4 or 8) bytes.  None, with nothing
  *   done, when the word is outside [0, length), misaligned, the op or size
@@ -99,6 +106,75 @@ send_tag(PyObject *self, PyObject *args)
     return PyLong_FromLong(rc);
 }
 
+/* the (mapped address, length, guard address, guard value) tuple of a key;
+ * 0 with an exception set when it is not one */
+static int
+parse_map(PyObject *map, unsigned long long *base, unsigned long long *length,
+          unsigned long long *guard, unsigned long long *guard_id)
+{
+    if (!PyTuple_Check(map) || PyTuple_GET_SIZE(map) != 4) {
+        PyErr_SetString(PyExc_TypeError, "a mapping is (address, length, guard, guard value)");
+        return 0;
+    }
+    *base = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 0));
+    *length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 1));
+    *guard = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 2));
+    *guard_id = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 3));
+    return !PyErr_Occurred();
+}
+
+/* the region is still registered: its guard word holds the guard value */
+static int
+map_valid(unsigned long long guard, unsigned long long guard_id)
+{
+    return !guard || ucxpy_atomic_load64((void *)(uintptr_t)guard) == guard_id;
+}
+
+static PyObject *
+mapped_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long base, length, guard, guard_id;
+    long long offset;
+    int put, ok;
+    Py_buffer view;
+
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "mapped_copy(mapping, offset, buffer, put)");
+        return NULL;
+    }
+    if (!parse_map(args[0], &base, &length, &guard, &guard_id))
+        return NULL;
+    put = PyObject_IsTrue(args[3]);
+    if (put < 0)
+        return NULL;
+    offset = PyLong_AsLongLong(args[1]);
+    if (offset == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();                 /* beyond 64 bits: out of range */
+        Py_RETURN_FALSE;
+    }
+    if (PyObject_GetBuffer(args[2], &view, put ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();                 /* not contiguous / read-only / no buffer */
+        Py_RETURN_FALSE;
+    }
+    ok = offset >= 0 && (unsigned long long)offset <= length
+        && length - (unsigned long long)offset >= (unsigned long long)view.len
+        && map_valid(guard, guard_id);
+    if (ok && view.len) {
+        char *peer = (char *)(uintptr_t)(base + (unsigned long long)offset);
+        if (view.len >= (1 << 20)) {   /* long copies let other threads run */
+            Py_BEGIN_ALLOW_THREADS
+            memmove(put ? peer : view.buf, put ? view.buf : peer, (size_t)view.len);
+            Py_END_ALLOW_THREADS
+        } else {
+            memmove(put ? peer : view.buf, put ? view.buf : peer, (size_t)view.len);
+        }
+    }
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *
 mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -107,15 +183,13 @@ mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long size, op;
     void *p;
 
-    if (nargs != 6 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 4) {
+    if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError,
-                        "mapped_atomic(word 4-tuple, offset, size, op, value, compare)");
+                        "mapped_atomic(mapping, offset, size, op, value, compare)");
         return NULL;
     }
-    base = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 0));
-    length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 1));
-    guard = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 2));
-    guard_id = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(args[0], 3));
+    if (!parse_map(args[0], &base, &length, &guard, &guard_id))
+        return NULL;
     offset = PyLong_AsLongLong(args[1]);
     size = PyLong_AsLong(args[2]);
     op = PyLong_AsLong(args[3]);
@@ -133,7 +207,7 @@ mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             || (unsigned long long)offset > length || length - (unsigned long long)offset < (unsigned long long)size
             || (base + (unsigned long long)offset) % (unsigned long long)size)
         Py_RETURN_NONE;
-    if (guard && ucxpy_atomic_load64((void *)(uintptr_t)guard) != guard_id)
+    if (!map_valid(guard, guard_id))
         Py_RETURN_NONE;
     p = (void *)(uintptr_t)(base + (unsigned long long)offset);
     if (size == 8) {
@@ -301,6 +375,8 @@ static PyTypeObject SerializedType = {
 static PyMethodDef methods[] = {
     {"send_tag", send_tag, METH_VARARGS, "push one eager frame into a ring"},
     {"recv_tag", recv_tag, METH_VARARGS, "the next eager frame of a ring, if it is the one"},
+    {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
+     "a put or get on mapped peer memory, or False"},
     {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,
      "a fetching atomic on mapped peer memory, or None"},
     {NULL, NULL, 0, NULL},

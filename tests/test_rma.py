@@ -209,7 +209,7 @@ def mapped():
     p = Pair("shm")
     mh = p.workers[1].mem_map(length=64)
     key = p.eps[0][1].unpack_rkey(mh.pack_rkey())
-    assert key.mode == "mapped" and key.word is not None
+    assert key.mode == "mapped" and key.native_amo is key.native_map is not None
     yield p, mh, key
     p.close()
 
@@ -275,14 +275,16 @@ def test_atomic_fetch_now_is_off_when_traced(mapped):
 
 @pytest.mark.parametrize("cfg", [{"fastpath": False}, {"atomic_mode": "device"}],
                          ids=["fastpath-off", "device-atomics"])
-def test_no_native_word_without_fastpath_or_with_device_atomics(cfg):
+def test_no_native_atomics_without_fastpath_or_with_device_atomics(cfg):
     if not transport_available("shm"):
         pytest.skip("transport shm unavailable")
     p = Pair("shm", **cfg)
     try:
         mh = p.workers[1].mem_map(length=64)
         key = p.eps[0][1].unpack_rkey(mh.pack_rkey())
-        assert key.mode == "mapped" and key.word is None
+        assert key.mode == "mapped" and key.native_amo is None
+        # device atomics leave put and get native, they are plain copies
+        assert (key.native_map is None) == ("fastpath" in cfg)
         assert p.eps[0][1].atomic_fetch_now("add", 1, mh.address, key) is None
         if "fastpath" in cfg:          # the Python path still does it
             assert p.eps[0][1].atomic_fetch("add", 2, mh.address, key) == 0
@@ -291,22 +293,55 @@ def test_no_native_word_without_fastpath_or_with_device_atomics(cfg):
         p.close()
 
 
-def test_self_keys_have_no_native_word():
+def test_self_keys_have_no_native_map():
     """The loopback domain's validity is not one word: its keys stay in Python."""
     p = Pair("self")
     try:
         w = p.workers[0]
         mh = w.mem_map(length=64)
         key = p.eps[0][0].unpack_rkey(mh.pack_rkey())
-        assert key.word is None
+        assert key.native_map is None and key.native_amo is None
         assert p.eps[0][0].atomic_fetch("add", 5, mh.address, key) == 0
     finally:
         p.close()
 
 
-def test_mapped_atomic_rejects_a_malformed_word():
-    from ucxpy._fastpath import mapped_atomic
+def test_mapped_put_and_get_take_one_native_call(mapped):
+    """put_nb/get_nb on a mapped key: done at once, the Python checks only
+    for what the native copy refuses (and they still raise)."""
+    p, mh, key = mapped
+    ep = p.eps[0][1]
+    assert ep.put_nb(np.arange(8, dtype=np.uint8), mh.address + 3, key).done
+    back = np.zeros(4, np.uint32)                                  # any writable buffer
+    assert ep.get_nb(back, mh.address, key).done
+    assert back.view(np.uint8).tolist() == [0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7] + [0] * 5
+    assert ep.put_nb(b"", mh.address + mh.length, key).done         # empty, at the end
+    with pytest.raises(ucxpy.InvalidBuffer, match="contiguous"):
+        ep.put_nb(np.arange(64, dtype=np.uint8)[::2], mh.address, key)
+    ep.put(bytearray(b"last"), mh.address + mh.length - 4, key)     # the region's last bytes
+    assert bytes(mh.buf[-4:]) == b"last"
+    with pytest.raises(ucxpy.RemoteAccessError, match="outside"):
+        ep.put_nb(b"x" * 5, mh.address + mh.length - 4, key)
+    with pytest.raises(ucxpy.RemoteAccessError, match="outside"):
+        ep.get_nb(bytearray(1), mh.address - 1, key)
+    with pytest.raises(ucxpy.RemoteAccessError, match="outside"):
+        ep.get_nb(bytearray(1), mh.address + (1 << 70), key)
+    with pytest.raises(ucxpy.InvalidBuffer, match="read-only"):
+        ep.get_nb(b"ro", mh.address, key)
+    with pytest.raises(ucxpy.InvalidBuffer):
+        ep.put_nb(object(), mh.address, key)
+    mh.unmap()
+    with pytest.raises(ucxpy.RemoteAccessError, match="stale|unmapped"):
+        ep.put_nb(b"late", mh.address, key)
+
+
+def test_native_calls_reject_a_malformed_mapping():
+    from ucxpy._fastpath import mapped_atomic, mapped_copy
     with pytest.raises(TypeError):
         mapped_atomic((1, 2, 3), 0, 8, 0, 1, 0)
     with pytest.raises(TypeError):
         mapped_atomic((0, 64, 0, 0), 0, 8, 0)
+    with pytest.raises(TypeError):
+        mapped_copy([0, 64, 0, 0], 0, b"x", True)
+    with pytest.raises(TypeError):
+        mapped_copy((0, 64, 0, 0), 0, b"x")

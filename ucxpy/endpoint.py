@@ -209,13 +209,13 @@ class Endpoint:
         fast path on; one C call, no request.  None, with nothing done,
         otherwise (and for a bad address or op, which
         :meth:`atomic_fetch_nb` then reports): post it with that."""
-        word = rkey.word
-        if word is None or self.worker.tr is not None:
+        nmap = rkey.native_amo
+        if nmap is None or self.worker.tr is not None:
             return None
         code = ATOMIC_OPS.get(op)
         if code is None:
             return None
-        return mapped_atomic(word, remote_addr - rkey.base, size, code, value, compare)
+        return mapped_atomic(nmap, remote_addr - rkey.base, size, code, value, compare)
 
     def fence(self, timeout: Optional[float] = None) -> None:
         """Operations issued before the fence complete at the target before

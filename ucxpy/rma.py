@@ -64,9 +64,9 @@ from .rkey import pack_md_keys as _pack_md_keys
 from .transports.base import MdCaps
 
 try:
-    from ._fastpath import mapped_atomic
-except ImportError:                # not built: every atomic takes the Python path
-    mapped_atomic = None
+    from ._fastpath import mapped_atomic, mapped_copy
+except ImportError:                # not built: every access takes the Python path
+    mapped_atomic = mapped_copy = None
 try:
     from ._native import ffi, lib
 except ImportError:  # pragma: no cover - the module is built at install time
@@ -141,7 +141,7 @@ class RemoteKey(RegionKey):
     every access), what the lane's memory domain unpacked (``md_key``) and the
     access mode that gives."""
 
-    __slots__ = ("ep", "mode", "word")
+    __slots__ = ("ep", "mode", "native_map", "native_amo")
 
     def __init__(self, ep, packed):
         RegionKey.__init__(self, packed)
@@ -149,8 +149,11 @@ class RemoteKey(RegionKey):
             raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
         self.ep = ep
         self.mode = ep.worker.rma.access_mode(ep, self)
-        #: what ``Endpoint.atomic_fetch_now`` hands the native atomic, or None
-        self.word = ep.worker.rma.native_word(self)
+        #: what the native calls take (``_fastpath.mapped_copy`` for put/get,
+        #: ``mapped_atomic`` for ``Endpoint.atomic_fetch_now`` with CPU
+        #: atomics), or None: Python does the access
+        self.native_map = ep.worker.rma.native_mapping(self)
+        self.native_amo = self.native_map if ep.worker.rma.atomic_mode() == "cpu" else None
 
     def __repr__(self) -> str:
         return f"<RemoteKey mem {self.mem_id} [{self.base:#x}+{self.length}] {self.mode}>"
@@ -292,12 +295,12 @@ class RmaEngine:
             return md.access
         return AM
 
-    def native_word(self, rkey: RemoteKey) -> Optional[tuple]:
+    def native_mapping(self, rkey: RemoteKey) -> Optional[tuple]:
         """``(mapped address, length, guard address, guard value)`` of a
-        MAPPED key for ``_fastpath.mapped_atomic`` (CPU atomics, the native
-        fast path on, a domain whose validity is one word), else None."""
-        if rkey.mode != MAPPED or mapped_atomic is None or not self.worker.config.fastpath \
-                or self.atomic_mode() != "cpu":
+        MAPPED key for ``ucxpy._fastpath``'s mapped_copy and mapped_atomic
+        (the native fast path on, a domain whose validity is one word), else
+        None."""
+        if rkey.mode != MAPPED or mapped_atomic is None or not self.worker.config.fastpath:
             return None
         guard = rkey.md_key.guard()
         return None if guard is None else (rkey.md_key.address, rkey.length) + tuple(guard)
@@ -315,6 +318,10 @@ class RmaEngine:
         return req
 
     def put_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
+        nmap = rkey.native_map
+        if nmap is not None and self.worker.tr is None \
+                and mapped_copy(nmap, address - rkey.base, buf, True):
+            return COMPLETED             # one C call; else the checks below say why not
         mv = send_view(buf)
         off = rkey.check(address, mv.nbytes)
         if self.worker.tr is not None:
@@ -329,6 +336,10 @@ class RmaEngine:
             ep, AmId.RMA_PUT, lambda i: wire.RMA_PUT.pack(i, rkey.mem_id, at), piece), address)
 
     def get_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
+        nmap = rkey.native_map
+        if nmap is not None and self.worker.tr is None \
+                and mapped_copy(nmap, address - rkey.base, buf, False):
+            return COMPLETED
         mv = recv_view(buf)
         off = rkey.check(address, mv.nbytes)
         if self.worker.tr is not None:
