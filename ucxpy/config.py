@@ -129,7 +129,9 @@ class Config:
     fastpath: bool = _opt(True, parse_bool,
                           "native fast path: a blocking exact-tag receive whose message is "
                           "the next eager frame of the peer's shm ring is matched and copied "
-                          "by one C call (n = the pure-Python path only, the reference)")
+                          "by one C call; eager sends, put/get and fetching atomics on "
+                          "mapped peer memory too (n = the pure-Python path only, the "
+                          "reference)")
     busy_poll: float = _opt(0.002, float,
                             "seconds a waiting worker spins before sleeping on file descriptors")
     oversubscribed: str = _opt("auto", parse_tristate,
