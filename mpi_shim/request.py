@@ -167,6 +167,25 @@ class Request(Handle):
     @classmethod
     def Waitall(cls, requests, statuses=None) -> bool:
         """Wait for all of the requests to complete."""
+        if statuses is None and type(requests) is list:
+            # the common case in one pass (waitall without statuses or results)
+            for r in requests:
+                op = r._h
+                if op is not None and not op.is_done():
+                    ENGINE.wait(op)
+            err = None
+            for r in requests:
+                op = r._h
+                if op is not None:
+                    if not getattr(op, "persistent", False):
+                        r._h = None
+                    try:
+                        op.finish(None)
+                    except Exception as e:
+                        err = err or e
+            if err is not None:
+                raise err
+            return True
         cls.waitall(requests, statuses)
         return True
 
