@@ -17,6 +17,7 @@ import pytest
 from conftest import raises_remote_access
 
 from ucxpy import rkey, rma
+from ucxpy.config import Config
 from ucxpy.errors import RemoteAccessError
 from ucxpy.rkey import ALIGN, OK, RANGE, STALE, RegionKey, resolve
 from ucxpy.transports.base import MdCaps, MdRemoteKey, MemoryDomain, RegistrationDomain
@@ -61,7 +62,7 @@ def test_the_shm_fields_moved_out_of_the_core_key():
 
 def test_rma_uses_the_rkey_names():
     assert issubclass(rma.RemoteKey, RegionKey)
-    assert rma.RemoteKey.__slots__ == ("ep", "mode")
+    assert rma.RemoteKey.__slots__ == ("ep", "mode", "native_map", "native_amo")
     assert rma._pack_rkey is rkey.pack and rma._pack_md_keys is rkey.pack_md_keys
     assert rma.resolve is rkey.resolve and rma.RegionKey is RegionKey
     assert (rma.OK, rma.STALE, rma.RANGE, rma.ALIGN, rma.BADOP) == (0, 1, 2, 3, 4)
@@ -432,6 +433,7 @@ def iface(name, md):
 
 def engine(ifaces, host_md=None):
     worker = types.SimpleNamespace(uuid=UUID, ifaces=ifaces, lock=None, tr=None,
+                                   config=Config.from_env({}),
                                    context=types.SimpleNamespace(
                                        host_memory_domain=lambda: host_md))
     worker.rma = rma.RmaEngine(worker)
@@ -571,6 +573,10 @@ def test_access_mode_asks_the_lanes_memory_domain(unpacked, caps, mode):
     assert type(md.unpacks[0][0]) is bytes
     assert k.md_key is unpacked                             # kept even when AM
     assert k.mapped_address == (0x9000 if mode == rma.MAPPED else 0)
+    # a mapped key hands the native calls its mapping (a plain MdRemoteKey
+    # is always valid: no guard word); put/get and atomics alike here (cpu)
+    native = (0x9000, LEN, 0, 0) if mode == rma.MAPPED and rma.mapped_copy else None
+    assert k.native_map == native and k.native_amo == native
 
 
 def test_access_mode_default_access_name_is_rdma():

@@ -148,12 +148,11 @@ class RemoteKey(RegionKey):
         if self.uuid != ep.remote.uuid:
             raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
         self.ep = ep
-        self.mode = ep.worker.rma.access_mode(ep, self)
         #: what the native calls take (``_fastpath.mapped_copy`` for put/get,
         #: ``mapped_atomic`` for ``Endpoint.atomic_fetch_now`` with CPU
-        #: atomics), or None: Python does the access
-        self.native_map = ep.worker.rma.native_mapping(self)
-        self.native_amo = self.native_map if ep.worker.rma.atomic_mode() == "cpu" else None
+        #: atomics), or None: Python does the access; set by access_mode
+        self.native_map = self.native_amo = None
+        self.mode = ep.worker.rma.access_mode(ep, self)
 
     def __repr__(self) -> str:
         return f"<RemoteKey mem {self.mem_id} [{self.base:#x}+{self.length}] {self.mode}>"
@@ -290,20 +289,25 @@ class RmaEngine:
             return AM
         rkey.md_key = mk
         if mk.address:
+            self._native_mapping(rkey, mk)
             return MAPPED
         if mk.transport_key is not None and md.caps & ONE_SIDED == ONE_SIDED:
             return md.access
         return AM
 
-    def native_mapping(self, rkey: RemoteKey) -> Optional[tuple]:
-        """``(mapped address, length, guard address, guard value)`` of a
-        MAPPED key for ``ucxpy._fastpath``'s mapped_copy and mapped_atomic
-        (the native fast path on, a domain whose validity is one word), else
-        None."""
-        if rkey.mode != MAPPED or mapped_atomic is None or not self.worker.config.fastpath:
-            return None
-        guard = rkey.md_key.guard()
-        return None if guard is None else (rkey.md_key.address, rkey.length) + tuple(guard)
+    def _native_mapping(self, rkey: RemoteKey, mk) -> None:
+        """Give a MAPPED key ``(mapped address, length, guard address, guard
+        value)`` for ``ucxpy._fastpath``'s mapped_copy (``native_map``) and,
+        with CPU atomics, mapped_atomic (``native_amo``): when the native fast
+        path is on and the domain's validity check is one word."""
+        if mapped_atomic is None or not self.worker.config.fastpath:
+            return
+        guard = mk.guard()
+        if guard is None:
+            return
+        rkey.native_map = (mk.address, rkey.length) + tuple(guard)
+        if self.atomic_mode() == "cpu":
+            rkey.native_amo = rkey.native_map
 
     # -- initiator -------------------------------------------------------------
     def _post(self, ep, am_id, header_fn, payload=b"", dest=None) -> Request:
