@@ -55,6 +55,16 @@ def test_mpi_shim_blocking_receives(fastpath):
     assert min(sends) >= 1000 if fastpath == "y" else sends == [0, 0], sends
 
 
+@pytest.mark.parametrize("fastpath", ["y", "n"])
+def test_mpi_windows_on_both_paths(fastpath):
+    """mpi_shim's windows over shm: Put/Get and the word atomics on mapped
+    memory by the native calls (y) and by Python (n); the program checks
+    every value, signs and result shapes included."""
+    proc = _job("mpi_rma.py", fastpath)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert len(re.findall(r"MPI-RMA OK \d+ ok", proc.stdout)) == 2, proc.stdout
+
+
 def test_tcp_lanes_take_the_python_path():
     """tcp offers no eager_receiver: same program, no fast receives."""
     proc = _job("fastpath.py", "y", tls="tcp")
