@@ -190,19 +190,24 @@ mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (!parse_map(args[0], &base, &length, &guard, &guard_id))
         return NULL;
-    offset = PyLong_AsLongLong(args[1]);
-    size = PyLong_AsLong(args[2]);
-    op = PyLong_AsLong(args[3]);
+    /* value and compare first: a wrong type there is a TypeError; then an
+     * offset or size beyond the C types is out of range like any other
+     * (None: the Python path says which) */
     value = PyLong_AsUnsignedLongLongMask(args[4]);
+    if (value == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
     compare = PyLong_AsUnsignedLongLongMask(args[5]);
-    if (PyErr_Occurred()) {
-        /* an offset beyond 64 bits is out of range like any other: the
-         * Python path says so; a wrong type stays a TypeError */
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
-            return NULL;
-        PyErr_Clear();
-        Py_RETURN_NONE;
-    }
+    if (compare == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    offset = PyLong_AsLongLong(args[1]);
+    if (offset == -1 && PyErr_Occurred())
+        goto range;
+    size = PyLong_AsLong(args[2]);
+    if (size == -1 && PyErr_Occurred())
+        goto range;
+    op = PyLong_AsLong(args[3]);
+    if (op == -1 && PyErr_Occurred())
+        goto range;
     if ((size != 4 && size != 8) || op < 0 || op > 5 || offset < 0
             || (unsigned long long)offset > length || length - (unsigned long long)offset < (unsigned long long)size
             || (base + (unsigned long long)offset) % (unsigned long long)size)
@@ -231,6 +236,12 @@ mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     return PyLong_FromUnsignedLongLong(old);
+
+range:
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+        return NULL;
+    PyErr_Clear();
+    Py_RETURN_NONE;
 }
 
 typedef struct {

@@ -246,7 +246,8 @@ def test_atomic_fetch_now_leaves_what_it_cannot_do_to_the_request_path(mapped):
                  ("add", 1, mh.address + (1 << 70), key, 8),        # beyond 64 bits
                  ("add", 1, mh.address + 4, key, 8),                # misaligned
                  ("nand", 1, mh.address, key, 8),                   # no such op
-                 ("add", 1, mh.address, key, 2)]:                   # no such size
+                 ("add", 1, mh.address, key, 2),                    # no such size
+                 ("add", 1, mh.address, key, 1 << 100)]:            # nor this one
         assert ep.atomic_fetch_now(*args) is None, args
     assert bytes(mh.buf) == before                                  # nothing done
     with pytest.raises(ucxpy.RemoteAccessError, match="outside"):
@@ -255,8 +256,12 @@ def test_atomic_fetch_now_leaves_what_it_cannot_do_to_the_request_path(mapped):
         ep.atomic_fetch("add", 1, mh.address + 4, key, 8)
     with pytest.raises(ValueError):
         ep.atomic_fetch("nand", 1, mh.address, key)
+    with pytest.raises(ValueError, match="4 or 8"):
+        ep.atomic_fetch("add", 1, mh.address, key, 1 << 100)
     with pytest.raises(TypeError):
         ep.atomic_fetch_now("add", "one", mh.address, key, 8)
+    with pytest.raises(TypeError):
+        ep.atomic_fetch_now("add", 1, mh.address, key, "8")
     mh.unmap()                                                      # a stale key
     assert ep.atomic_fetch_now("add", 1, mh.address, key, 8) is None
     with pytest.raises(ucxpy.RemoteAccessError, match="stale|unmapped"):
