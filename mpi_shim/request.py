@@ -168,21 +168,14 @@ class Request(Handle):
     def Waitall(cls, requests, statuses=None) -> bool:
         """Wait for all of the requests to complete."""
         if statuses is None and type(requests) is list:
-            # the common case in one pass (waitall without statuses or results)
-            for r in requests:
-                op = r._h
-                if op is not None and not op.is_done():
-                    ENGINE.wait(op)
+            # the common case (waitall without statuses or results to collect)
+            _wait_each(requests)
             err = None
             for r in requests:
-                op = r._h
-                if op is not None:
-                    if not getattr(op, "persistent", False):
-                        r._h = None
-                    try:
-                        op.finish(None)
-                    except Exception as e:
-                        err = err or e
+                try:
+                    r._complete(None)
+                except Exception as e:
+                    err = err or e
             if err is not None:
                 raise err
             return True
@@ -193,13 +186,7 @@ class Request(Handle):
     def waitall(cls, requests, statuses=None):
         """Wait for all requests; returns the list of received objects."""
         requests = list(requests)
-        for r in requests:
-            # one after the other: each wait progresses everything, and a
-            # receive waits on ucxpy's native fast path, which also hands the
-            # frames right behind its message to the receives posted next
-            op = r._h
-            if op is not None and not op.is_done():
-                ENGINE.wait(op)
+        _wait_each(requests)
         out, err = [], None
         if isinstance(statuses, list):
             while len(statuses) < len(requests):
@@ -388,6 +375,16 @@ def _active(r):
 
 def _ready(r):
     return _active(r) and r._h.is_done()
+
+
+def _wait_each(requests) -> None:
+    """Wait for the requests one after the other: each wait progresses
+    everything, and a receive waits on ucxpy's native fast path, which also
+    hands the frames right behind its message to the receives posted next."""
+    for r in requests:
+        op = r._h
+        if op is not None and not op.is_done():
+            ENGINE.wait(op)
 
 
 def _nth(statuses, i):

@@ -341,11 +341,15 @@ def _blocks(dtype, count, off, data):
 
 
 def _store_word(result, value: int, word) -> None:
-    """An atomic's old ``value`` (unsigned) into one-element numpy ``result``
-    of ``word`` = (size, signed)."""
-    size, signed = word[0], word[1]
-    value &= _WORD_MASK[size]
-    result.flat[0] = value - (1 << 8 * size) if signed and value >> (8 * size - 1) else value
+    """An atomic's old ``value`` (unsigned, at most ``2**bits`` wide) into
+    one-element numpy ``result`` of ``word`` (an ``_NP_WORD`` entry)."""
+    value &= _WORD_MASK[word[0]]
+    if value >= word[2]:                 # signed: back from two's complement
+        value -= word[3]
+    if result.ndim == 1:
+        result[0] = value
+    else:
+        result.flat[0] = value
 
 
 def _word_now(w, origin, result, target_rank: int, target_disp: int, atomic: str,
@@ -378,13 +382,8 @@ def _word_now(w, origin, result, target_rank: int, target_disp: int, atomic: str
         if not req.done or req.exc is not None:
             w.track_word(req, target_rank, result, word)
             return True
-        old = req.result & _WORD_MASK[size]
-    if old >= word[2]:                   # signed: back from two's complement
-        old -= word[3]
-    if result.ndim == 1:
-        result[0] = old
-    else:
-        result.flat[0] = old
+        old = req.result
+    _store_word(result, old, word)
     return True
 
 

@@ -130,6 +130,14 @@ map_valid(unsigned long long guard, unsigned long long guard_id)
     return !guard || ucxpy_atomic_load64((void *)(uintptr_t)guard) == guard_id;
 }
 
+/* [offset, offset + n) lies within a region of ``length`` bytes */
+static int
+map_range(long long offset, unsigned long long n, unsigned long long length)
+{
+    return offset >= 0 && (unsigned long long)offset <= length
+        && length - (unsigned long long)offset >= n;
+}
+
 static PyObject *
 mapped_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -158,9 +166,7 @@ mapped_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Clear();                 /* not contiguous / read-only / no buffer */
         Py_RETURN_FALSE;
     }
-    ok = offset >= 0 && (unsigned long long)offset <= length
-        && length - (unsigned long long)offset >= (unsigned long long)view.len
-        && map_valid(guard, guard_id);
+    ok = map_range(offset, (unsigned long long)view.len, length) && map_valid(guard, guard_id);
     if (ok && view.len) {
         char *peer = (char *)(uintptr_t)(base + (unsigned long long)offset);
         if (view.len >= (1 << 20)) {   /* long copies let other threads run */
@@ -208,8 +214,8 @@ mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     op = PyLong_AsLong(args[3]);
     if (op == -1 && PyErr_Occurred())
         goto range;
-    if ((size != 4 && size != 8) || op < 0 || op > 5 || offset < 0
-            || (unsigned long long)offset > length || length - (unsigned long long)offset < (unsigned long long)size
+    if ((size != 4 && size != 8) || op < 0 || op > 5
+            || !map_range(offset, (unsigned long long)size, length)
             || (base + (unsigned long long)offset) % (unsigned long long)size)
         Py_RETURN_NONE;
     if (!map_valid(guard, guard_id))

@@ -248,20 +248,18 @@ class Endpoint:
         return not self._outstanding()
 
     def _outstanding(self) -> bool:
-        return any(s.ep is self for s in self.worker.rndv.sends.values()) \
-            or self.worker.rma.outstanding(self)
+        w = self.worker
+        if not w.rndv.sends and not w.rma.ops:
+            return False          # the usual case: nothing of anyone's
+        return any(s.ep is self for s in w.rndv.sends.values()) or w.rma.outstanding(self)
 
     def flush(self, timeout: Optional[float] = None) -> None:
         """Wait until :meth:`flushed`."""
-        w = self.worker
-        tr = w.tr
+        tr = self.worker.tr
         if tr is not None:
             tr.event("rma", "flush", self.lane.name if self.lane else "", peer=self.remote_id)
-        tep = self._tep
-        if self.failed is None and not w.rma.ops and not w.rndv.sends \
-                and (tep is None or not tep.pending):
-            return                # nothing of anyone's outstanding (what flushed() finds)
-        w.wait_until(self.flushed, timeout, f"flush of {self!r}")
+        if not self.flushed():    # (and no wait set up, nor its message, when it is)
+            self.worker.wait_until(self.flushed, timeout, f"flush of {self!r}")
 
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush, tell the peer, then close the transport endpoint (idempotent)."""
