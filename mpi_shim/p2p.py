@@ -13,6 +13,7 @@ import pickle as _pickle
 
 import ucxpy
 
+from . import accel
 from .datatype import parse
 from ucxpy.buffers import COMPLETED
 
@@ -388,16 +389,11 @@ class P2P:
                 if info is not None:
                     got = info.tag
                     if got & SEQ_MASK:          # a synchronous send: acknowledge it
-                        try:
-                            c.eps[source].tag_send_nb(b"", KIND_ACK | (got & (CTX_MASK | SEQ_MASK)))
-                        except ucxpy.UcxpyError as e:
-                            raise translate(e) from None
+                        _recv_ack(c, source, got)
                     if status is not None:
                         status._set(source, got & USER_MASK, info.length)
                     return
-                op = self._irecv_op(buf, source, tag)
-                ENGINE.wait(op)
-                op.finish(status)
+                _recv_wait(self, buf, source, tag, status)
                 return
         op = self._irecv_op(buf, source, tag, now=True)
         ENGINE.wait(op)
@@ -681,3 +677,29 @@ class _PairOp:
 
     def cancel(self):
         return self.r.cancel()
+
+
+def _recv_ack(c, source, got) -> None:
+    """Acknowledge the synchronous send (its tag ``got``) received from
+    ``source`` of communicator ``c``."""
+    try:
+        c.eps[source].tag_send_nb(b"", KIND_ACK | (got & (CTX_MASK | SEQ_MASK)))
+    except ucxpy.UcxpyError as e:
+        raise translate(e) from None
+
+
+def _recv_wait(comm, buf, source, tag=ANY_TAG, status=None) -> None:
+    """A blocking receive whose message the native fast path did not find."""
+    op = comm._irecv_op(buf, source, tag)
+    ENGINE.wait(op)
+    op.finish(status)
+
+
+def _isend_pending(ureq, buf):
+    """Isend's request for a send still in flight (keeping its buffer)."""
+    return Request._wrap(SendOp(ureq, None, buf))
+
+
+# the common case of these in C (mpi_shim.accel), the methods above for the rest
+accel.wrap(P2P, {"Send": accel.SEND, "Recv": accel.RECV, "Isend": accel.ISEND,
+                 "Irecv": accel.IRECV})

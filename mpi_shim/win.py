@@ -31,7 +31,7 @@ import numpy as np
 
 import ucxpy
 
-from . import attr
+from . import accel, attr
 from .comm import Comm
 from .datatype import Msg, byte_view, describe, from_description, parse, reduction_dtype
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
@@ -123,6 +123,15 @@ class WinImpl:
         for r, (addr, n, du, rk) in enumerate(self.peers):
             ep = c.eps[r]
             self.rkeys.append(ep.unpack_rkey(rk) if rk and r != self.rank else None)
+        # the mapped targets for the C calls (mpi_shim.accel): Put, Get, Flush
+        # and the one-word atomics on them take one native step
+        self._native = accel.targets(self.size, self.reqs, self.after, self.inflight)
+        if self._native is not None:
+            for r, rk in enumerate(self.rkeys):
+                if rk is not None and rk.native_map is not None:
+                    base, _, du, _ = self.peers[r]
+                    self._native.set(r, rk.native_map, rk.native_amo is not None,
+                                     base - rk.base, du)
 
     # -- targets ------------------------------------------------------------
     def _target(self, origin: Msg, target_rank, target):
@@ -303,7 +312,8 @@ class WinImpl:
             ENGINE.wait_until(lambda: not any(self.inflight.values()))
         else:
             ENGINE.wait_until(lambda: not self.inflight.get(target))
-        after, self.after = self.after, []
+        after = self.after[:]            # (the list itself is the C calls' too)
+        self.after.clear()
         for fn in after:
             fn()
 
@@ -533,8 +543,27 @@ def _on_reply(msg):
 
 # -- the public class ----------------------------------------------------------------
 #: Flush progresses the worker on every this many calls (a power of two)
-FLUSH_PROGRESS_EVERY = 8
+FLUSH_PROGRESS_EVERY = 64
 _FLUSHES = [0]
+
+
+def flush_progress() -> None:
+    """A progress pass for the passive-target requests of peers that Flush
+    serves now and then (FLUSH_PROGRESS_EVERY)."""
+    try:
+        ENGINE.worker.progress()
+    except ucxpy.UcxpyError as e:
+        raise translate(e) from None
+
+
+def atomic_op_codes(noop_bit: int) -> dict:
+    """The predefined ops one-word atomics do, by their implementation:
+    ucxpy.atomics' code, plus ``noop_bit`` for NO_OP (an add of 0)."""
+    codes = {}
+    for name, atomic in _ATOMIC_OP.items():
+        op = _by_name(name)
+        codes[op._h] = ATOMIC_OPS[atomic] | (noop_bit if name == "NO_OP" else 0)
+    return codes
 
 
 def _epoch(method):
@@ -556,6 +585,7 @@ def _traced(method):
         extra = {"rank": args[0]} if args and name in ("Flush", "Lock", "Unlock") else {}
         with ucxpy.trace.span(w, "win", name, **extra):
             return method(self, *args, **kwargs)
+    traced._win_traced = True
     return traced
 
 
@@ -564,7 +594,7 @@ def trace_epochs() -> None:
     ``Flush_local``) on the trace timeline; called at MPI initialization
     when the worker traces (idempotent)."""
     for key, member in list(vars(Win).items()):
-        if getattr(member, "_win_epoch", False) and not hasattr(member, "__wrapped__"):
+        if getattr(member, "_win_epoch", False) and not getattr(member, "_win_traced", False):
             setattr(Win, key, _traced(member))
 
 
@@ -668,6 +698,7 @@ class Win(Handle, BufferExporter):
         _WINS.pop(w.id, None)
         attr.delete_all(self, {k: v for k, v in w.attrs.items() if isinstance(k, int)})
         w.comm.Free()
+        w._native = None
         self._h = None
 
     # -- queries -------------------------------------------------------------------
@@ -1025,6 +1056,11 @@ class Win(Handle, BufferExporter):
         idx = {wr: i for i, wr in enumerate(w.ranks)}
         return [idx[x] for x in group._check()]
 
+
+# the common case of these in C (mpi_shim.accel), the methods above for the rest
+accel.wrap(Win, {"Put": accel.PUT, "Get": accel.GET, "Flush": accel.FLUSH,
+                 "Fetch_and_op": accel.FETCH_AND_OP,
+                 "Compare_and_swap": accel.COMPARE_AND_SWAP})
 
 WIN_NULL = Win._constant(None)
 register_family(Win)

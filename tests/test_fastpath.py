@@ -65,6 +65,34 @@ def test_mpi_windows_on_both_paths(fastpath):
     assert len(re.findall(r"MPI-RMA OK \d+ ok", proc.stdout)) == 2, proc.stdout
 
 
+KINDS = ("SEND", "RECV", "PUT", "GET", "FLUSH", "FETCH_AND_OP", "COMPARE_AND_SWAP", "ISEND",
+         "IRECV", "WAITALL")
+
+
+@pytest.mark.parametrize("fastpath,tls,level", [("y", "shm", "multiple"), ("n", "shm", "multiple"),
+                                                ("y", "shm", "single"), ("y", "tcp", "multiple")])
+def test_mpi_shim_calls_in_c_and_in_python(fastpath, tls, level):
+    """mpi_shim.accel: Send, Recv, Isend, Irecv, Waitall, Put, Get, Flush,
+    Fetch_and_op and Compare_and_swap take their common case in C, the rest
+    (and everything with the fast path off) in the Python methods; the
+    program checks values and error classes either way, with the library
+    lock (THREAD_MULTIPLE, ucxpy's ApiLock) and without it."""
+    proc = _job("mpi_accel.py", fastpath, tls=tls, MPI4PY_RC_THREAD_LEVEL=level)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = re.findall(r"MPI-ACCEL OK (\d) ((?:[A-Z_]+=\d+ ?)+)", proc.stdout)
+    assert len(rows) == 2, proc.stdout
+    counts = {int(r): dict(kv.split("=") for kv in rest.split()) for r, rest in rows}
+    assert all(set(c) == set(KINDS) for c in counts.values()), counts
+    done = {k: int(counts[0][k]) for k in KINDS}      # rank 0 runs every kind
+    if fastpath == "n":
+        assert set(done.values()) == {0}, done
+    elif tls == "tcp":                      # no mapped memory: RMA data by Python
+        assert done["PUT"] == done["GET"] == done["FETCH_AND_OP"] == 0, done
+        assert all(done[k] > 0 for k in ("SEND", "RECV", "ISEND", "IRECV", "WAITALL")), done
+    else:
+        assert all(v > 0 for v in done.values()), done
+
+
 def test_tcp_lanes_take_the_python_path():
     """tcp offers no eager_receiver: same program, no fast receives."""
     proc = _job("fastpath.py", "y", tls="tcp")

@@ -522,12 +522,18 @@ def test_cma_probe_self():
 
 # -- ucxpy._fastpath.serialized: a method called holding a lock ----------------------
 
-def test_serialized_holds_the_lock_binds_and_keeps_the_metadata():
+def _lock(kind):
+    import threading
+    from ucxpy._fastpath import ApiLock
+    return {"rlock": threading.RLock, "lock": threading.Lock, "api": ApiLock}[kind]()
+
+
+@pytest.mark.parametrize("kind", ["rlock", "api"])
+def test_serialized_holds_the_lock_binds_and_keeps_the_metadata(kind):
     import functools
     import inspect
-    import threading
     from ucxpy._fastpath import serialized
-    lock = threading.RLock()
+    lock = _lock(kind)
 
     class A:
         def f(self, x, y=2):
@@ -566,10 +572,11 @@ def test_serialized_holds_the_lock_binds_and_keeps_the_metadata():
         serialized(len, object())                # no acquire/release
 
 
-def test_serialized_excludes_other_threads():
+@pytest.mark.parametrize("kind", ["lock", "api"])
+def test_serialized_excludes_other_threads(kind):
     import threading
     from ucxpy._fastpath import serialized
-    lock = threading.Lock()
+    lock = _lock(kind)
     inside, overlaps = [], []
 
     def body(i):
@@ -586,6 +593,86 @@ def test_serialized_excludes_other_threads():
     for t in ts:
         t.join()
     assert inside == [] and overlaps == []
+
+
+# -- ucxpy._fastpath.ApiLock: RLock's interface, taken by serialized in C ------------
+
+def test_api_lock_is_reentrant_like_an_rlock():
+    import threading
+    from ucxpy._fastpath import ApiLock
+    lock = ApiLock()
+    assert not lock._is_owned() and "unlocked" in repr(lock)
+    with pytest.raises(RuntimeError):
+        lock.release()
+    assert lock.acquire() and lock.acquire(blocking=False) and lock.acquire(timeout=0.01)
+    assert lock._is_owned() and "count=3" in repr(lock)
+    state = lock._release_save()                 # Condition's protocol: all counts at once
+    assert state[0] == 3 and not lock._is_owned()
+    lock._acquire_restore(state)
+    assert lock._is_owned() and "count=3" in repr(lock)
+    for _ in range(3):
+        lock.release()
+    assert not lock._is_owned()
+    with lock:
+        with lock:
+            assert lock._is_owned()
+    assert not lock._is_owned()
+    with pytest.raises(ValueError):
+        lock.acquire(False, 1.0)
+    with pytest.raises(ValueError):
+        lock.acquire(timeout=-3)
+    with pytest.raises(RuntimeError):
+        lock._release_save()
+    cond = threading.Condition(lock)             # usable as a Condition's lock
+    with cond:
+        assert not cond.wait(0.01)
+
+
+def test_api_lock_excludes_and_times_out_across_threads():
+    import threading
+    import time
+    from ucxpy._fastpath import ApiLock
+    lock = ApiLock()
+    lock.acquire()
+    seen = {}
+
+    def other():
+        seen["try"] = lock.acquire(blocking=False)
+        t0 = time.monotonic()
+        seen["timed"] = lock.acquire(timeout=0.05)
+        seen["waited"] = time.monotonic() - t0
+        with pytest.raises(RuntimeError):    # not this thread's to release
+            lock.release()
+        seen["got"] = lock.acquire(timeout=10)   # once the main thread lets go
+        lock.release()
+    t = threading.Thread(target=other)
+    t.start()
+    time.sleep(0.2)
+    lock.release()
+    t.join(10)
+    assert seen["try"] is False and seen["timed"] is False and seen["waited"] >= 0.04, seen
+    assert seen["got"] is True and not lock._is_owned()
+
+
+def test_api_lock_counts_under_contention():
+    import threading
+    import time
+    from ucxpy._fastpath import ApiLock
+    lock, n = ApiLock(), [0]
+
+    def work():
+        for i in range(3000):
+            with lock:
+                v = n[0]
+                if i % 100 == 0:
+                    time.sleep(0)                # let another thread want it meanwhile
+                n[0] = v + 1
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert n[0] == 12000
 
 
 def test_threads_alive_counts_like_active_count():

@@ -1,0 +1,136 @@
+"""mpi_shim's hottest calls with their common case in C (``mpi_shim._accel``,
+native/mpi_accel.c).
+
+``Comm.Send``/``Recv`` and ``Win.Put``/``Get``/``Flush``/``Fetch_and_op``/
+``Compare_and_swap`` become C callables that wrap the Python methods: a call
+whose arguments are the plain case (a whole contiguous numpy array,
+bytearray or bytes of a predefined type; a rank; a mapped window target) is
+done in C, through the same ucxpy calls the Python method makes; any other
+call goes to the Python method unchanged, which stays the reference
+implementation.  The calls pay their own frame and argument inspection
+once, in C, instead of in Python (docs/performance.md).
+
+The C path is on when ucxpy's native fast path is (``UCXPY_FASTPATH``, no
+tracing): :func:`configure` runs when MPI attaches to the worker.  Without
+the extension module (a build without a compiler) nothing changes.
+"""
+from __future__ import annotations
+
+import functools
+
+try:
+    from . import _accel
+except ImportError:            # not built: the Python methods serve every call
+    _accel = None
+
+#: the calls there are (mpi_accel.c's kinds)
+KINDS = ("SEND", "RECV", "PUT", "GET", "FLUSH", "FETCH_AND_OP", "COMPARE_AND_SWAP", "ISEND",
+         "IRECV", "WAITALL")
+SEND, RECV, PUT, GET, FLUSH, FETCH_AND_OP, COMPARE_AND_SWAP, ISEND, IRECV, WAITALL = (
+    tuple(getattr(_accel, k) for k in KINDS) if _accel is not None else range(len(KINDS)))
+
+
+def wrap(cls, names: dict) -> None:
+    """Replace ``cls``'s methods ``names`` (name -> kind) by C callables over
+    them (aliases of one function share one callable)."""
+    if _accel is None:
+        return
+    for name, kind in names.items():
+        member = cls.__dict__[name]
+        fn = member.__func__ if isinstance(member, classmethod) else member
+        if isinstance(fn, _accel.accel):
+            continue
+        fast = functools.update_wrapper(_accel.accel(kind, fn), fn)
+        if isinstance(member, classmethod):
+            fast = classmethod(fast)
+        for alias, other in list(vars(cls).items()):
+            if other is member:
+                setattr(cls, alias, fast)
+
+
+def configure(worker) -> None:
+    """Give the C calls what they need and switch them on for ``worker``
+    (MPI initialization): on with ucxpy's native fast path and no tracing."""
+    if _accel is None:
+        return
+    import numpy as np
+    import ucxpy
+    from ucxpy.buffers import COMPLETED
+    from . import engine as E
+    from .comm import CommImpl
+    from .exceptions import translate
+    from .handle import Handle
+    from .op import SUM, Op
+    from .ops import RecvOp, SendOp, send_ack
+    from .p2p import _SENT, _isend_pending, _recv_ack, _recv_wait
+    from .request import Request
+    from .status import ANY_TAG
+    from .win import FLUSH_PROGRESS_EVERY, atomic_op_codes, flush_progress
+    on = bool(worker.config.fastpath) and worker.tr is None
+    _CONFIG.clear()
+    _CONFIG.update({
+        "enabled": on, "handle": Handle, "comm_impl": CommImpl, "op_type": Op,
+        "ndarray": np.ndarray, "completed": COMPLETED, "ucxpy_error": ucxpy.UcxpyError,
+        "translate": translate, "engine": E.ENGINE, "recv_wait": _recv_wait,
+        "recv_ack": _recv_ack, "flush_progress": flush_progress, "request": Request,
+        "recv_op": RecvOp, "sent_op": _SENT, "isend_pending": _isend_pending,
+        "send_ack": send_ack, "send_op": SendOp, "ucxpy_request": ucxpy.Request,
+        "wait_op": E.ENGINE.wait,
+        "op_codes": atomic_op_codes(_accel.NOOP_BIT), "sum_op": SUM,
+        "tag_ub": E.TAG_UB, "mask_tag": E.MASK_TAG, "mask_any_tag": E.MASK_ANY_TAG,
+        "seq_mask": E.SEQ_MASK, "user_mask": E.USER_MASK, "any_tag": ANY_TAG,
+        "flush_every": FLUSH_PROGRESS_EVERY, "ndarray_fields": False})
+    _accel.configure(_CONFIG)
+    if _numpy_fields_ok(np):
+        _CONFIG["ndarray_fields"] = True
+        _accel.configure(_CONFIG)
+
+
+_CONFIG = {}
+
+
+def _numpy_fields_ok(np) -> bool:
+    """Whether the C calls read numpy arrays right through the fields of
+    numpy's array and dtype structs (their leading fields are the same public
+    ABI in numpy 1.x and 2.x): checked on sample arrays against numpy's own
+    answers; otherwise the calls take arrays through the buffer protocol."""
+    samples = [np.arange(5, dtype=t) for t in
+               ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f4", "f8", "c16",
+                np.intc, np.int_, np.longlong, np.ulonglong)]
+    ro = np.ones(3)
+    ro.flags.writeable = False
+    samples += [np.zeros((3, 4), np.int64), np.zeros(0), np.zeros(4, ">i8"),
+                np.zeros(8, np.uint8)[::2], np.zeros((4, 4), np.int32).T, ro]
+    try:
+        for a in samples:
+            addr, n, ch, order, flags, nd = _accel.probe(a)
+            if (addr, n, ch, order, nd) != (a.ctypes.data, a.size, a.dtype.char,
+                                            a.dtype.byteorder, a.ndim) \
+                    or bool(flags & 0x1) != a.flags.c_contiguous \
+                    or bool(flags & 0x400) != a.flags.writeable:
+                return False
+    except Exception:
+        return False
+    return True
+
+
+def switch(on: bool) -> None:
+    """Turn the C paths on or off (off: every call runs its Python method)."""
+    if _accel is not None:
+        _accel.configure({"enabled": bool(on)})
+
+
+def enabled() -> bool:
+    return _accel is not None and _accel.enabled()
+
+
+def counts() -> dict:
+    """How many calls of each kind the C paths did (for tests and tools)."""
+    if _accel is None:
+        return {k: 0 for k in KINDS}
+    return dict(zip(KINDS, _accel.counts()))
+
+
+def targets(size: int, reqs: dict, after: list, inflight: dict):
+    """A window's table of mapped targets for the C calls, or None."""
+    return None if _accel is None else _accel.WinTargets(size, reqs, after, inflight)

@@ -1,0 +1,1372 @@
+/* mpi_shim._accel: mpi_shim's hottest entry points as C callables.
+ *
+ * An MPI call from Python pays for its own frame and for inspecting its
+ * arguments (a memoryview, its format and flags) before ucxpy does any work;
+ * for a call that ucxpy completes in one native step (a put on mapped
+ * memory, an eager message on a shm ring) that is most of its cost.
+ *
+ * accel(kind, fn) wraps the Python method ``fn`` (which stays the reference
+ * implementation and handles every case) into a callable that binds like a
+ * function when stored on a class.  A call first tries the common case in C,
+ * checking what the Python method checks; whatever it does not take, it
+ * passes to ``fn`` with the same arguments, untouched:
+ *
+ *   SEND   Comm.Send(buf, dest, tag=0): a whole contiguous numpy array,
+ *          bytearray or bytes of a predefined element type to a rank of a
+ *          communicator that is not revoked -> Endpoint.tag_send_nb
+ *          (the core's own fast path), waited on unless COMPLETED
+ *   RECV   Comm.Recv(buf, source, tag=ANY_TAG, status=None): the same kind
+ *          of writable buffer from a rank -> Worker.tag_try_recv (the
+ *          core's native receive); a message that is not there yet goes to
+ *          the configured ``recv_wait(comm, buf, source, tag, status)``
+ *   PUT    Win.Put(origin, rank, disp=None) and GET Win.Get: a whole buffer
+ *          at a displacement of a target whose memory is mapped here -> one
+ *          memmove (the WinTargets entry of the window; the guard word shows
+ *          the region is still registered)
+ *   FLUSH  Win.Flush(rank) with nothing outstanding -> nothing, except every
+ *          ``flush_every``-th call, which runs ``flush_progress()``
+ *   FOP    Win.Fetch_and_op(origin, result, rank, disp=0, op=SUM) and CAS
+ *          Win.Compare_and_swap(origin, compare, result, rank, disp=0): one
+ *          4/8-byte integer of one type, a predefined op, a mapped target
+ *          with CPU atomics -> one atomic instruction
+ *
+ * Keyword arguments, subclasses of the buffer types, other formats, a
+ * window or communicator in another state: all go to ``fn``.  Errors of
+ * ucxpy (UcxpyError) are raised as ``translate(error)``, like the Python
+ * path.  configure(dict) sets what the calls need (types, slot names,
+ * constants, helpers); ``enabled`` false (UCXPY_FASTPATH=n, tracing) sends
+ * every call to ``fn``.
+ *
+ * WinTargets(size, reqs, after, inflight) is a window's table of mapped
+ * targets, with the window's own containers of outstanding work (which the
+ * Python side mutates in place): set(rank, mapping, amo, offset, disp_unit)
+ * and clear(rank). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include "ucxpy_native.h"
+#include "mapped.h"
+
+enum { K_SEND, K_RECV, K_PUT, K_GET, K_FLUSH, K_FOP, K_CAS, K_ISEND, K_IRECV, K_WAITALL,
+       K_COUNT };
+
+/* the result of a fast attempt: handled (result set), declined, error */
+enum { DECLINED = 0, HANDLED = 1, FAILED = -1 };
+
+static struct {
+    int enabled, np_fields;
+    PyTypeObject *handle, *comm_impl, *op_type, *ndarray, *request, *recv_op, *send_op,
+                 *ucxpy_request;
+    Py_ssize_t h_off, const_off, revoked_off, eps_off, peers_off, p2p_off;
+    Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, ur_done, ur_exc;
+    PyObject *completed, *ucxpy_error, *translate, *engine, *recv_wait, *recv_ack,
+             *flush_progress, *op_codes, *sum_op, *sent_op, *isend_pending, *send_ack,
+             *wait_op;
+    unsigned long long handled[K_COUNT];
+    unsigned long long tag_ub, mask_tag, mask_any_tag, seq_mask, user_mask;
+    long long any_tag;
+    unsigned long flush_every, flushes;
+    PyObject *s_tag_send_nb, *s_wait, *s_worker, *s_tag_try_recv, *s_tag, *s_length, *s_set,
+             *s_native, *s_tag_recv_nb, *s_add_done_callback, *s_finish;
+} S;
+
+/* -- helpers ---------------------------------------------------------------------- */
+
+/* the object in slot ``off`` of ``obj`` (borrowed; NULL when unset) */
+static inline PyObject *
+slot(PyObject *obj, Py_ssize_t off)
+{
+    return *(PyObject **)((char *)obj + off);
+}
+
+/* the handle's implementation object (borrowed), or NULL */
+static inline PyObject *
+impl_of(PyObject *self)
+{
+    if (S.handle == NULL || !PyObject_TypeCheck(self, S.handle))
+        return NULL;
+    return slot(self, S.h_off);
+}
+
+/* an exact int as a C long long; 0 (declined) when not one or too big */
+static inline int
+exact_ll(PyObject *o, long long *v)
+{
+    int overflow;
+
+    if (!PyLong_CheckExact(o))
+        return 0;
+    *v = PyLong_AsLongLongAndOverflow(o, &overflow);
+    return !overflow && !(*v == -1 && PyErr_Occurred());
+}
+
+/* buffer formats of predefined MPI types, one element a plain C value */
+static inline int
+plain_format(const char *f)
+{
+    return f == NULL || (f[0] && !f[1] && strchr("bBhHiIlLqQfd", f[0]) != NULL);
+}
+
+/* numpy arrays without the buffer protocol (whose export formats a type
+ * string and allocates on every call): the leading fields of numpy's
+ * PyArrayObject_fields and PyArray_Descr, public ABI alike in numpy 1.x and
+ * 2.x.  configure() turns this on only after probe() read sample arrays
+ * right (mpi_shim.accel compares it with what numpy says). */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    int nd;
+    Py_ssize_t *dimensions, *strides;
+    PyObject *base;
+    struct { PyObject_HEAD PyTypeObject *typeobj; char kind, type, byteorder; } *descr;
+    int flags;
+} NpArray;
+
+#define NP_C_CONTIGUOUS 0x0001
+#define NP_WRITEABLE 0x0400
+
+/* the size of one element of numpy type character ``c`` among the plain
+ * ones, or 0 */
+static inline int
+np_itemsize(char c)
+{
+    switch (c) {
+    case 'b': case 'B': return 1;
+    case 'h': case 'H': return 2;
+    case 'i': case 'I': case 'f': return 4;
+    case 'l': case 'L': return (int)sizeof(long);
+    case 'q': case 'Q': case 'd': return 8;
+    default: return 0;
+    }
+}
+
+/* a C-contiguous numpy array of a plain native type (writable if asked):
+ * its data, byte count and type character in ``v`` (buf, len, format[0];
+ * nothing to release), 1; else 0 */
+static int
+np_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
+{
+    NpArray *a = (NpArray *)o;
+    Py_ssize_t n;
+    int i, size;
+
+    if (!(a->flags & NP_C_CONTIGUOUS) || (writable && !(a->flags & NP_WRITEABLE))
+            || a->descr == NULL || (a->descr->byteorder != '=' && a->descr->byteorder != '|')
+            || !(size = np_itemsize(a->descr->type)))
+        return 0;
+    n = size;
+    for (i = 0; i < a->nd; i++)
+        if (__builtin_mul_overflow(n, a->dimensions[i], &n))
+            return 0;
+    v->buf = a->data;
+    v->len = n;
+    v->itemsize = size;
+    v->obj = NULL;
+    fmt[0] = a->descr->type;
+    fmt[1] = 0;
+    v->format = fmt;
+    return 1;
+}
+
+/* probe(array) -> (data address, nbytes, type character, byteorder, flags)
+ * as np_view reads them (for configure's check) */
+static PyObject *
+probe(PyObject *module, PyObject *o)
+{
+    NpArray *a = (NpArray *)o;
+    Py_ssize_t n = 1;
+    int i;
+
+    if (S.ndarray == NULL || Py_TYPE(o) != S.ndarray) {
+        PyErr_SetString(PyExc_TypeError, "probe: a numpy array (after configure)");
+        return NULL;
+    }
+    for (i = 0; i < a->nd; i++)
+        n *= a->dimensions[i];
+    return Py_BuildValue("(KnCCii)", (unsigned long long)(uintptr_t)a->data, n,
+                         (int)(unsigned char)a->descr->type,
+                         (int)(unsigned char)a->descr->byteorder, a->flags, a->nd);
+}
+
+/* ``o`` is a whole contiguous numpy array, bytearray or bytes of a plain
+ * format, not empty (and writable if asked): its buffer in ``v`` (release
+ * it with release()), 1; else 0 with no error.  ``fmt`` (2 chars) holds a
+ * numpy array's format. */
+static int
+plain_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
+{
+    PyTypeObject *t = Py_TYPE(o);
+
+    if (t == S.ndarray && S.np_fields)
+        return np_view(o, v, fmt, writable) && v->len > 0;
+    if (t != S.ndarray && t != &PyByteArray_Type && t != &PyBytes_Type)
+        return 0;
+    if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
+                           (writable ? PyBUF_WRITABLE : 0)) < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (v->len <= 0 || !plain_format(v->format)) {
+        PyBuffer_Release(v);
+        return 0;
+    }
+    return 1;
+}
+
+static inline void
+release(Py_buffer *v)
+{
+    if (v->obj != NULL)
+        PyBuffer_Release(v);
+}
+
+/* the pending error, a ucxpy one as translate() makes it (``from None``) */
+static int
+failed(void)
+{
+    PyObject *type, *value, *tb, *e;
+
+    if (S.ucxpy_error == NULL || !PyErr_ExceptionMatches(S.ucxpy_error))
+        return FAILED;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    e = PyObject_CallOneArg(S.translate, value);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (e != NULL) {
+        PyException_SetCause(e, NULL);          /* and __suppress_context__ */
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
+        Py_DECREF(e);
+    }
+    return FAILED;
+}
+
+/* the communicator behind a Comm handle when plain traffic may take the fast
+ * path (borrowed), else NULL */
+static PyObject *
+live_comm(PyObject *self)
+{
+    PyObject *c = impl_of(self), *revoked;
+
+    if (c == NULL || Py_TYPE(c) != S.comm_impl)
+        return NULL;
+    revoked = slot(c, S.revoked_off);
+    return revoked == Py_False ? c : NULL;
+}
+
+static int
+tag_of(PyObject *c, long long tag, unsigned long long *out)
+{
+    PyObject *p2p = slot(c, S.p2p_off);
+    unsigned long long base;
+
+    if (p2p == NULL || !PyLong_CheckExact(p2p))
+        return 0;
+    base = PyLong_AsUnsignedLongLong(p2p);
+    if (base == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    *out = base | (unsigned long long)tag;
+    return 1;
+}
+
+/* -- point to point --------------------------------------------------------------- */
+
+/* a new instance of the slotted class ``type`` with ``values`` in the slots
+ * at ``offsets`` (what object.__new__ and the assignments do), or NULL */
+static PyObject *
+new_slotted(PyTypeObject *type, int n, const Py_ssize_t *offsets, PyObject *const *values)
+{
+    PyObject *o = type->tp_alloc(type, 0);
+    int i;
+
+    if (o == NULL)
+        return NULL;
+    for (i = 0; i < n; i++)
+        *(PyObject **)((char *)o + offsets[i]) = Py_NewRef(values[i]);
+    return o;
+}
+
+/* a Request handle of ``op`` (Request._wrap) */
+static PyObject *
+request_of(PyObject *op)
+{
+    Py_ssize_t offsets[2] = {S.h_off, S.const_off};
+    PyObject *values[2] = {op, Py_False};
+
+    return new_slotted(S.request, 2, offsets, values);
+}
+
+/* Send's and Isend's common case: the ucxpy request of the eager or
+ * rendezvous send (new reference), NULL with an error, or ``*declined`` */
+static PyObject *
+post_send(PyObject *const *args, Py_ssize_t nargs, int *declined)
+{
+    PyObject *c, *eps, *ep, *tagobj, *req, *call[3];
+    long long dest, tag = 0;
+    unsigned long long wire;
+    Py_buffer v;
+    char fmt[2];
+
+    *declined = 1;
+    if (nargs < 3 || nargs > 4 || (c = live_comm(args[0])) == NULL)
+        return NULL;
+    if (!exact_ll(args[2], &dest) || (nargs == 4 && !exact_ll(args[3], &tag))) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (tag < 0 || (unsigned long long)tag > S.tag_ub)
+        return NULL;
+    eps = slot(c, S.eps_off);
+    if (eps == NULL || !PyList_CheckExact(eps) || dest < 0 || dest >= PyList_GET_SIZE(eps))
+        return NULL;
+    if (!plain_view(args[1], &v, fmt, 0))
+        return NULL;
+    release(&v);
+    if (!tag_of(c, tag, &wire))
+        return NULL;
+    *declined = 0;
+    ep = PyList_GET_ITEM(eps, dest);
+    tagobj = PyLong_FromUnsignedLongLong(wire);
+    if (tagobj == NULL)
+        return NULL;
+    Py_INCREF(ep);
+    call[0] = ep;
+    call[1] = args[1];
+    call[2] = tagobj;
+    req = PyObject_VectorcallMethod(S.s_tag_send_nb, call, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                    NULL);
+    Py_DECREF(ep);
+    Py_DECREF(tagobj);
+    if (req == NULL)
+        failed();
+    return req;
+}
+
+static int
+fast_send(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+{
+    int declined;
+    PyObject *done, *req = post_send(args, nargs, &declined);
+
+    if (req == NULL)
+        return declined ? DECLINED : FAILED;
+    if (req != S.completed) {
+        done = PyObject_CallMethodNoArgs(req, S.s_wait);
+        Py_DECREF(req);
+        if (done == NULL)
+            return failed();
+        Py_DECREF(done);
+    } else {
+        Py_DECREF(req);
+    }
+    *result = Py_NewRef(Py_None);
+    return HANDLED;
+}
+
+static int
+fast_isend(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+{
+    int declined;
+    PyObject *req = post_send(args, nargs, &declined);
+
+    if (req == NULL)
+        return declined ? DECLINED : FAILED;
+    if (req == S.completed)
+        *result = request_of(S.sent_op);
+    else                                    /* in flight: its op keeps the buffer */
+        *result = PyObject_CallFunctionObjArgs(S.isend_pending, req, args[1], NULL);
+    Py_DECREF(req);
+    return *result != NULL ? HANDLED : FAILED;
+}
+
+/* Irecv(buf, source, tag=ANY_TAG) with a tag (not ANY_TAG): the receive
+ * posted in ucxpy's matcher, a RecvOp, its Request */
+static int
+fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+{
+    PyObject *c, *peers, *worker, *ureq, *op, *r, *call[5], *tagobj, *maskobj;
+    long long source, tag;
+    unsigned long long wire;
+    Py_buffer v;
+    char fmt[2];
+    Py_ssize_t offsets[4];
+    PyObject *values[4];
+
+    if (nargs != 4 || (c = live_comm(args[0])) == NULL)
+        return DECLINED;
+    if (!exact_ll(args[2], &source) || !exact_ll(args[3], &tag)) {
+        PyErr_Clear();
+        return DECLINED;
+    }
+    if (tag < 0 || (unsigned long long)tag > S.tag_ub)
+        return DECLINED;
+    peers = slot(c, S.peers_off);
+    if (peers == NULL || !PyTuple_CheckExact(peers) || source < 0
+            || source >= PyTuple_GET_SIZE(peers))
+        return DECLINED;
+    if (!plain_view(args[1], &v, fmt, 1))
+        return DECLINED;
+    release(&v);
+    if (!tag_of(c, tag, &wire))
+        return DECLINED;
+    worker = PyObject_GetAttr(S.engine, S.s_worker);
+    if (worker == NULL)
+        return FAILED;
+    tagobj = PyLong_FromUnsignedLongLong(wire);
+    maskobj = PyLong_FromUnsignedLongLong(S.mask_tag);
+    if (tagobj == NULL || maskobj == NULL) {
+        Py_XDECREF(tagobj);
+        Py_XDECREF(maskobj);
+        Py_DECREF(worker);
+        return FAILED;
+    }
+    call[0] = worker;
+    call[1] = args[1];
+    call[2] = tagobj;
+    call[3] = maskobj;
+    call[4] = PyTuple_GET_ITEM(peers, source);
+    ureq = PyObject_VectorcallMethod(S.s_tag_recv_nb, call,
+                                     5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(worker);
+    Py_DECREF(tagobj);
+    Py_DECREF(maskobj);
+    if (ureq == NULL)
+        return failed();
+    /* RecvOp(ureq, comm): its slots, then its __init__'s callback */
+    offsets[0] = S.ro_ureq;
+    offsets[1] = S.ro_comm;
+    offsets[2] = S.ro_msg;
+    offsets[3] = S.ro_staging;
+    values[0] = ureq;
+    values[1] = args[0];
+    values[2] = values[3] = Py_None;
+    op = new_slotted(S.recv_op, 4, offsets, values);
+    if (op != NULL) {
+        r = PyObject_CallMethodOneArg(ureq, S.s_add_done_callback, S.send_ack);
+        if (r == NULL)
+            Py_CLEAR(op);
+        else
+            Py_DECREF(r);
+    }
+    Py_DECREF(ureq);
+    if (op == NULL)
+        return FAILED;
+    *result = request_of(op);
+    Py_DECREF(op);
+    return *result != NULL ? HANDLED : FAILED;
+}
+
+static int
+fast_recv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+{
+    PyObject *c, *peers, *worker, *info, *got_obj, *r, *call[5], *tagobj, *maskobj;
+    PyObject *status = nargs > 4 ? args[4] : Py_None;
+    long long source, tag = S.any_tag;
+    unsigned long long wire, got;
+    Py_buffer v;
+    char fmt[2];
+
+    if (nargs < 3 || nargs > 5 || (c = live_comm(args[0])) == NULL)
+        return DECLINED;
+    if (!exact_ll(args[2], &source) || (nargs > 3 && !exact_ll(args[3], &tag))) {
+        PyErr_Clear();
+        return DECLINED;
+    }
+    if (tag != S.any_tag && (tag < 0 || (unsigned long long)tag > S.tag_ub))
+        return DECLINED;
+    peers = slot(c, S.peers_off);
+    if (peers == NULL || !PyTuple_CheckExact(peers) || source < 0
+            || source >= PyTuple_GET_SIZE(peers))
+        return DECLINED;
+    if (!plain_view(args[1], &v, fmt, 1))
+        return DECLINED;
+    release(&v);
+    if (!tag_of(c, tag == S.any_tag ? 0 : tag, &wire))
+        return DECLINED;
+    worker = PyObject_GetAttr(S.engine, S.s_worker);
+    if (worker == NULL)
+        return FAILED;
+    tagobj = PyLong_FromUnsignedLongLong(wire);
+    maskobj = PyLong_FromUnsignedLongLong(tag == S.any_tag ? S.mask_any_tag : S.mask_tag);
+    if (tagobj == NULL || maskobj == NULL) {
+        Py_XDECREF(tagobj);
+        Py_XDECREF(maskobj);
+        Py_DECREF(worker);
+        return FAILED;
+    }
+    call[0] = worker;
+    call[1] = args[1];
+    call[2] = tagobj;
+    call[3] = maskobj;
+    call[4] = PyTuple_GET_ITEM(peers, source);
+    info = PyObject_VectorcallMethod(S.s_tag_try_recv, call,
+                                     5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(worker);
+    Py_DECREF(tagobj);
+    Py_DECREF(maskobj);
+    if (info == NULL)
+        return FAILED;
+    if (info == Py_None) {                  /* not there yet: the usual wait */
+        Py_DECREF(info);
+        *result = PyObject_Vectorcall(S.recv_wait, args, nargs, NULL);
+        return *result != NULL ? HANDLED : FAILED;
+    }
+    got_obj = PyObject_GetAttr(info, S.s_tag);
+    if (got_obj == NULL) {
+        Py_DECREF(info);
+        return FAILED;
+    }
+    got = PyLong_AsUnsignedLongLong(got_obj);
+    if (got == (unsigned long long)-1 && PyErr_Occurred()) {
+        Py_DECREF(got_obj);
+        Py_DECREF(info);
+        return FAILED;
+    }
+    if (got & S.seq_mask) {                 /* a synchronous send: acknowledge it */
+        call[0] = c;
+        call[1] = args[2];
+        call[2] = got_obj;
+        r = PyObject_Vectorcall(S.recv_ack, call, 3, NULL);
+        if (r == NULL) {
+            Py_DECREF(got_obj);
+            Py_DECREF(info);
+            return FAILED;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(got_obj);
+    if (status != Py_None) {
+        PyObject *length = PyObject_GetAttr(info, S.s_length), *utag;
+
+        utag = length ? PyLong_FromUnsignedLongLong(got & S.user_mask) : NULL;
+        if (utag == NULL) {
+            Py_XDECREF(length);
+            Py_DECREF(info);
+            return FAILED;
+        }
+        call[0] = status;
+        call[1] = args[2];
+        call[2] = utag;
+        call[3] = length;
+        r = PyObject_VectorcallMethod(S.s_set, call, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_DECREF(utag);
+        Py_DECREF(length);
+        if (r == NULL) {
+            Py_DECREF(info);
+            return FAILED;
+        }
+        Py_DECREF(r);
+    }
+    Py_DECREF(info);
+    *result = Py_NewRef(Py_None);
+    return HANDLED;
+}
+
+/* Request.Waitall(requests) without statuses, every request plain: None,
+ * a standard send (done at once, or in flight) or a posted receive.  Waits
+ * for each in turn (ENGINE.wait, as _wait_each), then completes them in
+ * order (the handle becomes null; an op whose ucxpy request failed, or a
+ * receive with a staging buffer, finishes in Python); the first error is
+ * raised once all are completed, as Waitall does. */
+
+/* 1 the op is done, 0 not yet; for the op types fast_waitall takes */
+static int
+op_done(PyObject *op)
+{
+    PyObject *u, *ack;
+
+    if (op == S.sent_op)
+        return 1;
+    if (Py_TYPE(op) == S.recv_op)
+        return (u = slot(op, S.ro_ureq)) != NULL && slot(u, S.ur_done) == Py_True;
+    u = slot(op, S.so_ureq);
+    ack = slot(op, S.so_ack);
+    return u != NULL && slot(u, S.ur_done) == Py_True
+        && (ack == Py_None || (ack != NULL && slot(ack, S.ur_done) == Py_True));
+}
+
+/* an op that finishes with nothing to do: its requests succeeded, nothing to unpack */
+static int
+op_clean(PyObject *op)
+{
+    PyObject *u, *ack;
+
+    if (op == S.sent_op)
+        return 1;
+    if (Py_TYPE(op) == S.recv_op)
+        return slot(op, S.ro_staging) == Py_None
+            && (u = slot(op, S.ro_ureq)) != NULL && slot(u, S.ur_exc) == Py_None;
+    u = slot(op, S.so_ureq);
+    ack = slot(op, S.so_ack);
+    return u != NULL && slot(u, S.ur_exc) == Py_None
+        && (ack == Py_None || (ack != NULL && slot(ack, S.ur_exc) == Py_None));
+}
+
+static int
+fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+{
+    PyObject *reqs, *r, *op, *done, *exc_type = NULL, *exc = NULL, *tb = NULL;
+    Py_ssize_t i, n;
+
+    if (nargs < 2 || nargs > 3 || (nargs == 3 && args[2] != Py_None)
+            || !PyList_CheckExact(reqs = args[1]))
+        return DECLINED;
+    n = PyList_GET_SIZE(reqs);
+    for (i = 0; i < n; i++) {
+        r = PyList_GET_ITEM(reqs, i);
+        if (Py_TYPE(r) != S.request)
+            return DECLINED;
+        op = slot(r, S.h_off);
+        if (op != NULL && op != Py_None && op != S.sent_op && Py_TYPE(op) != S.recv_op
+                && Py_TYPE(op) != S.send_op)
+            return DECLINED;
+    }
+    Py_INCREF(reqs);                        /* (callbacks may change the list) */
+    for (i = 0; i < PyList_GET_SIZE(reqs); i++) {
+        r = PyList_GET_ITEM(reqs, i);
+        op = slot(r, S.h_off);
+        if (op == NULL || op == Py_None || op_done(op))
+            continue;
+        Py_INCREF(op);
+        done = PyObject_CallOneArg(S.wait_op, op);
+        Py_DECREF(op);
+        if (done == NULL) {
+            Py_DECREF(reqs);
+            return FAILED;
+        }
+        Py_DECREF(done);
+    }
+    for (i = 0; i < PyList_GET_SIZE(reqs); i++) {
+        r = PyList_GET_ITEM(reqs, i);
+        op = slot(r, S.h_off);
+        if (op == NULL || op == Py_None)
+            continue;
+        if (Py_TYPE(r) != S.request || (op != S.sent_op && Py_TYPE(op) != S.recv_op
+                                        && Py_TYPE(op) != S.send_op)) {
+            done = PyObject_CallMethod(r, "_complete", "O", Py_None);   /* (changed meanwhile) */
+        } else {
+            /* the handle becomes null, then the op finishes (Request._complete) */
+            *(PyObject **)((char *)r + S.h_off) = Py_NewRef(Py_None);
+            if (op_clean(op))
+                done = Py_NewRef(Py_None);
+            else
+                done = PyObject_CallMethodOneArg(op, S.s_finish, Py_None);
+            Py_DECREF(op);
+        }
+        if (done == NULL) {
+            if (exc_type == NULL)
+                PyErr_Fetch(&exc_type, &exc, &tb);
+            else
+                PyErr_Clear();
+        } else {
+            Py_DECREF(done);
+        }
+    }
+    Py_DECREF(reqs);
+    if (exc_type != NULL) {
+        PyErr_Restore(exc_type, exc, tb);
+        return FAILED;
+    }
+    *result = Py_NewRef(Py_True);
+    return HANDLED;
+}
+
+/* -- windows ---------------------------------------------------------------------- */
+
+typedef struct {
+    unsigned long long map, length, guard, guard_id;
+    long long offset, disp_unit;   /* the target's window start in the mapping; its unit */
+    int set, amo;
+} Target;
+
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t n;
+    Target *t;
+    PyObject *reqs, *after, *inflight;   /* the window's dict, list, dict */
+} WinTargets;
+
+static PyTypeObject WinTargetsType;
+
+static PyObject *
+targets_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    Py_ssize_t n;
+    PyObject *reqs, *after, *inflight;
+    WinTargets *w;
+
+    if (!PyArg_ParseTuple(args, "nO!O!O!:WinTargets", &n, &PyDict_Type, &reqs, &PyList_Type,
+                          &after, &PyDict_Type, &inflight))
+        return NULL;
+    if (n < 0 || n > (1 << 24)) {
+        PyErr_SetString(PyExc_ValueError, "WinTargets: a window of 0 to 2**24 ranks");
+        return NULL;
+    }
+    w = (WinTargets *)type->tp_alloc(type, 0);
+    if (w == NULL)
+        return NULL;
+    w->t = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Target));
+    if (w->t == NULL) {
+        Py_DECREF(w);
+        return PyErr_NoMemory();
+    }
+    w->n = n;
+    w->reqs = Py_NewRef(reqs);
+    w->after = Py_NewRef(after);
+    w->inflight = Py_NewRef(inflight);
+    return (PyObject *)w;
+}
+
+static int
+targets_traverse(WinTargets *w, visitproc visit, void *arg)
+{
+    Py_VISIT(w->reqs);
+    Py_VISIT(w->after);
+    Py_VISIT(w->inflight);
+    return 0;
+}
+
+static int
+targets_clear_refs(WinTargets *w)
+{
+    Py_CLEAR(w->reqs);
+    Py_CLEAR(w->after);
+    Py_CLEAR(w->inflight);
+    return 0;
+}
+
+static void
+targets_dealloc(WinTargets *w)
+{
+    PyObject_GC_UnTrack(w);
+    targets_clear_refs(w);
+    PyMem_Free(w->t);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyObject *
+targets_set(WinTargets *w, PyObject *args)
+{
+    Py_ssize_t r;
+    int amo;
+    long long offset, disp_unit;
+    Target t = {0};
+
+    if (!PyArg_ParseTuple(args, "n(KKKK)pLL:set", &r, &t.map, &t.length, &t.guard,
+                          &t.guard_id, &amo, &offset, &disp_unit))
+        return NULL;
+    if (r < 0 || r >= w->n || disp_unit <= 0) {
+        PyErr_SetString(PyExc_ValueError, "WinTargets.set: no such rank, or a unit below 1");
+        return NULL;
+    }
+    t.offset = offset;
+    t.disp_unit = disp_unit;
+    t.amo = amo;
+    t.set = 1;
+    w->t[r] = t;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+targets_clear(WinTargets *w, PyObject *arg)
+{
+    Py_ssize_t r = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+
+    if (r == -1 && PyErr_Occurred())
+        return NULL;
+    if (r >= 0 && r < w->n)
+        w->t[r].set = 0;
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+targets_mapped(WinTargets *w, PyObject *arg)
+{
+    Py_ssize_t r = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
+
+    if (r == -1 && PyErr_Occurred())
+        return NULL;
+    return PyBool_FromLong(r >= 0 && r < w->n && w->t[r].set);
+}
+
+static PyMethodDef targets_methods[] = {
+    {"set", (PyCFunction)targets_set, METH_VARARGS,
+     "set(rank, (address, length, guard, guard value), amo, offset, disp_unit)"},
+    {"clear", (PyCFunction)targets_clear, METH_O, "clear(rank): Python takes its calls"},
+    {"mapped", (PyCFunction)targets_mapped, METH_O, "mapped(rank) -> bool"},
+    {NULL},
+};
+
+static PyTypeObject WinTargetsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpi_shim._accel.WinTargets",
+    .tp_basicsize = sizeof(WinTargets),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "WinTargets(size, reqs, after, inflight): a window's mapped targets",
+    .tp_new = targets_new,
+    .tp_dealloc = (destructor)targets_dealloc,
+    .tp_traverse = (traverseproc)targets_traverse,
+    .tp_clear = (inquiry)targets_clear_refs,
+    .tp_methods = targets_methods,
+};
+
+/* the window's target table (new reference), or NULL (no error) */
+static WinTargets *
+targets_of(PyObject *self)
+{
+    PyObject *w = impl_of(self), *t;
+
+    if (w == NULL || w == Py_None)
+        return NULL;
+    t = PyObject_GetAttr(w, S.s_native);
+    if (t == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (Py_TYPE(t) != &WinTargetsType) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    return (WinTargets *)t;
+}
+
+/* the mapped entry of ``rank`` (an exact int) for an access at ``disp`` (None
+ * or an exact int >= 0) of ``n`` bytes aligned to ``align``: its address, or
+ * NULL */
+static char *
+target_address(WinTargets *w, PyObject *rank, PyObject *disp, unsigned long long n,
+               int align, int amo)
+{
+    long long r, d = 0, off;
+    Target *t;
+
+    if (!exact_ll(rank, &r) || (disp != Py_None && !exact_ll(disp, &d))) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (r < 0 || r >= w->n || d < 0 || !(t = &w->t[r])->set || (amo && !t->amo))
+        return NULL;
+    if (__builtin_mul_overflow(d, t->disp_unit, &off) || __builtin_add_overflow(off, t->offset, &off))
+        return NULL;
+    if (!map_range(off, n, t->length) || ((t->map + (unsigned long long)off) % align)
+            || !map_valid(t->guard, t->guard_id))
+        return NULL;
+    return (char *)(uintptr_t)(t->map + (unsigned long long)off);
+}
+
+static int
+fast_copy(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int put)
+{
+    WinTargets *w;
+    Py_buffer v;
+    char fmt[2], *peer;
+
+    if (nargs < 3 || nargs > 4 || (w = targets_of(args[0])) == NULL)
+        return DECLINED;
+    if (!plain_view(args[1], &v, fmt, !put)) {
+        Py_DECREF(w);
+        return DECLINED;
+    }
+    peer = target_address(w, args[2], nargs > 3 ? args[3] : Py_None,
+                          (unsigned long long)v.len, 1, 0);
+    Py_DECREF(w);
+    if (peer == NULL) {
+        release(&v);
+        return DECLINED;
+    }
+    map_copy(peer, v.buf, (size_t)v.len, put);
+    release(&v);
+    *result = Py_NewRef(Py_None);
+    return HANDLED;
+}
+
+/* nothing of the window outstanding toward ``rank``: 1; else 0 (-1 error) */
+static int
+quiet_target(WinTargets *w, PyObject *rank)
+{
+    PyObject *n;
+
+    if (PyDict_GET_SIZE(w->reqs) || PyList_GET_SIZE(w->after))
+        return 0;
+    if (!PyDict_GET_SIZE(w->inflight))
+        return 1;
+    n = PyDict_GetItemWithError(w->inflight, rank);
+    if (n == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    return !PyObject_IsTrue(n);
+}
+
+static int
+fast_flush(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+{
+    WinTargets *w;
+    int quiet;
+
+    if (nargs != 2 || !PyLong_CheckExact(args[1]) || (w = targets_of(args[0])) == NULL)
+        return DECLINED;
+    quiet = quiet_target(w, args[1]);
+    Py_DECREF(w);
+    if (quiet <= 0) {
+        PyErr_Clear();
+        return DECLINED;
+    }
+    if (++S.flushes % S.flush_every == 0) {
+        /* serve peers' passive-target requests now and then (win.Flush) */
+        *result = PyObject_CallNoArgs(S.flush_progress);
+        return *result ? HANDLED : FAILED;
+    }
+    *result = Py_NewRef(Py_None);
+    return HANDLED;
+}
+
+/* one integer element of 4 or 8 bytes; its size, or 0 */
+static int
+int_word(Py_buffer *v)
+{
+    if (v->format == NULL || !v->format[0] || v->format[1] || !strchr("iIlLqQ", v->format[0]))
+        return 0;
+    return (v->len == 4 || v->len == 8) && v->itemsize == v->len ? (int)v->len : 0;
+}
+
+/* Fetch_and_op(origin, result, rank, disp=0, op=SUM), or with ``cas``
+ * Compare_and_swap(origin, compare, result, rank, disp=0) */
+static int
+fast_atomic(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int cas)
+{
+    WinTargets *w;
+    PyObject *origin = args[1], *res, *cmp = NULL, *rank, *disp, *code_obj;
+    Py_buffer o, r, c;
+    char fo[2], fr[2], fc[2];
+    int size, code = MAP_CSWAP, noop = 0, ok = 0;
+    unsigned long long value = 0, compare = 0, old;
+    char *peer;
+
+    if (cas) {
+        if (nargs < 5 || nargs > 6)
+            return DECLINED;
+        cmp = args[2];
+        res = args[3];
+        rank = args[4];
+        disp = nargs > 5 ? args[5] : NULL;
+    } else {
+        PyObject *op, *h;
+        long c;
+
+        if (nargs < 4 || nargs > 6)
+            return DECLINED;
+        res = args[2];
+        rank = args[3];
+        disp = nargs > 4 ? args[4] : NULL;
+        op = nargs > 5 ? args[5] : S.sum_op;
+        if (op == NULL || Py_TYPE(op) != S.op_type || (h = slot(op, S.h_off)) == NULL)
+            return DECLINED;
+        code_obj = PyDict_GetItemWithError(S.op_codes, h);
+        if (code_obj == NULL) {
+            PyErr_Clear();
+            return DECLINED;
+        }
+        c = PyLong_AsLong(code_obj);
+        if (c < 0) {
+            PyErr_Clear();
+            return DECLINED;
+        }
+        code = (int)(c & 7);
+        noop = (c & 8) != 0;
+    }
+    if (Py_TYPE(origin) != S.ndarray || Py_TYPE(res) != S.ndarray
+            || (cmp != NULL && Py_TYPE(cmp) != S.ndarray))
+        return DECLINED;
+    if (disp == NULL)
+        disp = Py_None;                    /* 0 */
+    else if (!PyLong_CheckExact(disp))
+        return DECLINED;
+    if ((w = targets_of(args[0])) == NULL)
+        return DECLINED;
+    if (!plain_view(origin, &o, fo, 0))
+        goto no_origin;
+    if (!plain_view(res, &r, fr, 1))
+        goto no_result;
+    if (cmp != NULL && !plain_view(cmp, &c, fc, 0))
+        goto no_compare;
+    size = int_word(&o);
+    if (size && int_word(&r) == size && !strcmp(o.format, r.format)
+            && (cmp == NULL || (int_word(&c) == size && !strcmp(o.format, c.format)))
+            && !PyDict_GET_SIZE(w->inflight)) {
+        peer = target_address(w, rank, disp, (unsigned long long)size, size, 1);
+        if (peer != NULL) {
+            if (!noop)
+                value = size == 8 ? *(uint64_t *)o.buf : *(uint32_t *)o.buf;
+            if (cmp != NULL)
+                compare = size == 8 ? *(uint64_t *)c.buf : *(uint32_t *)c.buf;
+            old = map_fetch(peer, size, code, value, compare);
+            if (size == 8)
+                *(uint64_t *)r.buf = old;
+            else
+                *(uint32_t *)r.buf = (uint32_t)old;
+            ok = 1;
+        }
+    }
+    if (cmp != NULL)
+        release(&c);
+no_compare:
+    release(&r);
+no_result:
+    release(&o);
+no_origin:
+    Py_DECREF(w);
+    PyErr_Clear();
+    if (!ok)
+        return DECLINED;
+    *result = Py_NewRef(Py_None);
+    return HANDLED;
+}
+
+/* -- the callable ----------------------------------------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    int kind;
+    PyObject *fn, *dict;
+    vectorcallfunc vectorcall;
+} Accel;
+
+static PyObject *
+accel_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Accel *a = (Accel *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    PyObject *result = NULL;
+    int r = DECLINED;
+
+    if (S.enabled && kwnames == NULL && nargs > 0) {
+        switch (a->kind) {
+        case K_SEND: r = fast_send(args, nargs, &result); break;
+        case K_RECV: r = fast_recv(args, nargs, &result); break;
+        case K_PUT: r = fast_copy(args, nargs, &result, 1); break;
+        case K_GET: r = fast_copy(args, nargs, &result, 0); break;
+        case K_FLUSH: r = fast_flush(args, nargs, &result); break;
+        case K_FOP: r = fast_atomic(args, nargs, &result, 0); break;
+        case K_CAS: r = fast_atomic(args, nargs, &result, 1); break;
+        case K_ISEND: r = fast_isend(args, nargs, &result); break;
+        case K_IRECV: r = fast_irecv(args, nargs, &result); break;
+        case K_WAITALL: r = fast_waitall(args, nargs, &result); break;
+        }
+        if (r == HANDLED) {
+            S.handled[a->kind]++;
+            return result;
+        }
+        if (r == FAILED)
+            return NULL;
+    }
+    return PyObject_Vectorcall(a->fn, args, nargsf, kwnames);
+}
+
+static PyObject *
+accel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    int kind;
+    PyObject *fn;
+    Accel *a;
+
+    if (!PyArg_ParseTuple(args, "iO:accel", &kind, &fn))
+        return NULL;
+    if (kind < 0 || kind >= K_COUNT || !PyCallable_Check(fn)) {
+        PyErr_SetString(PyExc_ValueError, "accel(kind, fn): an unknown kind or fn not callable");
+        return NULL;
+    }
+    a = (Accel *)type->tp_alloc(type, 0);
+    if (a == NULL)
+        return NULL;
+    a->kind = kind;
+    a->fn = Py_NewRef(fn);
+    a->vectorcall = accel_vectorcall;
+    return (PyObject *)a;
+}
+
+static int
+accel_traverse(Accel *a, visitproc visit, void *arg)
+{
+    Py_VISIT(a->fn);
+    Py_VISIT(a->dict);
+    return 0;
+}
+
+static int
+accel_clear(Accel *a)
+{
+    Py_CLEAR(a->fn);
+    Py_CLEAR(a->dict);
+    return 0;
+}
+
+static void
+accel_dealloc(Accel *a)
+{
+    PyObject_GC_UnTrack(a);
+    accel_clear(a);
+    Py_TYPE(a)->tp_free((PyObject *)a);
+}
+
+static PyObject *
+accel_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+accel_repr(Accel *a)
+{
+    return PyUnicode_FromFormat("<accel %R>", a->fn);
+}
+
+static PyMemberDef accel_members[] = {
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(Accel, vectorcall), READONLY, NULL},
+    {"fn", T_OBJECT, offsetof(Accel, fn), READONLY, "the Python implementation"},
+    {"kind", T_INT, offsetof(Accel, kind), READONLY, "which call"},
+    {NULL},
+};
+
+static PyGetSetDef accel_getset[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    {NULL},
+};
+
+static PyTypeObject AccelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "mpi_shim._accel.accel",
+    .tp_basicsize = sizeof(Accel),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_doc = "accel(kind, fn): fn with its common case in C",
+    .tp_new = accel_new,
+    .tp_dealloc = (destructor)accel_dealloc,
+    .tp_traverse = (traverseproc)accel_traverse,
+    .tp_clear = (inquiry)accel_clear,
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = accel_get,
+    .tp_repr = (reprfunc)accel_repr,
+    .tp_members = accel_members,
+    .tp_getset = accel_getset,
+    .tp_dictoffset = offsetof(Accel, dict),
+    .tp_vectorcall_offset = offsetof(Accel, vectorcall),
+};
+
+/* -- configuration ---------------------------------------------------------------- */
+
+/* the offset of slot ``name`` of class ``type`` (an object slot), or -1 */
+static Py_ssize_t
+slot_offset(PyObject *type, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString(type, name);
+    Py_ssize_t off = -1;
+
+    if (d == NULL)
+        return -1;
+    if (Py_TYPE(d) == &PyMemberDescr_Type
+            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX)
+        off = ((PyMemberDescrObject *)d)->d_member->offset;
+    else
+        PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
+    Py_DECREF(d);
+    return off;
+}
+
+static int
+take(PyObject *cfg, const char *name, PyObject **out)
+{
+    PyObject *v = PyDict_GetItemString(cfg, name);
+
+    if (v == NULL) {
+        PyErr_Format(PyExc_KeyError, "configure: %s missing", name);
+        return -1;
+    }
+    Py_XSETREF(*out, Py_NewRef(v));
+    return 0;
+}
+
+static int
+take_type(PyObject *cfg, const char *name, PyTypeObject **out)
+{
+    PyObject *v = NULL;
+
+    if (take(cfg, name, &v) < 0)
+        return -1;
+    if (!PyType_Check(v)) {
+        Py_DECREF(v);
+        PyErr_Format(PyExc_TypeError, "configure: %s is not a type", name);
+        return -1;
+    }
+    Py_XSETREF(*out, (PyTypeObject *)v);
+    return 0;
+}
+
+static int
+take_ull(PyObject *cfg, const char *name, unsigned long long *out)
+{
+    PyObject *v = PyDict_GetItemString(cfg, name);
+
+    if (v == NULL) {
+        PyErr_Format(PyExc_KeyError, "configure: %s missing", name);
+        return -1;
+    }
+    *out = PyLong_AsUnsignedLongLong(v);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *
+configure(PyObject *module, PyObject *cfg)
+{
+    PyObject *v;
+    unsigned long long every = 0;
+    long long any_tag;
+
+    if (!PyDict_Check(cfg)) {
+        PyErr_SetString(PyExc_TypeError, "configure(dict)");
+        return NULL;
+    }
+    S.enabled = 0;
+    if ((v = PyDict_GetItemString(cfg, "enabled")) != NULL && PyDict_Size(cfg) == 1) {
+        S.enabled = PyObject_IsTrue(v) > 0 && S.handle != NULL;
+        Py_RETURN_NONE;                    /* switching only */
+    }
+    if (take_type(cfg, "handle", &S.handle) < 0 || take_type(cfg, "comm_impl", &S.comm_impl) < 0
+            || take_type(cfg, "op_type", &S.op_type) < 0
+            || take_type(cfg, "ndarray", &S.ndarray) < 0
+            || take_type(cfg, "request", &S.request) < 0
+            || take_type(cfg, "recv_op", &S.recv_op) < 0
+            || take_type(cfg, "send_op", &S.send_op) < 0
+            || take_type(cfg, "ucxpy_request", &S.ucxpy_request) < 0
+            || take(cfg, "wait_op", &S.wait_op) < 0
+            || take(cfg, "sent_op", &S.sent_op) < 0
+            || take(cfg, "isend_pending", &S.isend_pending) < 0
+            || take(cfg, "send_ack", &S.send_ack) < 0
+            || take(cfg, "completed", &S.completed) < 0
+            || take(cfg, "ucxpy_error", &S.ucxpy_error) < 0
+            || take(cfg, "translate", &S.translate) < 0 || take(cfg, "engine", &S.engine) < 0
+            || take(cfg, "recv_wait", &S.recv_wait) < 0 || take(cfg, "recv_ack", &S.recv_ack) < 0
+            || take(cfg, "flush_progress", &S.flush_progress) < 0
+            || take(cfg, "op_codes", &S.op_codes) < 0 || take(cfg, "sum_op", &S.sum_op) < 0
+            || take_ull(cfg, "tag_ub", &S.tag_ub) < 0 || take_ull(cfg, "mask_tag", &S.mask_tag) < 0
+            || take_ull(cfg, "mask_any_tag", &S.mask_any_tag) < 0
+            || take_ull(cfg, "seq_mask", &S.seq_mask) < 0
+            || take_ull(cfg, "user_mask", &S.user_mask) < 0
+            || take_ull(cfg, "flush_every", &every) < 0)
+        goto bad;
+    if (!PyDict_Check(S.op_codes) || every == 0) {
+        PyErr_SetString(PyExc_ValueError, "configure: op_codes a dict, flush_every > 0");
+        goto bad;
+    }
+    if ((v = PyDict_GetItemString(cfg, "any_tag")) == NULL
+            || ((any_tag = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()))
+        goto bad;
+    S.any_tag = any_tag;
+    S.flush_every = (unsigned long)every;
+    if ((S.h_off = slot_offset((PyObject *)S.handle, "_h")) < 0
+            || (S.const_off = slot_offset((PyObject *)S.handle, "_const")) < 0
+            || (S.ro_ureq = slot_offset((PyObject *)S.recv_op, "ureq")) < 0
+            || (S.ro_comm = slot_offset((PyObject *)S.recv_op, "comm")) < 0
+            || (S.ro_msg = slot_offset((PyObject *)S.recv_op, "msg")) < 0
+            || (S.ro_staging = slot_offset((PyObject *)S.recv_op, "staging")) < 0
+            || (S.so_ureq = slot_offset((PyObject *)S.send_op, "ureq")) < 0
+            || (S.so_ack = slot_offset((PyObject *)S.send_op, "ack")) < 0
+            || (S.ur_done = slot_offset((PyObject *)S.ucxpy_request, "done")) < 0
+            || (S.ur_exc = slot_offset((PyObject *)S.ucxpy_request, "exc")) < 0
+            || (S.revoked_off = slot_offset((PyObject *)S.comm_impl, "revoked")) < 0
+            || (S.eps_off = slot_offset((PyObject *)S.comm_impl, "eps")) < 0
+            || (S.peers_off = slot_offset((PyObject *)S.comm_impl, "peers")) < 0
+            || (S.p2p_off = slot_offset((PyObject *)S.comm_impl, "p2p")) < 0)
+        goto bad;
+    S.np_fields = (v = PyDict_GetItemString(cfg, "ndarray_fields")) != NULL
+        && PyObject_IsTrue(v) > 0;
+    S.enabled = (v = PyDict_GetItemString(cfg, "enabled")) != NULL && PyObject_IsTrue(v) > 0;
+    Py_RETURN_NONE;
+
+bad:
+    Py_CLEAR(S.handle);                    /* half configured: nothing is taken */
+    S.enabled = 0;
+    return NULL;
+}
+
+static PyObject *
+enabled(PyObject *module, PyObject *unused)
+{
+    return PyBool_FromLong(S.enabled);
+}
+
+static PyObject *
+counts(PyObject *module, PyObject *unused)
+{
+    PyObject *t = PyTuple_New(K_COUNT);
+    int i;
+
+    for (i = 0; t != NULL && i < K_COUNT; i++) {
+        PyObject *n = PyLong_FromUnsignedLongLong(S.handled[i]);
+        if (n == NULL) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SET_ITEM(t, i, n);
+    }
+    return t;
+}
+
+static PyMethodDef methods[] = {
+    {"configure", configure, METH_O,
+     "configure(dict): what the calls need; configure({'enabled': b}) switches them"},
+    {"enabled", enabled, METH_NOARGS, "whether calls try their C path"},
+    {"counts", counts, METH_NOARGS, "calls done in C so far, by kind"},
+    {"probe", probe, METH_O, "probe(array) -> (address, nbytes, type, byteorder, flags, ndim)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "mpi_shim._accel", NULL, -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__accel(void)
+{
+    PyObject *m;
+
+    if (PyType_Ready(&AccelType) < 0 || PyType_Ready(&WinTargetsType) < 0)
+        return NULL;
+#define INTERN(field, text) if ((S.field = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_tag_send_nb, "tag_send_nb");
+    INTERN(s_wait, "wait");
+    INTERN(s_worker, "worker");
+    INTERN(s_tag_try_recv, "tag_try_recv");
+    INTERN(s_tag, "tag");
+    INTERN(s_length, "length");
+    INTERN(s_set, "_set");
+    INTERN(s_native, "_native");
+    INTERN(s_tag_recv_nb, "tag_recv_nb");
+    INTERN(s_add_done_callback, "add_done_callback");
+    INTERN(s_finish, "finish");
+#undef INTERN
+    m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(m, "accel", (PyObject *)&AccelType) < 0
+            || PyModule_AddObjectRef(m, "WinTargets", (PyObject *)&WinTargetsType) < 0
+            || PyModule_AddIntConstant(m, "SEND", K_SEND) < 0
+            || PyModule_AddIntConstant(m, "RECV", K_RECV) < 0
+            || PyModule_AddIntConstant(m, "PUT", K_PUT) < 0
+            || PyModule_AddIntConstant(m, "GET", K_GET) < 0
+            || PyModule_AddIntConstant(m, "FLUSH", K_FLUSH) < 0
+            || PyModule_AddIntConstant(m, "FETCH_AND_OP", K_FOP) < 0
+            || PyModule_AddIntConstant(m, "COMPARE_AND_SWAP", K_CAS) < 0
+            || PyModule_AddIntConstant(m, "ISEND", K_ISEND) < 0
+            || PyModule_AddIntConstant(m, "IRECV", K_IRECV) < 0
+            || PyModule_AddIntConstant(m, "WAITALL", K_WAITALL) < 0
+            || PyModule_AddIntConstant(m, "NOOP_BIT", 8) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
