@@ -80,7 +80,7 @@ def shim_cases(comm, win, peer: int, rank: int) -> dict:
 
     def fop(n):
         for _ in range(n):
-            Fop(one, old, peer, 1, SUM)
+            Fop(one, old, peer, 8, SUM)
             Flush(peer)
     return {"Send/Recv": (pingpong, 2), "Isend/Irecv+Waitall": (pingpong_nb, 2),
             "Put+Flush": (put, 1), "Get+Flush": (get, 1), "Fetch_and_op+Flush": (fop, 1)}
@@ -141,11 +141,10 @@ def main(argv=None) -> int:
     peer = 1 - rank
     win = MPI.Win.Allocate(64, 1, comm=comm)
     world = ENGINE.world
-    mem = np.zeros(64, np.uint8)                 # the core's region (registered here)
-    mh = world.worker.mem_map(mem)
-    keys = comm.allgather(mh.pack_rkey())
-    rkey = world.ep(peer).unpack_rkey(keys[peer])
-    base = rkey.base
+    mh = world.worker.mem_map(length=64)         # the core's region (allocated: mapped)
+    keys = comm.allgather((mh.address, mh.pack_rkey()))
+    base = keys[peer][0]
+    rkey = world.ep(peer).unpack_rkey(keys[peer][1])
     comm.Barrier()
     rows = {}
     core = core_cases(world, rkey, base, peer, rank)

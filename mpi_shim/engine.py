@@ -125,10 +125,13 @@ class Engine:
 
     def wait(self, op) -> None:
         if not op.is_done():
-            # a blocking receive may take ucxpy's native fast path
+            # a blocking receive may take ucxpy's native fast path: when its
+            # message is there already, at once, without the wait loop
             ureq = getattr(op, "ureq", None)
-            self.wait_until(op.is_done, fast=None if ureq is None
-                            else self.worker.recv_poller(ureq))
+            fast = None if ureq is None else self.worker.recv_poller(ureq)
+            if fast is not None and fast() and op.is_done():
+                return
+            self.wait_until(op.is_done, fast=fast)
 
     def wait_until(self, cond, timeout=None, fast=None) -> None:
         """Progress until ``cond()``: spin while there is activity, then nap on

@@ -635,11 +635,357 @@ static PyTypeObject SerializedType = {
     .tp_vectorcall_offset = offsetof(Serialized, vectorcall),
 };
 
+
+/* -- drain_tag: frames already in the ring into the receives posted for them --
+ *
+ * drain_configure(RecvRequest, TagInfo) names the classes (their slots are
+ * filled here as their __init__ and Request.complete would).
+ *
+ * drain_tag(ring, am_id, tag, queue, source) -> count (plus WAKE_BIT when the
+ * producer waits for space: the caller wakes it)
+ *   ``queue`` is the tag matcher's deque of exact receives posted for
+ *   (source, tag): while its first receive is a plain RecvRequest (no
+ *   completion callbacks) and the ring's next frame is an eager message
+ *   with exactly ``tag`` that fits its buffer, the frame is copied into the
+ *   buffer and consumed, the receive leaves the queue and completes with
+ *   TagInfo(source, tag, length).  Stops, consuming nothing more, at
+ *   anything else (another frame, an empty ring, a receive with callbacks:
+ *   the Python path goes on from there, in order). */
+static struct {
+    PyTypeObject *req, *info;
+    Py_ssize_t buf, done, exc, result, callbacks, cancel, i_source, i_tag, i_length;
+    PyObject *s_popleft;
+} D;
+
+/* the offset of object slot ``name`` of ``type``, or -1 */
+static Py_ssize_t
+slot_of(PyTypeObject *type, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString((PyObject *)type, name);
+    Py_ssize_t off = -1;
+
+    if (d == NULL)
+        return -1;
+    if (Py_TYPE(d) == &PyMemberDescr_Type
+            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX)
+        off = ((PyMemberDescrObject *)d)->d_member->offset;
+    else
+        PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
+    Py_DECREF(d);
+    return off;
+}
+
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+
+static PyObject *
+drain_configure(PyObject *self, PyObject *args)
+{
+    PyTypeObject *req, *info;
+
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &req, &PyType_Type, &info))
+        return NULL;
+    D.req = NULL;
+    if ((D.buf = slot_of(req, "buf")) < 0 || (D.done = slot_of(req, "done")) < 0
+            || (D.exc = slot_of(req, "exc")) < 0 || (D.result = slot_of(req, "result")) < 0
+            || (D.callbacks = slot_of(req, "_callbacks")) < 0
+            || (D.cancel = slot_of(req, "_cancel")) < 0
+            || (D.i_source = slot_of(info, "source")) < 0 || (D.i_tag = slot_of(info, "tag")) < 0
+            || (D.i_length = slot_of(info, "length")) < 0)
+        return NULL;
+    if (D.s_popleft == NULL && (D.s_popleft = PyUnicode_InternFromString("popleft")) == NULL)
+        return NULL;
+    Py_INCREF(req);
+    Py_INCREF(info);
+    Py_XSETREF(D.info, info);
+    Py_XSETREF(D.req, req);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long ring, tag;
+    long am_id;
+    PyObject *queue, *source, *req, *info, *old, *tagobj, *lenobj, *r;
+    long long count = 0;
+    uint64_t wake = 0, got = 0;
+    int64_t n;
+    Py_buffer view;
+
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "drain_tag(ring, am_id, tag, queue, source)");
+        return NULL;
+    }
+    if (D.req == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "drain_tag: drain_configure() first");
+        return NULL;
+    }
+    ring = PyLong_AsUnsignedLongLong(args[0]);
+    am_id = PyLong_AsLong(args[1]);
+    tag = PyLong_AsUnsignedLongLong(args[2]);
+    if (PyErr_Occurred())
+        return NULL;
+    queue = args[3];
+    source = args[4];
+    while (!wake && PySequence_Size(queue) > 0) {
+        req = PySequence_GetItem(queue, 0);
+        if (req == NULL)
+            return NULL;
+        if (Py_TYPE(req) != D.req || SLOT(req, D.callbacks) != Py_None
+                || SLOT(req, D.done) != Py_False || SLOT(req, D.buf) == NULL) {
+            Py_DECREF(req);
+            break;
+        }
+        if (PyObject_GetBuffer(SLOT(req, D.buf), &view, PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            Py_DECREF(req);
+            break;
+        }
+        n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, (uint8_t)am_id, tag,
+                                ~0ULL, view.buf, (uint64_t)view.len, 0, &wake, &got);
+        PyBuffer_Release(&view);
+        if (n < 0) {
+            Py_DECREF(req);
+            break;
+        }
+        /* consumed: the receive leaves the queue and completes */
+        count++;
+        r = PyObject_CallMethodNoArgs(queue, D.s_popleft);
+        Py_XDECREF(r);
+        tagobj = PyLong_FromUnsignedLongLong(got);
+        lenobj = PyLong_FromLongLong(n);
+        info = tagobj && lenobj ? D.info->tp_alloc(D.info, 0) : NULL;
+        if (r == NULL || info == NULL) {
+            Py_XDECREF(tagobj);
+            Py_XDECREF(lenobj);
+            Py_DECREF(req);
+            return NULL;
+        }
+        SLOT(info, D.i_source) = Py_NewRef(source);
+        SLOT(info, D.i_tag) = tagobj;
+        SLOT(info, D.i_length) = lenobj;
+        old = SLOT(req, D.result);
+        SLOT(req, D.result) = info;
+        Py_XDECREF(old);
+        old = SLOT(req, D.done);
+        SLOT(req, D.done) = Py_NewRef(Py_True);
+        Py_XDECREF(old);
+        old = SLOT(req, D.cancel);
+        SLOT(req, D.cancel) = Py_NewRef(Py_None);
+        Py_XDECREF(old);
+        Py_DECREF(req);
+    }
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLongLong(count | (wake ? WAKE_BIT : 0));
+}
+
+
+/* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
+ *
+ * post_configure(RecvRequest, deque) names the request class (its slots are
+ * filled as its __init__ would) and collections.deque.
+ *
+ * post_recv(worker, buf, tag, mask, source) -> the posted RecvRequest, or
+ * None having done nothing (the Python method then does it all)
+ *   for a receive from a worker id (a tag and mask of 64 bits), into a
+ *   writable 1-D C-contiguous byte buffer (format "B"), with tracing off,
+ *   the unexpected queue empty and the source's endpoint not failed: makes
+ *   the request (buf: a memoryview of ``buf``) and posts it as
+ *   TagMatcher.post does: numbered, then appended to the queue for
+ *   (source, tag) when the mask is all ones, else to the masked list. */
+static struct {
+    PyTypeObject *req;
+    PyObject *deque;
+    Py_ssize_t worker, done, exc, result, callbacks, cancel, buf, capacity, source, tag, mask,
+               seq;
+    PyObject *s_tr, *s_matcher, *s_unexpected, *s_endpoints, *s_failed, *s_exact, *s_seq,
+             *s_cancel_recv, *s_append, *s_wild;
+} P;
+
+static PyObject *
+post_configure(PyObject *self, PyObject *args)
+{
+    PyTypeObject *req;
+    PyObject *deque;
+
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &req, &PyType_Type, &deque))
+        return NULL;
+    P.req = NULL;
+    if ((P.worker = slot_of(req, "worker")) < 0 || (P.done = slot_of(req, "done")) < 0
+            || (P.exc = slot_of(req, "exc")) < 0 || (P.result = slot_of(req, "result")) < 0
+            || (P.callbacks = slot_of(req, "_callbacks")) < 0
+            || (P.cancel = slot_of(req, "_cancel")) < 0 || (P.buf = slot_of(req, "buf")) < 0
+            || (P.capacity = slot_of(req, "capacity")) < 0
+            || (P.source = slot_of(req, "source")) < 0 || (P.tag = slot_of(req, "tag")) < 0
+            || (P.mask = slot_of(req, "mask")) < 0 || (P.seq = slot_of(req, "seq")) < 0)
+        return NULL;
+#define INTERN(field, text) \
+    if (P.field == NULL && (P.field = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_tr, "tr");
+    INTERN(s_matcher, "matcher");
+    INTERN(s_unexpected, "unexpected");
+    INTERN(s_endpoints, "endpoints");
+    INTERN(s_failed, "failed");
+    INTERN(s_exact, "exact");
+    INTERN(s_seq, "_seq");
+    INTERN(s_cancel_recv, "_cancel_recv");
+    INTERN(s_append, "append");
+    INTERN(s_wild, "wild");
+#undef INTERN
+    Py_INCREF(deque);
+    Py_XSETREF(P.deque, deque);
+    Py_INCREF(req);
+    Py_XSETREF(P.req, req);
+    Py_RETURN_NONE;
+}
+
+/* a new reference to attribute ``name`` of ``o``; NULL with no error set
+ * only when the attribute is absent */
+static PyObject *
+attr(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
+        PyErr_Clear();
+    return v;
+}
+
+static PyObject *
+post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *worker, *buf, *mv = NULL, *tr = NULL, *m = NULL, *unexp = NULL, *eps = NULL,
+             *ep, *failed = NULL, *exact = NULL, *seq = NULL, *next = NULL, *cancel = NULL,
+             *key = NULL, *q, *req = NULL, *cap = NULL, *tup, *r, *out = NULL;
+    Py_buffer *v;
+    long long source;
+    unsigned long long tag, mask;
+    int overflow, empty;
+
+    if (nargs != 5 || P.req == NULL)
+        Py_RETURN_NONE;
+    worker = args[0];
+    buf = args[1];
+    if (!PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
+        Py_RETURN_NONE;
+    mask = PyLong_AsUnsignedLongLong(args[3]);
+    tag = PyLong_AsUnsignedLongLong(args[2]);
+    source = PyLong_AsLongLongAndOverflow(args[4], &overflow);
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    (void)tag;                          /* (converted: tag and mask of 64 bits at most) */
+    if (overflow || source < 0)
+        Py_RETURN_NONE;
+    /* the state the Python method looks at */
+    if ((tr = attr(worker, P.s_tr)) == NULL || tr != Py_None)
+        goto done;
+    if ((m = attr(worker, P.s_matcher)) == NULL || (unexp = attr(m, P.s_unexpected)) == NULL)
+        goto done;
+    empty = PyObject_Not(unexp);
+    if (empty <= 0)
+        goto done;
+    if ((eps = attr(worker, P.s_endpoints)) == NULL || !PyDict_CheckExact(eps))
+        goto done;
+    ep = PyDict_GetItemWithError(eps, args[4]);
+    if (ep != NULL && ((failed = attr(ep, P.s_failed)) == NULL || failed != Py_None))
+        goto done;
+    if (PyErr_Occurred() || (exact = attr(m, mask == ~0ULL ? P.s_exact : P.s_wild)) == NULL
+            || (mask == ~0ULL ? !PyDict_CheckExact(exact) : !PyList_CheckExact(exact)))
+        goto done;
+    /* the buffer: what recv_view returns as is */
+    if (Py_TYPE(buf) == &PyMemoryView_Type)
+        mv = Py_NewRef(buf);
+    else if ((mv = PyMemoryView_FromObject(buf)) == NULL) {
+        PyErr_Clear();
+        goto done;
+    }
+    v = PyMemoryView_GET_BUFFER(mv);
+    if (v->readonly || v->ndim != 1 || (v->format != NULL && strcmp(v->format, "B"))
+            || !PyBuffer_IsContiguous(v, 'C'))
+        goto done;
+    if ((seq = attr(m, P.s_seq)) == NULL || !PyLong_CheckExact(seq)
+            || (next = PyLong_FromLongLong(PyLong_AsLongLong(seq) + 1)) == NULL
+            || PyErr_Occurred()
+            || (cancel = attr(worker, P.s_cancel_recv)) == NULL
+            || (cap = PyLong_FromSsize_t(v->len)) == NULL
+            || (key = PyTuple_Pack(2, args[4], args[2])) == NULL)
+        goto done;
+    req = P.req->tp_alloc(P.req, 0);
+    if (req == NULL)
+        goto done;
+    SLOT(req, P.worker) = Py_NewRef(worker);
+    SLOT(req, P.done) = Py_NewRef(Py_False);
+    SLOT(req, P.exc) = Py_NewRef(Py_None);
+    SLOT(req, P.result) = Py_NewRef(Py_None);
+    SLOT(req, P.callbacks) = Py_NewRef(Py_None);
+    SLOT(req, P.cancel) = Py_NewRef(cancel);
+    SLOT(req, P.buf) = Py_NewRef(mv);
+    SLOT(req, P.capacity) = Py_NewRef(cap);
+    SLOT(req, P.source) = Py_NewRef(args[4]);
+    SLOT(req, P.tag) = Py_NewRef(args[2]);
+    SLOT(req, P.mask) = Py_NewRef(args[3]);
+    SLOT(req, P.seq) = Py_NewRef(next);
+    if (PyObject_SetAttr(m, P.s_seq, next) < 0)
+        goto done;
+    if (mask != ~0ULL) {                     /* masked: the list, in posting order */
+        if (PyList_Append(exact, req) < 0)
+            goto done;
+        out = Py_NewRef(req);
+        goto done;
+    }
+    q = PyDict_GetItemWithError(exact, key);
+    if (q == NULL) {
+        if (PyErr_Occurred() || (tup = PyTuple_Pack(1, req)) == NULL)
+            goto done;
+        q = PyObject_CallOneArg(P.deque, tup);
+        Py_DECREF(tup);
+        if (q == NULL)
+            goto done;
+        r = PyDict_SetItem(exact, key, q) < 0 ? NULL : Py_NewRef(Py_None);
+        Py_DECREF(q);
+    } else {
+        r = PyObject_CallMethodOneArg(q, P.s_append, req);
+    }
+    if (r == NULL)
+        goto done;
+    Py_DECREF(r);
+    out = Py_NewRef(req);
+
+done:
+    Py_XDECREF(mv);
+    Py_XDECREF(tr);
+    Py_XDECREF(m);
+    Py_XDECREF(unexp);
+    Py_XDECREF(eps);
+    Py_XDECREF(failed);
+    Py_XDECREF(exact);
+    Py_XDECREF(seq);
+    Py_XDECREF(next);
+    Py_XDECREF(cancel);
+    Py_XDECREF(cap);
+    Py_XDECREF(key);
+    Py_XDECREF(req);
+    if (out != NULL || PyErr_Occurred())
+        return out;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"send_tag", send_tag, METH_VARARGS, "push one eager frame into a ring"},
     {"recv_tag", recv_tag, METH_VARARGS, "the next eager frame of a ring, if it is the one"},
     {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
      "a put or get on mapped peer memory, or False"},
+    {"post_configure", post_configure, METH_VARARGS,
+     "post_configure(RecvRequest, deque): the classes post_recv makes"},
+    {"post_recv", (PyCFunction)(void (*)(void))post_recv, METH_FASTCALL,
+     "Worker.tag_recv_nb's common case: the posted request, or None"},
+    {"drain_configure", drain_configure, METH_VARARGS,
+     "drain_configure(RecvRequest, TagInfo): the classes drain_tag fills"},
+    {"drain_tag", (PyCFunction)(void (*)(void))drain_tag, METH_FASTCALL,
+     "frames in the ring into the posted receives of a queue: count"},
     {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,
      "a fetching atomic on mapped peer memory, or None"},
     {NULL, NULL, 0, NULL},

@@ -336,3 +336,82 @@ def test_a_window_of_receives_completes_in_one_wait(shm_pair):
     with pytest.raises(ucxpy.TruncationError):
         reqs[3].wait(10)
     assert reqs[4].wait(10).length == 4 and bytes(bufs[4]) == b"last"
+
+
+def test_the_native_drain_completes_a_window_and_stops_where_python_must_go_on(shm_pair):
+    """``drain_eager`` (one C call, native/fastpath.c) completes the posted
+    receives of a window as the Python loop would (result, state, queue);
+    a receive with a completion callback, or another tag's frame, stops it
+    and the Python path goes on in order."""
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    bufs = [bytearray(4) for _ in range(6)]
+    reqs = [b.tag_recv_nb(x, 21, source=0) for x in bufs]
+    seen = []
+    reqs[3].add_done_callback(lambda r: seen.append(r.result.length))
+    for i in range(4):
+        ep.tag_send(b"d%03d" % i, 21)
+    ep.tag_send(b"tag!", 22)                     # another tag before the rest
+    ep.tag_send(b"d004", 21)
+    ep.tag_send(b"d005", 21)
+    reqs[0].wait(10)
+    assert [r.done for r in reqs] == [True, True, True, True, False, False]
+    assert seen == [4] and b.fast_recvs == before + 4
+    for i, r in enumerate(reqs[:4]):
+        info = r.result
+        assert (info.source, info.tag, info.length, r.exc) == (0, 21, 4, None)
+        assert bytes(bufs[i]) == b"d%03d" % i and r.wait(10) is info
+    other = bytearray(4)
+    assert b.tag_recv(other, 22, source=0, timeout=10).length == 4 and bytes(other) == b"tag!"
+    assert reqs[4].wait(10).length == 4 and reqs[5].wait(10).length == 4
+    assert [bytes(x) for x in bufs[4:]] == [b"d004", b"d005"]
+    assert (0, 21) not in b.matcher.exact          # the emptied queue is gone
+    assert not reqs[0].cancel()                    # completed: nothing to cancel
+
+
+def test_the_native_post_makes_what_the_python_post_makes(shm_pair):
+    """``post_recv`` (Worker.tag_recv_nb's common case in C) makes the same
+    request, numbered and queued as TagMatcher.post does, exact or masked;
+    what it does not take (another buffer type, a wildcard source, an
+    unexpected message queued, the fast path off) the Python lines post,
+    the same way."""
+    from ucxpy.tag import FULL_MASK, RecvRequest
+    p, a, b, ep = shm_pair
+    m = b.matcher
+
+    def fields(r):
+        return (type(r), r.buf.format, r.buf.nbytes, r.capacity, r.source, r.tag, r.mask,
+                r.done, r.exc, r.result, r._callbacks, r._cancel == b._cancel_recv)
+
+    native = b.tag_recv_nb(bytearray(8), 31, FULL_MASK, 0)
+    seq = m._seq
+    b._post_recv, saved = None, b._post_recv       # the Python lines alone
+    try:
+        python = b.tag_recv_nb(bytearray(8), 31, FULL_MASK, 0)
+    finally:
+        b._post_recv = saved
+    assert fields(native) == fields(python) and type(native) is RecvRequest
+    assert (native.seq, python.seq) == (seq, seq + 1) and m._seq == seq + 1
+    assert list(m.exact[(0, 31)]) == [native, python]
+    masked = b.tag_recv_nb(bytearray(8), 32, 0xFF, 0)          # masked: the list
+    assert m.wild[-1] is masked and masked.seq == seq + 2
+    import numpy as np
+    wide = b.tag_recv_nb(np.zeros(2, np.int64), 33, FULL_MASK, 0)   # cast by Python
+    assert wide.buf.format == "B" and wide.capacity == 16
+    anywhere = b.tag_recv_nb(bytearray(8), 34, FULL_MASK, ucxpy.ANY_SOURCE)
+    assert anywhere in m.wild
+    with pytest.raises(ucxpy.InvalidBuffer):
+        b.tag_recv_nb(b"read-only", 35, FULL_MASK, 0)
+    for r in (native, python, masked, wide, anywhere):
+        assert r.cancel()
+    assert (0, 31) not in m.exact and masked not in m.wild
+    # an unexpected message first: the Python lines match it at once
+    ep.tag_send(b"early", 36)
+    b.progress()
+    deadline = 0
+    while not m.unexpected and deadline < 1000:
+        b.progress()
+        deadline += 1
+    got = bytearray(5)
+    r = b.tag_recv_nb(got, 36, FULL_MASK, 0)
+    assert r.done and r.result.length == 5 and bytes(got) == b"early"

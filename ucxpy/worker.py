@@ -1,6 +1,7 @@
 """Worker: the progress engine, wire-up and frame dispatch (UCX's ucp_worker)."""
 from __future__ import annotations
 
+import collections
 import os
 import random
 import select
@@ -21,11 +22,16 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo
+from ._fastpath import drain_configure, post_configure, post_recv
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
 
 AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
+# the classes whose objects the lanes' native drain_eager fills, and that
+# Worker.tag_recv_nb's native post makes (native/fastpath.c)
+drain_configure(RecvRequest, TagInfo)
+post_configure(RecvRequest, collections.deque)
 COLD_EVERY = 16     # power of two
 #: polls of one fast-path C call (``Worker.recv_poller``) between progress passes
 FAST_SPINS = 256
@@ -76,6 +82,8 @@ class Worker:
         #: receives completed by the native fast path (recv_poller)
         self.fast_recvs = 0
         self.fast_sends = 0     # eager sends by a lane's native send_eager
+        #: tag_recv_nb's common case in one C call (UCXPY_FASTPATH)
+        self._post_recv = post_recv if self.config.fastpath else None
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
         self.matcher = TagMatcher()
         self.rndv = RendezvousProtocol(self)
@@ -316,7 +324,7 @@ class Worker:
         found = self._fast_lane(req.source)
         if found is None:
             return None
-        ep, recv = found
+        ep, recv, drain = found
         matcher, src, tag, mask, buf = self.matcher, req.source, req.tag, req.mask, req.buf
         spins = 0 if self.oversubscribed() else FAST_SPINS
 
@@ -330,21 +338,30 @@ class Worker:
             self.fast_recvs += 1
             req.complete(TagInfo(src, got, n))
             if mask == FULL_MASK:
-                self._fast_drain(recv, src, tag)
+                self._fast_drain(recv, drain, src, tag)
             return True
         return poll
 
-    def _fast_drain(self, recv, src: int, tag: int) -> None:
+    def _fast_drain(self, recv, drain, src: int, tag: int) -> None:
         """After a fast receive: give the frames already behind it in the
         ring to the next posted exact receives for the same source and tag,
         as long as each is the one such a frame could match and the frame
         is an eager message that fits (a window of Irecvs completes in one
-        wait).  Stops, consuming nothing more, at anything else."""
+        wait).  Stops, consuming nothing more, at anything else.  The lane's
+        native ``drain`` takes the receives without callbacks in one call;
+        one at a time here takes the rest."""
         m, key = self.matcher, (src, tag)
         while not m.wild:
             q = m.exact.get(key)        # (a completion callback may change it)
             if not q:
                 return
+            if drain is not None:
+                k = drain(TAG_EAGER, tag, q, src)
+                if k:
+                    self.fast_recvs += k
+                    if not q and m.exact.get(key) is q:
+                        del m.exact[key]
+                    continue
             nxt = q[0]
             n, got = recv(TAG_EAGER, tag, FULL_MASK, nxt.buf, 0)
             if n < 0:
@@ -356,15 +373,15 @@ class Worker:
             nxt.complete(TagInfo(src, got, n))
 
     def _fast_lane(self, src: int):
-        """``(endpoint, its transport endpoint's recv_eager)`` for frames from
-        worker ``src``, when they all arrive on one transport endpoint that
-        offers the fast path; else None."""
+        """``(endpoint, its transport endpoint's recv_eager, drain_eager)``
+        for frames from worker ``src``, when they all arrive on one transport
+        endpoint that offers the fast path; else None."""
         ep = self.endpoints.get(src)
         if ep is None or ep.failed is not None or len(ep.incoming) != 1:
             return None
         for tep in ep.incoming:
             recv = tep.recv_eager
-            return None if recv is None else (ep, recv)
+            return None if recv is None else (ep, recv, tep.drain_eager)
 
     def _idle_sleep(self, seconds: float) -> None:
         t0 = time.perf_counter_ns()
@@ -621,7 +638,15 @@ class Worker:
         """Post a receive for a message whose tag matches ``tag`` under
         ``tag_mask`` from ``source`` (worker id, Endpoint or ANY_SOURCE).
         The request's result is a :class:`TagInfo`; a message larger than
-        ``buf`` completes it with :class:`TruncationError`."""
+        ``buf`` completes it with :class:`TruncationError`.
+
+        A receive from a worker id into a plain byte buffer, with nothing
+        unexpected queued, is posted by one C call (``post_recv``,
+        native/fastpath.c) that does what the lines below do for it."""
+        if self._post_recv is not None:
+            req = self._post_recv(self, buf, tag, tag_mask, source)
+            if req is not None:
+                return req
         mv = recv_view(buf)
         src = source if type(source) is int else self._source_id(source)
         tag &= FULL_MASK

@@ -183,6 +183,17 @@ class TransportEndpoint(abc.ABC):
     #: it only when that frame could match nothing but the waiting receive.
     recv_eager = None
 
+    #: Optional native drain of frames already queued (None: not offered):
+    #: ``drain_eager(am_id, tag, queue, source) -> count`` gives the incoming
+    #: frames that are ``am_id`` frames with exactly ``tag`` to the receives
+    #: of ``queue`` (the tag matcher's deque of exact receives posted for
+    #: ``source`` and ``tag``), oldest first, each while its buffer fits and
+    #: it has no completion callback: copies the payload, consumes the frame,
+    #: removes the receive from ``queue`` and completes it.  Stops at
+    #: anything else, which stays for the Python path in order.  The core
+    #: calls it only when nothing but ``queue``'s receives could match.
+    drain_eager = None
+
     #: Optional native fast path of an eager send (None: not offered):
     #: ``send_eager(am_id, tag, buf, max_payload) -> bool`` sends ``buf``
     #: (any contiguous buffer-protocol object) as one ``am_id`` frame with

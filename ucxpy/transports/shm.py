@@ -71,7 +71,8 @@ from collections import deque
 from typing import Callable, Optional
 
 from .. import auth, shmfile
-from .._fastpath import WAKE_BIT as _WAKE_BIT, recv_tag as _recv_tag, send_tag as _send_tag
+from .._fastpath import (WAKE_BIT as _WAKE_BIT, drain_tag as _drain_tag, recv_tag as _recv_tag,
+                         send_tag as _send_tag)
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
@@ -450,6 +451,17 @@ class ShmEndpoint(TransportEndpoint):
             self.iface._wake(self._peer_sock)
             return n - _WAKE_BIT, got
         return n, got
+
+    def drain_eager(self, am_id: int, tag: int, queue, source: int) -> int:
+        """The contract's drain: one C call (native/fastpath.c) completes the
+        posted receives of ``queue`` from the frames already in our ring."""
+        if self._exc is not None or self._closed or self._in_poll or self._rx is None:
+            return 0
+        n = _drain_tag(self._rx_addr, am_id, tag, queue, source)
+        if n >= _WAKE_BIT:
+            self.iface._wake(self._peer_sock)
+            return n - _WAKE_BIT
+        return n
 
     def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
         """The contract's fast send: one C call (native/fastpath.c) pushes the
