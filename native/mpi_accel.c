@@ -62,13 +62,13 @@ static struct {
     Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, ur_done, ur_exc;
     PyObject *completed, *ucxpy_error, *translate, *engine, *recv_wait, *recv_ack,
              *flush_progress, *op_codes, *sum_op, *sent_op, *isend_pending, *send_ack,
-             *wait_op;
+             *wait_op, *mask_tag_obj, *mask_any_tag_obj;
     unsigned long long handled[K_COUNT];
     unsigned long long tag_ub, mask_tag, mask_any_tag, seq_mask, user_mask;
     long long any_tag;
     unsigned long flush_every, flushes;
     PyObject *s_tag_send_nb, *s_wait, *s_worker, *s_tag_try_recv, *s_tag, *s_length, *s_set,
-             *s_native, *s_tag_recv_nb, *s_add_done_callback, *s_finish;
+             *s_native, *s_tag_recv_nb, *s_add_done_callback, *s_finish, *s_wait_for;
 } S;
 
 /* -- helpers ---------------------------------------------------------------------- */
@@ -417,10 +417,9 @@ fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     if (worker == NULL)
         return FAILED;
     tagobj = PyLong_FromUnsignedLongLong(wire);
-    maskobj = PyLong_FromUnsignedLongLong(S.mask_tag);
-    if (tagobj == NULL || maskobj == NULL) {
-        Py_XDECREF(tagobj);
-        Py_XDECREF(maskobj);
+    maskobj = Py_NewRef(S.mask_tag_obj);
+    if (tagobj == NULL) {
+        Py_DECREF(maskobj);
         Py_DECREF(worker);
         return FAILED;
     }
@@ -491,10 +490,9 @@ fast_recv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     if (worker == NULL)
         return FAILED;
     tagobj = PyLong_FromUnsignedLongLong(wire);
-    maskobj = PyLong_FromUnsignedLongLong(tag == S.any_tag ? S.mask_any_tag : S.mask_tag);
-    if (tagobj == NULL || maskobj == NULL) {
-        Py_XDECREF(tagobj);
-        Py_XDECREF(maskobj);
+    maskobj = Py_NewRef(tag == S.any_tag ? S.mask_any_tag_obj : S.mask_tag_obj);
+    if (tagobj == NULL) {
+        Py_DECREF(maskobj);
         Py_DECREF(worker);
         return FAILED;
     }
@@ -606,6 +604,38 @@ op_clean(PyObject *op)
         && (ack == Py_None || (ack != NULL && slot(ack, S.ur_exc) == Py_None));
 }
 
+/* no other Python thread: nobody else can want the library lock meanwhile
+ * (only a running thread can start another, and this one is here) */
+static int
+only_thread(void)
+{
+    PyThreadState *head = PyInterpreterState_ThreadHead(
+        PyThreadState_GetInterpreter(PyThreadState_Get()));
+
+    return head != NULL && PyThreadState_Next(head) == NULL;
+}
+
+/* wait for ``op`` to complete: a posted receive, with no other thread, by
+ * ucxpy's wait on its request (which tries the native receive first);
+ * anything else by ENGINE.wait, which lets other threads have the library
+ * lock while it waits.  The result of the call, or NULL (translated) */
+static PyObject *
+wait_op(PyObject *op)
+{
+    PyObject *ureq, *worker, *r;
+
+    if (Py_TYPE(op) != S.recv_op || (ureq = slot(op, S.ro_ureq)) == NULL || !only_thread())
+        return PyObject_CallOneArg(S.wait_op, op);
+    worker = PyObject_GetAttr(S.engine, S.s_worker);
+    if (worker == NULL)
+        return NULL;
+    r = PyObject_CallMethodOneArg(worker, S.s_wait_for, ureq);
+    Py_DECREF(worker);
+    if (r == NULL)
+        failed();
+    return r;
+}
+
 static int
 fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
@@ -632,7 +662,7 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
         if (op == NULL || op == Py_None || op_done(op))
             continue;
         Py_INCREF(op);
-        done = PyObject_CallOneArg(S.wait_op, op);
+        done = wait_op(op);
         Py_DECREF(op);
         if (done == NULL) {
             Py_DECREF(reqs);
@@ -932,6 +962,21 @@ int_word(Py_buffer *v)
     return (v->len == 4 || v->len == 8) && v->itemsize == v->len ? (int)v->len : 0;
 }
 
+/* the 4- or 8-byte word at ``p`` (any alignment), zero-extended */
+static inline unsigned long long
+word_of(const void *p, int size)
+{
+    uint64_t w8;
+    uint32_t w4;
+
+    if (size == 8) {
+        memcpy(&w8, p, 8);
+        return w8;
+    }
+    memcpy(&w4, p, 4);
+    return w4;
+}
+
 /* Fetch_and_op(origin, result, rank, disp=0, op=SUM), or with ``cas``
  * Compare_and_swap(origin, compare, result, rank, disp=0) */
 static int
@@ -999,14 +1044,17 @@ fast_atomic(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int cas)
         peer = target_address(w, rank, disp, (unsigned long long)size, size, 1);
         if (peer != NULL) {
             if (!noop)
-                value = size == 8 ? *(uint64_t *)o.buf : *(uint32_t *)o.buf;
+                value = word_of(o.buf, size);
             if (cmp != NULL)
-                compare = size == 8 ? *(uint64_t *)c.buf : *(uint32_t *)c.buf;
+                compare = word_of(c.buf, size);
             old = map_fetch(peer, size, code, value, compare);
-            if (size == 8)
-                *(uint64_t *)r.buf = old;
-            else
-                *(uint32_t *)r.buf = (uint32_t)old;
+            if (size == 8) {
+                uint64_t w = old;
+                memcpy(r.buf, &w, 8);
+            } else {
+                uint32_t w = (uint32_t)old;
+                memcpy(r.buf, &w, 4);
+            }
             ok = 1;
         }
     }
@@ -1266,6 +1314,10 @@ configure(PyObject *module, PyObject *cfg)
             || ((any_tag = PyLong_AsLongLong(v)) == -1 && PyErr_Occurred()))
         goto bad;
     S.any_tag = any_tag;
+    Py_XSETREF(S.mask_tag_obj, PyLong_FromUnsignedLongLong(S.mask_tag));
+    Py_XSETREF(S.mask_any_tag_obj, PyLong_FromUnsignedLongLong(S.mask_any_tag));
+    if (S.mask_tag_obj == NULL || S.mask_any_tag_obj == NULL)
+        goto bad;
     S.flush_every = (unsigned long)every;
     if ((S.h_off = slot_offset((PyObject *)S.handle, "_h")) < 0
             || (S.const_off = slot_offset((PyObject *)S.handle, "_const")) < 0
@@ -1348,6 +1400,7 @@ PyInit__accel(void)
     INTERN(s_tag_recv_nb, "tag_recv_nb");
     INTERN(s_add_done_callback, "add_done_callback");
     INTERN(s_finish, "finish");
+    INTERN(s_wait_for, "wait_for");
 #undef INTERN
     m = PyModule_Create(&module);
     if (m == NULL)
