@@ -56,6 +56,7 @@
 
 #include "ucxpy_native.h"
 #include "mapped.h"
+#include "pyslots.h"
 
 #define WAKE_BIT (1LL << 62)
 
@@ -636,10 +637,67 @@ static PyTypeObject SerializedType = {
 };
 
 
+/* -- the receive classes drain_tag and post_recv fill ------------------------------
+ *
+ * recv_configure(RecvRequest, TagInfo, deque): the classes whose slots they
+ * fill as the classes' __init__ and Request.complete would, and
+ * collections.deque (the tag matcher's queues). */
+static struct {
+    PyTypeObject *req, *info;
+    PyObject *deque;
+    Py_ssize_t worker, done, exc, result, callbacks, cancel, buf, capacity, source, tag, mask,
+               seq, i_source, i_tag, i_length;
+    PyObject *s_popleft, *s_tr, *s_matcher, *s_unexpected, *s_endpoints, *s_failed, *s_exact,
+             *s_seq, *s_cancel_recv, *s_append, *s_wild;
+} R;
+
+static PyObject *
+recv_configure(PyObject *self, PyObject *args)
+{
+    PyTypeObject *req, *info;
+    PyObject *deque;
+
+    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &req, &PyType_Type, &info,
+                          &PyType_Type, &deque))
+        return NULL;
+    R.req = NULL;
+    if ((R.worker = slot_offset(req, "worker")) < 0 || (R.done = slot_offset(req, "done")) < 0
+            || (R.exc = slot_offset(req, "exc")) < 0
+            || (R.result = slot_offset(req, "result")) < 0
+            || (R.callbacks = slot_offset(req, "_callbacks")) < 0
+            || (R.cancel = slot_offset(req, "_cancel")) < 0
+            || (R.buf = slot_offset(req, "buf")) < 0
+            || (R.capacity = slot_offset(req, "capacity")) < 0
+            || (R.source = slot_offset(req, "source")) < 0
+            || (R.tag = slot_offset(req, "tag")) < 0 || (R.mask = slot_offset(req, "mask")) < 0
+            || (R.seq = slot_offset(req, "seq")) < 0
+            || (R.i_source = slot_offset(info, "source")) < 0
+            || (R.i_tag = slot_offset(info, "tag")) < 0
+            || (R.i_length = slot_offset(info, "length")) < 0)
+        return NULL;
+#define INTERN(field, text) \
+    if (R.field == NULL && (R.field = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_popleft, "popleft");
+    INTERN(s_tr, "tr");
+    INTERN(s_matcher, "matcher");
+    INTERN(s_unexpected, "unexpected");
+    INTERN(s_endpoints, "endpoints");
+    INTERN(s_failed, "failed");
+    INTERN(s_exact, "exact");
+    INTERN(s_seq, "_seq");
+    INTERN(s_cancel_recv, "_cancel_recv");
+    INTERN(s_append, "append");
+    INTERN(s_wild, "wild");
+#undef INTERN
+    Py_XSETREF(R.deque, Py_NewRef(deque));
+    Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
+    Py_XSETREF(R.req, (PyTypeObject *)Py_NewRef(req));
+    Py_RETURN_NONE;
+}
+
 /* -- drain_tag: frames already in the ring into the receives posted for them --
  *
- * drain_configure(RecvRequest, TagInfo) names the classes (their slots are
- * filled here as their __init__ and Request.complete would).
+ * recv_configure(RecvRequest, TagInfo, deque) (below) names the classes.
  *
  * drain_tag(ring, am_id, tag, queue, source) -> count (plus WAKE_BIT when the
  * producer waits for space: the caller wakes it)
@@ -651,56 +709,6 @@ static PyTypeObject SerializedType = {
  *   TagInfo(source, tag, length).  Stops, consuming nothing more, at
  *   anything else (another frame, an empty ring, a receive with callbacks:
  *   the Python path goes on from there, in order). */
-static struct {
-    PyTypeObject *req, *info;
-    Py_ssize_t buf, done, exc, result, callbacks, cancel, i_source, i_tag, i_length;
-    PyObject *s_popleft;
-} D;
-
-/* the offset of object slot ``name`` of ``type``, or -1 */
-static Py_ssize_t
-slot_of(PyTypeObject *type, const char *name)
-{
-    PyObject *d = PyObject_GetAttrString((PyObject *)type, name);
-    Py_ssize_t off = -1;
-
-    if (d == NULL)
-        return -1;
-    if (Py_TYPE(d) == &PyMemberDescr_Type
-            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX)
-        off = ((PyMemberDescrObject *)d)->d_member->offset;
-    else
-        PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
-    Py_DECREF(d);
-    return off;
-}
-
-#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
-
-static PyObject *
-drain_configure(PyObject *self, PyObject *args)
-{
-    PyTypeObject *req, *info;
-
-    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &req, &PyType_Type, &info))
-        return NULL;
-    D.req = NULL;
-    if ((D.buf = slot_of(req, "buf")) < 0 || (D.done = slot_of(req, "done")) < 0
-            || (D.exc = slot_of(req, "exc")) < 0 || (D.result = slot_of(req, "result")) < 0
-            || (D.callbacks = slot_of(req, "_callbacks")) < 0
-            || (D.cancel = slot_of(req, "_cancel")) < 0
-            || (D.i_source = slot_of(info, "source")) < 0 || (D.i_tag = slot_of(info, "tag")) < 0
-            || (D.i_length = slot_of(info, "length")) < 0)
-        return NULL;
-    if (D.s_popleft == NULL && (D.s_popleft = PyUnicode_InternFromString("popleft")) == NULL)
-        return NULL;
-    Py_INCREF(req);
-    Py_INCREF(info);
-    Py_XSETREF(D.info, info);
-    Py_XSETREF(D.req, req);
-    Py_RETURN_NONE;
-}
-
 static PyObject *
 drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -716,8 +724,8 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "drain_tag(ring, am_id, tag, queue, source)");
         return NULL;
     }
-    if (D.req == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "drain_tag: drain_configure() first");
+    if (R.req == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "drain_tag: recv_configure() first");
         return NULL;
     }
     ring = PyLong_AsUnsignedLongLong(args[0]);
@@ -731,12 +739,12 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         req = PySequence_GetItem(queue, 0);
         if (req == NULL)
             return NULL;
-        if (Py_TYPE(req) != D.req || SLOT(req, D.callbacks) != Py_None
-                || SLOT(req, D.done) != Py_False || SLOT(req, D.buf) == NULL) {
+        if (Py_TYPE(req) != R.req || SLOT(req, R.callbacks) != Py_None
+                || SLOT(req, R.done) != Py_False || SLOT(req, R.buf) == NULL) {
             Py_DECREF(req);
             break;
         }
-        if (PyObject_GetBuffer(SLOT(req, D.buf), &view, PyBUF_WRITABLE) < 0) {
+        if (PyObject_GetBuffer(SLOT(req, R.buf), &view, PyBUF_WRITABLE) < 0) {
             PyErr_Clear();
             Py_DECREF(req);
             break;
@@ -750,28 +758,28 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         /* consumed: the receive leaves the queue and completes */
         count++;
-        r = PyObject_CallMethodNoArgs(queue, D.s_popleft);
+        r = PyObject_CallMethodNoArgs(queue, R.s_popleft);
         Py_XDECREF(r);
         tagobj = PyLong_FromUnsignedLongLong(got);
         lenobj = PyLong_FromLongLong(n);
-        info = tagobj && lenobj ? D.info->tp_alloc(D.info, 0) : NULL;
+        info = tagobj && lenobj ? R.info->tp_alloc(R.info, 0) : NULL;
         if (r == NULL || info == NULL) {
             Py_XDECREF(tagobj);
             Py_XDECREF(lenobj);
             Py_DECREF(req);
             return NULL;
         }
-        SLOT(info, D.i_source) = Py_NewRef(source);
-        SLOT(info, D.i_tag) = tagobj;
-        SLOT(info, D.i_length) = lenobj;
-        old = SLOT(req, D.result);
-        SLOT(req, D.result) = info;
+        SLOT(info, R.i_source) = Py_NewRef(source);
+        SLOT(info, R.i_tag) = tagobj;
+        SLOT(info, R.i_length) = lenobj;
+        old = SLOT(req, R.result);
+        SLOT(req, R.result) = info;
         Py_XDECREF(old);
-        old = SLOT(req, D.done);
-        SLOT(req, D.done) = Py_NewRef(Py_True);
+        old = SLOT(req, R.done);
+        SLOT(req, R.done) = Py_NewRef(Py_True);
         Py_XDECREF(old);
-        old = SLOT(req, D.cancel);
-        SLOT(req, D.cancel) = Py_NewRef(Py_None);
+        old = SLOT(req, R.cancel);
+        SLOT(req, R.cancel) = Py_NewRef(Py_None);
         Py_XDECREF(old);
         Py_DECREF(req);
     }
@@ -783,8 +791,7 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
  *
- * post_configure(RecvRequest, deque) names the request class (its slots are
- * filled as its __init__ would) and collections.deque.
+ * recv_configure(RecvRequest, TagInfo, deque) (below) names the classes.
  *
  * post_recv(worker, buf, tag, mask, source) -> the posted RecvRequest, or
  * None having done nothing (the Python method then does it all)
@@ -794,52 +801,6 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  *   the request (buf: a memoryview of ``buf``) and posts it as
  *   TagMatcher.post does: numbered, then appended to the queue for
  *   (source, tag) when the mask is all ones, else to the masked list. */
-static struct {
-    PyTypeObject *req;
-    PyObject *deque;
-    Py_ssize_t worker, done, exc, result, callbacks, cancel, buf, capacity, source, tag, mask,
-               seq;
-    PyObject *s_tr, *s_matcher, *s_unexpected, *s_endpoints, *s_failed, *s_exact, *s_seq,
-             *s_cancel_recv, *s_append, *s_wild;
-} P;
-
-static PyObject *
-post_configure(PyObject *self, PyObject *args)
-{
-    PyTypeObject *req;
-    PyObject *deque;
-
-    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &req, &PyType_Type, &deque))
-        return NULL;
-    P.req = NULL;
-    if ((P.worker = slot_of(req, "worker")) < 0 || (P.done = slot_of(req, "done")) < 0
-            || (P.exc = slot_of(req, "exc")) < 0 || (P.result = slot_of(req, "result")) < 0
-            || (P.callbacks = slot_of(req, "_callbacks")) < 0
-            || (P.cancel = slot_of(req, "_cancel")) < 0 || (P.buf = slot_of(req, "buf")) < 0
-            || (P.capacity = slot_of(req, "capacity")) < 0
-            || (P.source = slot_of(req, "source")) < 0 || (P.tag = slot_of(req, "tag")) < 0
-            || (P.mask = slot_of(req, "mask")) < 0 || (P.seq = slot_of(req, "seq")) < 0)
-        return NULL;
-#define INTERN(field, text) \
-    if (P.field == NULL && (P.field = PyUnicode_InternFromString(text)) == NULL) return NULL
-    INTERN(s_tr, "tr");
-    INTERN(s_matcher, "matcher");
-    INTERN(s_unexpected, "unexpected");
-    INTERN(s_endpoints, "endpoints");
-    INTERN(s_failed, "failed");
-    INTERN(s_exact, "exact");
-    INTERN(s_seq, "_seq");
-    INTERN(s_cancel_recv, "_cancel_recv");
-    INTERN(s_append, "append");
-    INTERN(s_wild, "wild");
-#undef INTERN
-    Py_INCREF(deque);
-    Py_XSETREF(P.deque, deque);
-    Py_INCREF(req);
-    Py_XSETREF(P.req, req);
-    Py_RETURN_NONE;
-}
-
 /* a new reference to attribute ``name`` of ``o``; NULL with no error set
  * only when the attribute is absent */
 static PyObject *
@@ -863,7 +824,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     unsigned long long tag, mask;
     int overflow, empty;
 
-    if (nargs != 5 || P.req == NULL)
+    if (nargs != 5 || R.req == NULL)
         Py_RETURN_NONE;
     worker = args[0];
     buf = args[1];
@@ -880,19 +841,19 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (overflow || source < 0)
         Py_RETURN_NONE;
     /* the state the Python method looks at */
-    if ((tr = attr(worker, P.s_tr)) == NULL || tr != Py_None)
+    if ((tr = attr(worker, R.s_tr)) == NULL || tr != Py_None)
         goto done;
-    if ((m = attr(worker, P.s_matcher)) == NULL || (unexp = attr(m, P.s_unexpected)) == NULL)
+    if ((m = attr(worker, R.s_matcher)) == NULL || (unexp = attr(m, R.s_unexpected)) == NULL)
         goto done;
     empty = PyObject_Not(unexp);
     if (empty <= 0)
         goto done;
-    if ((eps = attr(worker, P.s_endpoints)) == NULL || !PyDict_CheckExact(eps))
+    if ((eps = attr(worker, R.s_endpoints)) == NULL || !PyDict_CheckExact(eps))
         goto done;
     ep = PyDict_GetItemWithError(eps, args[4]);
-    if (ep != NULL && ((failed = attr(ep, P.s_failed)) == NULL || failed != Py_None))
+    if (ep != NULL && ((failed = attr(ep, R.s_failed)) == NULL || failed != Py_None))
         goto done;
-    if (PyErr_Occurred() || (exact = attr(m, mask == ~0ULL ? P.s_exact : P.s_wild)) == NULL
+    if (PyErr_Occurred() || (exact = attr(m, mask == ~0ULL ? R.s_exact : R.s_wild)) == NULL
             || (mask == ~0ULL ? !PyDict_CheckExact(exact) : !PyList_CheckExact(exact)))
         goto done;
     /* the buffer: what recv_view returns as is */
@@ -906,29 +867,29 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (v->readonly || v->ndim != 1 || (v->format != NULL && strcmp(v->format, "B"))
             || !PyBuffer_IsContiguous(v, 'C'))
         goto done;
-    if ((seq = attr(m, P.s_seq)) == NULL || !PyLong_CheckExact(seq)
+    if ((seq = attr(m, R.s_seq)) == NULL || !PyLong_CheckExact(seq)
             || (next = PyLong_FromLongLong(PyLong_AsLongLong(seq) + 1)) == NULL
             || PyErr_Occurred()
-            || (cancel = attr(worker, P.s_cancel_recv)) == NULL
+            || (cancel = attr(worker, R.s_cancel_recv)) == NULL
             || (cap = PyLong_FromSsize_t(v->len)) == NULL
             || (key = PyTuple_Pack(2, args[4], args[2])) == NULL)
         goto done;
-    req = P.req->tp_alloc(P.req, 0);
+    req = R.req->tp_alloc(R.req, 0);
     if (req == NULL)
         goto done;
-    SLOT(req, P.worker) = Py_NewRef(worker);
-    SLOT(req, P.done) = Py_NewRef(Py_False);
-    SLOT(req, P.exc) = Py_NewRef(Py_None);
-    SLOT(req, P.result) = Py_NewRef(Py_None);
-    SLOT(req, P.callbacks) = Py_NewRef(Py_None);
-    SLOT(req, P.cancel) = Py_NewRef(cancel);
-    SLOT(req, P.buf) = Py_NewRef(mv);
-    SLOT(req, P.capacity) = Py_NewRef(cap);
-    SLOT(req, P.source) = Py_NewRef(args[4]);
-    SLOT(req, P.tag) = Py_NewRef(args[2]);
-    SLOT(req, P.mask) = Py_NewRef(args[3]);
-    SLOT(req, P.seq) = Py_NewRef(next);
-    if (PyObject_SetAttr(m, P.s_seq, next) < 0)
+    SLOT(req, R.worker) = Py_NewRef(worker);
+    SLOT(req, R.done) = Py_NewRef(Py_False);
+    SLOT(req, R.exc) = Py_NewRef(Py_None);
+    SLOT(req, R.result) = Py_NewRef(Py_None);
+    SLOT(req, R.callbacks) = Py_NewRef(Py_None);
+    SLOT(req, R.cancel) = Py_NewRef(cancel);
+    SLOT(req, R.buf) = Py_NewRef(mv);
+    SLOT(req, R.capacity) = Py_NewRef(cap);
+    SLOT(req, R.source) = Py_NewRef(args[4]);
+    SLOT(req, R.tag) = Py_NewRef(args[2]);
+    SLOT(req, R.mask) = Py_NewRef(args[3]);
+    SLOT(req, R.seq) = Py_NewRef(next);
+    if (PyObject_SetAttr(m, R.s_seq, next) < 0)
         goto done;
     if (mask != ~0ULL) {                     /* masked: the list, in posting order */
         if (PyList_Append(exact, req) < 0)
@@ -940,14 +901,14 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (q == NULL) {
         if (PyErr_Occurred() || (tup = PyTuple_Pack(1, req)) == NULL)
             goto done;
-        q = PyObject_CallOneArg(P.deque, tup);
+        q = PyObject_CallOneArg(R.deque, tup);
         Py_DECREF(tup);
         if (q == NULL)
             goto done;
         r = PyDict_SetItem(exact, key, q) < 0 ? NULL : Py_NewRef(Py_None);
         Py_DECREF(q);
     } else {
-        r = PyObject_CallMethodOneArg(q, P.s_append, req);
+        r = PyObject_CallMethodOneArg(q, R.s_append, req);
     }
     if (r == NULL)
         goto done;
@@ -978,12 +939,10 @@ static PyMethodDef methods[] = {
     {"recv_tag", recv_tag, METH_VARARGS, "the next eager frame of a ring, if it is the one"},
     {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
      "a put or get on mapped peer memory, or False"},
-    {"post_configure", post_configure, METH_VARARGS,
-     "post_configure(RecvRequest, deque): the classes post_recv makes"},
+    {"recv_configure", recv_configure, METH_VARARGS,
+     "recv_configure(RecvRequest, TagInfo, deque): the classes drain_tag and post_recv fill"},
     {"post_recv", (PyCFunction)(void (*)(void))post_recv, METH_FASTCALL,
      "Worker.tag_recv_nb's common case: the posted request, or None"},
-    {"drain_configure", drain_configure, METH_VARARGS,
-     "drain_configure(RecvRequest, TagInfo): the classes drain_tag fills"},
     {"drain_tag", (PyCFunction)(void (*)(void))drain_tag, METH_FASTCALL,
      "frames in the ring into the posted receives of a queue: count"},
     {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,

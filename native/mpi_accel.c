@@ -39,14 +39,15 @@
  *
  * WinTargets(size, reqs, after, inflight) is a window's table of mapped
  * targets, with the window's own containers of outstanding work (which the
- * Python side mutates in place): set(rank, mapping, amo, offset, disp_unit)
- * and clear(rank). */
+ * Python side mutates in place): set(rank, mapping, amo, offset, disp_unit),
+ * mapped(rank). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
 #include "ucxpy_native.h"
 #include "mapped.h"
+#include "pyslots.h"
 
 enum { K_SEND, K_RECV, K_PUT, K_GET, K_FLUSH, K_FOP, K_CAS, K_ISEND, K_IRECV, K_WAITALL,
        K_COUNT };
@@ -77,7 +78,7 @@ static struct {
 static inline PyObject *
 slot(PyObject *obj, Py_ssize_t off)
 {
-    return *(PyObject **)((char *)obj + off);
+    return SLOT(obj, off);
 }
 
 /* the handle's implementation object (borrowed), or NULL */
@@ -286,7 +287,7 @@ new_slotted(PyTypeObject *type, int n, const Py_ssize_t *offsets, PyObject *cons
     if (o == NULL)
         return NULL;
     for (i = 0; i < n; i++)
-        *(PyObject **)((char *)o + offsets[i]) = Py_NewRef(values[i]);
+        SLOT(o, offsets[i]) = Py_NewRef(values[i]);
     return o;
 }
 
@@ -680,7 +681,7 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
             done = PyObject_CallMethod(r, "_complete", "O", Py_None);   /* (changed meanwhile) */
         } else {
             /* the handle becomes null, then the op finishes (Request._complete) */
-            *(PyObject **)((char *)r + S.h_off) = Py_NewRef(Py_None);
+            SLOT(r, S.h_off) = Py_NewRef(Py_None);
             if (op_clean(op))
                 done = Py_NewRef(Py_None);
             else
@@ -802,18 +803,6 @@ targets_set(WinTargets *w, PyObject *args)
 }
 
 static PyObject *
-targets_clear(WinTargets *w, PyObject *arg)
-{
-    Py_ssize_t r = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
-
-    if (r == -1 && PyErr_Occurred())
-        return NULL;
-    if (r >= 0 && r < w->n)
-        w->t[r].set = 0;
-    Py_RETURN_NONE;
-}
-
-static PyObject *
 targets_mapped(WinTargets *w, PyObject *arg)
 {
     Py_ssize_t r = PyNumber_AsSsize_t(arg, PyExc_OverflowError);
@@ -826,7 +815,6 @@ targets_mapped(WinTargets *w, PyObject *arg)
 static PyMethodDef targets_methods[] = {
     {"set", (PyCFunction)targets_set, METH_VARARGS,
      "set(rank, (address, length, guard, guard value), amo, offset, disp_unit)"},
-    {"clear", (PyCFunction)targets_clear, METH_O, "clear(rank): Python takes its calls"},
     {"mapped", (PyCFunction)targets_mapped, METH_O, "mapped(rank) -> bool"},
     {NULL},
 };
@@ -1207,24 +1195,6 @@ static PyTypeObject AccelType = {
 
 /* -- configuration ---------------------------------------------------------------- */
 
-/* the offset of slot ``name`` of class ``type`` (an object slot), or -1 */
-static Py_ssize_t
-slot_offset(PyObject *type, const char *name)
-{
-    PyObject *d = PyObject_GetAttrString(type, name);
-    Py_ssize_t off = -1;
-
-    if (d == NULL)
-        return -1;
-    if (Py_TYPE(d) == &PyMemberDescr_Type
-            && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX)
-        off = ((PyMemberDescrObject *)d)->d_member->offset;
-    else
-        PyErr_Format(PyExc_TypeError, "%s is not an object slot", name);
-    Py_DECREF(d);
-    return off;
-}
-
 static int
 take(PyObject *cfg, const char *name, PyObject **out)
 {
@@ -1319,20 +1289,20 @@ configure(PyObject *module, PyObject *cfg)
     if (S.mask_tag_obj == NULL || S.mask_any_tag_obj == NULL)
         goto bad;
     S.flush_every = (unsigned long)every;
-    if ((S.h_off = slot_offset((PyObject *)S.handle, "_h")) < 0
-            || (S.const_off = slot_offset((PyObject *)S.handle, "_const")) < 0
-            || (S.ro_ureq = slot_offset((PyObject *)S.recv_op, "ureq")) < 0
-            || (S.ro_comm = slot_offset((PyObject *)S.recv_op, "comm")) < 0
-            || (S.ro_msg = slot_offset((PyObject *)S.recv_op, "msg")) < 0
-            || (S.ro_staging = slot_offset((PyObject *)S.recv_op, "staging")) < 0
-            || (S.so_ureq = slot_offset((PyObject *)S.send_op, "ureq")) < 0
-            || (S.so_ack = slot_offset((PyObject *)S.send_op, "ack")) < 0
-            || (S.ur_done = slot_offset((PyObject *)S.ucxpy_request, "done")) < 0
-            || (S.ur_exc = slot_offset((PyObject *)S.ucxpy_request, "exc")) < 0
-            || (S.revoked_off = slot_offset((PyObject *)S.comm_impl, "revoked")) < 0
-            || (S.eps_off = slot_offset((PyObject *)S.comm_impl, "eps")) < 0
-            || (S.peers_off = slot_offset((PyObject *)S.comm_impl, "peers")) < 0
-            || (S.p2p_off = slot_offset((PyObject *)S.comm_impl, "p2p")) < 0)
+    if ((S.h_off = slot_offset(S.handle, "_h")) < 0
+            || (S.const_off = slot_offset(S.handle, "_const")) < 0
+            || (S.ro_ureq = slot_offset(S.recv_op, "ureq")) < 0
+            || (S.ro_comm = slot_offset(S.recv_op, "comm")) < 0
+            || (S.ro_msg = slot_offset(S.recv_op, "msg")) < 0
+            || (S.ro_staging = slot_offset(S.recv_op, "staging")) < 0
+            || (S.so_ureq = slot_offset(S.send_op, "ureq")) < 0
+            || (S.so_ack = slot_offset(S.send_op, "ack")) < 0
+            || (S.ur_done = slot_offset(S.ucxpy_request, "done")) < 0
+            || (S.ur_exc = slot_offset(S.ucxpy_request, "exc")) < 0
+            || (S.revoked_off = slot_offset(S.comm_impl, "revoked")) < 0
+            || (S.eps_off = slot_offset(S.comm_impl, "eps")) < 0
+            || (S.peers_off = slot_offset(S.comm_impl, "peers")) < 0
+            || (S.p2p_off = slot_offset(S.comm_impl, "p2p")) < 0)
         goto bad;
     S.np_fields = (v = PyDict_GetItemString(cfg, "ndarray_fields")) != NULL
         && PyObject_IsTrue(v) > 0;

@@ -82,7 +82,10 @@ def test_mpi_shim_calls_in_c_and_in_python(fastpath, tls, level):
     rows = re.findall(r"MPI-ACCEL OK (\d) ((?:[A-Z_]+=\d+ ?)+)", proc.stdout)
     assert len(rows) == 2, proc.stdout
     counts = {int(r): dict(kv.split("=") for kv in rest.split()) for r, rest in rows}
+    mapped = {c.pop("MAPPED") for c in counts.values()}
     assert all(set(c) == set(KINDS) for c in counts.values()), counts
+    # the window's targets the C calls reach: mapped shm memory, with the fast path
+    assert mapped == ({"1"} if fastpath == "y" and tls == "shm" else {"0"}), mapped
     done = {k: int(counts[0][k]) for k in KINDS}      # rank 0 runs every kind
     if fastpath == "n":
         assert set(done.values()) == {0}, done

@@ -22,7 +22,7 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo
-from ._fastpath import drain_configure, post_configure, post_recv
+from ._fastpath import post_recv, recv_configure
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
 
@@ -30,8 +30,7 @@ AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
 # the classes whose objects the lanes' native drain_eager fills, and that
 # Worker.tag_recv_nb's native post makes (native/fastpath.c)
-drain_configure(RecvRequest, TagInfo)
-post_configure(RecvRequest, collections.deque)
+recv_configure(RecvRequest, TagInfo, collections.deque)
 COLD_EVERY = 16     # power of two
 #: polls of one fast-path C call (``Worker.recv_poller``) between progress passes
 FAST_SPINS = 256

@@ -110,6 +110,9 @@ comm.Barrier()
 win = MPI.Win.Allocate(256, 1, comm=comm)
 mem = np.frombuffer(win.tomemory(), "u1")
 mem[:] = 0
+native = win._impl()._native
+mapped = native is not None and native.mapped(peer)
+assert native is None or not native.mapped(rank)       # oneself: Python's local copy
 comm.Barrier()
 win.Lock(peer, MPI.LOCK_SHARED)
 win.Put(np.arange(16, dtype="u1"), peer)
@@ -193,4 +196,5 @@ assert error_class(lambda: win.Flush(peer)) is not None
 
 counts = accel.counts()
 comm.Barrier()
-print(f"MPI-ACCEL OK {rank} " + " ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
+print(f"MPI-ACCEL OK {rank} MAPPED={int(mapped)} "
+      + " ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
