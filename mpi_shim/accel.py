@@ -1,8 +1,9 @@
 """mpi_shim's hottest calls with their common case in C (``mpi_shim._accel``,
 native/mpi_accel.c).
 
-``Comm.Send``/``Recv`` and ``Win.Put``/``Get``/``Flush``/``Fetch_and_op``/
-``Compare_and_swap`` become C callables that wrap the Python methods: a call
+``Comm.Send``/``Recv``/``Isend``/``Irecv``, ``Request.Waitall`` and
+``Win.Put``/``Get``/``Flush``/``Fetch_and_op``/``Compare_and_swap`` become
+C callables that wrap the Python methods: a call
 whose arguments are the plain case (a whole contiguous numpy array,
 bytearray or bytes of a predefined type; a rank; a mapped window target) is
 done in C, through the same ucxpy calls the Python method makes; any other
