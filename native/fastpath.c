@@ -474,57 +474,52 @@ typedef struct {
     vectorcallfunc vectorcall;
 } Serialized;
 
-static PyObject *
-serialized_vectorcall_api(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+/* take and drop the lock: an ApiLock by C calls, another by its methods;
+ * 0, or -1 with an error */
+static int
+serialized_take(Serialized *s)
 {
-    Serialized *s = (Serialized *)op;
-    PyObject *r, *exc_type, *exc, *tb;
+    PyObject *ok;
 
-    if (api_lock_take(s->lock, -1) <= 0)
-        return NULL;
-    r = PyObject_Vectorcall(s->fn, args, nargsf, kwnames);
-    if (r == NULL) {
-        PyErr_Fetch(&exc_type, &exc, &tb);
-        if (api_lock_drop(s->lock) < 0)      /* report the first error */
-            PyErr_Clear();
-        PyErr_Restore(exc_type, exc, tb);
-        return NULL;
-    }
-    if (api_lock_drop(s->lock) < 0) {
-        Py_DECREF(r);
-        return NULL;
-    }
-    return r;
+    if (s->lock != NULL)
+        return api_lock_take(s->lock, -1) > 0 ? 0 : -1;
+    ok = PyObject_CallNoArgs(s->acquire);
+    Py_XDECREF(ok);
+    return ok != NULL ? 0 : -1;
+}
+
+static int
+serialized_drop(Serialized *s)
+{
+    PyObject *ok;
+
+    if (s->lock != NULL)
+        return api_lock_drop(s->lock);
+    ok = PyObject_CallNoArgs(s->release);
+    Py_XDECREF(ok);
+    return ok != NULL ? 0 : -1;
 }
 
 static PyObject *
 serialized_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Serialized *s = (Serialized *)op;
-    PyObject *r, *ok, *exc_type, *exc, *tb;
+    PyObject *r, *exc_type, *exc, *tb;
 
-    ok = PyObject_CallNoArgs(s->acquire);
-    if (ok == NULL)
+    if (serialized_take(s) < 0)
         return NULL;
-    Py_DECREF(ok);
     r = PyObject_Vectorcall(s->fn, args, nargsf, kwnames);
     if (r == NULL) {
         PyErr_Fetch(&exc_type, &exc, &tb);
-        ok = PyObject_CallNoArgs(s->release);
-        if (ok == NULL) {                  /* releasing failed: report the first error */
+        if (serialized_drop(s) < 0)          /* releasing failed: report the first error */
             PyErr_Clear();
-        } else {
-            Py_DECREF(ok);
-        }
         PyErr_Restore(exc_type, exc, tb);
         return NULL;
     }
-    ok = PyObject_CallNoArgs(s->release);
-    if (ok == NULL) {
+    if (serialized_drop(s) < 0) {
         Py_DECREF(r);
         return NULL;
     }
-    Py_DECREF(ok);
     return r;
 }
 
@@ -555,7 +550,7 @@ serialized_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     }
     Py_INCREF(fn);
     s->fn = fn;
-    s->vectorcall = s->lock ? serialized_vectorcall_api : serialized_vectorcall;
+    s->vectorcall = serialized_vectorcall;
     return (PyObject *)s;
 }
 
@@ -697,7 +692,7 @@ recv_configure(PyObject *self, PyObject *args)
 
 /* -- drain_tag: frames already in the ring into the receives posted for them --
  *
- * recv_configure(RecvRequest, TagInfo, deque) (below) names the classes.
+ * recv_configure(RecvRequest, TagInfo, deque) (above) names the classes.
  *
  * drain_tag(ring, am_id, tag, queue, source) -> count (plus WAKE_BIT when the
  * producer waits for space: the caller wakes it)
@@ -789,18 +784,6 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 }
 
 
-/* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
- *
- * recv_configure(RecvRequest, TagInfo, deque) (below) names the classes.
- *
- * post_recv(worker, buf, tag, mask, source) -> the posted RecvRequest, or
- * None having done nothing (the Python method then does it all)
- *   for a receive from a worker id (a tag and mask of 64 bits), into a
- *   writable 1-D C-contiguous byte buffer (format "B"), with tracing off,
- *   the unexpected queue empty and the source's endpoint not failed: makes
- *   the request (buf: a memoryview of ``buf``) and posts it as
- *   TagMatcher.post does: numbered, then appended to the queue for
- *   (source, tag) when the mask is all ones, else to the masked list. */
 /* a new reference to attribute ``name`` of ``o``; NULL with no error set
  * only when the attribute is absent */
 static PyObject *
@@ -813,15 +796,27 @@ attr(PyObject *o, PyObject *name)
     return v;
 }
 
+/* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
+ *
+ * recv_configure(RecvRequest, TagInfo, deque) (above) names the classes.
+ *
+ * post_recv(worker, buf, tag, mask, source) -> the posted RecvRequest, or
+ * None having done nothing (the Python method then does it all)
+ *   for a receive from a worker id (a tag and mask of 64 bits), into a
+ *   writable 1-D C-contiguous byte buffer (format "B"), with tracing off,
+ *   the unexpected queue empty and the source's endpoint not failed: makes
+ *   the request (buf: a memoryview of ``buf``) and posts it as
+ *   TagMatcher.post does: numbered, then appended to the queue for
+ *   (source, tag) when the mask is all ones, else to the masked list. */
 static PyObject *
 post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *worker, *buf, *mv = NULL, *tr = NULL, *m = NULL, *unexp = NULL, *eps = NULL,
-             *ep, *failed = NULL, *exact = NULL, *seq = NULL, *next = NULL, *cancel = NULL,
+             *ep, *failed = NULL, *posted = NULL, *seq = NULL, *next = NULL, *cancel = NULL,
              *key = NULL, *q, *req = NULL, *cap = NULL, *tup, *r, *out = NULL;
     Py_buffer *v;
     long long source;
-    unsigned long long tag, mask;
+    unsigned long long mask;
     int overflow, empty;
 
     if (nargs != 5 || R.req == NULL)
@@ -831,13 +826,12 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
         Py_RETURN_NONE;
     mask = PyLong_AsUnsignedLongLong(args[3]);
-    tag = PyLong_AsUnsignedLongLong(args[2]);
+    PyLong_AsUnsignedLongLong(args[2]);             /* (a tag of 64 bits at most) */
     source = PyLong_AsLongLongAndOverflow(args[4], &overflow);
     if (PyErr_Occurred()) {
         PyErr_Clear();
         Py_RETURN_NONE;
     }
-    (void)tag;                          /* (converted: tag and mask of 64 bits at most) */
     if (overflow || source < 0)
         Py_RETURN_NONE;
     /* the state the Python method looks at */
@@ -853,8 +847,9 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     ep = PyDict_GetItemWithError(eps, args[4]);
     if (ep != NULL && ((failed = attr(ep, R.s_failed)) == NULL || failed != Py_None))
         goto done;
-    if (PyErr_Occurred() || (exact = attr(m, mask == ~0ULL ? R.s_exact : R.s_wild)) == NULL
-            || (mask == ~0ULL ? !PyDict_CheckExact(exact) : !PyList_CheckExact(exact)))
+    /* where TagMatcher.post puts it: the exact queues, or the masked list */
+    if (PyErr_Occurred() || (posted = attr(m, mask == ~0ULL ? R.s_exact : R.s_wild)) == NULL
+            || (mask == ~0ULL ? !PyDict_CheckExact(posted) : !PyList_CheckExact(posted)))
         goto done;
     /* the buffer: what recv_view returns as is */
     if (Py_TYPE(buf) == &PyMemoryView_Type)
@@ -892,12 +887,12 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (PyObject_SetAttr(m, R.s_seq, next) < 0)
         goto done;
     if (mask != ~0ULL) {                     /* masked: the list, in posting order */
-        if (PyList_Append(exact, req) < 0)
+        if (PyList_Append(posted, req) < 0)
             goto done;
         out = Py_NewRef(req);
         goto done;
     }
-    q = PyDict_GetItemWithError(exact, key);
+    q = PyDict_GetItemWithError(posted, key);
     if (q == NULL) {
         if (PyErr_Occurred() || (tup = PyTuple_Pack(1, req)) == NULL)
             goto done;
@@ -905,7 +900,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(tup);
         if (q == NULL)
             goto done;
-        r = PyDict_SetItem(exact, key, q) < 0 ? NULL : Py_NewRef(Py_None);
+        r = PyDict_SetItem(posted, key, q) < 0 ? NULL : Py_NewRef(Py_None);
         Py_DECREF(q);
     } else {
         r = PyObject_CallMethodOneArg(q, R.s_append, req);
@@ -922,7 +917,7 @@ done:
     Py_XDECREF(unexp);
     Py_XDECREF(eps);
     Py_XDECREF(failed);
-    Py_XDECREF(exact);
+    Py_XDECREF(posted);
     Py_XDECREF(seq);
     Py_XDECREF(next);
     Py_XDECREF(cancel);

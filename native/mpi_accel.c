@@ -90,7 +90,8 @@ impl_of(PyObject *self)
     return slot(self, S.h_off);
 }
 
-/* an exact int as a C long long; 0 (declined) when not one or too big */
+/* an exact int as a C long long; 0 (declined, no error set) when not one
+ * or too big */
 static inline int
 exact_ll(PyObject *o, long long *v)
 {
@@ -99,7 +100,11 @@ exact_ll(PyObject *o, long long *v)
     if (!PyLong_CheckExact(o))
         return 0;
     *v = PyLong_AsLongLongAndOverflow(o, &overflow);
-    return !overflow && !(*v == -1 && PyErr_Occurred());
+    if (*v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 0;
+    }
+    return !overflow;
 }
 
 /* buffer formats of predefined MPI types, one element a plain C value */
@@ -315,10 +320,8 @@ post_send(PyObject *const *args, Py_ssize_t nargs, int *declined)
     *declined = 1;
     if (nargs < 3 || nargs > 4 || (c = live_comm(args[0])) == NULL)
         return NULL;
-    if (!exact_ll(args[2], &dest) || (nargs == 4 && !exact_ll(args[3], &tag))) {
-        PyErr_Clear();
+    if (!exact_ll(args[2], &dest) || (nargs == 4 && !exact_ll(args[3], &tag)))
         return NULL;
-    }
     if (tag < 0 || (unsigned long long)tag > S.tag_ub)
         return NULL;
     eps = slot(c, S.eps_off);
@@ -384,58 +387,76 @@ fast_isend(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     return *result != NULL ? HANDLED : FAILED;
 }
 
-/* Irecv(buf, source, tag=ANY_TAG) with a tag (not ANY_TAG): the receive
- * posted in ucxpy's matcher, a RecvOp, its Request */
-static int
-fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+/* Recv's and Irecv's common case: ``ENGINE.worker.<method>(buf, tag, mask,
+ * source's worker id)`` for the Comm ``args[0]``, buffer ``args[1]``, source
+ * rank ``args[2]`` and tag ``tagarg`` (NULL: ANY_TAG, which only ``any_ok``
+ * takes).  Its result (new reference), NULL with the error as raised, or
+ * NULL with ``*declined`` set; ``*comm`` (unless NULL): the communicator
+ * (borrowed). */
+static PyObject *
+call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
+          PyObject **comm, int *declined)
 {
-    PyObject *c, *peers, *worker, *ureq, *op, *r, *call[5], *tagobj, *maskobj;
-    long long source, tag;
+    PyObject *c, *peers, *worker, *tagobj, *r, *call[5];
+    long long source, tag = S.any_tag;
     unsigned long long wire;
     Py_buffer v;
     char fmt[2];
-    Py_ssize_t offsets[4];
-    PyObject *values[4];
+    int any;
 
-    if (nargs != 4 || (c = live_comm(args[0])) == NULL)
-        return DECLINED;
-    if (!exact_ll(args[2], &source) || !exact_ll(args[3], &tag)) {
-        PyErr_Clear();
-        return DECLINED;
-    }
-    if (tag < 0 || (unsigned long long)tag > S.tag_ub)
-        return DECLINED;
+    *declined = 1;
+    if ((c = live_comm(args[0])) == NULL || !exact_ll(args[2], &source)
+            || (tagarg != NULL && !exact_ll(tagarg, &tag)))
+        return NULL;
+    any = tag == S.any_tag;
+    if (any ? !any_ok : tag < 0 || (unsigned long long)tag > S.tag_ub)
+        return NULL;
     peers = slot(c, S.peers_off);
     if (peers == NULL || !PyTuple_CheckExact(peers) || source < 0
             || source >= PyTuple_GET_SIZE(peers))
-        return DECLINED;
+        return NULL;
     if (!plain_view(args[1], &v, fmt, 1))
-        return DECLINED;
+        return NULL;
     release(&v);
-    if (!tag_of(c, tag, &wire))
-        return DECLINED;
+    if (!tag_of(c, any ? 0 : tag, &wire))
+        return NULL;
+    *declined = 0;
+    if (comm != NULL)
+        *comm = c;
     worker = PyObject_GetAttr(S.engine, S.s_worker);
     if (worker == NULL)
-        return FAILED;
+        return NULL;
     tagobj = PyLong_FromUnsignedLongLong(wire);
-    maskobj = Py_NewRef(S.mask_tag_obj);
     if (tagobj == NULL) {
-        Py_DECREF(maskobj);
         Py_DECREF(worker);
-        return FAILED;
+        return NULL;
     }
     call[0] = worker;
     call[1] = args[1];
     call[2] = tagobj;
-    call[3] = maskobj;
+    call[3] = any ? S.mask_any_tag_obj : S.mask_tag_obj;
     call[4] = PyTuple_GET_ITEM(peers, source);
-    ureq = PyObject_VectorcallMethod(S.s_tag_recv_nb, call,
-                                     5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    r = PyObject_VectorcallMethod(method, call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(worker);
     Py_DECREF(tagobj);
-    Py_DECREF(maskobj);
+    return r;
+}
+
+/* Irecv(buf, source, tag) with a tag (not ANY_TAG): the receive posted in
+ * ucxpy's matcher, a RecvOp, its Request */
+static int
+fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
+{
+    PyObject *ureq, *op, *r;
+    Py_ssize_t offsets[4];
+    PyObject *values[4];
+    int declined;
+
+    if (nargs != 4)
+        return DECLINED;
+    ureq = call_recv(args, args[3], 0, S.s_tag_recv_nb, NULL, &declined);
     if (ureq == NULL)
-        return failed();
+        return declined ? DECLINED : failed();
     /* RecvOp(ureq, comm): its slots, then its __init__'s callback */
     offsets[0] = S.ro_ureq;
     offsets[1] = S.ro_comm;
@@ -463,52 +484,16 @@ fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 static int
 fast_recv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
-    PyObject *c, *peers, *worker, *info, *got_obj, *r, *call[5], *tagobj, *maskobj;
+    PyObject *c, *info, *got_obj, *r, *call[4];
     PyObject *status = nargs > 4 ? args[4] : Py_None;
-    long long source, tag = S.any_tag;
-    unsigned long long wire, got;
-    Py_buffer v;
-    char fmt[2];
+    unsigned long long got;
+    int declined;
 
-    if (nargs < 3 || nargs > 5 || (c = live_comm(args[0])) == NULL)
+    if (nargs < 3 || nargs > 5)
         return DECLINED;
-    if (!exact_ll(args[2], &source) || (nargs > 3 && !exact_ll(args[3], &tag))) {
-        PyErr_Clear();
-        return DECLINED;
-    }
-    if (tag != S.any_tag && (tag < 0 || (unsigned long long)tag > S.tag_ub))
-        return DECLINED;
-    peers = slot(c, S.peers_off);
-    if (peers == NULL || !PyTuple_CheckExact(peers) || source < 0
-            || source >= PyTuple_GET_SIZE(peers))
-        return DECLINED;
-    if (!plain_view(args[1], &v, fmt, 1))
-        return DECLINED;
-    release(&v);
-    if (!tag_of(c, tag == S.any_tag ? 0 : tag, &wire))
-        return DECLINED;
-    worker = PyObject_GetAttr(S.engine, S.s_worker);
-    if (worker == NULL)
-        return FAILED;
-    tagobj = PyLong_FromUnsignedLongLong(wire);
-    maskobj = Py_NewRef(tag == S.any_tag ? S.mask_any_tag_obj : S.mask_tag_obj);
-    if (tagobj == NULL) {
-        Py_DECREF(maskobj);
-        Py_DECREF(worker);
-        return FAILED;
-    }
-    call[0] = worker;
-    call[1] = args[1];
-    call[2] = tagobj;
-    call[3] = maskobj;
-    call[4] = PyTuple_GET_ITEM(peers, source);
-    info = PyObject_VectorcallMethod(S.s_tag_try_recv, call,
-                                     5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    Py_DECREF(worker);
-    Py_DECREF(tagobj);
-    Py_DECREF(maskobj);
+    info = call_recv(args, nargs > 3 ? args[3] : NULL, 1, S.s_tag_try_recv, &c, &declined);
     if (info == NULL)
-        return FAILED;
+        return declined ? DECLINED : FAILED;
     if (info == Py_None) {                  /* not there yet: the usual wait */
         Py_DECREF(info);
         *result = PyObject_Vectorcall(S.recv_wait, args, nargs, NULL);
@@ -862,10 +847,8 @@ target_address(WinTargets *w, PyObject *rank, PyObject *disp, unsigned long long
     long long r, d = 0, off;
     Target *t;
 
-    if (!exact_ll(rank, &r) || (disp != Py_None && !exact_ll(disp, &d))) {
-        PyErr_Clear();
+    if (!exact_ll(rank, &r) || (disp != Py_None && !exact_ll(disp, &d)))
         return NULL;
-    }
     if (r < 0 || r >= w->n || d < 0 || !(t = &w->t[r])->set || (amo && !t->amo))
         return NULL;
     if (__builtin_mul_overflow(d, t->disp_unit, &off) || __builtin_add_overflow(off, t->offset, &off))
