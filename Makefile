@@ -10,7 +10,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Debian packages: libfabric/libibverbs for the RDMA transports (ofi runs here on
 # libfabric's tcp and shm providers; verbs needs a device) and Open MPI, the
 # second real launcher the tests use.  Installed when missing and possible.
-SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev
+SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev
 
 .PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench conformance-mpi conformance-shmem clean
 
@@ -25,7 +25,7 @@ deps:
 	    || echo "warning: apt-get failed; ofi/verbs transports will be unavailable"; \
 	else echo "note: missing Debian packages:$$missing (ofi/verbs transports will be unavailable)"; fi
 
-$(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c native/*.h native/*.py)
+$(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c native/*.h native/*.py native/ucp/*)
 	$(MAKE) --no-print-directory deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

@@ -12,6 +12,7 @@ import os
 import sys
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 CFFI_MODULES = ["native/build_native.py:ffibuilder"]
 
@@ -20,8 +21,8 @@ try:
     from build_rdma import cffi_modules as rdma_cffi_modules
 except ImportError:      # RDMA builders absent: the core and shm still work
     rdma_cffi_modules = list
-finally:
-    sys.path.pop(0)
+import build_ucp  # noqa: E402  (native/build_ucp.py: the drop-in libucp.so.0)
+sys.path.pop(0)
 
 # A plain C extension: the buffer-protocol base class (native/pybuffer.c).
 PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
@@ -34,5 +35,23 @@ FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/ring.c", "
 MPI_ACCEL = Extension("mpi_shim._accel", ["native/mpi_accel.c", "native/atomics.c"],
                       include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 
+
+
+class BuildExt(build_ext):
+    """Also builds libucp.so.0 and its siblings into ucxpy/lib
+    (native/build_ucp.py), where UCX's headers are."""
+
+    def run(self):
+        super().run()
+        if not build_ucp.available():
+            print("note: no UCX headers (libucx-dev): libucp.so.0 not built")
+            return
+        root = os.path.dirname(os.path.abspath(__file__))
+        out = os.path.join(root if self.inplace else self.build_lib, "ucxpy", "lib")
+        build_ucp.build(out)
+
+
+EXTENSIONS = [PYBUFFER, FASTPATH, MPI_ACCEL] + ([build_ucp.BRIDGE] if build_ucp.available() else [])
+
 setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(),
-      ext_modules=[PYBUFFER, FASTPATH, MPI_ACCEL])
+      ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildExt})

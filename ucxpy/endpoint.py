@@ -104,16 +104,26 @@ class Endpoint:
         return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
                                  wire.AmId.TAG_RTS, wire.RTS, (tag,))
 
+    def tag_send_sync_nb(self, buf, tag: int) -> Request:
+        """Like :meth:`tag_send_nb`, but the request completes only once the
+        receiver has matched the message (MPI's synchronous send, UCP's
+        ``ucp_tag_send_sync_nbx``): whatever its size, the message goes by
+        rendezvous, whose data moves only after the match."""
+        return self.send_message(send_view(buf), wire.AmId.TAG_EAGER,
+                                 wire.EAGER.pack(tag & 0xFFFF_FFFF_FFFF_FFFF), wire.AmId.TAG_RTS,
+                                 wire.RTS, (tag & 0xFFFF_FFFF_FFFF_FFFF,), rndv=True)
+
     def send_message(self, mv, eager_id, eager_header, rts_id, rts_struct, rts_prefix,
-                     rts_suffix=b"") -> Request:
+                     rts_suffix=b"", rndv: bool = False) -> Request:
         """Send ``mv`` by the protocol its size selects: eager short (copied
         now), eager copy (the transport copies or references it) or rendezvous
         (an RTS of ``rts_struct.pack(*rts_prefix, sreq id, size, address)``
-        + ``rts_suffix`` + remote key; data moves once the receiver matched)."""
+        + ``rts_suffix`` + remote key; data moves once the receiver matched).
+        ``rndv`` forces rendezvous, whatever the size."""
         try:
             tep = self._tep or self.transport_endpoint()
             n = mv.nbytes
-            if n < self.rndv_thresh:
+            if n < self.rndv_thresh and not rndv:
                 if n <= self.short_thresh:
                     if self.worker.tr is not None:
                         self.worker.tr.send(self, eager_id, "eager_short", n, rts_prefix[0])

@@ -1,0 +1,540 @@
+/*
+ * bridge.c — ucxpy._ucp_bridge: every call from libucp.so.0 into Python.
+ *
+ * Theory of operation.  This extension module is the only C that touches the
+ * Python C API for libucp (bridge.h says why).  When imported it imports the
+ * adapter ucxpy.capi, looks up the adapter's functions once (FNS), hands the
+ * adapter this module (for `complete`, `am_event` and the UCS_* codes of the
+ * real header), and publishes its table of operations in a capsule, which
+ * libucp imports (attach.c).
+ *
+ * Every operation has one shape: take the GIL, build the arguments (raw
+ * memory as memoryviews over the caller's bytes, handles as the references
+ * we hold), call one adapter function, turn its result or its exception
+ * into a ucs_status_t at one `out:`, drop the GIL.  An exception is printed
+ * to stderr once, here, with the entry point it failed, and mapped by
+ * capi.status_of; a status is never lost (no PyErr_Clear without one).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "bridge.h"
+
+#define FNS(X)                                                                           \
+    X(context_create) X(worker_create) X(worker_destroy) X(progress) X(ep_create)        \
+    X(ep_close) X(flush) X(cancel) X(tag_send) X(tag_recv) X(tag_probe) X(msg_recv)      \
+    X(am_handler) X(am_send) X(am_recv) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)  \
+    X(rkey_unpack) X(rma) X(status_of)
+
+#define FN_ENUM(name) FN_##name,
+#define FN_NAME(name) #name,
+enum { FNS(FN_ENUM) FN_COUNT };
+static const char *const fn_names[] = {FNS(FN_NAME)};
+static PyObject *fns[FN_COUNT];            /* the adapter's functions */
+static const ucxs_core_t *core;            /* libucp's completion entry points */
+
+/* -- the one template ---------------------------------------------------------- */
+/* The status of the exception being raised, printed once; clears it. */
+static ucs_status_t raised(const char *op)
+{
+    PyObject *type, *value, *tb, *code;
+    ucs_status_t status = UCS_ERR_IO_ERROR;
+
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    code = value != NULL ? PyObject_CallOneArg(fns[FN_status_of], value) : NULL;
+    if (code != NULL) {
+        status = (ucs_status_t)PyLong_AsLong(code);
+        Py_DECREF(code);
+    }
+    PyObject *text = value != NULL ? PyObject_Str(value) : NULL;
+    fprintf(stderr, "ucxpy libucp: %s: %s: %s\n", op,
+            type != NULL ? ((PyTypeObject *)type)->tp_name : "?",
+            text != NULL ? PyUnicode_AsUTF8(text) : "?");
+    Py_XDECREF(text);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    PyErr_Clear();                         /* anything the report itself raised: reported */
+    return status;
+}
+
+/* Call adapter function `fn` with `args` (a new tuple or NULL: consumed). */
+static PyObject *call(int fn, PyObject *args)
+{
+    if (args == NULL)
+        return NULL;
+    PyObject *res = PyObject_Call(fns[fn], args, NULL);
+    Py_DECREF(args);
+    return res;
+}
+
+/* A result with no value: UCS_OK, or the exception's status. */
+static ucs_status_t plain(int fn, PyObject *res)
+{
+    if (res == NULL)
+        return raised(fn_names[fn]);
+    Py_DECREF(res);
+    return UCS_OK;
+}
+
+/* A request operation's (status, tag, length) into `info`. */
+static ucs_status_t outcome(int fn, PyObject *res, ucp_tag_recv_info_t *info)
+{
+    int status;
+    unsigned long long tag;
+    Py_ssize_t length;
+
+    if (res == NULL)
+        return raised(fn_names[fn]);
+    if (!PyArg_ParseTuple(res, "iKn", &status, &tag, &length)) {
+        Py_DECREF(res);
+        return raised(fn_names[fn]);
+    }
+    Py_DECREF(res);
+    if (info != NULL) {
+        info->sender_tag = tag;
+        info->length = (size_t)length;
+    }
+    return (ucs_status_t)status;
+}
+
+/* A new reference out through `out`. */
+static ucs_status_t object(int fn, PyObject *res, void **out)
+{
+    if (res == NULL)
+        return raised(fn_names[fn]);
+    *out = res;
+    return UCS_OK;
+}
+
+static PyObject *view(const void *p, size_t n, int flags)
+{
+    static char empty;
+    return PyMemoryView_FromMemory(p != NULL ? (char *)p : &empty, (Py_ssize_t)n, flags);
+}
+
+static PyObject *py(void *obj)
+{
+    return obj != NULL ? (PyObject *)obj : Py_None;
+}
+
+static PyObject *req_id(void *req)
+{
+    return PyLong_FromVoidPtr(req);
+}
+
+#define ENTER PyGILState_STATE gil_ = PyGILState_Ensure()
+#define LEAVE PyGILState_Release(gil_)
+
+/* -- operations ------------------------------------------------------------------ */
+static void b_attach(const ucxs_core_t *c)
+{
+    core = c;
+}
+
+static void b_release(void *obj)
+{
+    ENTER;
+    Py_XDECREF((PyObject *)obj);
+    LEAVE;
+}
+
+static ucs_status_t b_context_create(void **ctx)
+{
+    ENTER;
+    ucs_status_t s = object(FN_context_create, call(FN_context_create, PyTuple_New(0)), ctx);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_worker_create(void *ctx, void *cworker, void **worker, void **address,
+                                    size_t *address_length)
+{
+    ENTER;
+    PyObject *w = NULL, *a = NULL;
+    ucs_status_t s = UCS_OK;
+    PyObject *res = call(FN_worker_create, Py_BuildValue("(ON)", py(ctx), PyLong_FromVoidPtr(cworker)));
+    if (res == NULL || !PyArg_ParseTuple(res, "OS", &w, &a)) {
+        s = raised("ucp_worker_create");
+        goto out;
+    }
+    *address_length = (size_t)PyBytes_GET_SIZE(a);
+    *address = malloc(*address_length);
+    if (*address == NULL) {
+        s = UCS_ERR_NO_MEMORY;
+        goto out;
+    }
+    memcpy(*address, PyBytes_AS_STRING(a), *address_length);
+    Py_INCREF(w);
+    *worker = w;
+out:
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_worker_destroy(void *worker)
+{
+    ENTER;
+    ucs_status_t s = plain(FN_worker_destroy, call(FN_worker_destroy, Py_BuildValue("(O)", py(worker))));
+    LEAVE;
+    return s;
+}
+
+static unsigned b_progress(void *worker)
+{
+    ENTER;
+    unsigned n = 0;
+    PyObject *res = PyObject_CallOneArg(fns[FN_progress], worker);
+    if (res == NULL)
+        raised("ucp_worker_progress");
+    else {
+        n = (unsigned)PyLong_AsUnsignedLong(res);
+        Py_DECREF(res);
+        if (PyErr_Occurred())
+            raised("ucp_worker_progress");
+    }
+    LEAVE;
+    return n;
+}
+
+static ucs_status_t b_ep_create(void *worker, const void *address, size_t length, void **ep)
+{
+    ENTER;
+    ucs_status_t s = object(FN_ep_create, call(FN_ep_create, Py_BuildValue("(Oy#)", py(worker),
+                            (const char *)address, (Py_ssize_t)length)), ep);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_ep_close(void *worker, void *ep)
+{
+    ENTER;
+    ucs_status_t s = plain(FN_ep_close, call(FN_ep_close, Py_BuildValue("(OO)", py(worker), py(ep))));
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_flush(void *worker, void *ep)
+{
+    ENTER;
+    ucs_status_t s = plain(FN_flush, call(FN_flush, Py_BuildValue("(OO)", py(worker), py(ep))));
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_cancel(void *worker, void *req)
+{
+    ENTER;
+    ucs_status_t s = plain(FN_cancel, call(FN_cancel, Py_BuildValue("(ON)", py(worker), req_id(req))));
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_tag_send(void *worker, void *ep, const void *buf, size_t length,
+                               uint64_t tag, int sync, void *req, ucp_tag_recv_info_t *info)
+{
+    ENTER;
+    ucs_status_t s = outcome(FN_tag_send, call(FN_tag_send, Py_BuildValue("(OONKiN)", py(worker),
+                             py(ep), view(buf, length, PyBUF_READ), (unsigned long long)tag, sync,
+                             req_id(req))), info);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_tag_recv(void *worker, void *buf, size_t length, uint64_t tag,
+                               uint64_t mask, void *req, ucp_tag_recv_info_t *info)
+{
+    ENTER;
+    ucs_status_t s = outcome(FN_tag_recv, call(FN_tag_recv, Py_BuildValue("(ONKKN)", py(worker),
+                             view(buf, length, PyBUF_WRITE), (unsigned long long)tag,
+                             (unsigned long long)mask, req_id(req))), info);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_tag_probe(void *worker, uint64_t tag, uint64_t mask, int remove,
+                                ucp_tag_recv_info_t *info, void **message)
+{
+    ENTER;
+    ucs_status_t s = UCS_ERR_NO_MESSAGE;
+    unsigned long long got;
+    Py_ssize_t length;
+    PyObject *msg;
+    PyObject *res = call(FN_tag_probe, Py_BuildValue("(OKKi)", py(worker), (unsigned long long)tag,
+                                                     (unsigned long long)mask, remove));
+    if (res == NULL) {
+        s = raised("ucp_tag_probe_nb");
+        goto out;
+    }
+    if (res == Py_None)
+        goto out;
+    if (!PyArg_ParseTuple(res, "KnO", &got, &length, &msg)) {
+        s = raised("ucp_tag_probe_nb");
+        goto out;
+    }
+    info->sender_tag = got;
+    info->length = (size_t)length;
+    Py_INCREF(msg);
+    *message = msg;
+    s = UCS_OK;
+out:
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_msg_recv(void *worker, void *buf, size_t length, void *message, void *req,
+                               ucp_tag_recv_info_t *info)
+{
+    ENTER;
+    ucs_status_t s = outcome(FN_msg_recv, call(FN_msg_recv, Py_BuildValue("(ONON)", py(worker),
+                             view(buf, length, PyBUF_WRITE), py(message), req_id(req))), info);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_am_handler(void *worker, unsigned id, int on)
+{
+    ENTER;
+    ucs_status_t s = plain(FN_am_handler, call(FN_am_handler, Py_BuildValue("(OIi)", py(worker),
+                           id, on)));
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_am_send(void *worker, void *ep, unsigned id, const void *header,
+                              size_t header_length, const void *data, size_t length, void *req,
+                              ucp_tag_recv_info_t *info)
+{
+    ENTER;
+    ucs_status_t s = outcome(FN_am_send, call(FN_am_send, Py_BuildValue("(OOINNN)", py(worker),
+                             py(ep), id, view(header, header_length, PyBUF_READ),
+                             view(data, length, PyBUF_READ), req_id(req))), info);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_am_recv(void *worker, void *desc, void *buf, size_t length, void *req,
+                              ucp_tag_recv_info_t *info)
+{
+    ENTER;
+    ucs_status_t s = outcome(FN_am_recv, call(FN_am_recv, Py_BuildValue("(OONN)", py(worker),
+                             py(desc), view(buf, length, PyBUF_WRITE), req_id(req))), info);
+    LEAVE;
+    return s;
+}
+
+static void b_am_drop(void *desc)
+{
+    ENTER;
+    plain(FN_am_drop, call(FN_am_drop, Py_BuildValue("(O)", py(desc))));
+    Py_XDECREF((PyObject *)desc);
+    LEAVE;
+}
+
+static ucs_status_t b_mem_map(void *ctx, void *address, size_t length, void **mem,
+                              void **address_out)
+{
+    ENTER;
+    ucs_status_t s = UCS_OK;
+    PyObject *mh, *buf = address != NULL ? view(address, length, PyBUF_WRITE) : Py_NewRef(Py_None);
+    PyObject *res = call(FN_mem_map, Py_BuildValue("(ONn)", py(ctx), buf, (Py_ssize_t)length));
+    unsigned long long at;
+    if (res == NULL || !PyArg_ParseTuple(res, "OK", &mh, &at)) {
+        s = raised("ucp_mem_map");
+        goto out;
+    }
+    Py_INCREF(mh);
+    *mem = mh;
+    *address_out = (void *)(uintptr_t)at;
+out:
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_mem_unmap(void *ctx, void *mem)
+{
+    ENTER;
+    ucs_status_t s = plain(FN_mem_unmap, call(FN_mem_unmap, Py_BuildValue("(OO)", py(ctx), py(mem))));
+    LEAVE;
+    return s;
+}
+
+/* The packed key in a malloc'd buffer: its 32-bit length, then the core's bytes. */
+static ucs_status_t b_rkey_pack(void *mem, void **buffer, size_t *length)
+{
+    ENTER;
+    ucs_status_t s = UCS_OK;
+    PyObject *res = call(FN_rkey_pack, Py_BuildValue("(O)", py(mem)));
+    if (res == NULL || !PyBytes_Check(res)) {
+        s = res == NULL ? raised("ucp_rkey_pack") : UCS_ERR_INVALID_PARAM;
+        goto out;
+    }
+    uint32_t n = (uint32_t)PyBytes_GET_SIZE(res);
+    *length = sizeof(n) + n;
+    *buffer = malloc(*length);
+    if (*buffer == NULL) {
+        s = UCS_ERR_NO_MEMORY;
+        goto out;
+    }
+    memcpy(*buffer, &n, sizeof(n));
+    memcpy((char *)*buffer + sizeof(n), PyBytes_AS_STRING(res), n);
+out:
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_rkey_unpack(void *ep, const void *buffer, size_t length, void **rkey)
+{
+    ENTER;
+    ucs_status_t s = object(FN_rkey_unpack, call(FN_rkey_unpack, Py_BuildValue("(Oy#)", py(ep),
+                            (const char *)buffer, (Py_ssize_t)length)), rkey);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_rma(void *worker, void *ep, int put, void *buf, size_t length,
+                          uint64_t remote_addr, void *rkey, void *req, ucp_tag_recv_info_t *info)
+{
+    ENTER;
+    ucs_status_t s = outcome(FN_rma, call(FN_rma, Py_BuildValue("(OOiNKON)", py(worker), py(ep),
+                             put, view(buf, length, put ? PyBUF_READ : PyBUF_WRITE),
+                             (unsigned long long)remote_addr, py(rkey), req_id(req))), info);
+    LEAVE;
+    return s;
+}
+
+static const ucxs_bridge_t table = {
+    .abi = UCXS_BRIDGE_ABI,
+    .attach = b_attach,
+    .release = b_release,
+    .context_create = b_context_create,
+    .worker_create = b_worker_create,
+    .worker_destroy = b_worker_destroy,
+    .progress = b_progress,
+    .ep_create = b_ep_create,
+    .ep_close = b_ep_close,
+    .flush = b_flush,
+    .cancel = b_cancel,
+    .tag_send = b_tag_send,
+    .tag_recv = b_tag_recv,
+    .tag_probe = b_tag_probe,
+    .msg_recv = b_msg_recv,
+    .am_handler = b_am_handler,
+    .am_send = b_am_send,
+    .am_recv = b_am_recv,
+    .am_drop = b_am_drop,
+    .mem_map = b_mem_map,
+    .mem_unmap = b_mem_unmap,
+    .rkey_pack = b_rkey_pack,
+    .rkey_unpack = b_rkey_unpack,
+    .rma = b_rma,
+};
+
+/* -- what the adapter calls ---------------------------------------------------------- */
+static PyObject *m_complete(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *req;
+    int status;
+    unsigned long long tag;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "OiKn", &req, &status, &tag, &length))
+        return NULL;
+    void *r = PyLong_AsVoidPtr(req);
+    if (r == NULL)
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "no request"), NULL);
+    core->complete(r, (ucs_status_t)status, tag, (size_t)length);
+    Py_RETURN_NONE;
+}
+
+static PyObject *m_am_event(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *cworker, *desc;
+    Py_buffer header, data = {0};
+    PyObject *data_obj;
+    unsigned id;
+    Py_ssize_t length;
+    if (!PyArg_ParseTuple(args, "OIy*OnO", &cworker, &id, &header, &data_obj, &length, &desc))
+        return NULL;
+    if (data_obj != Py_None && PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&header);
+        return NULL;
+    }
+    void *d = NULL;
+    if (desc != Py_None) {
+        Py_INCREF(desc);                   /* dropped by am_drop */
+        d = desc;
+    }
+    core->am_arrived(PyLong_AsVoidPtr(cworker), id, header.buf, (size_t)header.len, data.buf,
+                     (size_t)length, d);
+    PyBuffer_Release(&header);
+    if (data.obj != NULL)
+        PyBuffer_Release(&data);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"complete", m_complete, METH_VARARGS,
+     "complete(req, status, tag, length): queue a C request's completion"},
+    {"am_event", m_am_event, METH_VARARGS,
+     "am_event(cworker, id, header, data, length, desc): queue an active message"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "ucxpy._ucp_bridge",
+    "The Python side of libucp.so.0's calls (native/ucp/bridge.c).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+static int add_codes(PyObject *m)
+{
+#define CODE(name) PyModule_AddIntConstant(m, #name, name) < 0 ||
+    return CODE(UCS_OK) CODE(UCS_INPROGRESS) CODE(UCS_ERR_NO_MESSAGE) CODE(UCS_ERR_NO_RESOURCE)
+        CODE(UCS_ERR_IO_ERROR) CODE(UCS_ERR_NO_MEMORY) CODE(UCS_ERR_INVALID_PARAM)
+        CODE(UCS_ERR_UNREACHABLE) CODE(UCS_ERR_INVALID_ADDR) CODE(UCS_ERR_NOT_IMPLEMENTED)
+        CODE(UCS_ERR_MESSAGE_TRUNCATED) CODE(UCS_ERR_NO_DEVICE) CODE(UCS_ERR_CANCELED)
+        CODE(UCS_ERR_TIMED_OUT) CODE(UCS_ERR_EXCEEDS_LIMIT) CODE(UCS_ERR_UNSUPPORTED)
+        CODE(UCS_ERR_CONNECTION_RESET) CODE(UCS_ERR_ENDPOINT_TIMEOUT) 0 ? -1 : 0;
+#undef CODE
+}
+
+PyMODINIT_FUNC PyInit__ucp_bridge(void)
+{
+    PyObject *m = PyModule_Create(&module_def), *adapter = NULL, *res = NULL;
+    if (m == NULL || add_codes(m) < 0)
+        goto fail;
+    adapter = PyImport_ImportModule("ucxpy.capi");
+    if (adapter == NULL)
+        goto fail;
+    for (int i = 0; i < FN_COUNT; i++) {
+        fns[i] = PyObject_GetAttrString(adapter, fn_names[i]);
+        if (fns[i] == NULL)
+            goto fail;
+    }
+    res = PyObject_CallMethod(adapter, "attach", "O", m);
+    if (res == NULL)
+        goto fail;
+    PyObject *cap = PyCapsule_New((void *)&table, UCXS_BRIDGE_CAPSULE, NULL);
+    if (cap == NULL || PyModule_AddObject(m, "table", cap) < 0) {
+        Py_XDECREF(cap);
+        goto fail;
+    }
+    Py_DECREF(res);
+    Py_DECREF(adapter);
+    return m;
+fail:
+    Py_XDECREF(res);
+    Py_XDECREF(adapter);
+    Py_XDECREF(m);
+    return NULL;
+}

@@ -1,0 +1,74 @@
+/*
+ * bridge.h — the one interface between libucp.so.0 (pure C) and Python.
+ *
+ * libucp.so.0 carries no reference to the Python C API: it must load into a
+ * C program that has no interpreter, and into a Python process whose
+ * interpreter it must not duplicate.  So the only code that touches Python
+ * is the extension module ucxpy._ucp_bridge (bridge.c), and the two meet
+ * through the tables below, exchanged once (attach.c): libucp gets the
+ * bridge's operations, the bridge gets libucp's two completion entry points.
+ *
+ * Python objects travel as opaque `void *` references owned by the bridge:
+ * each one returned through an `out` pointer is a new reference, dropped by
+ * `release`.  Operations that may complete later take the C request (`req`)
+ * and return UCS_OK with `info` filled, UCS_INPROGRESS (the completion comes
+ * later through ucxs_core_t.complete, from inside a bridge call), or an
+ * error.  Every operation takes and drops the GIL itself.
+ */
+#ifndef UCXPY_UCP_BRIDGE_H
+#define UCXPY_UCP_BRIDGE_H
+
+#include <ucp/api/ucp.h>
+
+#define UCXS_BRIDGE_ABI 1
+#define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
+
+/* libucp's side: called by the bridge with the GIL held. */
+typedef struct ucxs_core {
+    /* a pending request is done: queue it for the next ucp_worker_progress */
+    void (*complete)(void *req, ucs_status_t status, uint64_t tag, size_t length);
+    /* an active message arrived (copies header and data; desc: a rendezvous
+     * message's reference, NULL when the data is here) */
+    void (*am_arrived)(void *cworker, unsigned id, const void *header, size_t header_length,
+                       const void *data, size_t length, void *desc);
+} ucxs_core_t;
+
+/* The bridge's side: every operation libucp needs from the core. */
+typedef struct ucxs_bridge {
+    int abi;
+    void (*attach)(const ucxs_core_t *core);
+    void (*release)(void *obj);
+    ucs_status_t (*context_create)(void **ctx);
+    ucs_status_t (*worker_create)(void *ctx, void *cworker, void **worker,
+                                  void **address, size_t *address_length);
+    ucs_status_t (*worker_destroy)(void *worker);
+    unsigned (*progress)(void *worker);
+    ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);
+    ucs_status_t (*ep_close)(void *worker, void *ep);
+    ucs_status_t (*flush)(void *worker, void *ep_or_null);
+    ucs_status_t (*cancel)(void *worker, void *req);
+    ucs_status_t (*tag_send)(void *worker, void *ep, const void *buf, size_t length,
+                             uint64_t tag, int sync, void *req, ucp_tag_recv_info_t *info);
+    ucs_status_t (*tag_recv)(void *worker, void *buf, size_t length, uint64_t tag,
+                             uint64_t mask, void *req, ucp_tag_recv_info_t *info);
+    ucs_status_t (*tag_probe)(void *worker, uint64_t tag, uint64_t mask, int remove,
+                              ucp_tag_recv_info_t *info, void **message);
+    ucs_status_t (*msg_recv)(void *worker, void *buf, size_t length, void *message,
+                             void *req, ucp_tag_recv_info_t *info);
+    ucs_status_t (*am_handler)(void *worker, unsigned id, int on);
+    ucs_status_t (*am_send)(void *worker, void *ep, unsigned id, const void *header,
+                            size_t header_length, const void *data, size_t length,
+                            void *req, ucp_tag_recv_info_t *info);
+    ucs_status_t (*am_recv)(void *worker, void *desc, void *buf, size_t length,
+                            void *req, ucp_tag_recv_info_t *info);
+    void (*am_drop)(void *desc);
+    ucs_status_t (*mem_map)(void *ctx, void *address, size_t length, void **mem,
+                            void **address_out);
+    ucs_status_t (*mem_unmap)(void *ctx, void *mem);
+    ucs_status_t (*rkey_pack)(void *mem, void **buffer, size_t *length);
+    ucs_status_t (*rkey_unpack)(void *ep, const void *buffer, size_t length, void **rkey);
+    ucs_status_t (*rma)(void *worker, void *ep, int put, void *buf, size_t length,
+                        uint64_t remote_addr, void *rkey, void *req, ucp_tag_recv_info_t *info);
+} ucxs_bridge_t;
+
+#endif

@@ -1,0 +1,109 @@
+/*
+ * context.c — configuration and the context (a process's use of ucxpy).
+ *
+ * Entry points: ucp_config_read, ucp_config_release, ucp_init_version,
+ * ucp_cleanup, ucp_get_version, ucp_get_version_string, ucp_context_query.
+ *
+ * Theory of operation.  Configuration is ucxpy's own (UCXPY_* variables, read
+ * by the core when the context is made); ucp_config_read hands out an empty
+ * token so callers' read/modify/release sequences work.  ucp_init_version
+ * attaches to Python (attach.c) and makes the core's Context.  Of the
+ * caller's ucp_params_t only the fields its field_mask names are read, so
+ * callers built against any API from 1.13 to 1.20 pass their own struct.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "shim.h"
+
+ucs_status_t ucp_config_read(const char *env_prefix, const char *filename,
+                             ucp_config_t **config_p)
+{
+    (void)env_prefix;
+    (void)filename;
+    *config_p = calloc(1, sizeof(**config_p));
+    return *config_p != NULL ? UCS_OK : UCS_ERR_NO_MEMORY;
+}
+
+void ucp_config_release(ucp_config_t *config)
+{
+    free(config);
+}
+
+ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)
+{
+    (void)config;
+    (void)name;
+    (void)value;
+    return UCS_OK;          /* UCX_* settings have ucxpy equivalents: see docs/ucp.md */
+}
+
+void ucp_get_version(unsigned *major_version, unsigned *minor_version,
+                     unsigned *release_number)
+{
+    *major_version = UCXS_API_MAJOR;
+    *minor_version = UCXS_API_MINOR;
+    *release_number = 0;
+}
+
+const char *ucp_get_version_string(void)
+{
+    return "1.20.0 (ucxpy)";
+}
+
+ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_version,
+                              const ucp_params_t *params, const ucp_config_t *config,
+                              ucp_context_h *context_p)
+{
+    (void)config;
+    ucs_status_t status;
+    ucp_context_h ctx;
+
+    if (api_major_version != UCXS_API_MAJOR || api_minor_version > UCXS_API_MINOR) {
+        ucxs_error("ucp_init", "the caller wants UCP API %u.%u, this library has %u.%u",
+                   api_major_version, api_minor_version, UCXS_API_MAJOR, UCXS_API_MINOR);
+        return UCS_ERR_UNSUPPORTED;
+    }
+    status = ucxs_attach();
+    if (status != UCS_OK)
+        return status;
+    ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL)
+        return UCS_ERR_NO_MEMORY;
+    pthread_mutex_init(&ctx->pool_lock, NULL);
+    if (params->field_mask & UCP_PARAM_FIELD_FEATURES)
+        ctx->features = params->features;
+    if (params->field_mask & UCP_PARAM_FIELD_REQUEST_SIZE)
+        ctx->user_size = params->request_size;
+    if (params->field_mask & UCP_PARAM_FIELD_REQUEST_INIT)
+        ctx->init = params->request_init;
+    if (params->field_mask & UCP_PARAM_FIELD_REQUEST_CLEANUP)
+        ctx->cleanup = params->request_cleanup;
+    status = ucxs_py->context_create(&ctx->py);
+    if (status != UCS_OK) {
+        pthread_mutex_destroy(&ctx->pool_lock);
+        free(ctx);
+        return status;
+    }
+    *context_p = ctx;
+    return UCS_OK;
+}
+
+void ucp_cleanup(ucp_context_h ctx)
+{
+    ucxs_pool_destroy(ctx);
+    ucxs_py->release(ctx->py);
+    pthread_mutex_destroy(&ctx->pool_lock);
+    free(ctx);
+}
+
+ucs_status_t ucp_context_query(ucp_context_h ctx, ucp_context_attr_t *attr)
+{
+    if (attr->field_mask & UCP_ATTR_FIELD_REQUEST_SIZE)
+        attr->request_size = UCXS_REQ_HEADER;  /* room before a caller-allocated request */
+    if (attr->field_mask & UCP_ATTR_FIELD_THREAD_MODE)
+        attr->thread_mode = UCS_THREAD_MODE_MULTI;
+    if (attr->field_mask & UCP_ATTR_FIELD_MEMORY_TYPES)
+        attr->memory_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    return UCS_OK;
+}

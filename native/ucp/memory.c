@@ -1,0 +1,117 @@
+/*
+ * memory.c — memory handles and remote keys.
+ *
+ * Entry points: ucp_mem_map, ucp_mem_unmap, ucp_mem_query, ucp_mem_advise,
+ * ucp_rkey_pack, ucp_rkey_buffer_release, ucp_ep_rkey_unpack, ucp_rkey_destroy.
+ *
+ * Theory of operation.  A handle is the core's MemHandle, registered with the
+ * context's first worker (the core registers per worker, UCP per context):
+ * the caller's memory, or with UCP_MEM_MAP_ALLOCATE and no address, memory
+ * the core allocates where its same-host peers can map it (the shm memory
+ * domain), so their puts and gets are plain copies.  A packed key is the
+ * core's packed remote key, in a malloc'd copy.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *params,
+                         ucp_mem_h *memh_p)
+{
+    uint64_t m = params->field_mask;
+    void *address = (m & UCP_MEM_MAP_PARAM_FIELD_ADDRESS) ? params->address : NULL;
+    unsigned flags = (m & UCP_MEM_MAP_PARAM_FIELD_FLAGS) ? params->flags : 0;
+    ucs_status_t status;
+    ucp_mem_h mh;
+
+    if (!(m & UCP_MEM_MAP_PARAM_FIELD_LENGTH) || params->length == 0) {
+        ucxs_error("ucp_mem_map", "a length > 0 is required");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (address == NULL && !(flags & UCP_MEM_MAP_ALLOCATE)) {
+        ucxs_error("ucp_mem_map", "no address and no UCP_MEM_MAP_ALLOCATE");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    if (flags & UCP_MEM_MAP_FIXED) {
+        ucxs_error("ucp_mem_map", "UCP_MEM_MAP_FIXED is not implemented");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    mh = calloc(1, sizeof(*mh));
+    if (mh == NULL)
+        return UCS_ERR_NO_MEMORY;
+    mh->context = context;
+    mh->length = params->length;
+    /* with ALLOCATE an address is only a hint (UCP): ours come from the core */
+    status = ucxs_py->mem_map(context->py, (flags & UCP_MEM_MAP_ALLOCATE) ? NULL : address,
+                              params->length, &mh->py, &mh->address);
+    if (status != UCS_OK) {
+        free(mh);
+        return status;
+    }
+    *memh_p = mh;
+    return UCS_OK;
+}
+
+ucs_status_t ucp_mem_unmap(ucp_context_h context, ucp_mem_h memh)
+{
+    ucs_status_t status = ucxs_py->mem_unmap(context->py, memh->py);
+    ucxs_py->release(memh->py);
+    free(memh);
+    return status;
+}
+
+ucs_status_t ucp_mem_query(const ucp_mem_h memh, ucp_mem_attr_t *attr)
+{
+    if (attr->field_mask & UCP_MEM_ATTR_FIELD_ADDRESS)
+        attr->address = memh->address;
+    if (attr->field_mask & UCP_MEM_ATTR_FIELD_LENGTH)
+        attr->length = memh->length;
+    if (attr->field_mask & UCP_MEM_ATTR_FIELD_MEM_TYPE)
+        attr->mem_type = UCS_MEMORY_TYPE_HOST;
+    return UCS_OK;
+}
+
+ucs_status_t ucp_mem_advise(ucp_context_h context, ucp_mem_h memh, ucp_mem_advise_params_t *params)
+{
+    (void)context;
+    (void)memh;
+    (void)params;
+    return UCS_OK;                         /* advice: nothing to prefetch here */
+}
+
+ucs_status_t ucp_rkey_pack(ucp_context_h context, ucp_mem_h memh, void **rkey_buffer_p,
+                           size_t *size_p)
+{
+    (void)context;
+    return ucxs_py->rkey_pack(memh->py, rkey_buffer_p, size_p);
+}
+
+void ucp_rkey_buffer_release(void *rkey_buffer)
+{
+    free(rkey_buffer);
+}
+
+ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h ep, const void *rkey_buffer, ucp_rkey_h *rkey_p)
+{
+    ucs_status_t status;
+    ucp_rkey_h rkey = calloc(1, sizeof(*rkey));
+    if (rkey == NULL)
+        return UCS_ERR_NO_MEMORY;
+    /* a packed key starts with its own length (rkey_pack, bridge.c) */
+    uint32_t n;
+    memcpy(&n, rkey_buffer, sizeof(n));
+    status = ucxs_py->rkey_unpack(ep->py, (const char *)rkey_buffer + sizeof(n), n, &rkey->py);
+    if (status != UCS_OK) {
+        free(rkey);
+        return status;
+    }
+    *rkey_p = rkey;
+    return UCS_OK;
+}
+
+void ucp_rkey_destroy(ucp_rkey_h rkey)
+{
+    ucxs_py->release(rkey->py);
+    free(rkey);
+}

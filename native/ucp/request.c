@@ -1,0 +1,243 @@
+/*
+ * request.c — UCP's request contract, in one place.
+ *
+ * Entry points: ucp_request_free, ucp_request_release, ucp_request_cancel,
+ * ucp_request_check_status, ucp_request_is_completed, ucp_request_test.
+ *
+ * Theory of operation.  A request is our header (ucxs_req_t) followed by the
+ * caller's request_size bytes; the handle the caller sees is the address of
+ * its bytes.  Requests come from a per-context pool and the caller's
+ * request_init runs once per pool object, when it is first made; with
+ * UCP_OP_ATTR_FIELD_REQUEST the caller gives the memory (request_size of
+ * ucp_context_query counts our header, which sits before its handle).
+ *
+ *   posted ──(bridge: done now)────────────────> caller gets NULL / error,
+ *     │                                           or, NO_IMM_CMPL, queued
+ *     └──(bridge: INPROGRESS)──> pending ──(core completes)──> queued
+ *   queued ──(ucp_worker_progress)──> COMPLETED: datatype finished, callback
+ *
+ * Completion is visible only from ucp_worker_progress (check_status says
+ * INPROGRESS until then), and the callback runs there, without the GIL, so
+ * it may call the library again.  ucp_request_free / _release before
+ * completion marks the request RELEASED: its callback still runs (MPICH
+ * relies on it) and the request returns to the pool after it; after
+ * completion they return it at once.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+static ucxs_req_t *pool_get(ucp_context_h ctx)
+{
+    ucxs_req_t *req;
+    pthread_mutex_lock(&ctx->pool_lock);
+    req = ctx->pool;
+    if (req != NULL)
+        ctx->pool = req->next_free;
+    pthread_mutex_unlock(&ctx->pool_lock);
+    if (req != NULL)
+        return req;
+    req = calloc(1, UCXS_REQ_HEADER + ctx->user_size);
+    if (req != NULL && ctx->init != NULL)
+        ctx->init(ucxs_req_handle(req));
+    return req;
+}
+
+void ucxs_req_put(ucxs_req_t *req)
+{
+    if (req->flags & UCXS_REQ_CALLER_MEMORY)
+        return;
+    ucp_context_h ctx = req->worker->context;
+    pthread_mutex_lock(&ctx->pool_lock);
+    req->next_free = ctx->pool;
+    ctx->pool = req;
+    pthread_mutex_unlock(&ctx->pool_lock);
+}
+
+void ucxs_pool_destroy(ucp_context_h ctx)
+{
+    ucxs_req_t *req = ctx->pool, *next;
+    for (; req != NULL; req = next) {
+        next = req->next_free;
+        if (ctx->cleanup != NULL)
+            ctx->cleanup(ucxs_req_handle(req));
+        free(req);
+    }
+    ctx->pool = NULL;
+}
+
+static void req_reset(ucxs_req_t *req, ucp_worker_h worker, ucxs_cb_kind_t kind)
+{
+    req->ev.next = NULL;
+    req->ev.type = UCXS_EV_REQUEST;
+    req->worker = worker;
+    req->flags &= UCXS_REQ_CALLER_MEMORY;
+    req->kind = kind;
+    req->status = UCS_INPROGRESS;
+    req->info.sender_tag = 0;
+    req->info.length = 0;
+    req->cb = NULL;
+    req->user_data = NULL;
+    memset(&req->dt, 0, sizeof(req->dt));
+}
+
+ucxs_req_t *ucxs_req_new(ucp_worker_h worker, const ucp_request_param_t *param,
+                         ucxs_cb_kind_t kind, const char *entry)
+{
+    uint32_t mask = param != NULL ? param->op_attr_mask : 0;
+    ucxs_req_t *req;
+
+    if (mask & UCP_OP_ATTR_FIELD_REQUEST) {
+        req = ucxs_req_of(param->request);
+        req->flags = UCXS_REQ_CALLER_MEMORY;
+    } else {
+        req = pool_get(worker->context);
+        if (req == NULL) {
+            ucxs_error(entry, "out of memory for a request");
+            return NULL;
+        }
+        req->flags = 0;
+    }
+    req_reset(req, worker, (mask & UCP_OP_ATTR_FIELD_CALLBACK) ? kind : UCXS_CB_NONE);
+    if (mask & UCP_OP_ATTR_FIELD_CALLBACK)
+        req->cb = (void *)param->cb.send;  /* one union: the kind says which */
+    if (mask & UCP_OP_ATTR_FIELD_USER_DATA)
+        req->user_data = param->user_data;
+    return req;
+}
+
+ucxs_req_t *ucxs_req_new_old(ucp_worker_h worker, ucp_send_callback_t cb, const char *entry)
+{
+    ucxs_req_t *req = pool_get(worker->context);
+    if (req == NULL) {
+        ucxs_error(entry, "out of memory for a request");
+        return NULL;
+    }
+    req->flags = 0;
+    req_reset(req, worker, cb != NULL ? UCXS_CB_SEND_OLD : UCXS_CB_NONE);
+    req->cb = (void *)cb;
+    return req;
+}
+
+/* Datatype epilogue of a finished request; may turn its status into an error. */
+static void req_finish_data(ucxs_req_t *req)
+{
+    req->status = ucxs_dt_finish(&req->dt, req->flags & UCXS_REQ_RECV, req->status,
+                                 req->info.length);
+}
+
+ucs_status_ptr_t ucxs_req_posted(ucxs_req_t *req, ucs_status_t status,
+                                 const ucp_request_param_t *param)
+{
+    uint32_t mask = param != NULL ? param->op_attr_mask : 0;
+
+    if (status == UCS_INPROGRESS)
+        return ucxs_req_handle(req);
+    req->status = status;
+    if ((mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL) || (req->flags & UCXS_REQ_CALLER_MEMORY)) {
+        /* the caller holds a request whatever happens: its completion
+         * (callback included) comes from the next progress */
+        ucxs_queue_push(req->worker, &req->ev);
+        return ucxs_req_handle(req);
+    }
+    req_finish_data(req);
+    status = req->status;
+    if (status == UCS_OK && (mask & UCP_OP_ATTR_FIELD_RECV_INFO) &&
+        (req->flags & UCXS_REQ_RECV)) {
+        if (req->flags & UCXS_REQ_AM) {
+            if (param->recv_info.length != NULL)
+                *param->recv_info.length = req->info.length;
+        } else if (param->recv_info.tag_info != NULL) {
+            *param->recv_info.tag_info = req->info;
+        }
+    }
+    ucxs_req_put(req);
+    return status == UCS_OK ? NULL : UCS_STATUS_PTR(status);
+}
+
+void ucxs_core_complete(void *handle, ucs_status_t status, uint64_t tag, size_t length)
+{
+    ucxs_req_t *req = handle;
+    req->status = status;
+    req->info.sender_tag = tag;
+    req->info.length = length;
+    ucxs_queue_push(req->worker, &req->ev);
+}
+
+void ucxs_req_dispatch(ucxs_req_t *req)
+{
+    void *h = ucxs_req_handle(req);
+    int released;
+
+    req_finish_data(req);
+    req->flags |= UCXS_REQ_COMPLETED;
+    released = req->flags & UCXS_REQ_RELEASED;
+    switch (req->kind) {
+    case UCXS_CB_SEND:
+        ((ucp_send_nbx_callback_t)req->cb)(h, req->status, req->user_data);
+        break;
+    case UCXS_CB_SEND_OLD:
+        ((ucp_send_callback_t)req->cb)(h, req->status);
+        break;
+    case UCXS_CB_TAG_RECV:
+        ((ucp_tag_recv_nbx_callback_t)req->cb)(h, req->status, &req->info, req->user_data);
+        break;
+    case UCXS_CB_AM_RECV:
+        ((ucp_am_recv_data_nbx_callback_t)req->cb)(h, req->status, req->info.length,
+                                                   req->user_data);
+        break;
+    case UCXS_CB_NONE:
+        break;
+    }
+    if (released)                          /* freed by the caller before: ours now */
+        ucxs_req_put(req);
+}
+
+/* -- entry points ------------------------------------------------------------ */
+void ucp_request_free(void *request)
+{
+    ucxs_req_t *req = ucxs_req_of(request);
+    if (req->flags & UCXS_REQ_COMPLETED)
+        ucxs_req_put(req);
+    else
+        req->flags |= UCXS_REQ_RELEASED;
+}
+
+void ucp_request_release(void *request)
+{
+    ucp_request_free(request);
+}
+
+void ucp_request_cancel(ucp_worker_h worker, void *request)
+{
+    ucxs_req_t *req = ucxs_req_of(request);
+    if (!(req->flags & UCXS_REQ_COMPLETED) && req->status == UCS_INPROGRESS)
+        ucxs_py->cancel(worker->py, req);
+}
+
+ucs_status_t ucp_request_check_status(void *request)
+{
+    ucxs_req_t *req = ucxs_req_of(request);
+    return (req->flags & UCXS_REQ_COMPLETED) ? req->status : UCS_INPROGRESS;
+}
+
+int ucp_request_is_completed(void *request)
+{
+    return ucp_request_check_status(request) != UCS_INPROGRESS;
+}
+
+ucs_status_t ucp_request_test(void *request, ucp_tag_recv_info_t *info)
+{
+    ucxs_req_t *req = ucxs_req_of(request);
+    if (!(req->flags & UCXS_REQ_COMPLETED))
+        return UCS_INPROGRESS;
+    if (info != NULL)
+        *info = req->info;
+    return req->status;
+}
+
+ucs_status_t ucp_tag_recv_request_test(void *request, ucp_tag_recv_info_t *info)
+{
+    return ucp_request_test(request, info);
+}

@@ -1,0 +1,200 @@
+/*
+ * shim.h — what the files of libucp.so.0 share: the handles' structs, the
+ * request layout, the completion queue, and the internal helpers.
+ *
+ * Internal names start with ucxs_; only ucp_* and ucs_* are exported
+ * (libucp.map).  Every exported function checks its arguments, then goes to
+ * the core through the bridge (bridge.h); an error is logged once, where it
+ * is detected (ucxs_error), and returned as a ucs_status_t.
+ */
+#ifndef UCXPY_UCP_SHIM_H
+#define UCXPY_UCP_SHIM_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <ucp/api/ucp.h>
+
+#include "bridge.h"
+
+/* UCP API versions this library implements (callers may be 1.13 .. 1.20) */
+#define UCXS_API_MAJOR 1
+#define UCXS_API_MINOR 20
+
+/* the bridge, once attached (attach.c); NULL until ucp_init */
+extern const ucxs_bridge_t *ucxs_py;
+ucs_status_t ucxs_attach(void);
+
+void ucxs_error(const char *entry, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+_Noreturn void ucxs_fatal(const char *entry, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* -- events: what ucp_worker_progress dispatches, in arrival order ------- */
+typedef enum { UCXS_EV_REQUEST, UCXS_EV_AM } ucxs_event_type_t;
+
+typedef struct ucxs_event {
+    struct ucxs_event *next;
+    ucxs_event_type_t type;
+} ucxs_event_t;
+
+/* -- handles -------------------------------------------------------------- */
+struct ucp_config {
+    int unused;
+};
+
+typedef struct ucxs_req ucxs_req_t;
+
+struct ucp_context {
+    void *py;                              /* CContext */
+    uint64_t features;
+    size_t user_size;                      /* params->request_size */
+    ucp_request_init_callback_t init;
+    ucp_request_cleanup_callback_t cleanup;
+    pthread_mutex_t pool_lock;
+    ucxs_req_t *pool;                      /* free requests, initialized once */
+};
+
+typedef struct {
+    int is_nbx;                            /* set_am_recv_handler, or set_am_handler */
+    void *cb;
+    void *arg;
+    uint32_t flags;
+} ucxs_am_slot_t;
+
+#define UCXS_AM_IDS 65536
+
+struct ucp_worker {
+    ucp_context_h context;
+    void *py;                              /* CWorker */
+    void *address;                         /* packed, malloc'd */
+    size_t address_length;
+    pthread_mutex_t lock;                  /* the event queue */
+    ucxs_event_t *head, *tail;
+    ucxs_am_slot_t *am;                    /* UCXS_AM_IDS slots, made on first use */
+};
+
+/* A worker address (ucp_address_t): a 32-bit length, then the core's packed
+ * WorkerAddress. */
+#define UCXS_ADDRESS_HEADER 8
+
+static inline size_t ucxs_address_size(const ucp_address_t *address)
+{
+    uint32_t n;
+    __builtin_memcpy(&n, address, sizeof(n));
+    return n;
+}
+
+static inline const void *ucxs_address_bytes(const ucp_address_t *address)
+{
+    return (const char *)address + UCXS_ADDRESS_HEADER;
+}
+
+struct ucp_ep {
+    ucp_worker_h worker;
+    void *py;                              /* ucxpy.Endpoint */
+};
+
+struct ucp_mem {
+    ucp_context_h context;
+    void *py;                              /* ucxpy.rma.MemHandle */
+    void *address;
+    size_t length;
+};
+
+struct ucp_rkey {
+    void *py;                              /* ucxpy.rma.RemoteKey */
+};
+
+struct ucp_recv_desc {                     /* a probed message (ucp_tag_message_h) */
+    void *py;                              /* ucxpy.TagMessage */
+};
+
+/* -- datatypes (datatype.c) ------------------------------------------------ */
+/* Where a request's bytes are while the core moves them: the caller's
+ * buffer itself (contiguous), or a bounce buffer to scatter / unpack into
+ * the caller's layout when a receive completes (iov, generic), or to free
+ * when a send completes. */
+typedef struct {
+    ucp_datatype_t datatype;
+    void *user;                            /* the caller's buffer (receives) */
+    size_t count;
+    void *bounce;                          /* malloc'd, or NULL */
+    size_t length;                         /* bytes at the data pointer */
+} ucxs_dt_t;
+
+ucs_status_t ucxs_dt_send(ucp_datatype_t dt, const void *buf, size_t count,
+                          ucxs_dt_t *st, const void **data);
+ucs_status_t ucxs_dt_recv(ucp_datatype_t dt, void *buf, size_t count,
+                          ucxs_dt_t *st, void **data);
+/* After the core finished: a receive unpacks `received` bytes; both free. */
+ucs_status_t ucxs_dt_finish(ucxs_dt_t *st, int is_recv, ucs_status_t status, size_t received);
+ucp_datatype_t ucxs_param_datatype(const ucp_request_param_t *param);
+
+/* -- requests (request.c) --------------------------------------------------- */
+typedef enum {
+    UCXS_CB_NONE,
+    UCXS_CB_SEND,                          /* ucp_send_nbx_callback_t */
+    UCXS_CB_SEND_OLD,                      /* ucp_send_callback_t */
+    UCXS_CB_TAG_RECV,                      /* ucp_tag_recv_nbx_callback_t */
+    UCXS_CB_AM_RECV,                       /* ucp_am_recv_data_nbx_callback_t */
+} ucxs_cb_kind_t;
+
+enum {
+    UCXS_REQ_COMPLETED = 1,
+    UCXS_REQ_RELEASED = 2,                 /* freed by the caller before completion */
+    UCXS_REQ_CALLER_MEMORY = 4,            /* UCP_OP_ATTR_FIELD_REQUEST: not ours to pool */
+    UCXS_REQ_RECV = 8,                     /* ucxs_dt_finish unpacks */
+    UCXS_REQ_AM = 16,                      /* recv_info is a length, not a tag_info */
+};
+
+struct ucxs_req {
+    ucxs_event_t ev;                       /* first: queued as an event */
+    ucp_worker_h worker;
+    uint32_t flags;
+    ucxs_cb_kind_t kind;
+    ucs_status_t status;
+    ucp_tag_recv_info_t info;
+    void *cb;
+    void *user_data;
+    ucxs_dt_t dt;
+    ucxs_req_t *next_free;
+};
+
+/* The caller's area follows our header, 16-byte aligned; a request handle is
+ * the address of that area (UCP: the caller's request_size bytes). */
+#define UCXS_REQ_HEADER ((sizeof(ucxs_req_t) + 15) & ~(size_t)15)
+
+static inline void *ucxs_req_handle(ucxs_req_t *req)
+{
+    return (char *)req + UCXS_REQ_HEADER;
+}
+
+static inline ucxs_req_t *ucxs_req_of(void *handle)
+{
+    return (ucxs_req_t *)((char *)handle - UCXS_REQ_HEADER);
+}
+
+/* A request for an operation of `worker` taking `param` (the caller's
+ * memory when it gives some); NULL with the error logged. */
+ucxs_req_t *ucxs_req_new(ucp_worker_h worker, const ucp_request_param_t *param,
+                         ucxs_cb_kind_t kind, const char *entry);
+ucxs_req_t *ucxs_req_new_old(ucp_worker_h worker, ucp_send_callback_t cb, const char *entry);
+/* Return what a ucp_*_nb(x) call gives its caller after the bridge answered
+ * `status` for `req`: NULL / an error pointer (done now, request freed), or
+ * the request handle (completion from a later progress). */
+ucs_status_ptr_t ucxs_req_posted(ucxs_req_t *req, ucs_status_t status,
+                                 const ucp_request_param_t *param);
+void ucxs_req_put(ucxs_req_t *req);
+void ucxs_pool_destroy(ucp_context_h context);
+
+/* -- the event queue (worker.c) ----------------------------------------------- */
+void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev);
+void ucxs_req_dispatch(ucxs_req_t *req);          /* request.c */
+void ucxs_am_dispatch(ucp_worker_h worker, ucxs_event_t *ev);   /* am.c */
+void ucxs_core_complete(void *req, ucs_status_t status, uint64_t tag, size_t length);
+void ucxs_core_am_arrived(void *cworker, unsigned id, const void *header,
+                          size_t header_length, const void *data, size_t length, void *desc);
+
+#endif

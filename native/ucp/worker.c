@@ -1,0 +1,186 @@
+/*
+ * worker.c — workers: explicit progress and the event queue.
+ *
+ * Entry points: ucp_worker_create, ucp_worker_destroy, ucp_worker_get_address,
+ * ucp_worker_release_address, ucp_worker_query, ucp_worker_progress,
+ * ucp_worker_flush_nb, ucp_worker_fence.
+ *
+ * Theory of operation.  Each worker is a core Worker (a CWorker on the Python
+ * side).  Everything the core finishes — a request's completion, an active
+ * message's arrival — is pushed on the worker's event queue by the bridge,
+ * whichever call was running (ucxs_queue_push, under the worker's mutex).
+ * ucp_worker_progress advances the core once (one bridge call), then
+ * dispatches the queue in order, outside the GIL: that is the only place a
+ * caller's callback runs, so a callback may call the library again (it
+ * only appends to the queue, which this progress pass keeps draining).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+#define MAX_AM_HEADER 512   /* within the core's limit for a user header */
+
+void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev)
+{
+    ev->next = NULL;
+    pthread_mutex_lock(&worker->lock);
+    if (worker->tail != NULL)
+        worker->tail->next = ev;
+    else
+        worker->head = ev;
+    worker->tail = ev;
+    pthread_mutex_unlock(&worker->lock);
+}
+
+static ucxs_event_t *queue_pop(ucp_worker_h worker)
+{
+    ucxs_event_t *ev;
+    pthread_mutex_lock(&worker->lock);
+    ev = worker->head;
+    if (ev != NULL) {
+        worker->head = ev->next;
+        if (worker->head == NULL)
+            worker->tail = NULL;
+    }
+    pthread_mutex_unlock(&worker->lock);
+    return ev;
+}
+
+static unsigned dispatch(ucp_worker_h worker)
+{
+    unsigned n = 0;
+    ucxs_event_t *ev;
+    while ((ev = queue_pop(worker)) != NULL) {
+        if (ev->type == UCXS_EV_REQUEST)
+            ucxs_req_dispatch((ucxs_req_t *)ev);
+        else
+            ucxs_am_dispatch(worker, ev);
+        n++;
+    }
+    return n;
+}
+
+/* The packed address: its length (the API passes addresses without one),
+ * then the core's address. */
+static ucs_status_t worker_address(ucp_worker_h w)
+{
+    void *core_address;
+    size_t length;
+    ucs_status_t status = ucxs_py->worker_create(w->context->py, w, &w->py, &core_address,
+                                                 &length);
+    if (status != UCS_OK)
+        return status;
+    w->address_length = UCXS_ADDRESS_HEADER + length;
+    w->address = malloc(w->address_length);
+    if (w->address == NULL) {
+        free(core_address);
+        ucxs_py->worker_destroy(w->py);
+        ucxs_py->release(w->py);
+        return UCS_ERR_NO_MEMORY;
+    }
+    uint32_t n = (uint32_t)length;
+    memcpy(w->address, &n, sizeof(n));
+    memcpy((char *)w->address + UCXS_ADDRESS_HEADER, core_address, length);
+    free(core_address);
+    return UCS_OK;
+}
+
+ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t *params,
+                               ucp_worker_h *worker_p)
+{
+    (void)params;             /* thread mode: the core serializes under the GIL */
+    ucs_status_t status;
+    ucp_worker_h w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return UCS_ERR_NO_MEMORY;
+    w->context = context;
+    pthread_mutex_init(&w->lock, NULL);
+    status = worker_address(w);
+    if (status != UCS_OK) {
+        pthread_mutex_destroy(&w->lock);
+        free(w);
+        return status;
+    }
+    *worker_p = w;
+    return UCS_OK;
+}
+
+void ucp_worker_destroy(ucp_worker_h w)
+{
+    ucxs_event_t *ev;
+    ucxs_py->worker_destroy(w->py);
+    ucxs_py->release(w->py);
+    while ((ev = queue_pop(w)) != NULL) {   /* undelivered: nobody will ask any more */
+        if (ev->type == UCXS_EV_REQUEST)
+            ucxs_req_put((ucxs_req_t *)ev);
+        else
+            ucxs_am_dispatch(NULL, ev);      /* frees it */
+    }
+    pthread_mutex_destroy(&w->lock);
+    free(w->am);
+    free(w->address);
+    free(w);
+}
+
+ucs_status_t ucp_worker_get_address(ucp_worker_h w, ucp_address_t **address_p,
+                                    size_t *address_length_p)
+{
+    void *copy = malloc(w->address_length);
+    if (copy == NULL)
+        return UCS_ERR_NO_MEMORY;
+    memcpy(copy, w->address, w->address_length);
+    *address_p = copy;
+    *address_length_p = w->address_length;
+    return UCS_OK;
+}
+
+void ucp_worker_release_address(ucp_worker_h w, ucp_address_t *address)
+{
+    (void)w;
+    free(address);
+}
+
+ucs_status_t ucp_worker_query(ucp_worker_h w, ucp_worker_attr_t *attr)
+{
+    if (attr->field_mask & UCP_WORKER_ATTR_FIELD_THREAD_MODE)
+        attr->thread_mode = UCS_THREAD_MODE_MULTI;
+    if (attr->field_mask & UCP_WORKER_ATTR_FIELD_ADDRESS) {
+        ucs_status_t status = ucp_worker_get_address(w, &attr->address, &attr->address_length);
+        if (status != UCS_OK)
+            return status;
+    }
+    if (attr->field_mask & UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER)
+        attr->max_am_header = MAX_AM_HEADER;
+    return UCS_OK;
+}
+
+unsigned ucp_worker_progress(ucp_worker_h w)
+{
+    unsigned n = dispatch(w);               /* what earlier calls queued */
+    n += ucxs_py->progress(w->py);
+    return n + dispatch(w);
+}
+
+ucs_status_ptr_t ucp_worker_flush_nb(ucp_worker_h w, unsigned flags, ucp_send_callback_t cb)
+{
+    (void)flags;
+    (void)cb;                 /* done before returning: no request, no callback */
+    ucs_status_t status = ucxs_py->flush(w->py, NULL);
+    return status == UCS_OK ? NULL : UCS_STATUS_PTR(status);
+}
+
+ucs_status_ptr_t ucp_worker_flush_nbx(ucp_worker_h w, const ucp_request_param_t *param)
+{
+    ucxs_req_t *req = ucxs_req_new(w, param, UCXS_CB_SEND, "ucp_worker_flush_nbx");
+    if (req == NULL)
+        return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    return ucxs_req_posted(req, ucxs_py->flush(w->py, NULL), param);
+}
+
+ucs_status_t ucp_worker_fence(ucp_worker_h w)
+{
+    /* the core executes one endpoint's operations in issue order, and a
+     * flush orders them across endpoints too */
+    return ucxs_py->flush(w->py, NULL);
+}

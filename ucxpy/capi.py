@@ -1,0 +1,299 @@
+"""The Python side of ucxpy's ``libucp.so.0`` (native/ucp/): UCP's C API on the core.
+
+Theory of operation
+-------------------
+A C program, or a C library such as MPICH, calls ``ucp_*`` in libucp.so.0.
+That library owns what C must own (the API's structs, request memory in the
+caller's layout, the completion queue that ``ucp_worker_progress`` drains)
+and reaches Python only through the bridge extension ``ucxpy._ucp_bridge``
+(native/ucp/bridge.c), which calls the functions below with the GIL held.
+Everything here uses the core's public API only, like mpi_shim and shmem.
+
+Handles: the bridge keeps a strong reference to what these functions return
+(a :class:`CContext`, a :class:`CWorker`, a :class:`ucxpy.Endpoint`, a
+:class:`ucxpy.rma.MemHandle`, a :class:`ucxpy.rma.RemoteKey`, a
+:class:`ucxpy.TagMessage`, an :class:`ucxpy.am.AmMessage`) and drops it when
+the C handle is destroyed.
+
+Operations that may complete later take ``req``, the address of the C
+request, and return ``(status, tag, length)``: a final status now (the C
+side decides whether the caller sees it now or from the next progress), or
+``INPROGRESS``, after which the core's completion calls
+``bridge.complete(req, status, tag, length)``, queueing it for the next
+``ucp_worker_progress`` (UCP: callbacks run only from progress).
+
+Active messages arrive in a core handler that hands them to
+``bridge.am_event`` (queued the same way, in arrival order with the
+completions); a rendezvous one is kept as its :class:`ucxpy.am.AmMessage`,
+the ``data_desc`` of ``ucp_am_recv_data_nbx``.
+
+Errors: an exception raised here becomes a ``ucs_status_t`` in the bridge
+(:func:`status_of`), with its message on stderr.
+
+Proof of use: with ``UCXPY_UCP_REPORT=DIR`` each worker writes
+``DIR/<host>-<pid>-<n>.json`` when destroyed: the operations it carried and
+the path of the libucp.so.0 this process mapped, which the tests and
+conformance runners check on every rank.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+
+from . import errors
+from .context import Context
+from .request import TagInfo
+
+#: set by :func:`attach`: the bridge module and the status codes it exports
+bridge = None
+OK = INPROGRESS = 0
+_STATUS = ()
+_reports = 0
+
+
+def attach(module) -> None:
+    """Called once by the bridge: its module, whose ``complete`` and
+    ``am_event`` the completions call, and whose ``UCS_*`` constants are the
+    real header's status codes."""
+    global bridge, OK, INPROGRESS, _STATUS
+    bridge = module
+    OK, INPROGRESS = module.UCS_OK, module.UCS_INPROGRESS
+    s = module
+    _STATUS = ((errors.TruncationError, s.UCS_ERR_MESSAGE_TRUNCATED),
+               (errors.Canceled, s.UCS_ERR_CANCELED),
+               (errors.TimeoutError, s.UCS_ERR_TIMED_OUT),
+               (errors.ConnectionLost, s.UCS_ERR_CONNECTION_RESET),
+               (errors.MessageTooLarge, s.UCS_ERR_EXCEEDS_LIMIT),
+               (errors.RemoteAccessError, s.UCS_ERR_INVALID_ADDR),
+               (errors.TransportUnavailable, s.UCS_ERR_NO_DEVICE),
+               (errors.InvalidBuffer, s.UCS_ERR_INVALID_PARAM),
+               (MemoryError, s.UCS_ERR_NO_MEMORY),
+               (NotImplementedError, s.UCS_ERR_NOT_IMPLEMENTED),
+               (ValueError, s.UCS_ERR_INVALID_PARAM),
+               (TypeError, s.UCS_ERR_INVALID_PARAM),
+               (BaseException, s.UCS_ERR_IO_ERROR))
+
+
+def status_of(exc) -> int:
+    """The ``ucs_status_t`` for an exception (None: ``UCS_OK``)."""
+    if exc is None:
+        return OK
+    for cls, status in _STATUS:
+        if isinstance(exc, cls):
+            return status
+    return _STATUS[-1][1]
+
+
+# -- context and worker -------------------------------------------------------
+class CContext:
+    """A ``ucp_context_h``: the core's :class:`ucxpy.Context` and its workers
+    (memory is registered with the first one, UCP maps per context)."""
+
+    def __init__(self):
+        self.context = Context()
+        self.workers = []
+
+    def memory_worker(self):
+        for w in self.workers:
+            if not w.worker.closed:
+                return w.worker
+        raise errors.InvalidBuffer("ucp_mem_map needs a worker of this context first")
+
+
+class CWorker:
+    """A ``ucp_worker_h``: a core worker, the requests still pending
+    (C request address -> core Request) and the operation counts."""
+
+    def __init__(self, ctx: CContext, cworker: int):
+        self.ctx = ctx
+        self.cworker = cworker
+        self.worker = ctx.context.create_worker()
+        self.pending = {}
+        self.ops = dict.fromkeys(("tag_send", "tag_recv", "am_send", "am_recv", "put", "get"), 0)
+        ctx.workers.append(self)
+
+    def track(self, r, req: int) -> tuple:
+        """``(status, tag, length)`` of core request ``r``, or INPROGRESS with
+        its completion routed to C request ``req``."""
+        if r.done:
+            return _outcome(r)
+        self.pending[req] = r
+        r.add_done_callback(lambda r, req=req: self._done(req, r))
+        return INPROGRESS, 0, 0
+
+    def _done(self, req: int, r) -> None:
+        self.pending.pop(req, None)
+        bridge.complete(req, *_outcome(r))
+
+
+def _outcome(r) -> tuple:
+    res = r.result
+    if r.exc is not None:
+        exc = r.exc
+        length = exc.args[1] if isinstance(exc, errors.TruncationError) and len(exc.args) > 1 \
+            else 0
+        return status_of(exc), 0, length
+    if type(res) is TagInfo:
+        return OK, res.tag, res.length
+    return OK, 0, res if type(res) is int else 0
+
+
+def context_create() -> CContext:
+    return CContext()
+
+
+def worker_create(ctx: CContext, cworker: int):
+    """Returns ``(CWorker, packed worker address)``."""
+    w = CWorker(ctx, cworker)
+    return w, w.worker.address_bytes
+
+
+def worker_destroy(w: CWorker) -> None:
+    _report(w)
+    if w in w.ctx.workers:
+        w.ctx.workers.remove(w)
+    w.worker.close()
+
+
+def progress(w: CWorker) -> int:
+    return w.worker.progress()
+
+
+def ep_create(w: CWorker, address: bytes):
+    return w.worker.connect(bytes(address))
+
+
+def ep_close(w: CWorker, ep) -> None:
+    ep.close()
+
+
+def flush(w: CWorker, ep) -> None:
+    (ep if ep is not None else w.worker).flush()
+
+
+def cancel(w: CWorker, req: int) -> None:
+    r = w.pending.get(req)
+    if r is not None:
+        r.cancel()
+
+
+# -- tagged messages -------------------------------------------------------------
+def tag_send(w: CWorker, ep, buf, tag: int, sync: int, req: int) -> tuple:
+    w.ops["tag_send"] += 1
+    return w.track(ep.tag_send_sync_nb(buf, tag) if sync else ep.tag_send_nb(buf, tag), req)
+
+
+def tag_recv(w: CWorker, buf, tag: int, mask: int, req: int) -> tuple:
+    w.ops["tag_recv"] += 1
+    return w.track(w.worker.tag_recv_nb(buf, tag, mask), req)
+
+
+def tag_probe(w: CWorker, tag: int, mask: int, remove: int):
+    """None, or ``(tag, length, message or None)``: what has arrived, not
+    progressing (UCP's probe looks; ``ucp_worker_progress`` moves)."""
+    found = w.worker.tag_peek(tag, mask, remove=bool(remove))
+    if found is None:
+        return None
+    info = found.info if remove else found
+    return info.tag, info.length, (found if remove else None)
+
+
+def msg_recv(w: CWorker, buf, message, req: int) -> tuple:
+    w.ops["tag_recv"] += 1
+    return w.track(w.worker.tag_recv_message_nb(buf, message), req)
+
+
+# -- active messages ---------------------------------------------------------------
+def am_handler(w: CWorker, am_id: int, on: int) -> None:
+    """Route active message ``am_id`` to the C worker's handler (or stop)."""
+    if not on:
+        w.worker.set_am_handler(am_id, None)
+        return
+    cworker, event = w.cworker, bridge.am_event
+
+    def handler(msg):
+        if msg.is_rndv:
+            event(cworker, msg.am_id, msg.header, None, msg.length, msg)
+            return True                   # kept: the C handler receives or drops it
+        event(cworker, msg.am_id, msg.header, msg.data, msg.length, None)
+        return False
+    w.worker.set_am_handler(am_id, handler)
+
+
+def am_send(w: CWorker, ep, am_id: int, header, data, req: int) -> tuple:
+    w.ops["am_send"] += 1
+    return w.track(ep.am_send_nb(am_id, header, data), req)
+
+
+def am_recv(w: CWorker, msg, buf, req: int) -> tuple:
+    w.ops["am_recv"] += 1
+    return w.track(msg.receive(buf), req)
+
+
+def am_drop(msg) -> None:
+    msg.drop()
+
+
+# -- memory and RMA ------------------------------------------------------------------
+def mem_map(ctx: CContext, buf, length: int):
+    """Register ``buf``, or allocate ``length`` bytes (buf None) that
+    same-host peers map; returns ``(MemHandle, address)``."""
+    worker = ctx.memory_worker()
+    mh = worker.mem_map(buf) if buf is not None else worker.mem_map(length=length)
+    return mh, mh.address
+
+
+def mem_unmap(ctx: CContext, mh) -> None:
+    mh.unmap()
+
+
+def rkey_pack(mh) -> bytes:
+    return mh.pack_rkey()
+
+
+def rkey_unpack(ep, packed):
+    return ep.unpack_rkey(bytes(packed))
+
+
+def rma(w: CWorker, ep, put: int, buf, address: int, rkey, req: int) -> tuple:
+    """A put or get; ``req`` 0 is UCP's implicit (``*_nbi``) form, which the
+    core tracks for flush."""
+    w.ops["put" if put else "get"] += 1
+    r = ep.put_nb(buf, address, rkey) if put else ep.get_nb(buf, address, rkey)
+    if req == 0:
+        if r.done and r.exc is not None:
+            raise r.exc
+        return (OK if r.done else INPROGRESS), 0, 0
+    return w.track(r, req)
+
+
+# -- proof of use ---------------------------------------------------------------------
+def loaded_libucp() -> str:
+    """Path of the libucp.so.0 mapped into this process ('' if none)."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if path.endswith("/libucp.so.0") or "/libucp.so.0." in path:
+                    return os.path.realpath(path)
+    except OSError:
+        pass
+    return ""
+
+
+def _report(w: CWorker) -> None:
+    folder = os.environ.get("UCXPY_UCP_REPORT")
+    if not folder:
+        return
+    global _reports
+    _reports += 1
+    name = f"{socket.gethostname()}-{os.getpid()}-{_reports}.json"
+    record = {"pid": os.getpid(), "libucp": loaded_libucp(), "ops": w.ops,
+              "tls": [i.name for i in w.worker.ifaces]}
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, name), "w") as f:
+            json.dump(record, f)
+    except OSError:
+        pass
