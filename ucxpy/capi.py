@@ -31,15 +31,19 @@ Errors: an exception raised here becomes a ``ucs_status_t`` in the bridge
 (:func:`status_of`), with its message on stderr.
 
 Proof of use: with ``UCXPY_UCP_REPORT=DIR`` each worker writes
-``DIR/<host>-<pid>-<n>.json`` when destroyed: the operations it carried and
+``DIR/<host>-<pid>-<n>.json`` when destroyed, or at the interpreter's exit if
+it is still alive then (mpi4py finalizes MPI after Python's own
+finalization, when no Python can run): the operations it carried and
 the path of the libucp.so.0 this process mapped, which the tests and
 conformance runners check on every rank.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import socket
+import weakref
 
 from . import errors
 from .context import Context
@@ -50,6 +54,7 @@ bridge = None
 OK = INPROGRESS = 0
 _STATUS = ()
 _reports = 0
+_live = weakref.WeakSet()       # workers to report at exit (mpi4py finalizes MPI after Python)
 
 
 def attach(module) -> None:
@@ -106,12 +111,14 @@ class CWorker:
     (C request address -> core Request) and the operation counts."""
 
     def __init__(self, ctx: CContext, cworker: int):
+        self.reported = False
         self.ctx = ctx
         self.cworker = cworker
         self.worker = ctx.context.create_worker()
         self.pending = {}
         self.ops = dict.fromkeys(("tag_send", "tag_recv", "am_send", "am_recv", "put", "get"), 0)
         ctx.workers.append(self)
+        _live.add(self)
 
     def track(self, r, req: int) -> tuple:
         """``(status, tag, length)`` of core request ``r``, or INPROGRESS with
@@ -282,10 +289,17 @@ def loaded_libucp() -> str:
     return ""
 
 
+@atexit.register
+def _report_live() -> None:
+    for w in list(_live):
+        _report(w)
+
+
 def _report(w: CWorker) -> None:
     folder = os.environ.get("UCXPY_UCP_REPORT")
-    if not folder:
+    if not folder or w.reported:
         return
+    w.reported = True
     global _reports
     _reports += 1
     name = f"{socket.gethostname()}-{os.getpid()}-{_reports}.json"

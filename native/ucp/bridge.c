@@ -127,7 +127,13 @@ static PyObject *req_id(void *req)
     return PyLong_FromVoidPtr(req);
 }
 
-#define ENTER PyGILState_STATE gil_ = PyGILState_Ensure()
+/* Take the GIL, unless the interpreter is gone: mpi4py finalizes MPI from
+ * Py_AtExit, after Python's own finalization, so teardown (and anything
+ * else) then answers `dead` without Python. */
+#define ENTER_OR(dead)                                                                   \
+    if (!Py_IsInitialized())                                                             \
+        return dead;                                                                     \
+    PyGILState_STATE gil_ = PyGILState_Ensure()
 #define LEAVE PyGILState_Release(gil_)
 
 /* -- operations ------------------------------------------------------------------ */
@@ -138,14 +144,14 @@ static void b_attach(const ucxs_core_t *c)
 
 static void b_release(void *obj)
 {
-    ENTER;
+    ENTER_OR();
     Py_XDECREF((PyObject *)obj);
     LEAVE;
 }
 
 static ucs_status_t b_context_create(void **ctx)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = object(FN_context_create, call(FN_context_create, PyTuple_New(0)), ctx);
     LEAVE;
     return s;
@@ -154,7 +160,7 @@ static ucs_status_t b_context_create(void **ctx)
 static ucs_status_t b_worker_create(void *ctx, void *cworker, void **worker, void **address,
                                     size_t *address_length)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     PyObject *w = NULL, *a = NULL;
     ucs_status_t s = UCS_OK;
     PyObject *res = call(FN_worker_create, Py_BuildValue("(ON)", py(ctx), PyLong_FromVoidPtr(cworker)));
@@ -179,7 +185,7 @@ out:
 
 static ucs_status_t b_worker_destroy(void *worker)
 {
-    ENTER;
+    ENTER_OR(UCS_OK);
     ucs_status_t s = plain(FN_worker_destroy, call(FN_worker_destroy, Py_BuildValue("(O)", py(worker))));
     LEAVE;
     return s;
@@ -187,7 +193,7 @@ static ucs_status_t b_worker_destroy(void *worker)
 
 static unsigned b_progress(void *worker)
 {
-    ENTER;
+    ENTER_OR(0);
     unsigned n = 0;
     PyObject *res = PyObject_CallOneArg(fns[FN_progress], worker);
     if (res == NULL)
@@ -204,7 +210,7 @@ static unsigned b_progress(void *worker)
 
 static ucs_status_t b_ep_create(void *worker, const void *address, size_t length, void **ep)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = object(FN_ep_create, call(FN_ep_create, Py_BuildValue("(Oy#)", py(worker),
                             (const char *)address, (Py_ssize_t)length)), ep);
     LEAVE;
@@ -213,7 +219,7 @@ static ucs_status_t b_ep_create(void *worker, const void *address, size_t length
 
 static ucs_status_t b_ep_close(void *worker, void *ep)
 {
-    ENTER;
+    ENTER_OR(UCS_OK);
     ucs_status_t s = plain(FN_ep_close, call(FN_ep_close, Py_BuildValue("(OO)", py(worker), py(ep))));
     LEAVE;
     return s;
@@ -221,7 +227,7 @@ static ucs_status_t b_ep_close(void *worker, void *ep)
 
 static ucs_status_t b_flush(void *worker, void *ep)
 {
-    ENTER;
+    ENTER_OR(UCS_OK);
     ucs_status_t s = plain(FN_flush, call(FN_flush, Py_BuildValue("(OO)", py(worker), py(ep))));
     LEAVE;
     return s;
@@ -229,7 +235,7 @@ static ucs_status_t b_flush(void *worker, void *ep)
 
 static ucs_status_t b_cancel(void *worker, void *req)
 {
-    ENTER;
+    ENTER_OR(UCS_OK);
     ucs_status_t s = plain(FN_cancel, call(FN_cancel, Py_BuildValue("(ON)", py(worker), req_id(req))));
     LEAVE;
     return s;
@@ -238,7 +244,7 @@ static ucs_status_t b_cancel(void *worker, void *req)
 static ucs_status_t b_tag_send(void *worker, void *ep, const void *buf, size_t length,
                                uint64_t tag, int sync, void *req, ucp_tag_recv_info_t *info)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = outcome(FN_tag_send, call(FN_tag_send, Py_BuildValue("(OONKiN)", py(worker),
                              py(ep), view(buf, length, PyBUF_READ), (unsigned long long)tag, sync,
                              req_id(req))), info);
@@ -249,7 +255,7 @@ static ucs_status_t b_tag_send(void *worker, void *ep, const void *buf, size_t l
 static ucs_status_t b_tag_recv(void *worker, void *buf, size_t length, uint64_t tag,
                                uint64_t mask, void *req, ucp_tag_recv_info_t *info)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = outcome(FN_tag_recv, call(FN_tag_recv, Py_BuildValue("(ONKKN)", py(worker),
                              view(buf, length, PyBUF_WRITE), (unsigned long long)tag,
                              (unsigned long long)mask, req_id(req))), info);
@@ -260,7 +266,7 @@ static ucs_status_t b_tag_recv(void *worker, void *buf, size_t length, uint64_t 
 static ucs_status_t b_tag_probe(void *worker, uint64_t tag, uint64_t mask, int remove,
                                 ucp_tag_recv_info_t *info, void **message)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = UCS_ERR_NO_MESSAGE;
     unsigned long long got;
     Py_ssize_t length;
@@ -291,7 +297,7 @@ out:
 static ucs_status_t b_msg_recv(void *worker, void *buf, size_t length, void *message, void *req,
                                ucp_tag_recv_info_t *info)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = outcome(FN_msg_recv, call(FN_msg_recv, Py_BuildValue("(ONON)", py(worker),
                              view(buf, length, PyBUF_WRITE), py(message), req_id(req))), info);
     LEAVE;
@@ -300,7 +306,7 @@ static ucs_status_t b_msg_recv(void *worker, void *buf, size_t length, void *mes
 
 static ucs_status_t b_am_handler(void *worker, unsigned id, int on)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = plain(FN_am_handler, call(FN_am_handler, Py_BuildValue("(OIi)", py(worker),
                            id, on)));
     LEAVE;
@@ -311,7 +317,7 @@ static ucs_status_t b_am_send(void *worker, void *ep, unsigned id, const void *h
                               size_t header_length, const void *data, size_t length, void *req,
                               ucp_tag_recv_info_t *info)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = outcome(FN_am_send, call(FN_am_send, Py_BuildValue("(OOINNN)", py(worker),
                              py(ep), id, view(header, header_length, PyBUF_READ),
                              view(data, length, PyBUF_READ), req_id(req))), info);
@@ -322,7 +328,7 @@ static ucs_status_t b_am_send(void *worker, void *ep, unsigned id, const void *h
 static ucs_status_t b_am_recv(void *worker, void *desc, void *buf, size_t length, void *req,
                               ucp_tag_recv_info_t *info)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = outcome(FN_am_recv, call(FN_am_recv, Py_BuildValue("(OONN)", py(worker),
                              py(desc), view(buf, length, PyBUF_WRITE), req_id(req))), info);
     LEAVE;
@@ -331,7 +337,7 @@ static ucs_status_t b_am_recv(void *worker, void *desc, void *buf, size_t length
 
 static void b_am_drop(void *desc)
 {
-    ENTER;
+    ENTER_OR();
     plain(FN_am_drop, call(FN_am_drop, Py_BuildValue("(O)", py(desc))));
     Py_XDECREF((PyObject *)desc);
     LEAVE;
@@ -340,7 +346,7 @@ static void b_am_drop(void *desc)
 static ucs_status_t b_mem_map(void *ctx, void *address, size_t length, void **mem,
                               void **address_out)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = UCS_OK;
     PyObject *mh, *buf = address != NULL ? view(address, length, PyBUF_WRITE) : Py_NewRef(Py_None);
     PyObject *res = call(FN_mem_map, Py_BuildValue("(ONn)", py(ctx), buf, (Py_ssize_t)length));
@@ -360,7 +366,7 @@ out:
 
 static ucs_status_t b_mem_unmap(void *ctx, void *mem)
 {
-    ENTER;
+    ENTER_OR(UCS_OK);
     ucs_status_t s = plain(FN_mem_unmap, call(FN_mem_unmap, Py_BuildValue("(OO)", py(ctx), py(mem))));
     LEAVE;
     return s;
@@ -369,7 +375,7 @@ static ucs_status_t b_mem_unmap(void *ctx, void *mem)
 /* The packed key in a malloc'd buffer: its 32-bit length, then the core's bytes. */
 static ucs_status_t b_rkey_pack(void *mem, void **buffer, size_t *length)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = UCS_OK;
     PyObject *res = call(FN_rkey_pack, Py_BuildValue("(O)", py(mem)));
     if (res == NULL || !PyBytes_Check(res)) {
@@ -393,7 +399,7 @@ out:
 
 static ucs_status_t b_rkey_unpack(void *ep, const void *buffer, size_t length, void **rkey)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = object(FN_rkey_unpack, call(FN_rkey_unpack, Py_BuildValue("(Oy#)", py(ep),
                             (const char *)buffer, (Py_ssize_t)length)), rkey);
     LEAVE;
@@ -403,7 +409,7 @@ static ucs_status_t b_rkey_unpack(void *ep, const void *buffer, size_t length, v
 static ucs_status_t b_rma(void *worker, void *ep, int put, void *buf, size_t length,
                           uint64_t remote_addr, void *rkey, void *req, ucp_tag_recv_info_t *info)
 {
-    ENTER;
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = outcome(FN_rma, call(FN_rma, Py_BuildValue("(OOiNKON)", py(worker), py(ep),
                              put, view(buf, length, put ? PyBUF_READ : PyBUF_WRITE),
                              (unsigned long long)remote_addr, py(rkey), req_id(req))), info);

@@ -491,6 +491,8 @@ def main(argv=None) -> int:
     p.add_argument("-t", action="store_true", help="list transports (the default)")
     p.add_argument("-s", "--stats", action="store_true",
                    help="describe the statistics counters and show those of a loopback test")
+    p.add_argument("--libucp", action="store_true",
+                   help="which libucp.so.0 MPICH's libmpi loads, plain and under ucxpy-ucx")
     p.add_argument("-n", type=int, default=4, metavar="RANKS",
                    help="group size for the collective table of -e (default 4)")
     args = p.parse_args(argv)
@@ -508,7 +510,12 @@ def main(argv=None) -> int:
         print_collectives(args.n, out)
     if args.stats:
         status = print_stats(config, out) or status
-    if args.t or not (args.c or args.d or args.e or args.stats):
+    if args.libucp:
+        from .ucx import environment, resolved_libucp
+        print(f"libucp.so.0 as built:        {resolved_libucp() or '(no MPICH libmpi found)'}",
+              file=out)
+        print(f"libucp.so.0 under ucxpy-ucx: {resolved_libucp(environment())}", file=out)
+    if args.t or not (args.c or args.d or args.e or args.stats or args.libucp):
         print_transports(config, out)
     out.flush()
     return status

@@ -1,0 +1,144 @@
+"""ucxpy-ucx: run a program built for UCX (MPICH's ch4:ucx, mpi4py's wheel) on ucxpy.
+
+    ucxpy-ucx mpiexec -n 4 ./a.out
+    ucxpy-ucx --check mpiexec -n 4 python -m mpi4py prog.py
+    ucxpy-ucx --reference mpiexec -n 4 ./a.out     # the same, on the real UCX
+
+It puts ucxpy's ``libucp.so.0`` (and libucs/libuct/libucm) first on
+``LD_LIBRARY_PATH``, so MPICH's ``libmpi.so.12`` loads them instead of the UCX
+its RUNPATH names, and selects MPICH's UCX netmod for all traffic, on-node
+included (``MPIR_CVAR_CH4_NETMOD=ucx``, ``MPIR_CVAR_NOLOCAL=1``; set either to
+override).  ``--reference`` sets the same MPICH variables and leaves the
+library path alone: the real UCX, for side-by-side runs.
+
+``--check`` proves that ucxpy carried the job: every rank's libucp worker
+writes a report (``UCXPY_UCP_REPORT``, ucxpy/capi.py), and the run fails
+unless there is one per rank (``--ranks``, default: mpiexec's ``-n``) naming
+this libucp.so.0, with operations counted.  A rank that silently loaded
+another UCX writes none.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+LIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")
+LIBUCP = os.path.join(LIB_DIR, "libucp.so.0")
+
+
+def environment(reference: bool = False, base=None) -> dict:
+    """The environment of a run on ucxpy (or on the real UCX: ``reference``)."""
+    env = dict(os.environ if base is None else base)
+    env.setdefault("MPIR_CVAR_CH4_NETMOD", "ucx")
+    env.setdefault("MPIR_CVAR_NOLOCAL", "1")
+    if not reference:
+        old = env.get("LD_LIBRARY_PATH")
+        env["LD_LIBRARY_PATH"] = LIB_DIR + (":" + old if old else "")
+    return env
+
+
+def libmpi() -> str:
+    """MPICH's libmpi.so.12 of this environment's ``mpiexec``/``mpicc`` (the
+    mpich wheel), or ''."""
+    prefixes = [sys.prefix]
+    exe = shutil.which("mpiexec") or shutil.which("mpicc")
+    if exe:
+        prefixes.append(os.path.dirname(os.path.dirname(os.path.realpath(exe))))
+    for prefix in prefixes:
+        path = os.path.join(prefix, "lib", "libmpi.so.12")
+        if os.path.exists(path):
+            return path
+    return ""
+
+
+def resolved_libucp(env=None, library: str = "") -> str:
+    """The libucp.so.0 the dynamic loader gives ``library`` (MPICH's libmpi)
+    under ``env`` (ldd's answer), or ''."""
+    library = library or libmpi()
+    if not library:
+        return ""
+    try:
+        out = subprocess.run(["ldd", library], env=env, capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    for line in out.splitlines():
+        if line.strip().startswith("libucp.so.0") and "=>" in line:
+            return os.path.realpath(line.split("=>")[1].split("(")[0].strip())
+    return ""
+
+
+def check_reports(folder: str, ranks: int) -> list:
+    """Problems with the reports in ``folder`` for a job of ``ranks`` ranks
+    (empty: ucxpy carried every rank)."""
+    reports = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            reports.append(json.load(f))
+    problems = []
+    pids = {r["pid"] for r in reports}
+    if len(pids) < ranks:
+        problems.append(f"{len(pids)} of {ranks} ranks reported a ucxpy libucp worker")
+    ours = os.path.realpath(LIBUCP)
+    for r in reports:
+        if r["libucp"] != ours:
+            problems.append(f"pid {r['pid']} mapped {r['libucp'] or 'no libucp'}, not {ours}")
+    if reports and not any(sum(r["ops"].values()) for r in reports):
+        problems.append("no rank counted an operation")
+    return problems
+
+
+def _ranks_of(cmd) -> int:
+    for i, a in enumerate(cmd[:-1]):
+        if a in ("-n", "-np") and cmd[i + 1].isdigit():
+            return int(cmd[i + 1])
+    return 1
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="ucxpy-ucx", description=__doc__.split("\n\n")[0])
+    p.add_argument("--reference", action="store_true",
+                   help="run on the real UCX (MPICH's variables only)")
+    p.add_argument("--check", action="store_true",
+                   help="fail unless every rank ran on this libucp.so.0 (reports)")
+    p.add_argument("--ranks", type=int, default=0,
+                   help="ranks --check expects (default: the command's -n)")
+    p.add_argument("--which", action="store_true",
+                   help="print the libucp.so.0 MPICH's libmpi would load, and exit")
+    p.add_argument("command", nargs=argparse.REMAINDER)
+    args = p.parse_args(argv)
+    env = environment(args.reference)
+    if args.which:
+        print(resolved_libucp(env) or "(no MPICH libmpi.so.12 found)")
+        return 0
+    if not args.command:
+        p.error("no command")
+    if not args.reference and not os.path.exists(LIBUCP):
+        print(f"ucxpy-ucx: {LIBUCP} is not built (needs libucx-dev at install)", file=sys.stderr)
+        return 2
+    folder = None
+    if args.check and not args.reference:
+        folder = tempfile.mkdtemp(prefix="ucxpy-ucp-")
+        env["UCXPY_UCP_REPORT"] = folder
+    try:
+        rc = subprocess.call(args.command, env=env)
+        if folder is not None:
+            problems = check_reports(folder, args.ranks or _ranks_of(args.command))
+            for msg in problems:
+                print(f"ucxpy-ucx --check: {msg}", file=sys.stderr)
+            if problems and rc == 0:
+                rc = 3
+    finally:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
