@@ -43,9 +43,10 @@ import atexit
 import json
 import os
 import socket
+import sys
 import weakref
 
-from . import errors
+from . import auth, errors
 from .context import Context
 from .request import TagInfo
 
@@ -98,6 +99,11 @@ class CContext:
     def __init__(self):
         self.context = Context()
         self.workers = []
+        if auth.key_from_env() is None and any(c.name in ("tcp", "ofi")
+                                               for c in self.context.transports):
+            print("ucxpy libucp: no job key (UCXPY_AUTH_KEY): tcp and ofi peers in other "
+                  "processes cannot connect to this one; start the job under ucxpy-ucx",
+                  file=sys.stderr)
 
     def memory_worker(self):
         for w in self.workers:

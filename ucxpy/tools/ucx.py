@@ -8,7 +8,8 @@ It puts ucxpy's ``libucp.so.0`` (and libucs/libuct/libucm) first on
 ``LD_LIBRARY_PATH``, so MPICH's ``libmpi.so.12`` loads them instead of the UCX
 its RUNPATH names, and selects MPICH's UCX netmod for all traffic, on-node
 included (``MPIR_CVAR_CH4_NETMOD=ucx``, ``MPIR_CVAR_NOLOCAL=1``; set either to
-override).  ``--reference`` sets the same MPICH variables and leaves the
+override), and gives the job its key (``UCXPY_AUTH_KEY``, unless set), which
+the ranks' tcp and ofi connections prove, as under ``ucxpy-run``.  ``--reference`` sets the same MPICH variables and leaves the
 library path alone: the real UCX, for side-by-side runs.
 
 ``--check`` proves that ucxpy carried the job: every rank's libucp worker
@@ -28,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 
+from .. import auth
+
 LIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")
 LIBUCP = os.path.join(LIB_DIR, "libucp.so.0")
 
@@ -38,6 +41,9 @@ def environment(reference: bool = False, base=None) -> dict:
     env.setdefault("MPIR_CVAR_CH4_NETMOD", "ucx")
     env.setdefault("MPIR_CVAR_NOLOCAL", "1")
     if not reference:
+        # the job key every rank proves on connecting (ucxpy.auth), as ucxpy-run
+        # hands its ranks: the launcher passes our environment on to them
+        env.setdefault(auth.ENV_KEY, auth.generate_key())
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = LIB_DIR + (":" + old if old else "")
     return env

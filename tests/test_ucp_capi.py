@@ -1,0 +1,161 @@
+"""libucp.so.0: UCP's C API on ucxpy (native/ucp/, ucxpy/capi.py).
+
+* the request contract, driven by a C harness with no MPI (tests/ucp/requests.c),
+  in a C program that has no Python: the library starts one;
+* the real MPICH (the mpich wheel, ch4:ucx) on it: a C program and the real
+  mpi4py wheel, under ``ucxpy-ucx --check`` (every rank proves it ran on our
+  libucp, with operations counted), over shm+tcp and over tcp alone;
+* a rank killed mid-job ends the job with an error, never a hang.
+"""
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ucxpy.tools import ucx
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+MPICC = os.path.join(BIN, "mpicc")
+MPIEXEC = os.path.join(BIN, "mpiexec")
+UCXPY_UCX = os.path.join(BIN, "ucxpy-ucx")
+
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(ucx.LIBUCP),
+                       reason="libucp.so.0 not built (UCX headers: libucx-dev)"),
+    pytest.mark.timeout(300),
+]
+needs_mpich = pytest.mark.skipif(not (os.path.exists(MPICC) and os.path.exists(MPIEXEC)),
+                                 reason="the mpich wheel (mpicc, mpiexec) is not installed")
+
+
+def _compile(tmp_path, source, name, cc, extra=()):
+    exe = str(tmp_path / name)
+    subprocess.run([cc, "-Wall", "-O1", "-g", "-o", exe, os.path.join(ROOT, "tests", "ucp", source),
+                    *extra], check=True, capture_output=True, text=True, timeout=120)
+    return exe
+
+
+def _run(cmd, timeout=120, env=None):
+    """Run in its own session; the whole group is killed on timeout (a hang fails)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, err = p.communicate()
+        pytest.fail(f"hang: {cmd} did not end within {timeout} s\n{out}\n{err}")
+    return p.returncode, out, err
+
+
+def test_request_contract_c_harness(tmp_path):
+    """tests/ucp/requests.c: UCP's request rules, with no MPI and no Python in
+    the process until libucp starts one."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    lib = os.path.dirname(ucx.LIBUCP)
+    exe = _compile(tmp_path, "requests.c", "requests", "cc",
+                   ["-L" + lib, "-lucp", "-lucs", "-Wl,-rpath," + lib])
+    rc, out, err = _run([exe])
+    assert rc == 0 and "\n0 failed" in out, out + err
+    assert out.count("ok - ") >= 25
+
+
+@pytest.fixture(scope="module")
+def basics(tmp_path_factory):
+    return _compile(tmp_path_factory.mktemp("mpi"), "mpi_basics.c", "mpi_basics", MPICC)
+
+
+@needs_mpich
+@pytest.mark.parametrize("n", [2, 3])
+def test_mpich_c_program(basics, n):
+    rc, out, err = _run([UCXPY_UCX, "--check", MPIEXEC, "-n", str(n), basics])
+    assert rc == 0, out + err
+    assert sorted(out.split("\n"))[-n:] == [f"rank {r}: OK" for r in range(n)]
+
+
+@needs_mpich
+def test_mpich_c_program_tcp_only(basics):
+    """MPICH's traffic over ucxpy's tcp transport alone."""
+    env = dict(os.environ, UCXPY_TLS="tcp")
+    rc, out, err = _run([UCXPY_UCX, "--check", MPIEXEC, "-n", "2", basics], env=env)
+    assert rc == 0, out + err
+    assert out.count(": OK") == 2
+
+
+@needs_mpich
+def test_reference_run_is_refused_by_check(basics, tmp_path):
+    """--check fails a job that ran on another UCX (here: the bundled one,
+    LD_LIBRARY_PATH lost): a fallback is never a pass."""
+    folder = str(tmp_path)
+    env = ucx.environment(reference=True)
+    env["UCXPY_UCP_REPORT"] = folder
+    rc, out, err = _run([MPIEXEC, "-n", "2", basics], env=env)
+    assert rc == 0, out + err                      # the reference itself works
+    problems = ucx.check_reports(folder, 2)
+    assert problems and "0 of 2 ranks" in problems[0]
+
+
+MPI4PY_PROG = textwrap.dedent("""
+    from mpi4py import MPI
+    import numpy as np
+    c = MPI.COMM_WORLD
+    r, n = c.rank, c.size
+    a = np.arange(200000, dtype='d') + r
+    b = np.empty_like(a)
+    c.Allreduce(a, b)
+    assert b[7] == n * 7 + n * (n - 1) / 2, b[7]
+    assert c.allgather(r) == list(range(n))
+    req = c.isend({'from': r}, dest=(r + 1) % n, tag=3)
+    got = c.recv(source=(r - 1) % n, tag=3)
+    req.wait()
+    assert got == {'from': (r - 1) % n}
+    w = MPI.Win.Allocate(64, 1, comm=c)
+    w.Fence()
+    w.Put(np.full(8, r, dtype='b'), (r + 1) % n)
+    w.Fence()
+    mem = np.frombuffer(w.tomemory(), dtype='b')
+    assert (mem[:8] == (r - 1) % n).all(), mem[:8]
+    w.Free()
+    print('OK', r, MPI.Get_library_version().split()[2])
+""")
+
+
+@needs_mpich
+def test_mpi4py_wheel_on_ucxpy(tmp_path):
+    """The real mpi4py (its compiled MPI module) on MPICH over ucxpy."""
+    pytest.importorskip("mpi4py")
+    prog = tmp_path / "prog.py"
+    prog.write_text(MPI4PY_PROG)
+    rc, out, err = _run([UCXPY_UCX, "--check", MPIEXEC, "-n", "2", sys.executable, str(prog)])
+    assert rc == 0, out + err
+    assert out.count("OK") == 2
+
+
+@needs_mpich
+def test_killed_rank_ends_the_job(tmp_path):
+    """A rank killed while the others wait on it: the job ends with an error,
+    never a hang."""
+    pytest.importorskip("mpi4py")
+    prog = tmp_path / "die.py"
+    prog.write_text(textwrap.dedent("""
+        import os, signal
+        from mpi4py import MPI
+        c = MPI.COMM_WORLD
+        c.Barrier()
+        if c.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        c.recv(source=1)
+    """))
+    rc, out, err = _run([UCXPY_UCX, MPIEXEC, "-n", "3", sys.executable, str(prog)], timeout=90)
+    assert rc != 0
+
+
+def test_info_names_the_libucp():
+    out = subprocess.run([os.path.join(BIN, "ucxpy-info"), "--libucp"], capture_output=True,
+                         text=True, timeout=60).stdout
+    assert f"under ucxpy-ucx: {os.path.realpath(ucx.LIBUCP)}" in out
