@@ -122,6 +122,8 @@ class CWorker:
         self.cworker = cworker
         self.worker = ctx.context.create_worker()
         self.pending = {}
+        self.lanes = {}                  # transport name -> endpoints it carried
+        self.counted = set()
         self.ops = dict.fromkeys(("tag_send", "tag_recv", "am_send", "am_recv", "put", "get"), 0)
         ctx.workers.append(self)
         _live.add(self)
@@ -178,7 +180,16 @@ def ep_create(w: CWorker, address: bytes):
 
 
 def ep_close(w: CWorker, ep) -> None:
+    _count_lane(w, ep)
     ep.close()
+
+
+def _count_lane(w: CWorker, ep) -> None:
+    """Count the transport that carried ``ep`` (once per endpoint), for the report."""
+    tep = getattr(ep, "_tep", None)
+    if tep is not None and id(ep) not in w.counted:
+        w.counted.add(id(ep))
+        w.lanes[tep.iface.name] = w.lanes.get(tep.iface.name, 0) + 1
 
 
 def flush(w: CWorker, ep) -> None:
@@ -309,8 +320,10 @@ def _report(w: CWorker) -> None:
     global _reports
     _reports += 1
     name = f"{socket.gethostname()}-{os.getpid()}-{_reports}.json"
-    record = {"pid": os.getpid(), "libucp": loaded_libucp(), "ops": w.ops,
-              "tls": [i.name for i in w.worker.ifaces]}
+    for ep in list(w.worker.endpoints.values()):
+        _count_lane(w, ep)
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "libucp": loaded_libucp(),
+              "ops": w.ops, "tls": [i.name for i in w.worker.ifaces], "lanes": w.lanes}
     try:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, name), "w") as f:

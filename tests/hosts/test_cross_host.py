@@ -140,3 +140,35 @@ def test_job_key_and_bound_addresses_cross_host(make_cluster):
     assert len({k[1] for k in keys}) == 1 and all(k[3] == "ok" for k in keys), keys
     for rank, _h, listen, _ok in keys:
         assert listen == c.ip(int(rank) // 2), keys
+
+
+@pytest.mark.skipif(shutil.which("mpiexec") is None or shutil.which("mpicc") is None,
+                    reason="no mpiexec/mpicc (pip install mpich)")
+def test_mpich_on_libucp_cross_host(make_cluster, tmp_path):
+    """The real MPICH on ucxpy's libucp.so.0 across 2 hosts x 2 ranks (a C
+    program, tests/ucp/mpi_basics.c): every rank reports our libucp, and the
+    endpoints between hosts use ucxpy's tcp while those within a host use shm."""
+    import json
+    import subprocess
+    import sys
+
+    from ucxpy.tools import ucx
+    if not os.path.exists(ucx.LIBUCP):
+        pytest.skip("libucp.so.0 not built")
+    exe = str(tmp_path / "mpi_basics")
+    subprocess.run(["mpicc", "-O1", "-o", exe, os.path.join(netns.ROOT, "tests", "ucp",
+                                                            "mpi_basics.c")], check=True)
+    c = make_cluster(2)
+    reports = tmp_path / "reports"
+    env = ucx.environment(base=c.env({"UCXPY_NETNS_PREFIX": c.prefix, "UCXPY_TLS": "shm,tcp",
+                                      "UCXPY_UCP_REPORT": str(reports)}))
+    argv = netns.mpiexec_argv(c, exe, per_host=2)
+    argv.remove(sys.executable)                    # a C program, not a Python one
+    p = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=netns.ROOT)
+    ok_lines(p, ": OK", 4)
+    assert ucx.check_reports(str(reports), 4) == []
+    lanes = {}
+    for f in reports.glob("*.json"):
+        for name, count in json.loads(f.read_text())["lanes"].items():
+            lanes[name] = lanes.get(name, 0) + count
+    assert lanes.get("tcp") and lanes.get("shm"), lanes
