@@ -159,3 +159,36 @@ def test_info_names_the_libucp():
     out = subprocess.run([os.path.join(BIN, "ucxpy-info"), "--libucp"], capture_output=True,
                          text=True, timeout=60).stdout
     assert f"under ucxpy-ucx: {os.path.realpath(ucx.LIBUCP)}" in out
+
+
+def test_every_api_entry_point_is_exported():
+    """Each function of UCP's API (the 1.13 headers) is exported by our
+    libucp: implemented, or in unimplemented.c's abort table."""
+    import re
+    text = ""
+    for h in ("ucp.h", "ucp_compat.h"):
+        path = os.path.join("/usr/include/ucp/api", h)
+        if not os.path.exists(path):
+            pytest.skip("no UCX headers")
+        text += open(path).read()
+    inline = {"ucp_init", "ucp_dt_make_contig", "ucp_dt_make_iov", "ucp_dt_make_config"}
+    api = set(re.findall(r"\b(ucp_[a-z0-9_]+)\s*\(", text)) - inline
+    api = {n for n in api if not n.endswith("_t")}
+    nm = subprocess.run(["nm", "-D", "--defined-only", ucx.LIBUCP], capture_output=True,
+                        text=True, check=True).stdout
+    exported = {line.split()[-1] for line in nm.splitlines()}
+    assert api - exported == set()
+    assert all(n.startswith(("ucp_", "ucs_")) for n in exported)
+
+
+def test_unimplemented_entry_point_aborts_naming_itself(tmp_path):
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "stream.c"
+    src.write_text("#include <ucp/api/ucp.h>\n"
+                   "int main(void) { ucp_stream_worker_poll(NULL, NULL, 0, 0); return 0; }\n")
+    lib = os.path.dirname(ucx.LIBUCP)
+    subprocess.run(["cc", "-o", str(tmp_path / "stream"), str(src), "-L" + lib, "-lucp",
+                    "-Wl,-rpath," + lib], check=True, timeout=60)
+    rc, out, err = _run([str(tmp_path / "stream")], timeout=60)
+    assert rc != 0 and "ucp_stream_worker_poll is not implemented" in err
