@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev
 
-.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench conformance-mpi conformance-shmem clean
+.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench conformance-mpi conformance-mpi4py-ucp conformance-shmem clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -85,6 +85,14 @@ bench: install
 	  || echo "note: ucx_perftest not installed (apt-get install ucx-utils); the bench skips its column"
 	$(PY) bench/run_bench.py --tls shm,tcp,tcp+tls,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
 	$(PY) bench/fabtests_ref.py
+	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
+
+## MPICH over ucxpy's libucp.so.0 beside MPICH over the real UCX and ucxpy's
+## own API (part of bench; alone here)
+bench-ucp: install
+	$(PY) -m pip install -q -e '.[bench]'
+	mkdir -p bench/results
+	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
 
 ## mpi4py's released test suite against mpi_shim (sdist fetched at run time, never committed)
 conformance-mpi: install
@@ -94,6 +102,14 @@ conformance-mpi: install
 	  --json conformance/mpi/results/ucxpy-run.json || rc=1; \
 	$(PY) conformance/mpi/run.py --np 1,2,3,4 -v --launcher mpiexec \
 	  --json conformance/mpi/results/mpiexec.json || rc=1; exit $$rc
+
+## the same suite on the real mpi4py wheel + MPICH (ch4:ucx) over ucxpy's libucp.so.0
+## (ucxpy-ucx's environment, every rank's report checked), beside MPICH over the
+## bundled real UCX with the same variables, measured in the same run
+conformance-mpi4py-ucp: install
+	mkdir -p conformance/mpi/results
+	$(PY) conformance/mpi/run.py --impl ucp,ref-ucx --np 1,2,3,4 -v --timeout 480 \
+	  --json conformance/mpi/results/ucp.json
 
 ## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)
 conformance-shmem: install
