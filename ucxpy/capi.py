@@ -15,12 +15,12 @@ Handles: the bridge keeps a strong reference to what these functions return
 :class:`ucxpy.TagMessage`, an :class:`ucxpy.am.AmMessage`) and drops it when
 the C handle is destroyed.
 
-Operations that may complete later take ``req``, the address of the C
-request, and return ``(status, tag, length)``: a final status now (the C
-side decides whether the caller sees it now or from the next progress), or
-``INPROGRESS``, after which the core's completion calls
-``bridge.complete(req, status, tag, length)``, queueing it for the next
-``ucp_worker_progress`` (UCP: callbacks run only from progress).
+Operations that may complete later return the core's Request.  The bridge
+reads a done one at once (the C side decides whether the caller sees it now
+or from the next progress); a pending one goes into ``CWorker.pending``
+(C request address -> Request, for cancel) with a completion callback of
+the bridge's own (``bridge.Completion``), which queues the outcome for the
+next ``ucp_worker_progress`` (UCP: callbacks run only from progress).
 
 Active messages arrive in a core handler that hands them to
 ``bridge.am_event`` (queued the same way, in arrival order with the
@@ -128,30 +128,13 @@ class CWorker:
         ctx.workers.append(self)
         _live.add(self)
 
-    def track(self, r, req: int) -> tuple:
-        """``(status, tag, length)`` of core request ``r``, or INPROGRESS with
-        its completion routed to C request ``req``."""
-        if r.done:
-            return _outcome(r)
-        self.pending[req] = r
-        r.add_done_callback(lambda r, req=req: self._done(req, r))
-        return INPROGRESS, 0, 0
 
-    def _done(self, req: int, r) -> None:
-        self.pending.pop(req, None)
-        bridge.complete(req, *_outcome(r))
-
-
-def _outcome(r) -> tuple:
-    res = r.result
-    if r.exc is not None:
-        exc = r.exc
-        length = exc.args[1] if isinstance(exc, errors.TruncationError) and len(exc.args) > 1 \
-            else 0
-        return status_of(exc), 0, length
-    if type(res) is TagInfo:
-        return OK, res.tag, res.length
-    return OK, 0, res if type(res) is int else 0
+def failure(exc) -> tuple:
+    """``(status, length)`` of a request that failed with ``exc`` (the bridge
+    reads successful ones itself): a truncated receive reports the length
+    that arrived."""
+    length = exc.args[1] if isinstance(exc, errors.TruncationError) and len(exc.args) > 1 else 0
+    return status_of(exc), length
 
 
 def context_create() -> CContext:
@@ -196,21 +179,15 @@ def flush(w: CWorker, ep) -> None:
     (ep if ep is not None else w.worker).flush()
 
 
-def cancel(w: CWorker, req: int) -> None:
-    r = w.pending.get(req)
-    if r is not None:
-        r.cancel()
-
-
 # -- tagged messages -------------------------------------------------------------
-def tag_send(w: CWorker, ep, buf, tag: int, sync: int, req: int) -> tuple:
+def tag_send(w: CWorker, ep, buf, tag: int, sync: int):
     w.ops["tag_send"] += 1
-    return w.track(ep.tag_send_sync_nb(buf, tag) if sync else ep.tag_send_nb(buf, tag), req)
+    return ep.tag_send_sync_nb(buf, tag) if sync else ep.tag_send_nb(buf, tag)
 
 
-def tag_recv(w: CWorker, buf, tag: int, mask: int, req: int) -> tuple:
+def tag_recv(w: CWorker, buf, tag: int, mask: int):
     w.ops["tag_recv"] += 1
-    return w.track(w.worker.tag_recv_nb(buf, tag, mask), req)
+    return w.worker.tag_recv_nb(buf, tag, mask)
 
 
 def tag_probe(w: CWorker, tag: int, mask: int, remove: int):
@@ -223,9 +200,9 @@ def tag_probe(w: CWorker, tag: int, mask: int, remove: int):
     return info.tag, info.length, (found if remove else None)
 
 
-def msg_recv(w: CWorker, buf, message, req: int) -> tuple:
+def msg_recv(w: CWorker, buf, message):
     w.ops["tag_recv"] += 1
-    return w.track(w.worker.tag_recv_message_nb(buf, message), req)
+    return w.worker.tag_recv_message_nb(buf, message)
 
 
 # -- active messages ---------------------------------------------------------------
@@ -245,14 +222,14 @@ def am_handler(w: CWorker, am_id: int, on: int) -> None:
     w.worker.set_am_handler(am_id, handler)
 
 
-def am_send(w: CWorker, ep, am_id: int, header, data, req: int) -> tuple:
+def am_send(w: CWorker, ep, am_id: int, header, data):
     w.ops["am_send"] += 1
-    return w.track(ep.am_send_nb(am_id, header, data), req)
+    return ep.am_send_nb(am_id, header, data)
 
 
-def am_recv(w: CWorker, msg, buf, req: int) -> tuple:
+def am_recv(w: CWorker, msg, buf):
     w.ops["am_recv"] += 1
-    return w.track(msg.receive(buf), req)
+    return msg.receive(buf)
 
 
 def am_drop(msg) -> None:
@@ -280,16 +257,11 @@ def rkey_unpack(ep, packed):
     return ep.unpack_rkey(bytes(packed))
 
 
-def rma(w: CWorker, ep, put: int, buf, address: int, rkey, req: int) -> tuple:
-    """A put or get; ``req`` 0 is UCP's implicit (``*_nbi``) form, which the
-    core tracks for flush."""
+def rma(w: CWorker, ep, put: int, buf, address: int, rkey):
+    """A put or get (the bridge does not track the implicit ``*_nbi`` form:
+    the core keeps it outstanding until a flush)."""
     w.ops["put" if put else "get"] += 1
-    r = ep.put_nb(buf, address, rkey) if put else ep.get_nb(buf, address, rkey)
-    if req == 0:
-        if r.done and r.exc is not None:
-            raise r.exc
-        return (OK if r.done else INPROGRESS), 0, 0
-    return w.track(r, req)
+    return ep.put_nb(buf, address, rkey) if put else ep.get_nb(buf, address, rkey)
 
 
 # -- proof of use ---------------------------------------------------------------------

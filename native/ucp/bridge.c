@@ -25,9 +25,9 @@
 
 #define FNS(X)                                                                           \
     X(context_create) X(worker_create) X(worker_destroy) X(progress) X(ep_create)        \
-    X(ep_close) X(flush) X(cancel) X(tag_send) X(tag_recv) X(tag_probe) X(msg_recv)      \
+    X(ep_close) X(flush) X(tag_send) X(tag_recv) X(tag_probe) X(msg_recv)      \
     X(am_handler) X(am_send) X(am_recv) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)  \
-    X(rkey_unpack) X(rma) X(status_of)
+    X(rkey_unpack) X(rma) X(status_of) X(failure)
 
 #define FN_ENUM(name) FN_##name,
 #define FN_NAME(name) #name,
@@ -35,6 +35,12 @@ enum { FNS(FN_ENUM) FN_COUNT };
 static const char *const fn_names[] = {FNS(FN_NAME)};
 static PyObject *fns[FN_COUNT];            /* the adapter's functions */
 static const ucxs_core_t *core;            /* libucp's completion entry points */
+static PyObject *tag_info_type;            /* ucxpy.TagInfo: a receive's result */
+/* attribute names, interned once */
+#define NAMES(X) X(done) X(exc) X(result) X(tag) X(length) X(pending) X(add_done_callback) \
+    X(cancel)
+#define NAME_DECL(n) static PyObject *s_##n;
+NAMES(NAME_DECL)
 
 /* -- the one template ---------------------------------------------------------- */
 /* The status of the exception being raised, printed once; clears it. */
@@ -81,25 +87,138 @@ static ucs_status_t plain(int fn, PyObject *res)
     return UCS_OK;
 }
 
-/* A request operation's (status, tag, length) into `info`. */
-static ucs_status_t outcome(int fn, PyObject *res, ucp_tag_recv_info_t *info)
+/* The outcome of a done core Request: status, tag and length. */
+static ucs_status_t outcome_of(PyObject *r, const char *op, ucp_tag_recv_info_t *info)
 {
-    int status;
-    unsigned long long tag;
-    Py_ssize_t length;
+    ucs_status_t status = UCS_OK;
+    PyObject *exc = PyObject_GetAttr(r, s_exc), *res = NULL, *v = NULL;
+    uint64_t tag = 0;
+    Py_ssize_t length = 0;
 
-    if (res == NULL)
-        return raised(fn_names[fn]);
-    if (!PyArg_ParseTuple(res, "iKn", &status, &tag, &length)) {
-        Py_DECREF(res);
-        return raised(fn_names[fn]);
+    if (exc == NULL)
+        return raised(op);
+    if (exc != Py_None) {                  /* failed: capi.failure says how */
+        int st;
+        v = PyObject_CallOneArg(fns[FN_failure], exc);
+        if (v == NULL || !PyArg_ParseTuple(v, "in", &st, &length)) {
+            status = raised(op);
+            goto out;
+        }
+        status = (ucs_status_t)st;
+        goto out;
     }
-    Py_DECREF(res);
+    res = PyObject_GetAttr(r, s_result);
+    if (res == NULL) {
+        status = raised(op);
+        goto out;
+    }
+    if (Py_TYPE(res) == (PyTypeObject *)tag_info_type) {
+        PyObject *t = PyObject_GetAttr(res, s_tag), *n = PyObject_GetAttr(res, s_length);
+        if (t != NULL && n != NULL) {
+            tag = PyLong_AsUnsignedLongLong(t);
+            length = PyLong_AsSsize_t(n);
+        }
+        Py_XDECREF(t);
+        Py_XDECREF(n);
+        if (PyErr_Occurred())
+            status = raised(op);
+    } else if (PyLong_Check(res)) {
+        length = PyLong_AsSsize_t(res);
+    }
+out:
     if (info != NULL) {
         info->sender_tag = tag;
         info->length = (size_t)length;
     }
-    return (ucs_status_t)status;
+    Py_XDECREF(exc);
+    Py_XDECREF(res);
+    Py_XDECREF(v);
+    return status;
+}
+
+/* Completion: the callback the bridge hangs on a pending core Request; it
+ * takes the request out of its worker's pending table and queues the outcome
+ * for C request `req` (ucxs_core_t.complete). */
+typedef struct {
+    PyObject_HEAD
+    void *req;
+    PyObject *pending;
+    PyObject *key;
+} completion_t;
+
+static void completion_dealloc(completion_t *self)
+{
+    Py_XDECREF(self->pending);
+    Py_XDECREF(self->key);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *completion_call(completion_t *self, PyObject *args, PyObject *kwargs)
+{
+    ucp_tag_recv_info_t info;
+    PyObject *r;
+    if (!PyArg_ParseTuple(args, "O", &r))
+        return NULL;
+    ucs_status_t status = outcome_of(r, "completion", &info);
+    if (PyDict_DelItem(self->pending, self->key) < 0)
+        PyErr_Clear();                     /* not pending (never was): nothing to undo */
+    core->complete(self->req, status, info.sender_tag, info.length);
+    Py_RETURN_NONE;
+}
+
+static PyTypeObject completion_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._ucp_bridge.Completion",
+    .tp_basicsize = sizeof(completion_t),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_dealloc = (destructor)completion_dealloc,
+    .tp_call = (ternaryfunc)completion_call,
+    .tp_doc = "queues a core Request's outcome for a C request (bridge.c)",
+};
+
+/* A request operation's result `r` (a new reference, or NULL: raised):
+ * its outcome now into `info`, or UCS_INPROGRESS with the completion
+ * routed to C request `req` (NULL: the implicit RMA forms, not tracked). */
+static ucs_status_t track(int fn, PyObject *r, PyObject *worker, void *req,
+                          ucp_tag_recv_info_t *info)
+{
+    ucs_status_t status = UCS_INPROGRESS;
+    PyObject *done, *pending = NULL, *res = NULL;
+    completion_t *c = NULL;
+
+    if (r == NULL)
+        return raised(fn_names[fn]);
+    done = PyObject_GetAttr(r, s_done);
+    if (done == NULL) {
+        status = raised(fn_names[fn]);
+        goto out;
+    }
+    int is_done = PyObject_IsTrue(done);
+    Py_DECREF(done);
+    if (is_done) {
+        status = outcome_of(r, fn_names[fn], info);
+        goto out;
+    }
+    if (req == NULL)
+        goto out;                          /* implicit: the core keeps it for flush */
+    pending = PyObject_GetAttr(worker, s_pending);
+    c = PyObject_New(completion_t, &completion_type);
+    if (pending == NULL || c == NULL) {
+        status = raised(fn_names[fn]);
+        goto out;
+    }
+    c->req = req;
+    c->pending = Py_NewRef(pending);
+    c->key = PyLong_FromVoidPtr(req);
+    if (c->key == NULL || PyDict_SetItem(pending, c->key, r) < 0 ||
+        (res = PyObject_CallMethodOneArg(r, s_add_done_callback, (PyObject *)c)) == NULL)
+        status = raised(fn_names[fn]);
+out:
+    Py_XDECREF(res);
+    Py_XDECREF((PyObject *)c);
+    Py_XDECREF(pending);
+    Py_DECREF(r);
+    return status;
 }
 
 /* A new reference out through `out`. */
@@ -120,11 +239,6 @@ static PyObject *view(const void *p, size_t n, int flags)
 static PyObject *py(void *obj)
 {
     return obj != NULL ? (PyObject *)obj : Py_None;
-}
-
-static PyObject *req_id(void *req)
-{
-    return PyLong_FromVoidPtr(req);
 }
 
 /* Take the GIL, unless the interpreter is gone: mpi4py finalizes MPI from
@@ -236,7 +350,19 @@ static ucs_status_t b_flush(void *worker, void *ep)
 static ucs_status_t b_cancel(void *worker, void *req)
 {
     ENTER_OR(UCS_OK);
-    ucs_status_t s = plain(FN_cancel, call(FN_cancel, Py_BuildValue("(ON)", py(worker), req_id(req))));
+    ucs_status_t s = UCS_OK;
+    PyObject *pending = PyObject_GetAttr(worker, s_pending), *key = PyLong_FromVoidPtr(req);
+    PyObject *r = pending != NULL && key != NULL ? PyDict_GetItemWithError(pending, key) : NULL;
+    if (r != NULL) {
+        PyObject *res = PyObject_CallMethodNoArgs(r, s_cancel);
+        if (res == NULL)
+            s = raised("ucp_request_cancel");
+        Py_XDECREF(res);
+    } else if (PyErr_Occurred()) {
+        s = raised("ucp_request_cancel");
+    }
+    Py_XDECREF(pending);
+    Py_XDECREF(key);
     LEAVE;
     return s;
 }
@@ -245,9 +371,9 @@ static ucs_status_t b_tag_send(void *worker, void *ep, const void *buf, size_t l
                                uint64_t tag, int sync, void *req, ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = outcome(FN_tag_send, call(FN_tag_send, Py_BuildValue("(OONKiN)", py(worker),
-                             py(ep), view(buf, length, PyBUF_READ), (unsigned long long)tag, sync,
-                             req_id(req))), info);
+    ucs_status_t s = track(FN_tag_send, call(FN_tag_send, Py_BuildValue("(OONKi)", py(worker),
+                           py(ep), view(buf, length, PyBUF_READ), (unsigned long long)tag, sync)),
+                           worker, req, info);
     LEAVE;
     return s;
 }
@@ -256,9 +382,9 @@ static ucs_status_t b_tag_recv(void *worker, void *buf, size_t length, uint64_t 
                                uint64_t mask, void *req, ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = outcome(FN_tag_recv, call(FN_tag_recv, Py_BuildValue("(ONKKN)", py(worker),
-                             view(buf, length, PyBUF_WRITE), (unsigned long long)tag,
-                             (unsigned long long)mask, req_id(req))), info);
+    ucs_status_t s = track(FN_tag_recv, call(FN_tag_recv, Py_BuildValue("(ONKK)", py(worker),
+                           view(buf, length, PyBUF_WRITE), (unsigned long long)tag,
+                           (unsigned long long)mask)), worker, req, info);
     LEAVE;
     return s;
 }
@@ -298,8 +424,8 @@ static ucs_status_t b_msg_recv(void *worker, void *buf, size_t length, void *mes
                                ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = outcome(FN_msg_recv, call(FN_msg_recv, Py_BuildValue("(ONON)", py(worker),
-                             view(buf, length, PyBUF_WRITE), py(message), req_id(req))), info);
+    ucs_status_t s = track(FN_msg_recv, call(FN_msg_recv, Py_BuildValue("(ONO)", py(worker),
+                           view(buf, length, PyBUF_WRITE), py(message))), worker, req, info);
     LEAVE;
     return s;
 }
@@ -318,9 +444,9 @@ static ucs_status_t b_am_send(void *worker, void *ep, unsigned id, const void *h
                               ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = outcome(FN_am_send, call(FN_am_send, Py_BuildValue("(OOINNN)", py(worker),
-                             py(ep), id, view(header, header_length, PyBUF_READ),
-                             view(data, length, PyBUF_READ), req_id(req))), info);
+    ucs_status_t s = track(FN_am_send, call(FN_am_send, Py_BuildValue("(OOINN)", py(worker),
+                           py(ep), id, view(header, header_length, PyBUF_READ),
+                           view(data, length, PyBUF_READ))), worker, req, info);
     LEAVE;
     return s;
 }
@@ -329,8 +455,8 @@ static ucs_status_t b_am_recv(void *worker, void *desc, void *buf, size_t length
                               ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = outcome(FN_am_recv, call(FN_am_recv, Py_BuildValue("(OONN)", py(worker),
-                             py(desc), view(buf, length, PyBUF_WRITE), req_id(req))), info);
+    ucs_status_t s = track(FN_am_recv, call(FN_am_recv, Py_BuildValue("(OON)", py(worker),
+                           py(desc), view(buf, length, PyBUF_WRITE))), worker, req, info);
     LEAVE;
     return s;
 }
@@ -410,9 +536,9 @@ static ucs_status_t b_rma(void *worker, void *ep, int put, void *buf, size_t len
                           uint64_t remote_addr, void *rkey, void *req, ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = outcome(FN_rma, call(FN_rma, Py_BuildValue("(OOiNKON)", py(worker), py(ep),
-                             put, view(buf, length, put ? PyBUF_READ : PyBUF_WRITE),
-                             (unsigned long long)remote_addr, py(rkey), req_id(req))), info);
+    ucs_status_t s = track(FN_rma, call(FN_rma, Py_BuildValue("(OOiNKO)", py(worker), py(ep),
+                           put, view(buf, length, put ? PyBUF_READ : PyBUF_WRITE),
+                           (unsigned long long)remote_addr, py(rkey))), worker, req, info);
     LEAVE;
     return s;
 }
@@ -445,22 +571,6 @@ static const ucxs_bridge_t table = {
 };
 
 /* -- what the adapter calls ---------------------------------------------------------- */
-static PyObject *m_complete(PyObject *self, PyObject *args)
-{
-    (void)self;
-    PyObject *req;
-    int status;
-    unsigned long long tag;
-    Py_ssize_t length;
-    if (!PyArg_ParseTuple(args, "OiKn", &req, &status, &tag, &length))
-        return NULL;
-    void *r = PyLong_AsVoidPtr(req);
-    if (r == NULL)
-        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "no request"), NULL);
-    core->complete(r, (ucs_status_t)status, tag, (size_t)length);
-    Py_RETURN_NONE;
-}
-
 static PyObject *m_am_event(PyObject *self, PyObject *args)
 {
     (void)self;
@@ -489,8 +599,6 @@ static PyObject *m_am_event(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"complete", m_complete, METH_VARARGS,
-     "complete(req, status, tag, length): queue a C request's completion"},
     {"am_event", m_am_event, METH_VARARGS,
      "am_event(cworker, id, header, data, length, desc): queue an active message"},
     {NULL, NULL, 0, NULL},
@@ -519,8 +627,15 @@ PyMODINIT_FUNC PyInit__ucp_bridge(void)
     PyObject *m = PyModule_Create(&module_def), *adapter = NULL, *res = NULL;
     if (m == NULL || add_codes(m) < 0)
         goto fail;
+#define NAME_INIT(n) if ((s_##n = PyUnicode_InternFromString(#n)) == NULL) goto fail;
+    NAMES(NAME_INIT)
+    if (PyType_Ready(&completion_type) < 0)
+        goto fail;
     adapter = PyImport_ImportModule("ucxpy.capi");
     if (adapter == NULL)
+        goto fail;
+    tag_info_type = PyObject_GetAttrString(adapter, "TagInfo");
+    if (tag_info_type == NULL)
         goto fail;
     for (int i = 0; i < FN_COUNT; i++) {
         fns[i] = PyObject_GetAttrString(adapter, fn_names[i]);
