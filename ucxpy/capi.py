@@ -15,12 +15,17 @@ Handles: the bridge keeps a strong reference to what these functions return
 :class:`ucxpy.TagMessage`, an :class:`ucxpy.am.AmMessage`) and drops it when
 the C handle is destroyed.
 
-Operations that may complete later return the core's Request.  The bridge
-reads a done one at once (the C side decides whether the caller sees it now
-or from the next progress); a pending one goes into ``CWorker.pending``
-(C request address -> Request, for cancel) with a completion callback of
-the bridge's own (``bridge.Completion``), which queues the outcome for the
-next ``ucp_worker_progress`` (UCP: callbacks run only from progress).
+The hot operations do not pass through this module: the bridge calls the
+core's public API directly (``Endpoint.tag_send_nb`` / ``tag_send_sync_nb``
+/ ``am_send_nb`` / ``put_nb`` / ``get_nb``, ``Worker.tag_recv_nb`` /
+``tag_recv_message_nb`` / ``progress``, ``AmMessage.receive``) and reads
+the core Request each returns: a done one at once (the C side decides
+whether the caller sees it now or from the next progress); a pending one
+goes into ``CWorker.pending`` (C request address -> Request, for cancel)
+with a completion callback of the bridge's own (``bridge.Completion``),
+which queues the outcome for the next ``ucp_worker_progress`` (UCP:
+callbacks run only from progress).  libucp counts the operations
+(``bridge.ops``).
 
 Active messages arrive in a core handler that hands them to
 ``bridge.am_event`` (queued the same way, in arrival order with the
@@ -116,7 +121,7 @@ class CWorker:
     """A ``ucp_worker_h``: a core worker, the requests still pending
     (C request address -> core Request) and the operation counts."""
 
-    def __init__(self, ctx: CContext, cworker: int):
+    def __init__(self, ctx: CContext, cworker: int, ops: int):
         self.reported = False
         self.ctx = ctx
         self.cworker = cworker
@@ -124,7 +129,7 @@ class CWorker:
         self.pending = {}
         self.lanes = {}                  # transport name -> endpoints it carried
         self.counted = set()
-        self.ops = dict.fromkeys(("tag_send", "tag_recv", "am_send", "am_recv", "put", "get"), 0)
+        self.ops = ops                   # address of the C worker's counts (bridge.ops)
         ctx.workers.append(self)
         _live.add(self)
 
@@ -141,9 +146,9 @@ def context_create() -> CContext:
     return CContext()
 
 
-def worker_create(ctx: CContext, cworker: int):
+def worker_create(ctx: CContext, cworker: int, ops: int):
     """Returns ``(CWorker, packed worker address)``."""
-    w = CWorker(ctx, cworker)
+    w = CWorker(ctx, cworker, ops)
     return w, w.worker.address_bytes
 
 
@@ -152,10 +157,6 @@ def worker_destroy(w: CWorker) -> None:
     if w in w.ctx.workers:
         w.ctx.workers.remove(w)
     w.worker.close()
-
-
-def progress(w: CWorker) -> int:
-    return w.worker.progress()
 
 
 def ep_create(w: CWorker, address: bytes):
@@ -180,16 +181,6 @@ def flush(w: CWorker, ep) -> None:
 
 
 # -- tagged messages -------------------------------------------------------------
-def tag_send(w: CWorker, ep, buf, tag: int, sync: int):
-    w.ops["tag_send"] += 1
-    return ep.tag_send_sync_nb(buf, tag) if sync else ep.tag_send_nb(buf, tag)
-
-
-def tag_recv(w: CWorker, buf, tag: int, mask: int):
-    w.ops["tag_recv"] += 1
-    return w.worker.tag_recv_nb(buf, tag, mask)
-
-
 def tag_probe(w: CWorker, tag: int, mask: int, remove: int):
     """None, or ``(tag, length, message or None)``: what has arrived, not
     progressing (UCP's probe looks; ``ucp_worker_progress`` moves)."""
@@ -198,11 +189,6 @@ def tag_probe(w: CWorker, tag: int, mask: int, remove: int):
         return None
     info = found.info if remove else found
     return info.tag, info.length, (found if remove else None)
-
-
-def msg_recv(w: CWorker, buf, message):
-    w.ops["tag_recv"] += 1
-    return w.worker.tag_recv_message_nb(buf, message)
 
 
 # -- active messages ---------------------------------------------------------------
@@ -220,16 +206,6 @@ def am_handler(w: CWorker, am_id: int, on: int) -> None:
         event(cworker, msg.am_id, msg.header, msg.data, msg.length, None)
         return False
     w.worker.set_am_handler(am_id, handler)
-
-
-def am_send(w: CWorker, ep, am_id: int, header, data):
-    w.ops["am_send"] += 1
-    return ep.am_send_nb(am_id, header, data)
-
-
-def am_recv(w: CWorker, msg, buf):
-    w.ops["am_recv"] += 1
-    return msg.receive(buf)
 
 
 def am_drop(msg) -> None:
@@ -255,13 +231,6 @@ def rkey_pack(mh) -> bytes:
 
 def rkey_unpack(ep, packed):
     return ep.unpack_rkey(bytes(packed))
-
-
-def rma(w: CWorker, ep, put: int, buf, address: int, rkey):
-    """A put or get (the bridge does not track the implicit ``*_nbi`` form:
-    the core keeps it outstanding until a flush)."""
-    w.ops["put" if put else "get"] += 1
-    return ep.put_nb(buf, address, rkey) if put else ep.get_nb(buf, address, rkey)
 
 
 # -- proof of use ---------------------------------------------------------------------
@@ -295,7 +264,7 @@ def _report(w: CWorker) -> None:
     for ep in list(w.worker.endpoints.values()):
         _count_lane(w, ep)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "libucp": loaded_libucp(),
-              "ops": w.ops, "tls": [i.name for i in w.worker.ifaces], "lanes": w.lanes}
+              "ops": bridge.ops(w.ops), "tls": [i.name for i in w.worker.ifaces], "lanes": w.lanes}
     try:
         os.makedirs(folder, exist_ok=True)
         with open(os.path.join(folder, name), "w") as f:

@@ -172,6 +172,7 @@ ucs_status_ptr_t ucp_am_recv_data_nbx(ucp_worker_h worker, void *data_desc, void
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
     req->flags |= UCXS_REQ_RECV | UCXS_REQ_AM;
+    worker->ops.am_recv++;
     status = ucxs_dt_recv(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
     if (status == UCS_OK)
         status = ucxs_py->am_recv(worker->py, ((ucxs_am_desc_t *)data_desc)->py, data,
@@ -195,6 +196,7 @@ static ucs_status_ptr_t am_send(const char *entry, ucp_ep_h ep, unsigned id, con
 
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    ep->worker->ops.am_send++;
     status = ucxs_dt_send(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
     if (status == UCS_OK)
         status = ucxs_py->am_send(ep->worker->py, ep->py, id, header, header_length, data,

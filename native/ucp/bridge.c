@@ -24,10 +24,9 @@
 #include "bridge.h"
 
 #define FNS(X)                                                                           \
-    X(context_create) X(worker_create) X(worker_destroy) X(progress) X(ep_create)        \
-    X(ep_close) X(flush) X(tag_send) X(tag_recv) X(tag_probe) X(msg_recv)      \
-    X(am_handler) X(am_send) X(am_recv) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)  \
-    X(rkey_unpack) X(rma) X(status_of) X(failure)
+    X(context_create) X(worker_create) X(worker_destroy) X(ep_create) X(ep_close)         \
+    X(flush) X(tag_probe) X(am_handler) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)   \
+    X(rkey_unpack) X(status_of) X(failure)
 
 #define FN_ENUM(name) FN_##name,
 #define FN_NAME(name) #name,
@@ -38,7 +37,8 @@ static const ucxs_core_t *core;            /* libucp's completion entry points *
 static PyObject *tag_info_type;            /* ucxpy.TagInfo: a receive's result */
 /* attribute names, interned once */
 #define NAMES(X) X(done) X(exc) X(result) X(tag) X(length) X(pending) X(add_done_callback) \
-    X(cancel)
+    X(cancel) X(worker) X(progress) X(tag_send_nb) X(tag_send_sync_nb) X(tag_recv_nb)      \
+    X(tag_recv_message_nb) X(am_send_nb) X(receive) X(put_nb) X(get_nb)
 #define NAME_DECL(n) static PyObject *s_##n;
 NAMES(NAME_DECL)
 
@@ -179,7 +179,7 @@ static PyTypeObject completion_type = {
 /* A request operation's result `r` (a new reference, or NULL: raised):
  * its outcome now into `info`, or UCS_INPROGRESS with the completion
  * routed to C request `req` (NULL: the implicit RMA forms, not tracked). */
-static ucs_status_t track(int fn, PyObject *r, PyObject *worker, void *req,
+static ucs_status_t track(const char *op, PyObject *r, PyObject *worker, void *req,
                           ucp_tag_recv_info_t *info)
 {
     ucs_status_t status = UCS_INPROGRESS;
@@ -187,16 +187,16 @@ static ucs_status_t track(int fn, PyObject *r, PyObject *worker, void *req,
     completion_t *c = NULL;
 
     if (r == NULL)
-        return raised(fn_names[fn]);
+        return raised(op);
     done = PyObject_GetAttr(r, s_done);
     if (done == NULL) {
-        status = raised(fn_names[fn]);
+        status = raised(op);
         goto out;
     }
     int is_done = PyObject_IsTrue(done);
     Py_DECREF(done);
     if (is_done) {
-        status = outcome_of(r, fn_names[fn], info);
+        status = outcome_of(r, op, info);
         goto out;
     }
     if (req == NULL)
@@ -204,7 +204,7 @@ static ucs_status_t track(int fn, PyObject *r, PyObject *worker, void *req,
     pending = PyObject_GetAttr(worker, s_pending);
     c = PyObject_New(completion_t, &completion_type);
     if (pending == NULL || c == NULL) {
-        status = raised(fn_names[fn]);
+        status = raised(op);
         goto out;
     }
     c->req = req;
@@ -212,13 +212,38 @@ static ucs_status_t track(int fn, PyObject *r, PyObject *worker, void *req,
     c->key = PyLong_FromVoidPtr(req);
     if (c->key == NULL || PyDict_SetItem(pending, c->key, r) < 0 ||
         (res = PyObject_CallMethodOneArg(r, s_add_done_callback, (PyObject *)c)) == NULL)
-        status = raised(fn_names[fn]);
+        status = raised(op);
 out:
     Py_XDECREF(res);
     Py_XDECREF((PyObject *)c);
     Py_XDECREF(pending);
     Py_DECREF(r);
     return status;
+}
+
+/* Call method `name` of `self` with `n` more arguments (new references or
+ * NULL, all consumed): the core's public API, with no adapter frame. */
+static PyObject *method(PyObject *name, PyObject *self, int n, PyObject **more)
+{
+    PyObject *args[6] = {self};
+    PyObject *res = NULL;
+    int ok = self != NULL;
+    for (int i = 0; i < n; i++) {
+        args[i + 1] = more[i];
+        ok = ok && more[i] != NULL;
+    }
+    if (ok)
+        res = PyObject_VectorcallMethod(name, args, (size_t)(n + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                        NULL);
+    for (int i = 0; i < n; i++)
+        Py_XDECREF(more[i]);
+    return res;
+}
+
+/* The core Worker of a CWorker (a new reference). */
+static PyObject *core_worker(void *worker)
+{
+    return PyObject_GetAttr((PyObject *)worker, s_worker);
 }
 
 /* A new reference out through `out`. */
@@ -271,13 +296,14 @@ static ucs_status_t b_context_create(void **ctx)
     return s;
 }
 
-static ucs_status_t b_worker_create(void *ctx, void *cworker, void **worker, void **address,
-                                    size_t *address_length)
+static ucs_status_t b_worker_create(void *ctx, void *cworker, const ucxs_ops_t *ops,
+                                    void **worker, void **address, size_t *address_length)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
     PyObject *w = NULL, *a = NULL;
     ucs_status_t s = UCS_OK;
-    PyObject *res = call(FN_worker_create, Py_BuildValue("(ON)", py(ctx), PyLong_FromVoidPtr(cworker)));
+    PyObject *res = call(FN_worker_create, Py_BuildValue("(ONN)", py(ctx), PyLong_FromVoidPtr(cworker),
+                                                         PyLong_FromVoidPtr((void *)ops)));
     if (res == NULL || !PyArg_ParseTuple(res, "OS", &w, &a)) {
         s = raised("ucp_worker_create");
         goto out;
@@ -309,15 +335,17 @@ static unsigned b_progress(void *worker)
 {
     ENTER_OR(0);
     unsigned n = 0;
-    PyObject *res = PyObject_CallOneArg(fns[FN_progress], worker);
+    PyObject *w = core_worker(worker);
+    PyObject *res = w != NULL ? PyObject_CallMethodNoArgs(w, s_progress) : NULL;
     if (res == NULL)
         raised("ucp_worker_progress");
     else {
         n = (unsigned)PyLong_AsUnsignedLong(res);
-        Py_DECREF(res);
         if (PyErr_Occurred())
             raised("ucp_worker_progress");
     }
+    Py_XDECREF(res);
+    Py_XDECREF(w);
     LEAVE;
     return n;
 }
@@ -371,9 +399,9 @@ static ucs_status_t b_tag_send(void *worker, void *ep, const void *buf, size_t l
                                uint64_t tag, int sync, void *req, ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = track(FN_tag_send, call(FN_tag_send, Py_BuildValue("(OONKi)", py(worker),
-                           py(ep), view(buf, length, PyBUF_READ), (unsigned long long)tag, sync)),
-                           worker, req, info);
+    PyObject *args[] = {view(buf, length, PyBUF_READ), PyLong_FromUnsignedLongLong(tag)};
+    ucs_status_t s = track("ucp_tag_send_nbx", method(sync ? s_tag_send_sync_nb : s_tag_send_nb,
+                           ep, 2, args), worker, req, info);
     LEAVE;
     return s;
 }
@@ -382,9 +410,12 @@ static ucs_status_t b_tag_recv(void *worker, void *buf, size_t length, uint64_t 
                                uint64_t mask, void *req, ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = track(FN_tag_recv, call(FN_tag_recv, Py_BuildValue("(ONKK)", py(worker),
-                           view(buf, length, PyBUF_WRITE), (unsigned long long)tag,
-                           (unsigned long long)mask)), worker, req, info);
+    PyObject *w = core_worker(worker);
+    PyObject *args[] = {view(buf, length, PyBUF_WRITE), PyLong_FromUnsignedLongLong(tag),
+                        PyLong_FromUnsignedLongLong(mask)};
+    ucs_status_t s = track("ucp_tag_recv_nbx", method(s_tag_recv_nb, w, 3, args), worker, req,
+                           info);
+    Py_XDECREF(w);
     LEAVE;
     return s;
 }
@@ -424,8 +455,11 @@ static ucs_status_t b_msg_recv(void *worker, void *buf, size_t length, void *mes
                                ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = track(FN_msg_recv, call(FN_msg_recv, Py_BuildValue("(ONO)", py(worker),
-                           view(buf, length, PyBUF_WRITE), py(message))), worker, req, info);
+    PyObject *w = core_worker(worker);
+    PyObject *args[] = {view(buf, length, PyBUF_WRITE), Py_NewRef(py(message))};
+    ucs_status_t s = track("ucp_tag_msg_recv_nbx", method(s_tag_recv_message_nb, w, 2, args),
+                           worker, req, info);
+    Py_XDECREF(w);
     LEAVE;
     return s;
 }
@@ -444,9 +478,10 @@ static ucs_status_t b_am_send(void *worker, void *ep, unsigned id, const void *h
                               ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = track(FN_am_send, call(FN_am_send, Py_BuildValue("(OOINN)", py(worker),
-                           py(ep), id, view(header, header_length, PyBUF_READ),
-                           view(data, length, PyBUF_READ))), worker, req, info);
+    PyObject *args[] = {PyLong_FromUnsignedLong(id), view(header, header_length, PyBUF_READ),
+                        view(data, length, PyBUF_READ)};
+    ucs_status_t s = track("ucp_am_send_nbx", method(s_am_send_nb, ep, 3, args), worker, req,
+                           info);
     LEAVE;
     return s;
 }
@@ -455,8 +490,9 @@ static ucs_status_t b_am_recv(void *worker, void *desc, void *buf, size_t length
                               ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = track(FN_am_recv, call(FN_am_recv, Py_BuildValue("(OON)", py(worker),
-                           py(desc), view(buf, length, PyBUF_WRITE))), worker, req, info);
+    PyObject *args[] = {view(buf, length, PyBUF_WRITE)};
+    ucs_status_t s = track("ucp_am_recv_data_nbx", method(s_receive, desc, 1, args), worker, req,
+                           info);
     LEAVE;
     return s;
 }
@@ -536,9 +572,10 @@ static ucs_status_t b_rma(void *worker, void *ep, int put, void *buf, size_t len
                           uint64_t remote_addr, void *rkey, void *req, ucp_tag_recv_info_t *info)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = track(FN_rma, call(FN_rma, Py_BuildValue("(OOiNKO)", py(worker), py(ep),
-                           put, view(buf, length, put ? PyBUF_READ : PyBUF_WRITE),
-                           (unsigned long long)remote_addr, py(rkey))), worker, req, info);
+    PyObject *args[] = {view(buf, length, put ? PyBUF_READ : PyBUF_WRITE),
+                        PyLong_FromUnsignedLongLong(remote_addr), Py_NewRef(py(rkey))};
+    ucs_status_t s = track(put ? "ucp_put" : "ucp_get", method(put ? s_put_nb : s_get_nb, ep, 3,
+                           args), worker, req, info);
     LEAVE;
     return s;
 }
@@ -598,7 +635,21 @@ static PyObject *m_am_event(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+static PyObject *m_ops(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    const ucxs_ops_t *ops = PyLong_AsVoidPtr(arg);
+    if (ops == NULL)
+        return PyErr_Occurred() ? NULL : PyDict_New();
+    return Py_BuildValue("{sKsKsKsKsKsK}", "tag_send", (unsigned long long)ops->tag_send,
+                         "tag_recv", (unsigned long long)ops->tag_recv,
+                         "am_send", (unsigned long long)ops->am_send,
+                         "am_recv", (unsigned long long)ops->am_recv,
+                         "put", (unsigned long long)ops->put, "get", (unsigned long long)ops->get);
+}
+
 static PyMethodDef methods[] = {
+    {"ops", m_ops, METH_O, "ops(address): a C worker's operation counts (ucxs_ops_t)"},
     {"am_event", m_am_event, METH_VARARGS,
      "am_event(cworker, id, header, data, length, desc): queue an active message"},
     {NULL, NULL, 0, NULL},

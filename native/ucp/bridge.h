@@ -23,6 +23,12 @@
 #define UCXS_BRIDGE_ABI 1
 #define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
 
+/* What a worker carried, counted by libucp (the proof-of-use report reads
+ * it through the bridge: ucxpy/capi.py). */
+typedef struct ucxs_ops {
+    uint64_t tag_send, tag_recv, am_send, am_recv, put, get;
+} ucxs_ops_t;
+
 /* libucp's side: called by the bridge with the GIL held. */
 typedef struct ucxs_core {
     /* a pending request is done: queue it for the next ucp_worker_progress */
@@ -39,8 +45,8 @@ typedef struct ucxs_bridge {
     void (*attach)(const ucxs_core_t *core);
     void (*release)(void *obj);
     ucs_status_t (*context_create)(void **ctx);
-    ucs_status_t (*worker_create)(void *ctx, void *cworker, void **worker,
-                                  void **address, size_t *address_length);
+    ucs_status_t (*worker_create)(void *ctx, void *cworker, const ucxs_ops_t *ops,
+                                  void **worker, void **address, size_t *address_length);
     ucs_status_t (*worker_destroy)(void *worker);
     unsigned (*progress)(void *worker);
     ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);

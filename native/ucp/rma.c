@@ -20,6 +20,10 @@ static ucs_status_ptr_t rma(ucp_ep_h ep, int put, void *buffer, size_t length,
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
     req->flags |= UCXS_REQ_AM;            /* a length, if anything, in recv_info */
+    if (put)
+        ep->worker->ops.put++;
+    else
+        ep->worker->ops.get++;
     return ucxs_req_posted(req, ucxs_py->rma(ep->worker->py, ep->py, put, buffer, length,
                                              remote_addr, rkey->py, req, &req->info),
                            param);
@@ -28,6 +32,10 @@ static ucs_status_ptr_t rma(ucp_ep_h ep, int put, void *buffer, size_t length,
 static ucs_status_t rma_implicit(ucp_ep_h ep, int put, void *buffer, size_t length,
                                  uint64_t remote_addr, ucp_rkey_h rkey)
 {
+    if (put)
+        ep->worker->ops.put++;
+    else
+        ep->worker->ops.get++;
     return ucxs_py->rma(ep->worker->py, ep->py, put, buffer, length, remote_addr, rkey->py,
                         NULL, NULL);
 }

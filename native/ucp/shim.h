@@ -73,6 +73,7 @@ struct ucp_worker {
     pthread_mutex_t lock;                  /* the event queue */
     ucxs_event_t *head, *tail;
     ucxs_am_slot_t *am;                    /* UCXS_AM_IDS slots, made on first use */
+    ucxs_ops_t ops;                        /* operations posted (proof of use) */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed

@@ -26,6 +26,7 @@ static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buf
 
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    ep->worker->ops.tag_send++;
     status = ucxs_dt_send(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
     if (status == UCS_OK)
         status = ucxs_py->tag_send(ep->worker->py, ep->py, data, req->dt.length, tag, sync,
@@ -84,6 +85,7 @@ static ucs_status_ptr_t tag_recv(const char *entry, ucp_worker_h worker, void *b
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
     req->flags |= UCXS_REQ_RECV;
+    worker->ops.tag_recv++;
     status = ucxs_dt_recv(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
     if (status != UCS_OK)
         ucxs_error(entry, "cannot take the receive buffer's datatype");
