@@ -39,13 +39,18 @@ static const ucxs_core_t core = {
     .am_arrived = ucxs_core_am_arrived,
 };
 
+static void say(const char *entry, const char *fmt, va_list ap, const char *tail)
+{
+    fprintf(stderr, "ucxpy libucp: %s: ", entry);
+    vfprintf(stderr, fmt, ap);
+    fputs(tail, stderr);
+}
+
 void ucxs_error(const char *entry, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "ucxpy libucp: %s: ", entry);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    say(entry, fmt, ap, "\n");
     va_end(ap);
 }
 
@@ -53,9 +58,7 @@ void ucxs_fatal(const char *entry, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "ucxpy libucp: %s: ", entry);
-    vfprintf(stderr, fmt, ap);
-    fputs(" (aborting)\n", stderr);
+    say(entry, fmt, ap, " (aborting)\n");
     va_end(ap);
     abort();
 }

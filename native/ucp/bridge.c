@@ -350,13 +350,19 @@ static unsigned b_progress(void *worker)
     return n;
 }
 
-static ucs_status_t b_ep_create(void *worker, const void *address, size_t length, void **ep)
+/* Adapter function `fn` of a handle and bytes, giving a new handle. */
+static ucs_status_t from_bytes(int fn, void *obj, const void *bytes, size_t length, void **out)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = object(FN_ep_create, call(FN_ep_create, Py_BuildValue("(Oy#)", py(worker),
-                            (const char *)address, (Py_ssize_t)length)), ep);
+    ucs_status_t s = object(fn, call(fn, Py_BuildValue("(Oy#)", py(obj), (const char *)bytes,
+                                                       (Py_ssize_t)length)), out);
     LEAVE;
     return s;
+}
+
+static ucs_status_t b_ep_create(void *worker, const void *address, size_t length, void **ep)
+{
+    return from_bytes(FN_ep_create, worker, address, length, ep);
 }
 
 static ucs_status_t b_ep_close(void *worker, void *ep)
@@ -561,11 +567,7 @@ out:
 
 static ucs_status_t b_rkey_unpack(void *ep, const void *buffer, size_t length, void **rkey)
 {
-    ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = object(FN_rkey_unpack, call(FN_rkey_unpack, Py_BuildValue("(Oy#)", py(ep),
-                            (const char *)buffer, (Py_ssize_t)length)), rkey);
-    LEAVE;
-    return s;
+    return from_bytes(FN_rkey_unpack, ep, buffer, length, rkey);
 }
 
 static ucs_status_t b_rma(void *worker, void *ep, int put, void *buf, size_t length,
