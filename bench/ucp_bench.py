@@ -6,6 +6,8 @@ All in one run, 2 ranks on one host, each pinned to its own CPU:
 * ``mpich+ucx``    the same binary on the UCX the mpich wheel bundles (the
                    physical limit of this path: C all the way down)
 * ``ucxpy``        ucxpy's own API: ``ucxpy-perf -t tag_lat,tag_bw`` over shm
+                   (``ucxpy-nb``: tag_lat_nb, a posted receive and progress, the
+                   pattern MPICH's blocking receive has on UCP)
 * ``mpi4py+ucxpy`` / ``mpi4py+ucx``  the real mpi4py wheel running the OSU
                    latency port of mpi4py's sdist (demo/osu_latency.py)
 * the per-call cost of libucp (bench/c/ucp_calls.c, CPU time) beside the same
@@ -57,7 +59,7 @@ def ucxpy_perf(max_time: float) -> dict:
         out = os.path.join(tmp, "perf.json")
         sizes = ",".join(str(s) for s in SIZES)
         _run([os.path.join(BIN, "ucxpy-run"), "-n", "2", os.path.join(BIN, "ucxpy-perf"),
-              "-t", "tag_lat,tag_bw", "-s", sizes, "--pin", "--max-time", str(max_time),
+              "-t", "tag_lat,tag_lat_nb,tag_bw", "-s", sizes, "--pin", "--max-time", str(max_time),
               "--json", out], env=dict(os.environ, UCXPY_TLS="shm"))
         with open(out) as f:
             tests = json.load(f)["tests"]
@@ -66,7 +68,8 @@ def ucxpy_perf(max_time: float) -> dict:
         res.setdefault(row["size"], {})["lat_us"] = row["latency_us"]
     for row in tests["tag_bw"]:
         res.setdefault(row["size"], {})["bw_MBps"] = row["bandwidth_GBps"] * 1000
-    return res
+    nb = {row["size"]: {"lat_us": row["latency_us"]} for row in tests.get("tag_lat_nb", [])}
+    return res, nb
 
 
 def osu_latency(reference: bool) -> dict:
@@ -136,7 +139,7 @@ def main(argv=None) -> int:
         impls = results["impls"]
         impls["mpich+ucx"] = c_pingpong(exe, True, args.max_time)
         impls["mpich+ucxpy"] = c_pingpong(exe, False, args.max_time)
-        impls["ucxpy"] = ucxpy_perf(args.max_time)
+        impls["ucxpy"], impls["ucxpy-nb"] = ucxpy_perf(args.max_time)
         for label, ref in (("mpi4py+ucx", True), ("mpi4py+ucxpy", False)):
             try:
                 impls[label] = osu_latency(ref)
@@ -145,8 +148,8 @@ def main(argv=None) -> int:
         results["calls"] = call_costs(tmp)
 
     impls = results["impls"]
-    labels = [k for k in ("mpich+ucxpy", "mpich+ucx", "ucxpy", "mpi4py+ucxpy", "mpi4py+ucx")
-              if k in impls]
+    labels = [k for k in ("mpich+ucxpy", "mpich+ucx", "ucxpy", "ucxpy-nb", "mpi4py+ucxpy",
+                          "mpi4py+ucx") if k in impls]
     print("\nlatency, half round trip (us)")
     print(f"{'size':>8} " + " ".join(f"{k:>13}" for k in labels))
     for s in SIZES:
@@ -174,6 +177,9 @@ def main(argv=None) -> int:
     print("\ntargets")
     print(f"  8 B latency, mpich+ucxpy / ucxpy      {lat:6.2f}x  [<= 2.0x]  "
           f"{'PASS' if lat <= 2.0 else 'MISS'}")
+    if 8 in impls.get("ucxpy-nb", {}):
+        print(f"  (8 B latency, mpich+ucxpy / ucxpy-nb  "
+              f"{ours[8]['lat_us'] / impls['ucxpy-nb'][8]['lat_us']:6.2f}x)")
     print(f"  bandwidth >= 1 MiB, mpich+ucxpy / ucxpy {bw:6.2f}x  [>= 0.9x]  "
           f"{'PASS' if bw >= 0.9 else 'MISS'}")
     print(f"  (the real UCX's limit: 8 B latency mpich+ucxpy / mpich+ucx "
