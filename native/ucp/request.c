@@ -17,11 +17,13 @@
  *   queued ──(ucp_worker_progress)──> COMPLETED: datatype finished, callback
  *
  * Completion is visible only from ucp_worker_progress (check_status says
- * INPROGRESS until then), and the callback runs there, without the GIL, so
+ * INPROGRESS until then; a cancel is the exception), and the callback runs there, without the GIL, so
  * it may call the library again.  ucp_request_free / _release before
  * completion marks the request RELEASED: its callback still runs (MPICH
  * relies on it) and the request returns to the pool after it; after
- * completion they return it at once.
+ * completion they return it at once.  ucp_request_cancel of a pending
+ * request completes it within the call (UCS_ERR_CANCELED, callback
+ * included), as UCP does.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -212,8 +214,14 @@ void ucp_request_release(void *request)
 void ucp_request_cancel(ucp_worker_h worker, void *request)
 {
     ucxs_req_t *req = ucxs_req_of(request);
-    if (!(req->flags & UCXS_REQ_COMPLETED) && req->status == UCS_INPROGRESS)
+    if (!(req->flags & UCXS_REQ_COMPLETED) && req->status == UCS_INPROGRESS) {
         ucxs_py->cancel(worker->py, req);
+        /* as UCP does, a cancelled request completes inside the call: MPICH
+         * cancels the netmod half of an ANY_SOURCE receive its self path
+         * matched, and reads the outcome at once */
+        if (ucxs_queue_take(worker, &req->ev))
+            ucxs_req_dispatch(req);
+    }
 }
 
 ucs_status_t ucp_request_check_status(void *request)

@@ -192,6 +192,8 @@ void ucxs_pool_destroy(ucp_context_h context);
 
 /* -- the event queue (worker.c) ----------------------------------------------- */
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev);
+/* Take `ev` out of the queue if it is there (1), for dispatch now. */
+int ucxs_queue_take(ucp_worker_h worker, ucxs_event_t *ev);
 void ucxs_req_dispatch(ucxs_req_t *req);          /* request.c */
 void ucxs_am_dispatch(ucp_worker_h worker, ucxs_event_t *ev);   /* am.c */
 void ucxs_core_complete(void *req, ucs_status_t status, uint64_t tag, size_t length);

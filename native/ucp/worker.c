@@ -33,6 +33,24 @@ void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev)
     pthread_mutex_unlock(&worker->lock);
 }
 
+int ucxs_queue_take(ucp_worker_h worker, ucxs_event_t *ev)
+{
+    ucxs_event_t **p, *prev = NULL;
+    int found = 0;
+    pthread_mutex_lock(&worker->lock);
+    for (p = &worker->head; *p != NULL; prev = *p, p = &(*p)->next) {
+        if (*p == ev) {
+            *p = ev->next;
+            if (worker->tail == ev)
+                worker->tail = prev;
+            found = 1;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&worker->lock);
+    return found;
+}
+
 static ucxs_event_t *queue_pop(ucp_worker_h worker)
 {
     ucxs_event_t *ev;
