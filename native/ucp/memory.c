@@ -9,7 +9,9 @@
  * the caller's memory, or with UCP_MEM_MAP_ALLOCATE and no address, memory
  * the core allocates where its same-host peers can map it (the shm memory
  * domain), so their puts and gets are plain copies.  A packed key is the
- * core's packed remote key, in a malloc'd copy.
+ * core's packed remote key, in a malloc'd copy.  A region of length 0 (MPICH
+ * maps one for a window of size 0) has no core handle; its key, of length 0,
+ * reaches nothing: an access of more than 0 bytes through it is an error.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -25,9 +27,18 @@ ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *para
     ucs_status_t status;
     ucp_mem_h mh;
 
-    if (!(m & UCP_MEM_MAP_PARAM_FIELD_LENGTH) || params->length == 0) {
-        ucxs_error("ucp_mem_map", "a length > 0 is required");
+    if (!(m & UCP_MEM_MAP_PARAM_FIELD_LENGTH)) {
+        ucxs_error("ucp_mem_map", "no length (UCP_MEM_MAP_PARAM_FIELD_LENGTH)");
         return UCS_ERR_INVALID_PARAM;
+    }
+    if (params->length == 0) {             /* an empty region (MPICH: a window of size 0) */
+        mh = calloc(1, sizeof(*mh));
+        if (mh == NULL)
+            return UCS_ERR_NO_MEMORY;
+        mh->context = context;
+        mh->address = address;
+        *memh_p = mh;
+        return UCS_OK;
     }
     if (address == NULL && !(flags & UCP_MEM_MAP_ALLOCATE)) {
         ucxs_error("ucp_mem_map", "no address and no UCP_MEM_MAP_ALLOCATE");
@@ -55,8 +66,11 @@ ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *para
 
 ucs_status_t ucp_mem_unmap(ucp_context_h context, ucp_mem_h memh)
 {
-    ucs_status_t status = ucxs_py->mem_unmap(context->py, memh->py);
-    ucxs_py->release(memh->py);
+    ucs_status_t status = UCS_OK;
+    if (memh->py != NULL) {
+        status = ucxs_py->mem_unmap(context->py, memh->py);
+        ucxs_py->release(memh->py);
+    }
     free(memh);
     return status;
 }
@@ -84,6 +98,11 @@ ucs_status_t ucp_rkey_pack(ucp_context_h context, ucp_mem_h memh, void **rkey_bu
                            size_t *size_p)
 {
     (void)context;
+    if (memh->py == NULL) {                /* an empty region: a key of length 0 */
+        *rkey_buffer_p = calloc(1, sizeof(uint32_t));
+        *size_p = sizeof(uint32_t);
+        return *rkey_buffer_p != NULL ? UCS_OK : UCS_ERR_NO_MEMORY;
+    }
     return ucxs_py->rkey_pack(memh->py, rkey_buffer_p, size_p);
 }
 
@@ -101,6 +120,10 @@ ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h ep, const void *rkey_buffer, ucp_rkey_h
     /* a packed key starts with its own length (rkey_pack, bridge.c) */
     uint32_t n;
     memcpy(&n, rkey_buffer, sizeof(n));
+    if (n == 0) {                          /* an empty region's: reaches nothing */
+        *rkey_p = rkey;
+        return UCS_OK;
+    }
     status = ucxs_py->rkey_unpack(ep->py, (const char *)rkey_buffer + sizeof(n), n, &rkey->py);
     if (status != UCS_OK) {
         free(rkey);
@@ -112,6 +135,7 @@ ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h ep, const void *rkey_buffer, ucp_rkey_h
 
 void ucp_rkey_destroy(ucp_rkey_h rkey)
 {
-    ucxs_py->release(rkey->py);
+    if (rkey->py != NULL)
+        ucxs_py->release(rkey->py);
     free(rkey);
 }

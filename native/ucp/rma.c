@@ -13,12 +13,23 @@
  */
 #include "shim.h"
 
+/* A key of an empty region reaches nothing: UCS_OK for nothing, else an error. */
+static ucs_status_t empty_key(const char *entry, size_t length)
+{
+    if (length == 0)
+        return UCS_OK;
+    ucxs_error(entry, "%zu bytes through the remote key of an empty region", length);
+    return UCS_ERR_INVALID_PARAM;
+}
+
 static ucs_status_ptr_t rma(ucp_ep_h ep, int put, void *buffer, size_t length,
                             uint64_t remote_addr, ucp_rkey_h rkey, ucxs_req_t *req,
                             const ucp_request_param_t *param)
 {
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    if (rkey->py == NULL)
+        return ucxs_req_posted(req, empty_key(put ? "ucp_put" : "ucp_get", length), param);
     req->flags |= UCXS_REQ_AM;            /* a length, if anything, in recv_info */
     if (put)
         ep->worker->ops.put++;
@@ -32,6 +43,8 @@ static ucs_status_ptr_t rma(ucp_ep_h ep, int put, void *buffer, size_t length,
 static ucs_status_t rma_implicit(ucp_ep_h ep, int put, void *buffer, size_t length,
                                  uint64_t remote_addr, ucp_rkey_h rkey)
 {
+    if (rkey->py == NULL)
+        return empty_key(put ? "ucp_put" : "ucp_get", length);
     if (put)
         ep->worker->ops.put++;
     else

@@ -437,6 +437,24 @@ static void test_rma(ucp_context_h ctx)
     CHECK("put outside the region is an error", st != UCS_OK, "%s", ucs_status_string(st));
     ucp_rkey_destroy(rkey);
     ucp_mem_unmap(ctx, mh);
+
+    /* an empty region (MPICH maps one for a window of size 0) */
+    mp.length = 0;
+    mp.flags = 0;
+    mp.address = out;
+    st = ucp_mem_map(ctx, &mp, &mh);
+    CHECK("mem_map of 0 bytes", st == UCS_OK, "%s", ucs_status_string(st));
+    if (st != UCS_OK)
+        return;
+    ucp_rkey_pack(ctx, mh, &packed, &packed_len);
+    st = ucp_ep_rkey_unpack(ep, packed, &rkey);
+    ucp_rkey_buffer_release(packed);
+    CHECK("its key unpacks", st == UCS_OK, "%s", ucs_status_string(st));
+    CHECK("0 bytes through it: done, more: an error",
+          ucp_put_nbi(ep, out, 0, 0, rkey) == UCS_OK && ucp_put_nbi(ep, out, 8, 0, rkey) < 0,
+          "statuses");
+    ucp_rkey_destroy(rkey);
+    ucp_mem_unmap(ctx, mh);
 }
 
 int main(void)
