@@ -137,7 +137,7 @@ ucs_status_ptr_t ucxs_req_posted(ucxs_req_t *req, ucs_status_t status,
     if (status == UCS_INPROGRESS)
         return ucxs_req_handle(req);
     req->status = status;
-    if ((mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL) || (req->flags & UCXS_REQ_CALLER_MEMORY)) {
+    if (mask & UCP_OP_ATTR_FLAG_NO_IMM_CMPL) {
         /* the caller holds a request whatever happens: its completion
          * (callback included) comes from the next progress */
         ucxs_queue_push(req->worker, &req->ev);
