@@ -240,7 +240,8 @@ def loaded_libucp() -> str:
         with open("/proc/self/maps") as f:
             for line in f:
                 path = line.rstrip("\n").split(None, 5)[-1]
-                if path.endswith("/libucp.so.0") or "/libucp.so.0." in path:
+                path = path[:-len(" (deleted)")] if path.endswith(" (deleted)") else path
+                if path.endswith("/libucp.so.0"):      # (rebuilt since: still this one)
                     return os.path.realpath(path)
     except OSError:
         pass
