@@ -54,6 +54,7 @@ import weakref
 from . import auth, errors
 from .context import Context
 from .request import TagInfo
+from .worker import usable_cpus
 
 #: set by :func:`attach`: the bridge module and the status codes it exports
 bridge = None
@@ -147,9 +148,27 @@ def context_create() -> CContext:
 
 
 def worker_create(ctx: CContext, cworker: int, ops: int):
-    """Returns ``(CWorker, packed worker address)``."""
+    """Returns ``(CWorker, packed worker address, oversubscribed)``."""
     w = CWorker(ctx, cworker, ops)
-    return w, w.worker.address_bytes
+    return w, w.worker.address_bytes, oversubscribed(w.worker.config)
+
+
+#: the launchers' count of a job's ranks on this host (Hydra, Open MPI, Slurm)
+LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
+
+
+def oversubscribed(config) -> bool:
+    """More of the job's ranks on this host than CPUs (``UCXPY_OVERSUBSCRIBED``,
+    "auto": the launcher's local rank count against the usable CPUs).  The
+    caller's progress loop (MPICH's) then gets the CPU given away after a
+    run of idle ``ucp_worker_progress`` calls, as the core's own waits do."""
+    if config.oversubscribed in ("y", "n"):
+        return config.oversubscribed == "y"
+    for var in LOCAL_SIZE_VARS:
+        v = os.environ.get(var, "")
+        if v.isdigit():
+            return int(v) > usable_cpus()
+    return False
 
 
 def worker_destroy(w: CWorker) -> None:

@@ -297,14 +297,15 @@ static ucs_status_t b_context_create(void **ctx)
 }
 
 static ucs_status_t b_worker_create(void *ctx, void *cworker, const ucxs_ops_t *ops,
-                                    void **worker, void **address, size_t *address_length)
+                                    void **worker, void **address, size_t *address_length,
+                                    int *oversubscribed)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
     PyObject *w = NULL, *a = NULL;
     ucs_status_t s = UCS_OK;
     PyObject *res = call(FN_worker_create, Py_BuildValue("(ONN)", py(ctx), PyLong_FromVoidPtr(cworker),
                                                          PyLong_FromVoidPtr((void *)ops)));
-    if (res == NULL || !PyArg_ParseTuple(res, "OS", &w, &a)) {
+    if (res == NULL || !PyArg_ParseTuple(res, "OSp", &w, &a, oversubscribed)) {
         s = raised("ucp_worker_create");
         goto out;
     }

@@ -46,7 +46,8 @@ typedef struct ucxs_bridge {
     void (*release)(void *obj);
     ucs_status_t (*context_create)(void **ctx);
     ucs_status_t (*worker_create)(void *ctx, void *cworker, const ucxs_ops_t *ops,
-                                  void **worker, void **address, size_t *address_length);
+                                  void **worker, void **address, size_t *address_length,
+                                  int *oversubscribed);
     ucs_status_t (*worker_destroy)(void *worker);
     unsigned (*progress)(void *worker);
     ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);

@@ -74,6 +74,8 @@ struct ucp_worker {
     ucxs_event_t *head, *tail;
     ucxs_am_slot_t *am;                    /* UCXS_AM_IDS slots, made on first use */
     ucxs_ops_t ops;                        /* operations posted (proof of use) */
+    int oversubscribed;                    /* more local ranks than CPUs */
+    unsigned idle;                         /* progress calls in a row that found nothing */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed

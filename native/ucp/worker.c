@@ -13,7 +13,10 @@
  * dispatches the queue in order, outside the GIL: that is the only place a
  * caller's callback runs, so a callback may call the library again (it
  * only appends to the queue, which this progress pass keeps draining).
+ * On a host with more of the job's ranks than CPUs, a run of idle progress
+ * calls yields the CPU (capi.oversubscribed), as the core's own waits do.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,7 +89,7 @@ static ucs_status_t worker_address(ucp_worker_h w)
     void *core_address;
     size_t length;
     ucs_status_t status = ucxs_py->worker_create(w->context->py, w, &w->ops, &w->py,
-                                                 &core_address, &length);
+                                                 &core_address, &length, &w->oversubscribed);
     if (status != UCS_OK)
         return status;
     w->address_length = UCXS_ADDRESS_HEADER + length;
@@ -173,11 +176,23 @@ ucs_status_t ucp_worker_query(ucp_worker_h w, ucp_worker_attr_t *attr)
     return UCS_OK;
 }
 
+/* Idle progress calls in a row after which an oversubscribed worker gives
+ * its CPU away: the caller's loop (MPICH's) would otherwise spin a whole
+ * time slice while the rank that can make progress waits for the CPU. */
+#define IDLE_YIELD 4
+
 unsigned ucp_worker_progress(ucp_worker_h w)
 {
     unsigned n = dispatch(w);               /* what earlier calls queued */
     n += ucxs_py->progress(w->py);
-    return n + dispatch(w);
+    n += dispatch(w);
+    if (n != 0)
+        w->idle = 0;
+    else if (w->oversubscribed && ++w->idle >= IDLE_YIELD) {
+        w->idle = 0;
+        sched_yield();
+    }
+    return n;
 }
 
 ucs_status_ptr_t ucp_worker_flush_nb(ucp_worker_h w, unsigned flags, ucp_send_callback_t cb)
