@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev
 
-.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench conformance-mpi conformance-mpi4py-ucp conformance-shmem clean
+.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -110,6 +110,15 @@ conformance-mpi4py-ucp: install
 	mkdir -p conformance/mpi/results
 	$(PY) conformance/mpi/run.py --impl ucp,ref-ucx --np 1,2,3,4 -v --timeout 480 \
 	  --json conformance/mpi/results/ucp.json
+
+## MPICH's own C test suite (test/mpi of Debian 12's mpich 4.0.2 source package,
+## fetched with apt-get at run time into ~/.cache, never committed) on the mpich
+## wheel over ucxpy's libucp.so.0 (ucxpy-ucx --check), beside the bundled real UCX;
+## per-directory results in conformance/mpich/results/ (MPICH_TESTS_ARGS=--resume
+## continues an interrupted run)
+MPICH_TESTS_ARGS ?=
+conformance-mpich: install
+	$(PY) conformance/mpich/run.py $(MPICH_TESTS_ARGS)
 
 ## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)
 conformance-shmem: install
