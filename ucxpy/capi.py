@@ -36,7 +36,8 @@ Errors: an exception raised here becomes a ``ucs_status_t`` in the bridge
 (:func:`status_of`), with its message on stderr.
 
 Proof of use: with ``UCXPY_UCP_REPORT=DIR`` each worker writes
-``DIR/<host>-<pid>-<n>.json`` when destroyed, or at the interpreter's exit if
+``DIR/<host>-<pid>-<n>.json`` when made, and again when destroyed, or at the
+interpreter's exit if
 it is still alive then (mpi4py finalizes MPI after Python's own
 finalization, when no Python can run): the operations it carried and
 the path of the libucp.so.0 this process mapped, which the tests and
@@ -124,6 +125,7 @@ class CWorker:
 
     def __init__(self, ctx: CContext, cworker: int, ops: int):
         self.reported = False
+        self.report_name = None
         self.ctx = ctx
         self.cworker = cworker
         self.worker = ctx.context.create_worker()
@@ -150,6 +152,7 @@ def context_create() -> CContext:
 def worker_create(ctx: CContext, cworker: int, ops: int):
     """Returns ``(CWorker, packed worker address, oversubscribed)``."""
     w = CWorker(ctx, cworker, ops)
+    _report(w, final=False)
     return w, w.worker.address_bytes, oversubscribed(w.worker.config)
 
 
@@ -273,21 +276,28 @@ def _report_live() -> None:
         _report(w)
 
 
-def _report(w: CWorker) -> None:
+def _report(w: CWorker, final: bool = True) -> None:
+    """Write ``w``'s report: once when it is made (so a rank that dies or is
+    killed still shows which libucp it ran on), then, ``final``, with what it
+    carried, over the first."""
     folder = os.environ.get("UCXPY_UCP_REPORT")
     if not folder or w.reported:
         return
-    w.reported = True
-    global _reports
-    _reports += 1
-    name = f"{socket.gethostname()}-{os.getpid()}-{_reports}.json"
+    w.reported = final
+    if w.report_name is None:
+        global _reports
+        _reports += 1
+        w.report_name = f"{socket.gethostname()}-{os.getpid()}-{_reports}.json"
     for ep in list(w.worker.endpoints.values()):
         _count_lane(w, ep)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "libucp": loaded_libucp(),
-              "ops": bridge.ops(w.ops), "tls": [i.name for i in w.worker.ifaces], "lanes": w.lanes}
+              "ops": bridge.ops(w.ops), "tls": [i.name for i in w.worker.ifaces],
+              "lanes": w.lanes, "final": final}
     try:
         os.makedirs(folder, exist_ok=True)
-        with open(os.path.join(folder, name), "w") as f:
+        tmp = os.path.join(folder, "." + w.report_name)
+        with open(tmp, "w") as f:
             json.dump(record, f)
+        os.replace(tmp, os.path.join(folder, w.report_name))
     except OSError:
         pass
