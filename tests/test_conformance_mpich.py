@@ -91,7 +91,7 @@ def test_the_baseline_catches_ranks_on_the_bundled_ucx(tmp_path):
 
 
 def test_runtests_verdicts():
-    """The verdict rules copied from MPICH's runtests."""
+    """The verdict rules of MPICH's runtests, as run.py implements them."""
     judge = _runner().judge
     assert judge(" No Errors\n", 0, None) == (True, "")
     assert judge("No errors\nTest Passed\n", 0, None)[0]
