@@ -4,14 +4,17 @@
  * Theory of operation.  This extension module is the only C that touches the
  * Python C API for libucp (bridge.h says why).  When imported it imports the
  * adapter ucxpy.capi, looks up the adapter's functions once (FNS), hands the
- * adapter this module (for `complete`, `am_event` and the UCS_* codes of the
- * real header), and publishes its table of operations in a capsule, which
- * libucp imports (attach.c).
+ * adapter this module (for `am_event`, `ops` and the UCS_* codes of the real
+ * header), and publishes its table of operations in a capsule, which libucp
+ * imports (attach.c).
  *
  * Every operation has one shape: take the GIL, build the arguments (raw
  * memory as memoryviews over the caller's bytes, handles as the references
- * we hold), call one adapter function, turn its result or its exception
- * into a ucs_status_t at one `out:`, drop the GIL.  An exception is printed
+ * we hold), make one call — an adapter function, or for the hot operations
+ * (send, receive, progress, put/get, active messages) the core's public
+ * method directly (`method`) — turn its result or its exception into a
+ * ucs_status_t at one `out:`, drop the GIL.  A core Request still pending
+ * gets a Completion, which queues its outcome for the C request (`track`).  An exception is printed
  * to stderr once, here, with the entry point it failed, and mapped by
  * capi.status_of; a status is never lost (no PyErr_Clear without one).
  */
@@ -225,16 +228,18 @@ out:
  * NULL, all consumed): the core's public API, with no adapter frame. */
 static PyObject *method(PyObject *name, PyObject *self, int n, PyObject **more)
 {
-    PyObject *args[6] = {self};
+    /* slot 0 is spare: PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee use
+     * the slot before the arguments */
+    PyObject *slots[7] = {NULL, self};
     PyObject *res = NULL;
-    int ok = self != NULL;
+    int ok = self != NULL && n <= 5;
     for (int i = 0; i < n; i++) {
-        args[i + 1] = more[i];
+        slots[i + 2] = more[i];
         ok = ok && more[i] != NULL;
     }
     if (ok)
-        res = PyObject_VectorcallMethod(name, args, (size_t)(n + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                        NULL);
+        res = PyObject_VectorcallMethod(name, slots + 1,
+                                        (size_t)(n + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     for (int i = 0; i < n; i++)
         Py_XDECREF(more[i]);
     return res;
