@@ -52,10 +52,21 @@ import socket
 import sys
 import weakref
 
-from . import auth, errors
+from . import auth, config, errors
 from .context import Context
 from .request import TagInfo
 from .worker import usable_cpus
+
+config.declare(
+    "libucp",
+    ("UCP_REPORT", None, str,
+     "directory where each libucp.so.0 worker writes its proof-of-use report (the libucp "
+     "this process mapped, the operations it carried, its endpoints' transports); "
+     "ucxpy-ucx --check sets and reads it"),
+    ("PYTHONPATH", None, str,
+     "more site directories for the Python that libucp.so.0 starts in a C program "
+     "(':'-separated, after the build's own site-packages)"),
+)
 
 #: set by :func:`attach`: the bridge module and the status codes it exports
 bridge = None
@@ -280,7 +291,7 @@ def _report(w: CWorker, final: bool = True) -> None:
     """Write ``w``'s report: once when it is made (so a rank that dies or is
     killed still shows which libucp it ran on), then, ``final``, with what it
     carried, over the first."""
-    folder = os.environ.get("UCXPY_UCP_REPORT")
+    folder = config.setting("UCXPY_UCP_REPORT")
     if not folder or w.reported:
         return
     w.reported = final
