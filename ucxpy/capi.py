@@ -117,11 +117,10 @@ class CContext:
     def __init__(self):
         self.context = Context()
         self.workers = []
-        if auth.key_from_env() is None and any(c.name in ("tcp", "ofi")
-                                               for c in self.context.transports):
-            print("ucxpy libucp: no job key (UCXPY_AUTH_KEY): tcp and ofi peers in other "
-                  "processes cannot connect to this one; start the job under ucxpy-ucx",
-                  file=sys.stderr)
+        if auth.key_from_env() is None:
+            print("ucxpy libucp: no job key (UCXPY_AUTH_KEY): peers in other processes "
+                  "cannot authenticate to this one over the network transports; start the "
+                  "job under ucxpy-ucx", file=sys.stderr)
 
     def memory_worker(self):
         for w in self.workers:
