@@ -2,21 +2,30 @@
 
 Downloads mpi4py's released sdist from PyPI at run time (``pip download``
 into a cache directory, never committed) and runs **every** ``test_*.py``
-file of its ``test/`` directory, once per rank count, twice:
+file of its ``test/`` directory, once per rank count and implementation:
 
 * ``shim``: through the drop-in ``mpi4py`` package ``mpi_shim/dropin/mpi4py``
   (its ``MPI`` is ``mpi_shim.MPI``) under ``ucxpy-run`` (or ``mpiexec`` with
   ``--launcher mpiexec``);
 * ``ref``: the same file on the real mpi4py and the ``mpich`` wheel under
-  ``mpiexec`` (the reference, measured in the same run).
+  ``mpiexec`` (the reference of ``shim``, measured in the same run);
+* ``ucp``: the real mpi4py wheel and MPICH under ``mpiexec`` on ucxpy's
+  ``libucp.so.0``, in the environment of ``ucxpy-ucx`` (MPICH's ch4:ucx for
+  all traffic).  Every rank must prove it ran on ucxpy's libucp
+  (``UCXPY_UCP_REPORT`` reports, ``ucxpy.tools.ucx.check_reports``): a job
+  whose proof fails counts all its tests as errors;
+* ``ref-ucx``: ``ref`` with the same MPICH variables (``ucxpy-ucx
+  --reference``: MPICH's ch4:ucx on the real UCX the wheel bundles), the
+  reference of ``ucp``, measured in the same run.
 
 A test passes when it passes on every rank.  A job that does not end within
 ``--timeout`` is killed and flagged HANG; the tests it was running at that
 moment count as ``hang``, those it never reached as ``error``.  A file is OK
 when the shim has no failure, error or hang and no more skips than the
-reference.
+reference.  ``ucp`` is held to its reference exactly: OK when its pass, fail,
+error, skip and hang counts are the reference's.
 
-Usage: python conformance/mpi/run.py [--np 1,2,3,4] [--impl shim,ref]
+Usage: python conformance/mpi/run.py [--np 1,2,3,4] [--impl shim,ref|ucp,ref-ucx]
        [--launcher ucxpy-run|mpiexec] [--timeout 300] [--json OUT]
        [--baseline FILE] [--version 4.1.2] [--cache DIR] [-v] [FILE ...]
 Exit status: 0 when every file is OK (or, with ``--baseline``, when no file
@@ -39,6 +48,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_VERSION = "4.1.2"
 STATES = ("pass", "fail", "error", "skip", "hang")
+IMPLS = ("shim", "ref", "ucp", "ref-ucx")
+#: (implementation under test, its reference)
+PAIRS = (("shim", "ref"), ("ucp", "ref-ucx"))
 
 
 def fetch(version: str, cache: str) -> str:
@@ -83,8 +95,57 @@ def command(impl, launcher, n, timeout, testdir, module, outdir):
     return [mpiexec(), "-n", str(n), *runner]
 
 
+def proof(folder: str, n: int) -> list:
+    """Problems with the ``ucp`` job's reports in ``folder`` (empty: every
+    one of its ``n`` ranks ran on ucxpy's libucp.so.0).
+
+    At one rank ``check_reports``' "no rank counted an operation" cannot be
+    met: MPICH's ch4 delivers a process's messages to itself without its
+    netmod (50 1 MB Sendrecv to self: 0 libucp operations), so a lone rank
+    never calls ucp_tag_send; its report (this libucp.so.0, a worker
+    created and destroyed) is the proof there."""
+    from ucxpy.tools.ucx import check_reports
+    problems = check_reports(folder, n)
+    if n == 1:
+        problems = [p for p in problems if p != "no rank counted an operation"]
+    return problems
+
+
+def ucp_stamp() -> tuple:
+    """Identity of the files a ``ucp`` job runs (libucp.so.0, its bridge
+    extension, the adapter): a job during which one was rebuilt is rerun."""
+    files = [os.path.join(ROOT, "ucxpy", "lib", "libucp.so.0"),
+             os.path.join(ROOT, "ucxpy", "capi.py"),
+             *glob.glob(os.path.join(ROOT, "ucxpy", "_ucp_bridge*.so"))]
+    out = []
+    for path in files:
+        try:
+            st = os.stat(path)
+            out.append((path, st.st_ino, st.st_mtime_ns, st.st_size))
+        except OSError:
+            out.append((path, None))
+    return tuple(out)
+
+
+def libucp_identity(commit: bool = True) -> dict:
+    """The libucp.so.0 a ``ucp`` run measures: its sha256 and the tree's commit."""
+    import hashlib
+    from ucxpy.tools.ucx import LIBUCP
+    try:
+        with open(LIBUCP, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        digest = ""
+    out = {"path": os.path.realpath(LIBUCP), "sha256": digest}
+    if commit:
+        out["commit"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"],
+                                       capture_output=True, text=True).stdout.strip()
+    return out
+
+
 def run_module(impl, launcher, testdir, module, n, timeout, outdir):
-    """Run one file; returns (per-test state, exit code, log tail)."""
+    """Run one file; returns (per-test state, exit code, hung, log tail,
+    proof problems: ``ucp`` only)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     if impl == "shim":
@@ -92,7 +153,17 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
         # the drop-in mpi4py for every process, spawned ones included
         env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "mpi_shim", "dropin"),
                                              env["PYTHONPATH"]])
-    env.pop("MPI4PY_LIBMPI", None) if impl == "ref" else None
+    else:
+        env.pop("MPI4PY_LIBMPI", None)
+    report_dir = None
+    if impl in ("ucp", "ref-ucx"):
+        from ucxpy.tools.ucx import environment
+        env = environment(reference=impl == "ref-ucx", base=env)
+        env.pop("UCXPY_UCP_REPORT", None)
+        if impl == "ucp":
+            # a fresh directory per job: only this job's ranks report there
+            report_dir = tempfile.mkdtemp(prefix="ucxpy-ucp-", dir=outdir)
+            env["UCXPY_UCP_REPORT"] = report_dir
     cmd = command(impl, launcher, n, timeout, testdir, module, outdir)
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, cwd=testdir, stdout=subprocess.PIPE,
@@ -128,7 +199,13 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
             tests[t] = "error"
     if not tests and rc != 0:
         tests["<import>"] = "hang" if hung else "error"
-    return tests, rc, hung, log.decode(errors="replace")[-4000:]
+    problems = []
+    if report_dir is not None:
+        problems = proof(report_dir, n)
+        if problems:
+            # not carried by ucxpy on every rank: nothing it ran counts
+            tests = {t: s if s == "hang" else "error" for t, s in (tests or {"<job>": "error"}).items()}
+    return tests, rc, hung, log.decode(errors="replace")[-4000:], problems
 
 
 def counts(tests: dict) -> dict:
@@ -153,15 +230,34 @@ def verdict(shim: dict, ref: dict | None) -> str:
     return "OK"
 
 
+def verdict_exact(ours: dict, ref: dict | None, problems=()) -> str:
+    """``ucp`` against ``ref-ucx``, by counts: PROOF (a rank not on ucxpy's
+    libucp), HANG, OK (exactly the reference's counts, no failure), OK=REF
+    (exactly the reference's counts, failures included), OK>REF (no failure
+    and no more skips, where the reference failed or hung), SKIPS (no failure,
+    more skips) or FAIL."""
+    if problems:
+        return "PROOF"
+    if ours["hang"]:
+        return "HANG"
+    if ref is None:
+        return "FAIL" if ours["fail"] or ours["error"] else "OK"
+    if ours == ref:
+        return "OK=REF" if ours["fail"] or ours["error"] else "OK"
+    if ours["fail"] or ours["error"]:
+        return "FAIL"
+    return "SKIPS" if ours["skip"] > ref["skip"] else "OK>REF"
+
+
 def _fmt(c):
     return f"{c['pass']:>5} {c['fail']:>4} {c['error']:>4} {c['skip']:>4} {c['hang']:>3}"
 
 
-def regressions(results: dict, baseline: dict) -> list:
-    """Files whose shim counts are worse than the baseline's."""
+def regressions(results: dict, baseline: dict, impl: str = "shim") -> list:
+    """Files whose ``impl`` counts are worse than the baseline's."""
     bad = []
-    for key, base in baseline.get("shim", {}).items():
-        now = results.get("shim", {}).get(key)
+    for key, base in baseline.get(impl, {}).items():
+        now = results.get(impl, {}).get(key)
         if now is None:
             continue
         b, c = base["counts"], now["counts"]
@@ -177,9 +273,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="*", help="test files (default: all of them)")
     ap.add_argument("--np", default="1,2,3,4")
-    ap.add_argument("--impl", default="shim,ref", help="shim, ref or both")
+    ap.add_argument("--impl", default="shim,ref",
+                    help="comma-separated: shim, ref (shim's reference), ucp (the mpi4py "
+                         "wheel on ucxpy's libucp.so.0), ref-ucx (ucp's reference)")
     ap.add_argument("--launcher", default="ucxpy-run", choices=("ucxpy-run", "mpiexec"),
-                    help="launcher of the shim runs (the reference always uses mpiexec)")
+                    help="launcher of the shim runs (the others always use mpiexec)")
     ap.add_argument("--version", default=os.environ.get("MPI4PY_TEST_VERSION", DEFAULT_VERSION))
     ap.add_argument("--timeout", type=int, default=300, help="seconds per file and rank count")
     ap.add_argument("--cache", default=os.environ.get(
@@ -188,16 +286,34 @@ def main(argv=None):
     ap.add_argument("--baseline", help="fail only on regressions against this JSON baseline")
     ap.add_argument("-v", "--verbose", action="store_true", help="list failing tests")
     args = ap.parse_args(argv)
+    impls = [i for i in args.impl.split(",") if i]
+    unknown = [i for i in impls if i not in IMPLS]
+    if unknown:
+        ap.error(f"unknown --impl {','.join(unknown)} (choose from {', '.join(IMPLS)})")
+    if "ucp" in impls:
+        from ucxpy.tools.ucx import LIBUCP
+        if not os.path.exists(LIBUCP):
+            sys.exit(f"--impl ucp: {LIBUCP} is not built (needs libucx-dev at install)")
+    # the library measured (at the start: others may rebuild it in this tree)
+    identity = {"libucp": libucp_identity()} if "ucp" in impls else {}
     testdir = fetch(args.version, args.cache)
     modules = args.modules or all_modules(testdir)
-    impls = [i for i in args.impl.split(",") if i]
     nps = [int(x) for x in args.np.split(",")]
-    print(f"mpi4py {args.version} test suite ({len(modules)} files): mpi_shim under "
-          f"{args.launcher} vs the reference (mpi4py on the mpich wheel, mpiexec)")
-    print(f"{'file':24} {'np':>2} | {'shim: pass fail  err skip hng':30} | "
-          f"{'ref:  pass fail  err skip hng':30} | verdict")
+    # the (implementation, reference) pairs to print: one row each per file and rank count
+    pairs = [(s, r) for s, r in PAIRS if s in impls or r in impls]
+    if "shim" in impls or "ref" in impls:
+        print(f"mpi4py {args.version} test suite ({len(modules)} files): mpi_shim under "
+              f"{args.launcher} vs the reference (mpi4py on the mpich wheel, mpiexec)")
+        print(f"{'file':24} {'np':>2} | {'shim: pass fail  err skip hng':30} | "
+              f"{'ref:  pass fail  err skip hng':30} | verdict")
+    if "ucp" in impls or "ref-ucx" in impls:
+        print(f"mpi4py {args.version} test suite ({len(modules)} files): the mpi4py wheel on "
+              f"MPICH over ucxpy's libucp.so.0 (ucp) vs over the bundled UCX (ref-ucx); "
+              f"MPICH's ch4:ucx for all traffic, mpiexec")
+        print(f"{'file':24} {'np':>2} | {'ucp: pass fail  err skip hng':30} | "
+              f"{'ref-ucx: pass fail err skip hng':30} | verdict")
     results = {i: {} for i in impls}
-    verdicts = {}
+    verdicts = {s: {} for s, _ in pairs if s in impls}
     for module in modules:
         if not os.path.exists(os.path.join(testdir, module + ".py")):
             print(f"{module:24} (not in this mpi4py release)")
@@ -206,48 +322,89 @@ def main(argv=None):
             key = f"{module}@{n}"
             line = {}
             for impl in impls:
-                with tempfile.TemporaryDirectory() as outdir:
-                    tests, rc, hung, log = run_module(impl, args.launcher, testdir, module,
-                                                      n, args.timeout, outdir)
+                for attempt in range(2):
+                    t0 = time.monotonic()
+                    stamp = ucp_stamp() if impl == "ucp" else None
+                    with tempfile.TemporaryDirectory() as outdir:
+                        tests, rc, hung, log, problems = run_module(
+                            impl, args.launcher, testdir, module, n, args.timeout, outdir)
+                    if stamp is None or stamp == ucp_stamp() or attempt:
+                        break
+                    # others rebuild the library in this tree: what ran was neither
+                    print(f"{module} @{n}: libucp.so.0 or its bridge changed during the "
+                          f"job; running it again", flush=True)
                 c = counts(tests)
                 results[impl][key] = {"counts": c, "tests": tests, "rc": str(rc)}
-                line[impl] = (c, tests, rc, log)
-            shim = line.get("shim")
-            ref = line.get("ref")
-            v = verdict(shim[0], ref[0] if ref else None) if shim else "-"
-            verdicts[key] = v
-            print(f"{module:24} {n:>2} | " +
-                  (f"     {_fmt(shim[0])}" if shim else " " * 30) + "  | " +
-                  (f"     {_fmt(ref[0])}" if ref else " " * 30) + f"  | {v}", flush=True)
-            if args.verbose and shim and not v.startswith("OK"):
-                for t, s in shim[1].items():
-                    if s not in ("pass", "skip"):
-                        print(f"      {s:5} {t}")
-                if not any(s not in ("pass", "skip") for s in shim[1].values()) or \
-                        "<import>" in shim[1]:
-                    print("      " + shim[3][-2000:].replace("\n", "\n      "))
-    if "shim" in results:
+                if impl in ("ucp", "ref-ucx"):
+                    results[impl][key]["seconds"] = round(time.monotonic() - t0, 1)
+                if impl == "ucp":
+                    results[impl][key]["proof"] = problems
+                    results[impl][key]["libucp"] = libucp_identity(commit=False)["sha256"][:12]
+                line[impl] = (c, tests, rc, log, problems)
+            for subject, reference in pairs:
+                mine, ref = line.get(subject), line.get(reference)
+                if mine is None:
+                    v = "-"
+                elif subject == "shim":
+                    v = verdict(mine[0], ref[0] if ref else None)
+                else:
+                    v = verdict_exact(mine[0], ref[0] if ref else None, mine[4])
+                if mine is not None:
+                    verdicts[subject][key] = v
+                tag = f" ({subject})" if len(pairs) > 1 else ""
+                print(f"{module:24} {n:>2} | " +
+                      (f"     {_fmt(mine[0])}" if mine else " " * 30) + "  | " +
+                      (f"     {_fmt(ref[0])}" if ref else " " * 30) + f"  | {v}{tag}",
+                      flush=True)
+                if args.verbose and mine and not v.startswith("OK"):
+                    for msg in mine[4]:
+                        print(f"      proof: {msg}")
+                    for t, s in mine[1].items():
+                        if s not in ("pass", "skip"):
+                            print(f"      {s:5} {t}")
+                    if ref and subject == "ucp":
+                        # the tests whose outcome differs from the reference's
+                        for t in sorted(set(mine[1]) | set(ref[1])):
+                            a, b = mine[1].get(t, "-"), ref[1].get(t, "-")
+                            if a != b and a not in ("fail", "error", "hang"):
+                                print(f"      {a:5} {t} (ref-ucx: {b})")
+                    if not any(s not in ("pass", "skip") for s in mine[1].values()) or \
+                            "<import>" in mine[1] or mine[4]:
+                        print("      " + mine[3][-2000:].replace("\n", "\n      "))
+    for subject, verd in verdicts.items():
         tot = dict.fromkeys(STATES, 0)
-        for r in results["shim"].values():
+        for r in results[subject].values():
             for k in STATES:
                 tot[k] += r["counts"][k]
-        ok = sum(1 for v in verdicts.values() if v.startswith("OK"))
-        print(f"TOTAL shim: {ok}/{len(verdicts)} file runs OK; tests " +
+        ok = sum(1 for v in verd.values() if v.startswith("OK"))
+        print(f"TOTAL {subject}: {ok}/{len(verd)} file runs OK; tests " +
               ", ".join(f"{k} {tot[k]}" for k in STATES))
-        hangs = sorted(k for k, v in verdicts.items() if v == "HANG")
+        hangs = sorted(k for k, v in verd.items() if v == "HANG")
         if hangs:
-            print("HANGS:", " ".join(hangs))
+            print("HANGS:" if subject == "shim" else f"HANGS ({subject}):", " ".join(hangs))
+    for subject, reference in pairs:
+        if subject != "shim" and reference in results and subject in results:
+            tot = dict.fromkeys(STATES, 0)
+            for r in results[reference].values():
+                for k in STATES:
+                    tot[k] += r["counts"][k]
+            print(f"TOTAL {reference}: tests " + ", ".join(f"{k} {tot[k]}" for k in STATES))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"version": args.version, "launcher": args.launcher, **results}, f,
-                      indent=1, sort_keys=True)
+            json.dump({"version": args.version, "launcher": args.launcher, **identity, **results},
+                      f, indent=1, sort_keys=True)
     if args.baseline:
         with open(args.baseline) as f:
-            bad = regressions(results, json.load(f))
-        for key, b, c in bad:
-            print(f"REGRESSION {key}: baseline {b} now {c}")
+            baseline = json.load(f)
+        bad = []
+        for subject in verdicts:
+            for key, b, c in regressions(results, baseline, subject):
+                where = "" if subject == "shim" else f" ({subject})"
+                print(f"REGRESSION {key}{where}: baseline {b} now {c}")
+                bad.append(key)
         return 1 if bad else 0
-    return 0 if all(v.startswith("OK") for v in verdicts.values()) else 1
+    return 0 if all(v.startswith("OK") for verd in verdicts.values() for v in verd.values()) \
+        else 1
 
 
 if __name__ == "__main__":

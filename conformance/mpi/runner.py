@@ -1,7 +1,9 @@
 """Run one mpi4py test module against mpi_shim, on every rank of the job.
 
 Usage: runner.py IMPL TESTDIR MODULE OUTDIR, IMPL being ``shim`` (mpi4py is
-the adapter over mpi_shim) or ``ref`` (the installed mpi4py).  Each rank
+the adapter over mpi_shim) or ``ref``, ``ucp``, ``ref-ucx`` (the installed
+mpi4py; run.py sets the environment that puts it on ucxpy's libucp.so.0 or on
+the real UCX).  Each rank
 writes OUTDIR/MODULE.<rank>.json
 mapping test id -> "pass" | "fail" | "error" | "skip" (a test with a failing
 subtest counts as failed).
