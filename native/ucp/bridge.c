@@ -371,20 +371,24 @@ static ucs_status_t b_ep_create(void *worker, const void *address, size_t length
     return from_bytes(FN_ep_create, worker, address, length, ep);
 }
 
-static ucs_status_t b_ep_close(void *worker, void *ep)
+/* Adapter function `fn` of two handles, for its effect only (teardown and
+ * flush: done without Python once the interpreter is gone). */
+static ucs_status_t on_pair(int fn, void *a, void *b)
 {
     ENTER_OR(UCS_OK);
-    ucs_status_t s = plain(FN_ep_close, call(FN_ep_close, Py_BuildValue("(OO)", py(worker), py(ep))));
+    ucs_status_t s = plain(fn, call(fn, Py_BuildValue("(OO)", py(a), py(b))));
     LEAVE;
     return s;
 }
 
+static ucs_status_t b_ep_close(void *worker, void *ep)
+{
+    return on_pair(FN_ep_close, worker, ep);
+}
+
 static ucs_status_t b_flush(void *worker, void *ep)
 {
-    ENTER_OR(UCS_OK);
-    ucs_status_t s = plain(FN_flush, call(FN_flush, Py_BuildValue("(OO)", py(worker), py(ep))));
-    LEAVE;
-    return s;
+    return on_pair(FN_flush, worker, ep);
 }
 
 static ucs_status_t b_cancel(void *worker, void *req)
@@ -540,10 +544,7 @@ out:
 
 static ucs_status_t b_mem_unmap(void *ctx, void *mem)
 {
-    ENTER_OR(UCS_OK);
-    ucs_status_t s = plain(FN_mem_unmap, call(FN_mem_unmap, Py_BuildValue("(OO)", py(ctx), py(mem))));
-    LEAVE;
-    return s;
+    return on_pair(FN_mem_unmap, ctx, mem);
 }
 
 /* The packed key in a malloc'd buffer: its 32-bit length, then the core's bytes. */
