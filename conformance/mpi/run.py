@@ -269,6 +269,41 @@ def regressions(results: dict, baseline: dict, impl: str = "shim") -> list:
     return bad
 
 
+def table(path: str) -> str:
+    """The side-by-side Markdown table of a ``--json`` file of a ``ucp`` run:
+    one row per file, per rank count ucp's and the reference's
+    pass/fail/error/skip/hang, the cells that differ in bold."""
+    with open(path) as f:
+        data = json.load(f)
+    ours, ref = data.get("ucp", {}), data.get("ref-ucx", {})
+    nps = sorted({int(k.rsplit("@", 1)[1]) for k in ours})
+    files = sorted({k.rsplit("@", 1)[0] for k in ours})
+    head = "| file | " + " | ".join(f"np {n}: ucp | ref-ucx" for n in nps) + " |"
+    rows = [head, "|---|" + "---|---|" * len(nps)]
+    cell = lambda c: "/".join(str(c[k]) for k in STATES)
+    for module in files:
+        cells = []
+        for n in nps:
+            a = ours.get(f"{module}@{n}", {}).get("counts")
+            b = ref.get(f"{module}@{n}", {}).get("counts")
+            ca, cb = (cell(a) if a else "-"), (cell(b) if b else "-")
+            if a and b and a != b:
+                ca = f"**{ca}**"
+            cells += [ca, cb]
+        rows.append(f"| {module} | " + " | ".join(cells) + " |")
+    cells = []
+    for n in nps:
+        for side in (ours, ref):
+            tot = dict.fromkeys(STATES, 0)
+            for k, v in side.items():
+                if k.endswith(f"@{n}"):
+                    for st in STATES:
+                        tot[st] += v["counts"][st]
+            cells.append(cell(tot))
+    rows.append("| total | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("modules", nargs="*", help="test files (default: all of them)")
@@ -285,7 +320,12 @@ def main(argv=None):
     ap.add_argument("--json", help="write every per-test result here")
     ap.add_argument("--baseline", help="fail only on regressions against this JSON baseline")
     ap.add_argument("-v", "--verbose", action="store_true", help="list failing tests")
+    ap.add_argument("--table", metavar="JSON",
+                    help="print the ucp/ref-ucx Markdown table of a --json file, and exit")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(args.table))
+        return 0
     impls = [i for i in args.impl.split(",") if i]
     unknown = [i for i in impls if i not in IMPLS]
     if unknown:
