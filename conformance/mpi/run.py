@@ -51,6 +51,21 @@ STATES = ("pass", "fail", "error", "skip", "hang")
 IMPLS = ("shim", "ref", "ucp", "ref-ucx")
 #: (implementation under test, its reference)
 PAIRS = (("shim", "ref"), ("ucp", "ref-ucx"))
+#: Tests not run on ``ucp`` and ``ref-ucx`` (counted as skips on both, and
+#: listed in the output): their outcome is decided by a race inside MPICH.
+#: MPICH's ``MPIR_Dist_graph_create_impl`` probes MPI_ANY_SOURCE, then
+#: receives MPI_ANY_SOURCE with the probed count.  Under MPIR_CVAR_NOLOCAL a
+#: rank's message to itself goes through MPICH's own shared memory and every
+#: other through the netmod; the probe asks shm first, then the netmod, and a
+#: self message that MPICH's shm progress has not yet taken in lets the probe
+#: return a peer's message (netmod) while the receive then matches the self
+#: message (shm): wrong in-degree, then errors or a hang in the tests after it.
+#: conformance/mpi/mpich_race.py shows the disagreement on ucxpy's libucp (a
+#: few times in a thousand); on the real UCX the same program hangs in its
+#: first round, as MPICH's ANY_SOURCE-with-self tests do there.
+MPICH_RACES = {
+    "test_comm_topo": ("TestTopoWorld.testDistgraphcomm", "TestTopoWorldDup.testDistgraphcomm"),
+}
 
 
 def fetch(version: str, cache: str) -> str:
@@ -148,6 +163,8 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
     proof problems: ``ucp`` only)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    if impl in ("ucp", "ref-ucx") and module in MPICH_RACES:
+        env["CONFORMANCE_EXCLUDE"] = ",".join(f"{module}.{t}" for t in MPICH_RACES[module])
     if impl == "shim":
         env.setdefault("UCXPY_TLS", "self,shm,tcp")
         # the drop-in mpi4py for every process, spawned ones included
@@ -231,15 +248,15 @@ def verdict(shim: dict, ref: dict | None) -> str:
 
 
 def verdict_exact(ours: dict, ref: dict | None, problems=()) -> str:
-    """``ucp`` against ``ref-ucx``, by counts: PROOF (a rank not on ucxpy's
-    libucp), HANG, OK (exactly the reference's counts, no failure), OK=REF
+    """``ucp`` against ``ref-ucx``, by counts: HANG, PROOF (a rank not on
+    ucxpy's libucp), OK (exactly the reference's counts, no failure), OK=REF
     (exactly the reference's counts, failures included), OK>REF (no failure
     and no more skips, where the reference failed or hung), SKIPS (no failure,
     more skips) or FAIL."""
+    if ours["hang"]:            # killed: its ranks could not report their counts either
+        return "HANG"
     if problems:
         return "PROOF"
-    if ours["hang"]:
-        return "HANG"
     if ref is None:
         return "FAIL" if ours["fail"] or ours["error"] else "OK"
     if ours == ref:
@@ -352,6 +369,10 @@ def main(argv=None):
               f"MPICH's ch4:ucx for all traffic, mpiexec")
         print(f"{'file':24} {'np':>2} | {'ucp: pass fail  err skip hng':30} | "
               f"{'ref-ucx: pass fail err skip hng':30} | verdict")
+        races = [f"{m}.{t}" for m, ts in MPICH_RACES.items() if m in modules for t in ts]
+        if races:
+            print(f"not run on either (counted as skips; a race inside MPICH, see run.py): "
+                  f"{' '.join(races)}")
     results = {i: {} for i in impls}
     verdicts = {s: {} for s, _ in pairs if s in impls}
     for module in modules:

@@ -46,6 +46,9 @@ int main(int argc, char **argv)
         int v = rank * 7;
         MPI_Ssend(&v, 1, MPI_INT, 0, rank, MPI_COMM_WORLD);
     }
+    /* the wildcard above must not see the next phase's messages (a double to
+     * rank 0 with tag 42 once rank size-1's Ssend has matched) */
+    MPI_Barrier(MPI_COMM_WORLD);
 
     /* probe and matched probe */
     double d = rank + 0.5, got;
