@@ -2,7 +2,9 @@
 
 * ``ucxpy/lib/libucp.so.0``  UCP's C API on the core (pure C: no Python symbols)
 * ``ucxpy/lib/libucs.so.0``  the UCS entry points callers use (ucs_status_string)
-* ``ucxpy/lib/libuct.so.0``, ``libucm.so.0``  empty: named NEEDED by callers
+* ``ucxpy/lib/libucm.so.0``  the memory-event entry points Open MPI calls (no
+  events: ucxpy keeps no registration cache)
+* ``ucxpy/lib/libuct.so.0``  empty: named NEEDED by callers
 * the extension ``ucxpy._ucp_bridge`` (native/ucp/bridge.c), libucp's one
   way into Python, is an ordinary setuptools Extension (:data:`BRIDGE`).
 
@@ -14,6 +16,7 @@ that loads libucp.so.0 starts that Python with this project's packages.
 import os
 import site
 import subprocess
+import sys
 import sysconfig
 
 from setuptools import Extension
@@ -21,7 +24,7 @@ from setuptools import Extension
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "ucp")
 UCP_SOURCES = ["attach.c", "context.c", "worker.c", "endpoint.c", "request.c", "tag.c",
-               "am.c", "rma.c", "memory.c", "datatype.c", "unimplemented.c"]
+               "am.c", "rma.c", "atomic.c", "memory.c", "datatype.c", "unimplemented.c"]
 CFLAGS = ["-O2", "-g", "-fPIC", "-std=gnu11", "-Wall", "-Wextra",
           "-Werror", "-Wno-unused-parameter"]
 HEADER = "/usr/include/ucp/api/ucp.h"
@@ -49,14 +52,15 @@ def build(out_dir: str, cc: str = "cc") -> list:
     """Compile the four libraries into ``out_dir``; returns their paths."""
     os.makedirs(out_dir, exist_ok=True)
     sites = ":".join(p for p in site.getsitepackages() if os.path.isdir(p))
-    defines = [f'-DUCXS_LIBPYTHON="{libpython()}"', f'-DUCXS_SITE="{sites}"']
+    defines = [f'-DUCXS_LIBPYTHON="{libpython()}"', f'-DUCXS_SITE="{sites}"',
+               f'-DUCXS_PYHOME="{sys.base_prefix}"']
     lib = lambda name: os.path.join(out_dir, name)  # noqa: E731
     jobs = [
         ("libucp.so.0", UCP_SOURCES, ["-Wl,--version-script=" + os.path.join(SRC, "libucp.map"),
                                      "-ldl", "-lpthread"]),
         ("libucs.so.0", ["ucs.c"], []),
         ("libuct.so.0", ["stub.c"], []),
-        ("libucm.so.0", ["stub.c"], []),
+        ("libucm.so.0", ["ucm.c"], []),
     ]
     built = []
     for name, sources, extra in jobs:

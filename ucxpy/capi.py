@@ -265,6 +265,44 @@ def rkey_unpack(ep, packed):
     return ep.unpack_rkey(bytes(packed))
 
 
+def rkey_map(rkey):
+    """``ucp_rkey_ptr``: ``(view, base)``, the region of ``rkey`` mapped into
+    this process (the view keeps the mapping; ``base`` the region's remote
+    address), or None where no memory domain maps it (another host, or the
+    caller's own memory registered on the peer: only regions the core
+    allocated, ``ucp_mem_map`` with ALLOCATE, are shared)."""
+    view = rkey.map()
+    return None if view is None else (view, rkey.base)
+
+
+def context_info(ctx: CContext) -> str:
+    """What ``ucp_context_print_info`` prints: ucxpy's own transports and
+    their devices, one ``# resource`` line each in the layout UCX prints
+    (Open MPI reads the ``transport/device`` pairs to match its
+    ``pml_ucx_tls`` / ``pml_ucx_devices`` lists).  Never another UCX's names:
+    a list naming only UCX transports (rc, ud, dc, ...) matches none of these."""
+    from . import __version__
+    from .context import TRANSPORTS, load_transport
+    cfg = ctx.context.config
+    lines = ["#", f"# UCP context: ucxpy {__version__} (libucp.so.0 on ucxpy's core)",
+             f"#     UCXPY_TLS={','.join(cfg.tls)}", "#"]
+    md = n = 0
+    for name in TRANSPORTS:
+        if not (name == "self" or name in cfg.tls or "all" in cfg.tls):
+            continue
+        cls, avail = load_transport(name, cfg)
+        if cls is None or not avail.available:
+            continue
+        lines.append(f"#            md {md:<2} :  {name}")
+        for dev, device in enumerate(avail.devices or [name]):
+            device = str(device).replace("/", "_").replace(" ", "_")
+            lines.append(f"#      resource {n:<2} :  md {md:<2} dev {dev:<2} flags -- "
+                         f"{name}/{device}")
+            n += 1
+        md += 1
+    return "\n".join(lines) + "\n"
+
+
 # -- proof of use ---------------------------------------------------------------------
 def loaded_libucp() -> str:
     """Path of the libucp.so.0 mapped into this process ('' if none)."""

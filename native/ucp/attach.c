@@ -9,7 +9,10 @@
  *     keeps its interpreter: a second one would be a second runtime.
  *  2. In a process with no interpreter (a C MPI program) open the libpython
  *     this library was built against, RTLD_GLOBAL so the bridge extension
- *     resolves against it, start it without signal handlers, add the build's
+ *     resolves against it, give it the build's Python home (UCXS_PYHOME: else
+ *     it would look for its standard library by the first `python3` on PATH,
+ *     and Open MPI's ranks find Debian's there, whose stdlib is not this
+ *     libpython's), start it without signal handlers, add the build's
  *     site-packages (UCXS_SITE, or $UCXPY_PYTHONPATH) by site.addsitedir so
  *     the project's editable install is found, and release the GIL.
  *  3. Import ucxpy._ucp_bridge and take its table from a capsule; give it
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <wchar.h>
 
 #include "shim.h"
 
@@ -30,6 +34,9 @@
 #endif
 #ifndef UCXS_SITE
 #define UCXS_SITE ""
+#endif
+#ifndef UCXS_PYHOME
+#define UCXS_PYHOME ""
 #endif
 
 const ucxs_bridge_t *ucxs_py;
@@ -107,6 +114,15 @@ static int start_python(ucxs_pyapi_t *api)
     if (!pyapi_lookup(lib, api)) {
         ucxs_error("ucp_init", "%s lacks the Python C API", UCXS_LIBPYTHON);
         return 0;
+    }
+    /* the home of the libpython opened (sys.base_prefix at build time) */
+    void (*set_home)(const wchar_t *) = (void (*)(const wchar_t *))dlsym(lib, "Py_SetPythonHome");
+    wchar_t *(*decode)(const char *, size_t *) =
+        (wchar_t *(*)(const char *, size_t *))dlsym(lib, "Py_DecodeLocale");
+    if (UCXS_PYHOME[0] != '\0' && set_home != NULL && decode != NULL) {
+        static wchar_t *home;              /* Python keeps the pointer: never freed */
+        if ((home = decode(UCXS_PYHOME, NULL)) != NULL)
+            set_home(home);
     }
     api->initialize_ex(0);
     /* the build's site-packages first, then $UCXPY_PYTHONPATH: .pth files and

@@ -29,7 +29,7 @@
 #define FNS(X)                                                                           \
     X(context_create) X(worker_create) X(worker_destroy) X(ep_create) X(ep_close)         \
     X(flush) X(tag_probe) X(am_handler) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)   \
-    X(rkey_unpack) X(status_of) X(failure)
+    X(rkey_unpack) X(rkey_map) X(context_info) X(status_of) X(failure)
 
 #define FN_ENUM(name) FN_##name,
 #define FN_NAME(name) #name,
@@ -41,7 +41,8 @@ static PyObject *tag_info_type;            /* ucxpy.TagInfo: a receive's result 
 /* attribute names, interned once */
 #define NAMES(X) X(done) X(exc) X(result) X(tag) X(length) X(pending) X(add_done_callback) \
     X(cancel) X(worker) X(progress) X(tag_send_nb) X(tag_send_sync_nb) X(tag_recv_nb)      \
-    X(tag_recv_message_nb) X(am_send_nb) X(receive) X(put_nb) X(get_nb)
+    X(tag_recv_message_nb) X(am_send_nb) X(receive) X(put_nb) X(get_nb) X(atomic_post)      \
+    X(atomic_fetch_nb) X(add) X(swap) X(cswap) X(and) X(or) X(xor)
 #define NAME_DECL(n) static PyObject *s_##n;
 NAMES(NAME_DECL)
 
@@ -125,8 +126,11 @@ static ucs_status_t outcome_of(PyObject *r, const char *op, ucp_tag_recv_info_t 
         Py_XDECREF(n);
         if (PyErr_Occurred())
             status = raised(op);
-    } else if (PyLong_Check(res)) {
-        length = PyLong_AsSsize_t(res);
+    } else if (PyLong_Check(res)) {       /* a length, or an atomic's old value */
+        tag = PyLong_AsUnsignedLongLongMask(res);
+        length = (Py_ssize_t)tag;
+        if (PyErr_Occurred())
+            status = raised(op);
     }
 out:
     if (info != NULL) {
@@ -230,9 +234,9 @@ static PyObject *method(PyObject *name, PyObject *self, int n, PyObject **more)
 {
     /* slot 0 is spare: PY_VECTORCALL_ARGUMENTS_OFFSET lets the callee use
      * the slot before the arguments */
-    PyObject *slots[7] = {NULL, self};
+    PyObject *slots[8] = {NULL, self};
     PyObject *res = NULL;
-    int ok = self != NULL && n <= 5;
+    int ok = self != NULL && n <= 6;
     for (int i = 0; i < n; i++) {
         slots[i + 2] = more[i];
         ok = ok && more[i] != NULL;
@@ -589,6 +593,88 @@ static ucs_status_t b_rma(void *worker, void *ep, int put, void *buf, size_t len
     return s;
 }
 
+/* The core's names of ucp_atomic_op_t's operations. */
+static PyObject *atomic_name(ucp_atomic_op_t op)
+{
+    switch (op) {
+    case UCP_ATOMIC_OP_ADD: return s_add;
+    case UCP_ATOMIC_OP_SWAP: return s_swap;
+    case UCP_ATOMIC_OP_CSWAP: return s_cswap;
+    case UCP_ATOMIC_OP_AND: return s_and;
+    case UCP_ATOMIC_OP_OR: return s_or;
+    case UCP_ATOMIC_OP_XOR: return s_xor;
+    default: return NULL;
+    }
+}
+
+static ucs_status_t b_atomic(void *worker, void *ep, ucp_atomic_op_t op, size_t size,
+                             uint64_t value, uint64_t compare, uint64_t remote_addr, void *rkey,
+                             int fetch, void *req, ucp_tag_recv_info_t *info)
+{
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    PyObject *name = atomic_name(op);
+    PyObject *args[] = {Py_XNewRef(name), PyLong_FromUnsignedLongLong(value),
+                        PyLong_FromUnsignedLongLong(remote_addr), Py_NewRef(py(rkey)),
+                        PyLong_FromSize_t(size), PyLong_FromUnsignedLongLong(compare)};
+    ucs_status_t s = track("ucp_atomic", method(fetch ? s_atomic_fetch_nb : s_atomic_post, ep,
+                                                fetch ? 6 : 5, args), worker, req, info);
+    if (!fetch)
+        Py_XDECREF(args[5]);               /* not passed */
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_rkey_map(void *rkey, void **map, void **address, uint64_t *base,
+                               size_t *length)
+{
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    ucs_status_t s = UCS_OK;
+    PyObject *view = NULL;
+    unsigned long long b;
+    Py_buffer buf;
+    PyObject *res = call(FN_rkey_map, Py_BuildValue("(O)", py(rkey)));
+    if (res == NULL) {
+        s = raised("ucp_rkey_ptr");
+        goto out;
+    }
+    if (res == Py_None) {
+        s = UCS_ERR_UNREACHABLE;
+        goto out;
+    }
+    if (!PyArg_ParseTuple(res, "OK", &view, &b) ||
+        PyObject_GetBuffer(view, &buf, PyBUF_WRITABLE) < 0) {
+        s = raised("ucp_rkey_ptr");
+        goto out;
+    }
+    *address = buf.buf;                    /* valid while the view lives: kept in *map */
+    *length = (size_t)buf.len;
+    PyBuffer_Release(&buf);
+    *base = b;
+    *map = Py_NewRef(view);
+out:
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_context_info(void *ctx, char **text)
+{
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    ucs_status_t s = UCS_OK;
+    Py_ssize_t n;
+    PyObject *res = call(FN_context_info, Py_BuildValue("(O)", py(ctx)));
+    const char *utf8 = res != NULL ? PyUnicode_AsUTF8AndSize(res, &n) : NULL;
+    if (utf8 == NULL)
+        s = raised("ucp_context_print_info");
+    else if ((*text = malloc((size_t)n + 1)) == NULL)
+        s = UCS_ERR_NO_MEMORY;
+    else
+        memcpy(*text, utf8, (size_t)n + 1);
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
 static const ucxs_bridge_t table = {
     .abi = UCXS_BRIDGE_ABI,
     .attach = b_attach,
@@ -614,6 +700,9 @@ static const ucxs_bridge_t table = {
     .rkey_pack = b_rkey_pack,
     .rkey_unpack = b_rkey_unpack,
     .rma = b_rma,
+    .atomic = b_atomic,
+    .rkey_map = b_rkey_map,
+    .context_info = b_context_info,
 };
 
 /* -- what the adapter calls ---------------------------------------------------------- */
@@ -650,11 +739,12 @@ static PyObject *m_ops(PyObject *self, PyObject *arg)
     const ucxs_ops_t *ops = PyLong_AsVoidPtr(arg);
     if (ops == NULL)
         return PyErr_Occurred() ? NULL : PyDict_New();
-    return Py_BuildValue("{sKsKsKsKsKsK}", "tag_send", (unsigned long long)ops->tag_send,
+    return Py_BuildValue("{sKsKsKsKsKsKsK}", "tag_send", (unsigned long long)ops->tag_send,
                          "tag_recv", (unsigned long long)ops->tag_recv,
                          "am_send", (unsigned long long)ops->am_send,
                          "am_recv", (unsigned long long)ops->am_recv,
-                         "put", (unsigned long long)ops->put, "get", (unsigned long long)ops->get);
+                         "put", (unsigned long long)ops->put, "get", (unsigned long long)ops->get,
+                         "atomic", (unsigned long long)ops->atomic);
 }
 
 static PyMethodDef methods[] = {

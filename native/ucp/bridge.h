@@ -20,13 +20,13 @@
 
 #include <ucp/api/ucp.h>
 
-#define UCXS_BRIDGE_ABI 1
+#define UCXS_BRIDGE_ABI 2
 #define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
 
 /* What a worker carried, counted by libucp (the proof-of-use report reads
  * it through the bridge: ucxpy/capi.py). */
 typedef struct ucxs_ops {
-    uint64_t tag_send, tag_recv, am_send, am_recv, put, get;
+    uint64_t tag_send, tag_recv, am_send, am_recv, put, get, atomic;
 } ucxs_ops_t;
 
 /* libucp's side: called by the bridge with the GIL held. */
@@ -76,6 +76,18 @@ typedef struct ucxs_bridge {
     ucs_status_t (*rkey_unpack)(void *ep, const void *buffer, size_t length, void **rkey);
     ucs_status_t (*rma)(void *worker, void *ep, int put, void *buf, size_t length,
                         uint64_t remote_addr, void *rkey, void *req, ucp_tag_recv_info_t *info);
+    /* `op` a ucp_atomic_op_t; `fetch`: the old value comes back as the
+     * request's info.sender_tag (else a non-fetching post) */
+    ucs_status_t (*atomic)(void *worker, void *ep, ucp_atomic_op_t op, size_t size,
+                           uint64_t value, uint64_t compare, uint64_t remote_addr, void *rkey,
+                           int fetch, void *req, ucp_tag_recv_info_t *info);
+    /* the region of `rkey` mapped here: `*map` a new reference keeping the
+     * mapping, `*address` its first byte, `*base` its remote address;
+     * UCS_ERR_UNREACHABLE where no memory domain of this process maps it */
+    ucs_status_t (*rkey_map)(void *rkey, void **map, void **address, uint64_t *base,
+                             size_t *length);
+    /* ucp_context_print_info's text (malloc'd, NUL-terminated) */
+    ucs_status_t (*context_info)(void *ctx, char **text);
 } ucxs_bridge_t;
 
 #endif

@@ -2,7 +2,8 @@
  * context.c — configuration and the context (a process's use of ucxpy).
  *
  * Entry points: ucp_config_read, ucp_config_release, ucp_init_version,
- * ucp_cleanup, ucp_get_version, ucp_get_version_string, ucp_context_query.
+ * ucp_cleanup, ucp_get_version, ucp_get_version_string, ucp_context_query,
+ * ucp_context_print_info.
  *
  * Theory of operation.  Configuration is ucxpy's own (UCXPY_* variables, read
  * by the core when the context is made); ucp_config_read hands out an empty
@@ -10,6 +11,8 @@
  * attaches to Python (attach.c) and makes the core's Context.  Of the
  * caller's ucp_params_t only the fields its field_mask names are read, so
  * callers built against any API from 1.13 to 1.20 pass their own struct.
+ * ucp_context_print_info prints ucxpy's own transports and devices (capi.py
+ * context_info), in the `# resource` line layout of UCX's, never UCX's names.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,4 +109,14 @@ ucs_status_t ucp_context_query(ucp_context_h ctx, ucp_context_attr_t *attr)
     if (attr->field_mask & UCP_ATTR_FIELD_MEMORY_TYPES)
         attr->memory_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
     return UCS_OK;
+}
+
+void ucp_context_print_info(const ucp_context_h context, FILE *stream)
+{
+    char *text = NULL;
+    if (ucxs_py->context_info(context->py, &text) != UCS_OK)
+        fprintf(stream, "# UCP context: ucxpy (its description failed: see stderr)\n");
+    else
+        fputs(text, stream);
+    free(text);
 }

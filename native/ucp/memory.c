@@ -2,7 +2,8 @@
  * memory.c — memory handles and remote keys.
  *
  * Entry points: ucp_mem_map, ucp_mem_unmap, ucp_mem_query, ucp_mem_advise,
- * ucp_rkey_pack, ucp_rkey_buffer_release, ucp_ep_rkey_unpack, ucp_rkey_destroy.
+ * ucp_rkey_pack, ucp_rkey_buffer_release, ucp_ep_rkey_unpack, ucp_rkey_ptr,
+ * ucp_rkey_destroy.
  *
  * Theory of operation.  A handle is the core's MemHandle, registered with the
  * context's first worker (the core registers per worker, UCP per context):
@@ -12,6 +13,11 @@
  * core's packed remote key, in a malloc'd copy.  A region of length 0 (MPICH
  * maps one for a window of size 0) has no core handle; its key, of length 0,
  * reaches nothing: an access of more than 0 bytes through it is an error.
+ * ucp_rkey_ptr maps a same-host peer's region into this process once per key
+ * (RemoteKey.map: the shm memory domain's mapping of memory the core
+ * allocated), kept until ucp_rkey_destroy; a region no memory domain here can
+ * map (another host, memory the peer registered rather than allocated) gives
+ * UCS_ERR_UNREACHABLE, and callers then use put and get.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -133,8 +139,32 @@ ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h ep, const void *rkey_buffer, ucp_rkey_h
     return UCS_OK;
 }
 
+ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p)
+{
+    if (rkey->py == NULL)
+        return UCS_ERR_UNREACHABLE;        /* an empty region */
+    if (rkey->map == NULL) {
+        void *map, *address;
+        ucs_status_t status = ucxs_py->rkey_map(rkey->py, &map, &address, &rkey->base,
+                                                &rkey->length);
+        if (status != UCS_OK)
+            return status;
+        rkey->map = map;
+        rkey->mapped = address;
+    }
+    if (raddr < rkey->base || raddr - rkey->base >= rkey->length) {
+        ucxs_error("ucp_rkey_ptr", "address %#llx is outside the key's region [%#llx+%zu]",
+                   (unsigned long long)raddr, (unsigned long long)rkey->base, rkey->length);
+        return UCS_ERR_INVALID_PARAM;
+    }
+    *addr_p = rkey->mapped + (raddr - rkey->base);
+    return UCS_OK;
+}
+
 void ucp_rkey_destroy(ucp_rkey_h rkey)
 {
+    if (rkey->map != NULL)
+        ucxs_py->release(rkey->map);
     if (rkey->py != NULL)
         ucxs_py->release(rkey->py);
     free(rkey);

@@ -9,7 +9,9 @@
  * its bytes.  Requests come from a per-context pool and the caller's
  * request_init runs once per pool object, when it is first made; with
  * UCP_OP_ATTR_FIELD_REQUEST the caller gives the memory (request_size of
- * ucp_context_query counts our header, which sits before its handle).
+ * ucp_context_query counts our header, which sits before its handle); an
+ * operation done within the call leaves that request completed, so testing
+ * it gives the outcome whatever the call returned.
  *
  *   posted ──(bridge: done now)────────────────> caller gets NULL / error,
  *     │                                           or, NO_IMM_CMPL, queued
@@ -82,6 +84,8 @@ static void req_reset(ucxs_req_t *req, ucp_worker_h worker, ucxs_cb_kind_t kind)
     req->cb = NULL;
     req->user_data = NULL;
     memset(&req->dt, 0, sizeof(req->dt));
+    req->reply = NULL;
+    req->reply_size = 0;
 }
 
 ucxs_req_t *ucxs_req_new(ucp_worker_h worker, const ucp_request_param_t *param,
@@ -122,9 +126,16 @@ ucxs_req_t *ucxs_req_new_old(ucp_worker_h worker, ucp_send_callback_t cb, const 
     return req;
 }
 
-/* Datatype epilogue of a finished request; may turn its status into an error. */
+/* Data epilogue of a finished request, before the caller hears of it: the
+ * datatype's (may turn its status into an error), or an atomic's old value
+ * into the reply buffer (its low reply_size bytes: x86-64 is little-endian). */
 static void req_finish_data(ucxs_req_t *req)
 {
+    if (req->flags & UCXS_REQ_FETCH) {
+        if (req->status == UCS_OK)
+            memcpy(req->reply, &req->info.sender_tag, req->reply_size);
+        return;
+    }
     req->status = ucxs_dt_finish(&req->dt, req->flags & UCXS_REQ_RECV, req->status,
                                  req->info.length);
 }
@@ -154,6 +165,10 @@ ucs_status_ptr_t ucxs_req_posted(ucxs_req_t *req, ucs_status_t status,
             *param->recv_info.tag_info = req->info;
         }
     }
+    if (req->flags & UCXS_REQ_CALLER_MEMORY)
+        /* the caller's memory stays a request it may test (Open MPI's pml
+         * tests its own request whatever the call returned) */
+        req->flags |= UCXS_REQ_COMPLETED;
     ucxs_req_put(req);
     return status == UCS_OK ? NULL : UCS_STATUS_PTR(status);
 }

@@ -108,6 +108,10 @@ struct ucp_mem {
 
 struct ucp_rkey {
     void *py;                              /* ucxpy.rma.RemoteKey */
+    void *map;                             /* ucp_rkey_ptr's mapping (a reference), or NULL */
+    char *mapped;                          /* its first byte here */
+    uint64_t base;                         /* the region's remote address */
+    size_t length;
 };
 
 struct ucp_recv_desc {                     /* a probed message (ucp_tag_message_h) */
@@ -150,6 +154,7 @@ enum {
     UCXS_REQ_CALLER_MEMORY = 4,            /* UCP_OP_ATTR_FIELD_REQUEST: not ours to pool */
     UCXS_REQ_RECV = 8,                     /* ucxs_dt_finish unpacks */
     UCXS_REQ_AM = 16,                      /* recv_info is a length, not a tag_info */
+    UCXS_REQ_FETCH = 32,                   /* an atomic's old value (info.sender_tag) to `reply` */
 };
 
 struct ucxs_req {
@@ -162,6 +167,8 @@ struct ucxs_req {
     void *cb;
     void *user_data;
     ucxs_dt_t dt;
+    void *reply;                           /* UCXS_REQ_FETCH: reply_size bytes */
+    size_t reply_size;
     ucxs_req_t *next_free;
 };
 

@@ -17,20 +17,8 @@
 #include <stdlib.h>
 
 #define UCXS_UNIMPLEMENTED(X) \
-    X(ucp_atomic_add32) \
-    X(ucp_atomic_add64) \
-    X(ucp_atomic_cswap32) \
-    X(ucp_atomic_cswap64) \
-    X(ucp_atomic_fadd32) \
-    X(ucp_atomic_fadd64) \
-    X(ucp_atomic_fetch_nb) \
-    X(ucp_atomic_op_nbx) \
-    X(ucp_atomic_post) \
-    X(ucp_atomic_swap32) \
-    X(ucp_atomic_swap64) \
     X(ucp_config_print) \
     X(ucp_conn_request_query) \
-    X(ucp_context_print_info) \
     X(ucp_ep_evaluate_perf) \
     X(ucp_ep_modify_nb) \
     X(ucp_ep_print_info) \
@@ -43,7 +31,6 @@
     X(ucp_mem_print_info) \
     X(ucp_request_alloc) \
     X(ucp_request_query) \
-    X(ucp_rkey_ptr) \
     X(ucp_stream_data_release) \
     X(ucp_stream_recv_data_nb) \
     X(ucp_stream_recv_nb) \

@@ -37,11 +37,34 @@ LIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 LIBUCP = os.path.join(LIB_DIR, "libucp.so.0")
 
 
+#: Open MPI's selection (``OMPI_MCA_<name>``): its UCX components forced, so
+#: that a job whose UCX component cannot run fails instead of passing on ob1,
+#: its shared memory or OSHMEM's other components.  ``pml_ucx_tls`` /
+#: ``pml_ucx_devices`` = ``any``: Open MPI's defaults keep only the UCX
+#: transports and devices they name (rc, ud, dc, ...), and ucxpy's libucp
+#: lists none of those (ucp_context_print_info prints ucxpy's own).  The
+#: symmetric heap is mmap'ed (``sshmem mmap``) and registered with
+#: ucp_mem_map, rather than allocated by UCX at a fixed address.
+OPENMPI = {
+    "pml": "ucx", "osc": "ucx", "spml": "ucx", "atomic": "ucx", "sshmem": "mmap",
+    "pml_ucx_tls": "any", "pml_ucx_devices": "any",
+}
+#: Variables Open MPI's launcher hands to ranks on other hosts (its local
+#: ranks inherit its environment): ``-x NAME`` for each one set, added to the
+#: command by :func:`command` (Open MPI refuses ``-x`` together with
+#: ``mca_base_env_list``, so the user's own ``-x`` keeps working).
+FORWARD = ("LD_LIBRARY_PATH", auth.ENV_KEY, "UCXPY_UCP_REPORT", "UCXPY_TLS",
+           "UCXPY_PYTHONPATH")
+
+
 def environment(reference: bool = False, base=None) -> dict:
-    """The environment of a run on ucxpy (or on the real UCX: ``reference``)."""
+    """The environment of a run on ucxpy (or on the real UCX: ``reference``):
+    MPICH's variables and Open MPI's, whichever launcher the command uses."""
     env = dict(os.environ if base is None else base)
     env.setdefault("MPIR_CVAR_CH4_NETMOD", "ucx")
     env.setdefault("MPIR_CVAR_NOLOCAL", "1")
+    for name, value in OPENMPI.items():
+        env.setdefault("OMPI_MCA_" + name, value)
     if not reference:
         # the job key every rank proves on connecting (ucxpy.auth), as ucxpy-run
         # hands its ranks: the launcher passes our environment on to them
@@ -49,6 +72,25 @@ def environment(reference: bool = False, base=None) -> dict:
         old = env.get("LD_LIBRARY_PATH")
         env["LD_LIBRARY_PATH"] = LIB_DIR + (":" + old if old else "")
     return env
+
+
+def is_openmpi_launcher(program: str) -> bool:
+    """Whether ``program`` (a command's first word) is Open MPI's launcher
+    (``mpirun``/``mpiexec``/``oshrun`` are links to its ``orterun``)."""
+    path = shutil.which(program)
+    return path is not None and os.path.basename(os.path.realpath(path)) in ("orterun", "prterun")
+
+
+def command(argv: list, env: dict) -> list:
+    """``argv`` with what its launcher needs to carry ``env`` to every rank:
+    for Open MPI's, ``-x NAME`` for the :data:`FORWARD` variables set."""
+    if not argv or not is_openmpi_launcher(argv[0]):
+        return list(argv)
+    extra = []
+    for name in FORWARD:
+        if name in env:
+            extra += ["-x", name]
+    return [argv[0], *extra, *argv[1:]]
 
 
 def libmpi() -> str:
@@ -140,7 +182,7 @@ def main(argv=None) -> int:
         folder = tempfile.mkdtemp(prefix="ucxpy-ucp-")
         env["UCXPY_UCP_REPORT"] = folder
     try:
-        rc = subprocess.call(args.command, env=env)
+        rc = subprocess.call(command(args.command, env), env=env)
         if folder is not None:
             problems = check_reports(folder, args.ranks or _ranks_of(args.command),
                                      require_ops=rc == 0)
