@@ -18,7 +18,10 @@
  *    synchronous send (done only after the match), generic datatypes;
  *  - active messages: eager data in the handler, rendezvous kept by
  *    UCS_INPROGRESS and received later by ucp_am_recv_data_nbx;
- *  - RMA: ALLOCATE'd memory, packed keys, put/get, flush.
+ *  - a caller-allocated request (UCP_OP_ATTR_FIELD_REQUEST) done within the
+ *    call tests as done;
+ *  - RMA: ALLOCATE'd memory, packed keys, put/get, flush; atomics (op_nbx,
+ *    post, fetch_nb, the blocking forms), rkey_ptr, context_print_info.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +161,28 @@ static void test_eager_and_rules(void)
     CHECK("check_status OK after", ucp_request_check_status(r) == UCS_OK, "status %d",
           ucp_request_check_status(r));
     ucp_request_free(r);
+}
+
+/* UCP_OP_ATTR_FIELD_REQUEST (Open MPI's pml): a receive whose message is
+ * already there completes within the call, and the caller's request then
+ * tests as done, with the message's tag and length. */
+static void test_caller_request(ucp_context_h ctx)
+{
+    ucp_context_attr_t ca = {.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE};
+    ucp_context_query(ctx, &ca);
+    char *mem = calloc(1, ca.request_size + 64), got[16] = {0};
+    void *req = mem + ca.request_size;
+    send_now("caller", 7, 0xc0ffee);
+    progress_n(4);
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST, .request = req};
+    ucs_status_ptr_t r = ucp_tag_recv_nbx(worker, got, sizeof(got), 0xc0ffee, ~0ull, &p);
+    ucp_tag_recv_info_t info = {0};
+    ucs_status_t st = ucp_request_test(req, &info);
+    CHECK("a caller's request done within the call tests as done",
+          (r == NULL || r == req) && st == UCS_OK && info.length == 7 &&
+          info.sender_tag == 0xc0ffee && !strcmp(got, "caller"),
+          "ret %p status %s length %zu", r, ucs_status_string(st), info.length);
+    free(mem);
 }
 
 static void test_release_before_completion(void)
@@ -396,6 +421,90 @@ static void test_active_messages(void)
     free(dst);
 }
 
+/* Wait for a request of ucp_*_nbx / _nb (NULL: done), then free it. */
+static ucs_status_t wait_ptr(ucs_status_ptr_t r)
+{
+    if (r == NULL || UCS_PTR_IS_ERR(r))
+        return UCS_PTR_STATUS(r);
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(r)) == UCS_INPROGRESS)
+        ucp_worker_progress(worker);
+    ucp_request_free(r);
+    return st;
+}
+
+/* Atomics on the words at base+128.. of an ALLOCATE'd region; rkey_ptr. */
+static void test_atomics(ucp_context_h ctx, uint64_t base, void *local, ucp_rkey_h rkey)
+{
+    uint64_t *w64 = (uint64_t *)((char *)local + 128);
+    uint32_t *w32 = (uint32_t *)((char *)local + 144);
+    uint64_t operand = 5, reply = 0;
+    *w64 = 100;
+    *w32 = 7;
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE |
+                                             UCP_OP_ATTR_FIELD_REPLY_BUFFER,
+                             .datatype = ucp_dt_make_contig(8), .reply_buffer = &reply};
+    ucs_status_t st = wait_ptr(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &operand, 1, base + 128,
+                                                 rkey, &p));
+    CHECK("atomic_op_nbx fetch-add 64", st == UCS_OK && reply == 100 && *w64 == 105,
+          "%s reply %llu word %llu", ucs_status_string(st), (unsigned long long)reply,
+          (unsigned long long)*w64);
+    operand = 105;                         /* compare */
+    reply = 9;                             /* swapped in */
+    st = wait_ptr(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_CSWAP, &operand, 1, base + 128, rkey, &p));
+    CHECK("atomic_op_nbx cswap: compare *buffer, store *reply, old to reply",
+          st == UCS_OK && reply == 105 && *w64 == 9, "reply %llu word %llu",
+          (unsigned long long)reply, (unsigned long long)*w64);
+    uint32_t op32 = 3, reply32 = 0;
+    p.datatype = ucp_dt_make_contig(4);
+    p.reply_buffer = &reply32;
+    st = wait_ptr(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_XOR, &op32, 1, base + 144, rkey, &p));
+    CHECK("atomic_op_nbx fetch-xor 32", st == UCS_OK && reply32 == 7 && *w32 == 4,
+          "reply %u word %u", reply32, *w32);
+    p.op_attr_mask &= ~UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    st = wait_ptr(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_OR, &op32, 1, base + 144, rkey, &p));
+    CHECK("atomic_op_nbx without a reply buffer: a post", st == UCS_OK && *w32 == 7,
+          "%s word %u", ucs_status_string(st), *w32);
+    st = ucp_atomic_post(ep, UCP_ATOMIC_POST_OP_ADD, 1000, 8, base + 128, rkey);
+    ucs_status_t fl = ucp_ep_flush(ep);
+    CHECK("atomic_post + flush", st == UCS_OK && fl == UCS_OK && *w64 == 1009,
+          "%s/%s word %llu", ucs_status_string(st), ucs_status_string(fl),
+          (unsigned long long)*w64);
+    uint64_t result = 77;                  /* fetch_nb CSWAP: compare `value`, store *result */
+    st = wait_ptr(ucp_atomic_fetch_nb(ep, UCP_ATOMIC_FETCH_OP_CSWAP, 1009, &result, 8,
+                                      base + 128, rkey, NULL));
+    CHECK("atomic_fetch_nb cswap", st == UCS_OK && result == 1009 && *w64 == 77,
+          "result %llu word %llu", (unsigned long long)result, (unsigned long long)*w64);
+    uint64_t old64 = 0;
+    st = ucp_atomic_fadd64(ep, 3, base + 128, rkey, &old64);
+    CHECK("blocking ucp_atomic_fadd64", st == UCS_OK && old64 == 77 && *w64 == 80,
+          "old %llu word %llu", (unsigned long long)old64, (unsigned long long)*w64);
+    st = wait_ptr(ucp_atomic_op_nbx(ep, UCP_ATOMIC_OP_ADD, &operand, 1, base + 130, rkey, &p));
+    CHECK("a misaligned atomic is an error", st != UCS_OK, "%s", ucs_status_string(st));
+
+    void *mapped = NULL;
+    st = ucp_rkey_ptr(rkey, base + 128, &mapped);
+    CHECK("rkey_ptr maps ALLOCATE'd memory of this host",
+          st == UCS_OK && mapped != NULL && *(uint64_t *)mapped == 80,
+          "%s", ucs_status_string(st));
+    if (st == UCS_OK) {
+        *(uint64_t *)mapped = 4242;        /* a store through the mapping is the region's */
+        CHECK("... the same memory", *w64 == 4242, "word %llu", (unsigned long long)*w64);
+    }
+    st = ucp_rkey_ptr(rkey, base + 4096, &mapped);
+    CHECK("rkey_ptr outside the region is an error", st != UCS_OK, "%s", ucs_status_string(st));
+
+    char *text = NULL;
+    size_t text_len = 0;
+    FILE *f = open_memstream(&text, &text_len);
+    ucp_context_print_info(ctx, f);
+    fclose(f);
+    CHECK("print_info lists ucxpy's own resources",
+          text != NULL && strstr(text, "flags -- self/") && strstr(text, "ucxpy") &&
+          !strstr(text, "rc_verbs") && !strstr(text, "posix"), "%s", text);
+    free(text);
+}
+
 static void test_rma(ucp_context_h ctx)
 {
     ucp_mem_map_params_t mp = {
@@ -435,6 +544,7 @@ static void test_rma(ucp_context_h ctx)
     CHECK("get_nb reads it back", !strcmp(in, out), "got '%s'", in);
     st = ucp_put(ep, out, sizeof(out), base + 4096, rkey);
     CHECK("put outside the region is an error", st != UCS_OK, "%s", ucs_status_string(st));
+    test_atomics(ctx, base, ma.address, rkey);
     ucp_rkey_destroy(rkey);
     ucp_mem_unmap(ctx, mh);
 
@@ -489,6 +599,7 @@ int main(void)
 
     test_eager_and_rules();
     test_release_before_completion();
+    test_caller_request(ctx);
     test_cancel();
     test_truncation_and_mask();
     test_probe();

@@ -188,6 +188,11 @@ def main(argv=None) -> int:
                                      require_ops=rc == 0)
             for msg in problems:
                 print(f"ucxpy-ucx --check: {msg}", file=sys.stderr)
+            if problems and any(" ranks reported" in m for m in problems):
+                print("ucxpy-ucx --check: those ranks did not load ucxpy's libucp.so.0 "
+                      f"({LIBUCP}): their MPI is not built for UCX, links a UCX statically, "
+                      "or was told to use another path (an OMPI_MCA_pml / MPIR_CVAR_* of "
+                      "the environment overrides ucxpy-ucx's)", file=sys.stderr)
             if problems and rc == 0:
                 rc = 3
     finally:
