@@ -259,3 +259,39 @@ def test_rma_names_no_transport_and_owns_no_memory():
                         "_fastpath"}, imported
     for word in ("shmfile", "cma_", "process_vm", "/dev/shm", "pack_local_key"):
         assert word not in src.replace("cross-memory", ""), word
+
+
+@pytest.mark.parametrize("tls", ["self,shm", "self,tcp"])
+def test_mem_map_at_a_fixed_address(tls):
+    """``mem_map(length, address=)`` (UCP_MEM_MAP_FIXED, OpenSHMEM's symmetric
+    heap): the allocation is also mapped at exactly that address, which is
+    the region's address for peers; a range in use is refused, not replaced;
+    unmapping releases the range."""
+    import ctypes
+    import mmap
+    a, b, ep = pair(tls)
+    try:
+        probe = mmap.mmap(-1, 1 << 20)              # find a free, aligned range
+        free = ctypes.addressof(ctypes.c_char.from_buffer(probe))
+        probe.close()
+        mh = b.mem_map(length=10000, address=free)
+        assert mh.address == free and mh.length >= 10000
+        at = (ctypes.c_char * 16).from_address(free + 4096)
+        at[:5] = b"fixed"                          # a store at the fixed address ...
+        assert bytes(mh.buf[4096:4101]) == b"fixed"  # ... is the region's memory
+        rkey = ep.unpack_rkey(mh.pack_rkey())
+        wait([a, b], ep.put_nb(b"remote", free + 100, rkey))
+        assert bytes(at.__class__.from_address(free + 100)[:6]) == b"remote"
+        got = bytearray(5)
+        wait([a, b], ep.get_nb(got, free + 4096, rkey))
+        assert got == b"fixed"
+        with pytest.raises(OSError):               # in use: never replaced
+            b.mem_map(length=4096, address=free)
+        mh.unmap()
+        again = b.mem_map(length=4096, address=free)  # released
+        again.unmap()
+        with pytest.raises(OSError):
+            b.mem_map(length=4096, address=free + 1)  # not page-aligned
+    finally:
+        a.close()
+        b.close()

@@ -5,7 +5,8 @@ components on ucxpy (native/ucp/, ucxpy/capi.py), through ``ucxpy-ucx``.
   cancel, datatypes, collectives, RMA windows) and a C OpenSHMEM program
   (tests/ucp/shmem_basics.c: puts/gets small and large, strided, fence, quiet,
   atomics, locks, reductions) at 2 and 4 ranks, under ``--check``: every rank
-  proves it ran on our libucp with operations counted;
+  proves it ran on our libucp with operations counted; OSHMEM's symmetric
+  heap allocated at its fixed address (shmem_ptr maps peers'), or mmap'ed;
 * the selection is forced: with ucxpy unable to start, the job fails instead
   of passing on Open MPI's ob1 or its shared memory;
 * Open MPI forced off UCX passes its MPI but fails ``--check``, with a clear
@@ -88,6 +89,17 @@ def test_oshmem_c_program(shmem_prog, n):
     assert rc == 0, out + err
     assert sorted(line.split(" (")[0] for line in out.split("\n") if ": OK" in line) == \
         [f"PE {p} of {n}: OK" for p in range(n)]
+    # sshmem/ucx: the heap at OSHMEM's fixed address, mapped by same-host PEs
+    assert out.count(": mapped)") == n, out
+
+
+def test_oshmem_with_an_mmap_heap(shmem_prog):
+    """The alternative heap (``sshmem mmap``): registered, not shared, so
+    peers reach it by CMA or active messages, and shmem_ptr gives NULL."""
+    rc, out, err = _run([UCXPY_UCX, "--check", OSHRUN, "-n", "2", shmem_prog],
+                        env=_env(OMPI_MCA_sshmem="mmap"))
+    assert rc == 0, out + err
+    assert out.count(": NULL)") == 2, out
 
 
 def test_oshmem_over_tcp_alone(shmem_prog):

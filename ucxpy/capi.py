@@ -245,11 +245,15 @@ def am_drop(msg) -> None:
 
 
 # -- memory and RMA ------------------------------------------------------------------
-def mem_map(ctx: CContext, buf, length: int):
+def mem_map(ctx: CContext, buf, length: int, fixed: int = 0):
     """Register ``buf``, or allocate ``length`` bytes (buf None) that
-    same-host peers map; returns ``(MemHandle, address)``."""
+    same-host peers map, at address ``fixed`` if not 0 (UCP_MEM_MAP_FIXED);
+    returns ``(MemHandle, address)``."""
     worker = ctx.memory_worker()
-    mh = worker.mem_map(buf) if buf is not None else worker.mem_map(length=length)
+    if buf is not None:
+        mh = worker.mem_map(buf)
+    else:
+        mh = worker.mem_map(length=length, address=fixed)
     return mh, mh.address
 
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from . import wire
+from . import shmfile, wire
 from .atomics import MASK as _MASK, OPS as ATOMIC_OPS
 from .atomics import address_of as buffer_address, apply as apply_atomic
 from .buffers import COMPLETED, recv_view, send_view
@@ -101,6 +101,7 @@ class MemHandle:
         self._regs = None           # [(memory domain, its registration)]
         self._rkey = None
         self.mapped = True
+        self.fixed = 0              # bytes mapped again at ``address`` (mem_map's address=)
 
     def __repr__(self) -> str:
         kind = f"{self.alloc_md.name}-allocated" if self.alloc is not None else "user"
@@ -227,17 +228,37 @@ class RmaEngine:
             md = self._host_md
         return md
 
-    def mem_map(self, buf=None, length: int = 0, shared: bool = False) -> MemHandle:
+    def mem_map(self, buf=None, length: int = 0, shared: bool = False,
+                address: int = 0) -> MemHandle:
         """A length allocates memory from the first interface's memory domain
         that allocates memory same-host peers map, else from the heap;
         ``shared`` (the caller wants that kind, ``RemoteKey.map``) falls back
-        to the context's host memory domain instead of the heap."""
+        to the context's host memory domain instead of the heap.  ``address``
+        (with a length): the memory is shared and also mapped at exactly that
+        page-aligned, free address, which is the region's address (UCP's
+        ``UCP_MEM_MAP_FIXED``, for OpenSHMEM's symmetric heap)."""
         if buf is None and length <= 0:
             raise ValueError("mem_map needs a buffer or a length > 0")
         if buf is not None and length:
             raise ValueError("mem_map takes a buffer or a length, not both")
+        if buf is not None and address:
+            raise ValueError("mem_map places allocated memory at an address, not a buffer")
         mem_id = next(self._ids)
-        if buf is None:
+        if address:
+            md = self._alloc_domain(host=True)
+            if md is None:
+                raise RemoteAccessError("no memory domain allocates shared memory here, "
+                                        "which a fixed address needs")
+            size = shmfile.page_round(length)
+            alloc = md.mem_alloc(size)
+            try:
+                shmfile.alias_fixed(alloc.address, size, address)
+            except BaseException:
+                md.mem_free(alloc)
+                raise
+            mh = MemHandle(self, mem_id, alloc.view, address, alloc, md)
+            mh.fixed = size
+        elif buf is None:
             md = self._alloc_domain(host=shared)
             if md is not None:
                 alloc = md.mem_alloc(length)
@@ -260,6 +281,9 @@ class RmaEngine:
         mh._regs = None
         if mh.alloc is not None:
             mh.alloc_md.mem_free(mh.alloc)
+        if mh.fixed:
+            shmfile.unmap_fixed(mh.address, mh.fixed)
+            mh.fixed = 0
 
     def close(self) -> None:
         for mh in list(self.registry.values()):

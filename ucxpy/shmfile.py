@@ -18,6 +18,64 @@ import stat
 SHM_DIR = "/dev/shm"
 
 
+_libc = None
+MAP_FAILED = (1 << 64) - 1
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        import ctypes
+        lib = ctypes.CDLL(None, use_errno=True)
+        for name, args in (("mmap", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                                     ctypes.c_int, ctypes.c_long]),
+                           ("mremap", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                       ctypes.c_int, ctypes.c_void_p]),
+                           ("munmap", [ctypes.c_void_p, ctypes.c_size_t])):
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, (ctypes.c_int if name == "munmap" else ctypes.c_void_p)
+        _libc = lib
+    return _libc
+
+
+def page_round(length: int) -> int:
+    return -(-length // mmap.PAGESIZE) * mmap.PAGESIZE
+
+
+def alias_fixed(source: int, length: int, address: int) -> None:
+    """Map the shared pages at ``source`` (a mapping of a segment, at least
+    ``length`` bytes) a second time at exactly ``address``, which must be
+    page-aligned and free: both addresses then reach the same memory (UCP's
+    ``UCP_MEM_MAP_FIXED``).  The range is first reserved with
+    MAP_FIXED_NOREPLACE, so nothing already mapped there is replaced: a range
+    in use raises OSError EEXIST.  Undo with :func:`unmap_fixed`."""
+    import ctypes
+    length = page_round(length)
+    if address % mmap.PAGESIZE:
+        raise OSError(errno.EINVAL, f"fixed address {address:#x} is not page-aligned")
+    c = _c()
+    PROT_NONE, MAP_PRIVATE, MAP_ANONYMOUS, MAP_FIXED_NOREPLACE = 0, 0x02, 0x20, 0x100000
+    got = c.mmap(address, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+                 -1, 0)
+    if got is None or got == MAP_FAILED or got != address:
+        err = ctypes.get_errno()
+        if got not in (None, MAP_FAILED):        # a kernel without NOREPLACE put it elsewhere
+            c.munmap(got, length)
+            err = errno.EEXIST
+        raise OSError(err, f"cannot place {length} bytes at {address:#x}: "
+                           f"{os.strerror(err)}")
+    MREMAP_MAYMOVE, MREMAP_FIXED = 1, 2
+    got = c.mremap(source, 0, length, MREMAP_MAYMOVE | MREMAP_FIXED, address)
+    if got is None or got == MAP_FAILED:
+        err = ctypes.get_errno()
+        c.munmap(address, length)
+        raise OSError(err, f"cannot alias {length} bytes at {address:#x}: {os.strerror(err)}")
+
+
+def unmap_fixed(address: int, length: int) -> None:
+    _c().munmap(address, page_round(length))
+
+
 def unlink_quiet(path: str) -> None:
     try:
         os.unlink(path)

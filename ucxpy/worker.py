@@ -799,13 +799,16 @@ class Worker:
         self.am.set_handler(am_id, handler)
 
     # -- memory registration -------------------------------------------------------
-    def mem_map(self, buf=None, length: int = 0, shared: bool = False) -> MemHandle:
+    def mem_map(self, buf=None, length: int = 0, shared: bool = False,
+                address: int = 0) -> MemHandle:
         """Register ``buf`` (any writable contiguous buffer), or allocate
         ``length`` bytes of registered shared memory that same-host peers map
         directly.  ``shared``: a shared segment even where the shm transport
         is not in use (for layers that map peers' memory themselves through
-        :meth:`ucxpy.rma.RemoteKey.map`).  See :mod:`ucxpy.rma`."""
-        return self.rma.mem_map(buf, length, shared)
+        :meth:`ucxpy.rma.RemoteKey.map`).  ``address``: the allocation is
+        also mapped at exactly that free, page-aligned address, the region's
+        address for peers (UCP's fixed-address allocation).  See :mod:`ucxpy.rma`."""
+        return self.rma.mem_map(buf, length, shared, address)
 
     # -- teardown --------------------------------------------------------------
     def flush(self, timeout: Optional[float] = None) -> None:

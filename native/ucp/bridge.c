@@ -525,13 +525,14 @@ static void b_am_drop(void *desc)
     LEAVE;
 }
 
-static ucs_status_t b_mem_map(void *ctx, void *address, size_t length, void **mem,
-                              void **address_out)
+static ucs_status_t b_mem_map(void *ctx, void *address, size_t length, void *fixed,
+                              void **mem, void **address_out)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
     ucs_status_t s = UCS_OK;
     PyObject *mh, *buf = address != NULL ? view(address, length, PyBUF_WRITE) : Py_NewRef(Py_None);
-    PyObject *res = call(FN_mem_map, Py_BuildValue("(ONn)", py(ctx), buf, (Py_ssize_t)length));
+    PyObject *res = call(FN_mem_map, Py_BuildValue("(ONnK)", py(ctx), buf, (Py_ssize_t)length,
+                                                   (unsigned long long)(uintptr_t)fixed));
     unsigned long long at;
     if (res == NULL || !PyArg_ParseTuple(res, "OK", &mh, &at)) {
         s = raised("ucp_mem_map");

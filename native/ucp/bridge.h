@@ -20,7 +20,7 @@
 
 #include <ucp/api/ucp.h>
 
-#define UCXS_BRIDGE_ABI 2
+#define UCXS_BRIDGE_ABI 3
 #define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
 
 /* What a worker carried, counted by libucp (the proof-of-use report reads
@@ -69,7 +69,8 @@ typedef struct ucxs_bridge {
     ucs_status_t (*am_recv)(void *worker, void *desc, void *buf, size_t length,
                             void *req, ucp_tag_recv_info_t *info);
     void (*am_drop)(void *desc);
-    ucs_status_t (*mem_map)(void *ctx, void *address, size_t length, void **mem,
+    /* `address` NULL: allocate, at `fixed` when not NULL */
+    ucs_status_t (*mem_map)(void *ctx, void *address, size_t length, void *fixed, void **mem,
                             void **address_out);
     ucs_status_t (*mem_unmap)(void *ctx, void *mem);
     ucs_status_t (*rkey_pack)(void *mem, void **buffer, size_t *length);

@@ -9,7 +9,10 @@
  * context's first worker (the core registers per worker, UCP per context):
  * the caller's memory, or with UCP_MEM_MAP_ALLOCATE and no address, memory
  * the core allocates where its same-host peers can map it (the shm memory
- * domain), so their puts and gets are plain copies.  A packed key is the
+ * domain), so their puts and gets are plain copies; with UCP_MEM_MAP_FIXED
+ * too, that allocation is mapped again at exactly the caller's address (a
+ * free range: the core refuses one in use), the region's address for peers
+ * (OpenSHMEM's symmetric heap, Open MPI's sshmem/ucx).  A packed key is the
  * core's packed remote key, in a malloc'd copy.  A region of length 0 (MPICH
  * maps one for a window of size 0) has no core handle; its key, of length 0,
  * reaches nothing: an access of more than 0 bytes through it is an error.
@@ -50,18 +53,21 @@ ucs_status_t ucp_mem_map(ucp_context_h context, const ucp_mem_map_params_t *para
         ucxs_error("ucp_mem_map", "no address and no UCP_MEM_MAP_ALLOCATE");
         return UCS_ERR_INVALID_PARAM;
     }
-    if (flags & UCP_MEM_MAP_FIXED) {
-        ucxs_error("ucp_mem_map", "UCP_MEM_MAP_FIXED is not implemented");
-        return UCS_ERR_UNSUPPORTED;
+    if ((flags & UCP_MEM_MAP_FIXED) && (!(flags & UCP_MEM_MAP_ALLOCATE) || address == NULL)) {
+        ucxs_error("ucp_mem_map", "UCP_MEM_MAP_FIXED places memory it allocates "
+                   "(UCP_MEM_MAP_ALLOCATE) at an address");
+        return UCS_ERR_INVALID_PARAM;
     }
     mh = calloc(1, sizeof(*mh));
     if (mh == NULL)
         return UCS_ERR_NO_MEMORY;
     mh->context = context;
     mh->length = params->length;
-    /* with ALLOCATE an address is only a hint (UCP): ours come from the core */
+    /* with ALLOCATE an address is only a hint (UCP), unless FIXED: the core's
+     * allocation is then mapped again at exactly that address */
     status = ucxs_py->mem_map(context->py, (flags & UCP_MEM_MAP_ALLOCATE) ? NULL : address,
-                              params->length, &mh->py, &mh->address);
+                              params->length, (flags & UCP_MEM_MAP_FIXED) ? address : NULL,
+                              &mh->py, &mh->address);
     if (status != UCS_OK) {
         free(mh);
         return status;

@@ -88,6 +88,7 @@ int main(int argc, char **argv)
     if (prev != 0) FAIL("cswap prev %ld", prev);
     shmem_barrier_all();
     if (word != left + 10) FAIL("cswap word %ld", word);
+    shmem_barrier_all();                   /* checked before the swap below writes word */
     prev = shmem_long_atomic_swap(&word, 5, right);
     if (prev != me + 10) FAIL("swap prev %ld", prev);
     shmem_barrier_all();

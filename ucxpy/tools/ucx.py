@@ -42,11 +42,14 @@ LIBUCP = os.path.join(LIB_DIR, "libucp.so.0")
 #: its shared memory or OSHMEM's other components.  ``pml_ucx_tls`` /
 #: ``pml_ucx_devices`` = ``any``: Open MPI's defaults keep only the UCX
 #: transports and devices they name (rc, ud, dc, ...), and ucxpy's libucp
-#: lists none of those (ucp_context_print_info prints ucxpy's own).  The
-#: symmetric heap is mmap'ed (``sshmem mmap``) and registered with
-#: ucp_mem_map, rather than allocated by UCX at a fixed address.
+#: lists none of those (ucp_context_print_info prints ucxpy's own).  OSHMEM's
+#: symmetric heap comes from ``sshmem ucx``: ucp_mem_map allocates it at the
+#: fixed address OSHMEM asks for (same-host PEs then map each other's heap:
+#: puts, gets and atomics are loads and stores, and shmem_ptr works);
+#: ``OMPI_MCA_sshmem=mmap`` in the environment registers an mmap'ed heap
+#: instead (peers reach it by CMA or active messages).
 OPENMPI = {
-    "pml": "ucx", "osc": "ucx", "spml": "ucx", "atomic": "ucx", "sshmem": "mmap",
+    "pml": "ucx", "osc": "ucx", "spml": "ucx", "atomic": "ucx", "sshmem": "ucx",
     "pml_ucx_tls": "any", "pml_ucx_devices": "any",
 }
 #: Variables Open MPI's launcher hands to ranks on other hosts (its local
