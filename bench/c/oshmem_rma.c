@@ -29,8 +29,8 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static char *target;                       /* symmetric: PE 1's region */
-static long word;
+static char *target;                       /* symmetric heap: PE 1's region */
+static long *word;                         /* symmetric heap (as ucxpy-perf's shmem driver) */
 static char *local;
 
 static void run(const char *test, size_t size, long n)
@@ -45,7 +45,7 @@ static void run(const char *test, size_t size, long n)
             shmem_getmem(local, target, size, 1);
     } else if (!strcmp(test, "amo_lat")) {
         for (long i = 0; i < n; i++)
-            (void)shmem_long_atomic_fetch_add(&word, 1, 1);
+            (void)shmem_long_atomic_fetch_add(word, 1, 1);
     } else {                               /* put_bw */
         for (long i = 0; i < n; i++) {
             for (int w = 0; w < WINDOW; w++)
@@ -69,6 +69,7 @@ int main(int argc, char **argv)
         shmem_global_exit(2);
     }
     target = shmem_malloc(MAX_SIZE);
+    word = shmem_malloc(sizeof(long));
     local = malloc(MAX_SIZE);
     memset(target, 0, MAX_SIZE);
     shmem_barrier_all();
@@ -113,6 +114,7 @@ int main(int argc, char **argv)
         }
     }
     shmem_barrier_all();
+    shmem_free(word);
     shmem_free(target);
     free(local);
     shmem_finalize();

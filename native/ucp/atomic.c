@@ -50,9 +50,9 @@ static ucs_status_t submit(const char *entry, ucp_ep_h ep, ucp_atomic_op_t op, s
         return UCS_ERR_INVALID_PARAM;
     }
     ep->worker->ops.atomic++;
-    return ucxs_py->atomic(ep->worker->py, ep->py, op, size, value, compare, remote_addr,
-                           rkey->py, req != NULL && (req->flags & UCXS_REQ_FETCH),
-                           req, req != NULL ? &req->info : NULL);
+    return ucxs_rma_posted(ep->worker, ucxs_py->atomic(
+        ep->worker->py, ep->py, op, size, value, compare, remote_addr, rkey->py,
+        req != NULL && (req->flags & UCXS_REQ_FETCH), req, req != NULL ? &req->info : NULL));
 }
 
 /* A request whose old value goes to `reply` (size bytes). */

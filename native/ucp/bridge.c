@@ -42,7 +42,7 @@ static PyObject *tag_info_type;            /* ucxpy.TagInfo: a receive's result 
 #define NAMES(X) X(done) X(exc) X(result) X(tag) X(length) X(pending) X(add_done_callback) \
     X(cancel) X(worker) X(progress) X(tag_send_nb) X(tag_send_sync_nb) X(tag_recv_nb)      \
     X(tag_recv_message_nb) X(am_send_nb) X(receive) X(put_nb) X(get_nb) X(atomic_post)      \
-    X(atomic_fetch_nb) X(add) X(swap) X(cswap) X(and) X(or) X(xor)
+    X(atomic_fetch_nb) X(atomic_fetch_now) X(add) X(swap) X(cswap) X(and) X(or) X(xor)
 #define NAME_DECL(n) static PyObject *s_##n;
 NAMES(NAME_DECL)
 
@@ -614,11 +614,32 @@ static ucs_status_t b_atomic(void *worker, void *ep, ucp_atomic_op_t op, size_t 
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
     PyObject *name = atomic_name(op);
+    ucs_status_t s;
+    /* first the core's immediate form (Endpoint.atomic_fetch_now: the key
+     * maps the peer's memory here, CPU atomics): the old value, no request */
+    PyObject *now[] = {Py_XNewRef(name), PyLong_FromUnsignedLongLong(value),
+                       PyLong_FromUnsignedLongLong(remote_addr), Py_NewRef(py(rkey)),
+                       PyLong_FromSize_t(size), PyLong_FromUnsignedLongLong(compare)};
+    PyObject *old = method(s_atomic_fetch_now, ep, 6, now);
+    if (old != NULL && old != Py_None) {
+        uint64_t v = PyLong_AsUnsignedLongLongMask(old);
+        s = PyErr_Occurred() ? raised("ucp_atomic") : UCS_OK;
+        if (s == UCS_OK && info != NULL) {
+            info->sender_tag = v;
+            info->length = size;
+        }
+        Py_DECREF(old);
+        LEAVE;
+        return s;
+    }
+    if (old == NULL)                       /* (it reports bad input as None, not raising) */
+        PyErr_Clear();
+    Py_XDECREF(old);
     PyObject *args[] = {Py_XNewRef(name), PyLong_FromUnsignedLongLong(value),
                         PyLong_FromUnsignedLongLong(remote_addr), Py_NewRef(py(rkey)),
                         PyLong_FromSize_t(size), PyLong_FromUnsignedLongLong(compare)};
-    ucs_status_t s = track("ucp_atomic", method(fetch ? s_atomic_fetch_nb : s_atomic_post, ep,
-                                                fetch ? 6 : 5, args), worker, req, info);
+    s = track("ucp_atomic", method(fetch ? s_atomic_fetch_nb : s_atomic_post, ep,
+                                   fetch ? 6 : 5, args), worker, req, info);
     if (!fetch)
         Py_XDECREF(args[5]);               /* not passed */
     LEAVE;

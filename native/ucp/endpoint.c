@@ -78,7 +78,7 @@ ucs_status_ptr_t ucp_ep_close_nbx(ucp_ep_h ep, const ucp_request_param_t *param)
 
 ucs_status_t ucp_ep_flush(ucp_ep_h ep)
 {
-    return ucxs_py->flush(ep->worker->py, ep->py);
+    return ucxs_flush(ep->worker, ep);
 }
 
 ucs_status_ptr_t ucp_ep_flush_nb(ucp_ep_h ep, unsigned flags, ucp_send_callback_t cb)

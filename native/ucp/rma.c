@@ -35,8 +35,9 @@ static ucs_status_ptr_t rma(ucp_ep_h ep, int put, void *buffer, size_t length,
         ep->worker->ops.put++;
     else
         ep->worker->ops.get++;
-    return ucxs_req_posted(req, ucxs_py->rma(ep->worker->py, ep->py, put, buffer, length,
-                                             remote_addr, rkey->py, req, &req->info),
+    return ucxs_req_posted(req, ucxs_rma_posted(ep->worker, ucxs_py->rma(
+                               ep->worker->py, ep->py, put, buffer, length, remote_addr,
+                               rkey->py, req, &req->info)),
                            param);
 }
 
@@ -49,8 +50,8 @@ static ucs_status_t rma_implicit(ucp_ep_h ep, int put, void *buffer, size_t leng
         ep->worker->ops.put++;
     else
         ep->worker->ops.get++;
-    return ucxs_py->rma(ep->worker->py, ep->py, put, buffer, length, remote_addr, rkey->py,
-                        NULL, NULL);
+    return ucxs_rma_posted(ep->worker, ucxs_py->rma(ep->worker->py, ep->py, put, buffer, length,
+                                                    remote_addr, rkey->py, NULL, NULL));
 }
 
 ucs_status_ptr_t ucp_put_nbx(ucp_ep_h ep, const void *buffer, size_t count, uint64_t remote_addr,

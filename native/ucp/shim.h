@@ -75,6 +75,8 @@ struct ucp_worker {
     ucxs_am_slot_t *am;                    /* UCXS_AM_IDS slots, made on first use */
     ucxs_ops_t ops;                        /* operations posted (proof of use) */
     int oversubscribed;                    /* more local ranks than CPUs */
+    uint64_t rma_in_flight;                /* RMA/atomics not done within their call,
+                                              since the last worker flush (ucxs_rma_posted) */
     unsigned idle;                         /* progress calls in a row that found nothing */
 };
 
@@ -198,6 +200,20 @@ ucs_status_ptr_t ucxs_req_posted(ucxs_req_t *req, ucs_status_t status,
                                  const ucp_request_param_t *param);
 void ucxs_req_put(ucxs_req_t *req);
 void ucxs_pool_destroy(ucp_context_h context);
+
+/* -- RMA bookkeeping (worker.c) ----------------------------------------------- */
+/* The bridge answered `status` for an RMA or atomic operation of `worker`:
+ * one not done within its call is in flight until a flush (returns status). */
+static inline ucs_status_t ucxs_rma_posted(ucp_worker_h worker, ucs_status_t status)
+{
+    if (status == UCS_INPROGRESS)
+        worker->rma_in_flight++;
+    return status;
+}
+
+/* A flush of `worker` (ep NULL) or of one endpoint: at once when no RMA or
+ * atomic is in flight (UCP's flush covers those), else the core's. */
+ucs_status_t ucxs_flush(ucp_worker_h worker, ucp_ep_h ep);
 
 /* -- the event queue (worker.c) ----------------------------------------------- */
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev);

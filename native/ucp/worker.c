@@ -15,6 +15,9 @@
  * only appends to the queue, which this progress pass keeps draining).
  * On a host with more of the job's ranks than CPUs, a run of idle progress
  * calls yields the CPU (capi.oversubscribed), as the core's own waits do.
+ * A flush covers RMA and atomics (UCP's contract): it returns at once when
+ * every one since the last worker flush was done within its call
+ * (rma_in_flight, counted by rma.c and atomic.c), else the core flushes.
  */
 #include <sched.h>
 #include <stdlib.h>
@@ -195,11 +198,23 @@ unsigned ucp_worker_progress(ucp_worker_h w)
     return n;
 }
 
+ucs_status_t ucxs_flush(ucp_worker_h w, ucp_ep_h ep)
+{
+    /* most RMA here is done within its call (a same-host peer's mapped
+     * memory, CMA): then there is nothing to wait for, and no Python call */
+    if (w->rma_in_flight == 0)
+        return UCS_OK;
+    ucs_status_t status = ucxs_py->flush(w->py, ep != NULL ? ep->py : NULL);
+    if (status == UCS_OK && ep == NULL)
+        w->rma_in_flight = 0;              /* a worker flush completed them all */
+    return status;
+}
+
 ucs_status_ptr_t ucp_worker_flush_nb(ucp_worker_h w, unsigned flags, ucp_send_callback_t cb)
 {
     (void)flags;
     (void)cb;                 /* done before returning: no request, no callback */
-    ucs_status_t status = ucxs_py->flush(w->py, NULL);
+    ucs_status_t status = ucxs_flush(w, NULL);
     return status == UCS_OK ? NULL : UCS_STATUS_PTR(status);
 }
 
@@ -208,12 +223,12 @@ ucs_status_ptr_t ucp_worker_flush_nbx(ucp_worker_h w, const ucp_request_param_t 
     ucxs_req_t *req = ucxs_req_new(w, param, UCXS_CB_SEND, "ucp_worker_flush_nbx");
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
-    return ucxs_req_posted(req, ucxs_py->flush(w->py, NULL), param);
+    return ucxs_req_posted(req, ucxs_flush(w, NULL), param);
 }
 
 ucs_status_t ucp_worker_fence(ucp_worker_h w)
 {
     /* the core executes one endpoint's operations in issue order, and a
      * flush orders them across endpoints too */
-    return ucxs_py->flush(w->py, NULL);
+    return ucxs_flush(w, NULL);
 }
