@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev
 
-.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem clean
+.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -86,6 +86,7 @@ bench: install
 	$(PY) bench/run_bench.py --tls shm,tcp,tcp+tls,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
 	$(PY) bench/fabtests_ref.py
 	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
+	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
 
 ## MPICH over ucxpy's libucp.so.0 beside MPICH over the real UCX and ucxpy's
 ## own API (part of bench; alone here)
@@ -93,6 +94,12 @@ bench-ucp: install
 	$(PY) -m pip install -q -e '.[bench]'
 	mkdir -p bench/results
 	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
+
+## Open MPI's OSHMEM over ucxpy's libucp.so.0 beside OSHMEM over the system
+## UCX and ucxpy's own shmem (part of bench; alone here)
+bench-oshmem: install
+	mkdir -p bench/results
+	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
 
 ## mpi4py's released test suite against mpi_shim (sdist fetched at run time, never committed)
 conformance-mpi: install
