@@ -134,6 +134,9 @@ def test_check_refuses_a_job_off_ucx(mpi_prog):
                         env=_env(OMPI_MCA_pml="ob1", OMPI_MCA_osc="^ucx", OMPI_MCA_btl="self,vader"))
     assert out.count(": OK") == 2                    # the program itself worked
     assert rc == 3 and "0 of 2 ranks" in err and "did not load" in err, err
+    rc, out, err = _run([UCXPY_UCX, MPIRUN, "-n", "2", mpi_prog],   # without --check: a warning
+                        env=_env(OMPI_MCA_pml="ob1", OMPI_MCA_osc="^ucx", OMPI_MCA_btl="self,vader"))
+    assert rc == 0 and "no process of this job loaded" in err, err
 
 
 def test_print_info_names_only_ucxpy_transports(mpi_prog):

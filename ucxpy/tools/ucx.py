@@ -12,7 +12,8 @@ override), and gives the job its key (``UCXPY_AUTH_KEY``, unless set), which
 the ranks' tcp and ofi connections prove, as under ``ucxpy-run``.  ``--reference`` sets the same MPICH variables and leaves the
 library path alone: the real UCX, for side-by-side runs.
 
-``--check`` proves that ucxpy carried the job: every rank's libucp worker
+Without ``--check`` a job that succeeded with no process on ucxpy's
+libucp.so.0 gets a warning.  ``--check`` proves that ucxpy carried the job: every rank's libucp worker
 writes a report (``UCXPY_UCP_REPORT``, ucxpy/capi.py; when made, and again
 with its counts at the end), and the run fails unless there is one per rank (``--ranks``, default: mpiexec's ``-n``) naming
 this libucp.so.0, with operations counted (in a job of more than one rank
@@ -181,12 +182,20 @@ def main(argv=None) -> int:
         print(f"ucxpy-ucx: {LIBUCP} is not built (needs libucx-dev at install)", file=sys.stderr)
         return 2
     folder = None
-    if args.check and not args.reference:
+    if not args.reference and (args.check or "UCXPY_UCP_REPORT" not in env):
+        # the ranks' reports: checked with --check; without, a job none of
+        # whose processes loaded our library is still named (a warning)
         folder = tempfile.mkdtemp(prefix="ucxpy-ucp-")
         env["UCXPY_UCP_REPORT"] = folder
     try:
         rc = subprocess.call(command(args.command, env), env=env)
-        if folder is not None:
+        if folder is not None and not args.check:
+            if rc == 0 and not glob.glob(os.path.join(folder, "*.json")):
+                print(f"ucxpy-ucx: warning: no process of this job loaded ucxpy's "
+                      f"libucp.so.0 ({LIBUCP}): its MPI is not built for UCX, links a UCX "
+                      f"statically, or was told to use another path; --check makes this "
+                      f"an error", file=sys.stderr)
+        elif folder is not None:
             problems = check_reports(folder, args.ranks or _ranks_of(args.command),
                                      require_ops=rc == 0)
             for msg in problems:
