@@ -11,8 +11,11 @@ All in one run, 2 PEs on one host, each bound to its own core:
                     (bench/perf_drivers.py) under ``ucxpy-run``, the same tests
 
 Tests, as ``ucxpy-perf`` defines them: ``put_lat`` (put + quiet), ``get_lat``
-(a blocking get), ``amo_lat`` (fetch-add, 8 B), ``put_bw`` (64 non-blocking
-puts, one quiet: time per put).
+(a blocking get), ``amo_lat`` (fetch-add, 8 B, on the symmetric heap),
+``put_bw`` (64 non-blocking puts, one quiet: time per put).  Like
+ucxpy-perf's (``np.zeros``), the C program's put source is memory never
+written (the kernel's zero page: cache-resident at any size), so large puts
+read faster than from ordinary memory in all three columns alike.
 
 Targets (issue: Open MPI and OSHMEM on ucxpy): 8 B latency of oshmem+ucxpy
 <= 2x shmem's (put, get, fetch-add); put bandwidth at >= 1 MiB >= 0.9x shmem's.
