@@ -1,0 +1,143 @@
+"""Run one of shmem4py's test files on every PE of an OSHMEM job, recording
+each test's outcome (adapted from ``conformance/shmem/unittest_runner.py`` for
+the real shmem4py: no adapter on the path, the PE number from shmem4py).
+
+Usage (under oshrun): ``python shmem4py_runner.py TEST_FILE OUT_DIR``.
+
+Each PE appends JSON lines to ``OUT_DIR/pe<N>.jsonl``: ``begin`` with the
+ids of the file's tests, ``start``/``stop`` per
+test (a test that hangs or kills the job shows as started, never stopped),
+``detail`` for a failure's traceback, ``fixture`` for a class or module
+fixture's skip or error (its tests never start), and a final ``done`` line with the
+counts once the whole file ran, written before the interpreter exits (and so
+before shmem_finalize, where the reference OSHMEM on the system UCX may
+crash): a PE with ``done`` completed its suite.
+
+Then it calls ``shmem.finalize()`` itself, as a program that ends its
+OpenSHMEM use does; with ``UCXPY_RUNNER_FINALIZE=atexit`` it leaves that to
+shmem4py's own exit hook (``Py_AtExit``: shmem_finalize after the interpreter
+has shut down), as the test files do when run alone.
+"""
+import importlib.util
+import json
+import os
+import re
+import sys
+import time
+import traceback
+import unittest
+
+
+class RecordingResult(unittest.TextTestResult):
+    def __init__(self, out, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out = out
+        self.outcome = {}
+
+    def _emit(self, **rec):
+        self.out.write(json.dumps(rec) + "\n")
+        self.out.flush()
+
+    def startTest(self, test):
+        super().startTest(test)
+        self.outcome[test.id()] = "pass"
+        self._t0 = time.monotonic()
+        self._emit(event="start", test=test.id())
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        self._emit(event="stop", test=test.id(), outcome=self.outcome.get(test.id(), "pass"),
+                   seconds=round(time.monotonic() - self._t0, 3))
+
+    def _set(self, test, outcome, err=None):
+        tid = test.id()
+        if tid not in self.outcome:
+            # a class or module fixture (setUpClass raising SkipTest or an
+            # error): unittest reports it once, for all of its tests
+            scope = re.search(r"\((.*)\)", tid)
+            self._emit(event="fixture", scope=scope.group(1) if scope else tid,
+                       outcome=outcome)
+        if self.outcome.get(tid) in ("fail", "error"):
+            return
+        self.outcome[tid] = outcome
+        if err is not None:
+            self._emit(event="detail", test=tid, outcome=outcome,
+                       error=self._exc_info_to_string(err, test)[-2000:])
+
+    def addFailure(self, test, err):
+        super().addFailure(test, err)
+        self._set(test, "fail", err)
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        self._set(test, "error", err)
+
+    def addSkip(self, test, reason):
+        super().addSkip(test, reason)
+        self._set(test, "skip")
+
+    def addExpectedFailure(self, test, err):
+        super().addExpectedFailure(test, err)
+        self._set(test, "pass")
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self._set(test, "fail")
+
+    def addSubTest(self, test, subtest, err):
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            failed = issubclass(err[0], test.failureException)
+            self._set(test, "fail" if failed else "error", err)
+
+
+def _launcher_rank() -> int:
+    for var in ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def main():
+    path, outdir = sys.argv[1], sys.argv[2]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+        from shmem4py import shmem
+        rank = shmem.my_pe()
+    except Exception:
+        rank = _launcher_rank()
+        with open(os.path.join(outdir, f"pe{rank}.jsonl"), "a") as out:
+            out.write(json.dumps({"event": "import-error",
+                                  "error": traceback.format_exc()[-2000:]}) + "\n")
+        raise
+    suite = unittest.defaultTestLoader.loadTestsFromModule(module)
+
+    def ids(s):
+        for t in s:
+            yield from (ids(t) if isinstance(t, unittest.TestSuite) else [t.id()])
+    with open(os.path.join(outdir, f"pe{rank}.jsonl"), "a") as out:
+        import shmem4py
+        out.write(json.dumps({"event": "begin", "tests": list(ids(suite)),
+                              "shmem4py": os.path.realpath(shmem4py.__file__)}) + "\n")
+        out.flush()
+        stream = sys.stderr if rank == 0 else open(os.devnull, "w")
+        runner = unittest.TextTestRunner(
+            stream=stream, verbosity=1,
+            resultclass=lambda *a, **k: RecordingResult(out, *a, **k))
+        result = runner.run(suite)
+        out.write(json.dumps({"event": "done", "run": result.testsRun,
+                              "failures": len(result.failures), "errors": len(result.errors),
+                              "skipped": len(result.skipped)}) + "\n")
+        out.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if os.environ.get("UCXPY_RUNNER_FINALIZE", "explicit") == "explicit":
+        shmem.finalize()
+
+
+if __name__ == "__main__":
+    main()
