@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev
 
-.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem clean
+.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -130,6 +130,18 @@ conformance-mpich: install
 ## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)
 conformance-shmem: install
 	$(PY) conformance/shmem/run.py --launcher both --np 1,2,4
+
+## Open MPI and OSHMEM (the system's, 4.1.4) over ucxpy's libucp.so.0 (ucxpy-ucx --check)
+## beside the system UCX (--reference), measured in the same run, at 2 and 4 ranks:
+## Open MPI's examples/ (Debian's openmpi source package, fetched with apt-get at run
+## time into ~/.cache, never committed; output checked against their printf formats)
+## and the real shmem4py's own tests and demos (sdist fetched at run time); then
+## mpi4py's suite on Open MPI over libucp; results in conformance/openmpi/results/
+conformance-openmpi: install
+	mkdir -p conformance/openmpi/results
+	rc=0; $(PY) conformance/openmpi/run.py --np 2,4 --timeout 60 \
+	  --json conformance/openmpi/results/openmpi.json || rc=1; \
+	$(PY) conformance/mpi/run.py --impl ompi-ucp,ompi-ref --np 2 || rc=1; exit $$rc
 
 clean:
 	rm -rf build *.egg-info ucxpy/_*.so ucxpy/_*.c native/*.o .pytest_cache

@@ -881,12 +881,15 @@ def check_baseline(data: dict, path: str) -> list:
 
 
 def _strip(data):
-    """Results for JSON: outputs cut to their tails."""
+    """Results for JSON: the outputs of a job that did not end well cut to
+    their tails, the others left out."""
     def cut(res):
         res = dict(res)
+        good = res.get("rc") == 0 and not res.get("timeout") and res.get("ok", True)
         for k in ("out", "err"):
             if k in res:
-                res[k] = res[k][-3000:]
+                res[k] = "" if good else res[k][-1500:]
+        res.pop("details", None) if good else None
         return res
     out = {}
     for part, rows in data.items():
