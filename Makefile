@@ -10,7 +10,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Debian packages: libfabric/libibverbs for the RDMA transports (ofi runs here on
 # libfabric's tcp and shm providers; verbs needs a device) and Open MPI, the
 # second real launcher the tests use.  Installed when missing and possible.
-SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev
+SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge
 
 .PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 

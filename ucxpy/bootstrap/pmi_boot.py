@@ -159,7 +159,12 @@ class PmiBootstrap(Bootstrap):
             reply = self._recv("init", v1=True)
             if reply.get("rc", "0") != "0":
                 raise BootstrapError(f"PMI-2 init refused: {reply}")
-            full = self._call("fullinit", "fullinit-response", pmirank=self.rank)
+            # Slurm's pmi2 server refuses a fullinit without pmijobid or
+            # threaded (rc=3); Hydra sets no PMI_JOBID and cannot parse an
+            # empty value
+            ids = {"pmijobid": env["PMI_JOBID"]} if env.get("PMI_JOBID") else {}
+            full = self._call("fullinit", "fullinit-response", **ids, pmirank=self.rank,
+                              threaded="FALSE")
             self.size = int(full.get("size", self.size))
             self.rank = int(full.get("rank", self.rank))
             self.vallen = 1024

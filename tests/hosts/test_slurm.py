@@ -1,0 +1,169 @@
+"""ucxpy, mpi_shim and shmem under a real Slurm (Debian's slurmctld/slurmd
+22.05 + munge) on namespace hosts: one controller, 4 compute hosts h0..h3
+(see slurm.py).  ``srun --mpi=pmi2 -N 4 -n 16 --ntasks-per-node=4``: ranks
+wire up through Slurm's PMI-2 server; tcp between hosts, shm within one.
+Failures (scancel, a rank killed, a node lost) end the job with an error on
+every surviving rank, never a hang: every wait has a hard timeout and kills
+the client's process group; the fixture removes daemons and namespaces."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+
+import pytest
+
+from tests.hosts import netns
+from tests.hosts import slurm as slurm_mod
+
+pytestmark = pytest.mark.timeout(150)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+JOB = os.path.join(HERE, "slurm_job.py")
+SRUN = ["srun", "--mpi=pmi2", "-N", "4", "-n", "16", "--ntasks-per-node=4"]
+
+
+@pytest.fixture
+def slurm(netns_ok):
+    why = slurm_mod.skip_reason()
+    if why:
+        pytest.skip(f"Slurm test cluster: {why}")
+    c = slurm_mod.SlurmCluster(4)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def prog(name):
+    return [sys.executable, os.path.join(netns.PROGS, name)]
+
+
+def ok(p, c, marker, n):
+    lines = [l for l in p.stdout.splitlines() if l.startswith(marker)]
+    assert p.returncode == 0 and len(lines) == n, \
+        f"exit {p.returncode}\n{p.stdout[-5000:]}\n{c.logs()}"
+    return lines
+
+
+def test_srun_ucxpy_tcp_between_hosts_shm_within(slurm):
+    """rel_xhost.py: tag, AM, RMA, atomics between every pair of 16 ranks, data
+    checked; same-host pairs on shm (mapped RMA), other pairs on tcp."""
+    p = slurm.run(SRUN + prog("rel_xhost.py") + ["4", "tcp"], timeout=120)
+    for line in ok(p, slurm, "XHOST OK", 16):
+        rank = int(line.split()[2])
+        lanes = dict(kv.split(":") for kv in line.split("lanes=")[1].split()[0].split(","))
+        for peer, lane in lanes.items():
+            assert lane == ("shm" if int(peer) // 4 == rank // 4 else "tcp"), line
+
+
+def test_srun_ranks_see_their_hosts(slurm):
+    """Each rank's hostname is its node's (own UTS namespace): h0..h3, 4 each."""
+    p = slurm.run(SRUN + ["sh", "-c", 'echo "RANK $SLURM_PROCID $(hostname)"'], timeout=60)
+    got = sorted((int(r), h) for r, h in re.findall(r"RANK (\d+) (\S+)", p.stdout))
+    assert got == [(r, f"h{r // 4}") for r in range(16)], p.stdout
+
+
+def test_srun_mpi_shim(slurm):
+    p = slurm.run(SRUN + prog("mpi_smoke.py"), timeout=120)
+    ok(p, slurm, "MPI-SMOKE OK", 16)
+
+
+def test_srun_shmem(slurm):
+    """shmem_spec.py (every section, data checked) on 16 PEs: same-host PEs
+    reached in mapped mode (shm), the others in AM mode (tcp)."""
+    p = slurm.run(SRUN + prog("shmem_spec.py"), timeout=140, env={"EXPECT_NPES": "16"})
+    assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-5000:]}\n{slurm.logs()}"
+    for pe in range(16):
+        assert f"SHMEM-SPEC OK errors {pe}\n" in p.stdout, p.stdout[-3000:]
+    for m in re.finditer(r"SHMEM-SPEC MODES rma (\d+) peers=(\S+)", p.stdout):
+        me, peers = int(m.group(1)), m.group(2).split(",")
+        others = [q for q in range(16) if q != me]
+        for q, mode in zip(others, peers):
+            assert mode == ("mapped" if q // 4 == me // 4 else "am"), m.group(0)
+
+
+def test_sbatch_script(slurm):
+    """A batch script through sbatch --wait; its output file is checked."""
+    out = os.path.join(slurm.dir, "batch-%j.out")
+    script = os.path.join(slurm.dir, "job.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\n"
+                "#SBATCH -N 4\n#SBATCH -n 16\n#SBATCH --ntasks-per-node=4\n"
+                f"#SBATCH -o {out}\n"
+                'echo "BATCH on $(hostname) nodes=$SLURM_JOB_NODELIST"\n'
+                f"srun --mpi=pmi2 {' '.join(prog('mpi_smoke.py'))}\n")
+    p = slurm.run(["sbatch", "--wait", script], timeout=120)
+    m = re.search(r"Submitted batch job (\d+)", p.stdout)
+    assert p.returncode == 0 and m, p.stdout + slurm.logs()
+    with open(out.replace("%j", m.group(1))) as f:
+        text = f.read()
+    assert "BATCH on h0 nodes=h[0-3]" in text, text
+    assert sorted(int(x) for x in re.findall(r"MPI-SMOKE OK (\d+)", text)) == list(range(16)), text
+
+
+def start_job(slurm, extra=()):
+    p = slurm.start(SRUN + ["--kill-on-bad-exit=0", "-J", "ucxpyfail", *extra,
+                            sys.executable, JOB, "100"])
+    lines = []
+    for _ in range(16):
+        lines += netns.lines_until(p, "SLURM-JOB READY", 60)
+    ready = {}
+    for l in lines:
+        m = re.search(r"SLURM-JOB READY (\d+) (\S+) (\d+)", l)
+        if m:
+            ready[int(m.group(1))] = (m.group(2), int(m.group(3)))
+    assert sorted(ready) == list(range(16)), "".join(lines)
+    return p, ready
+
+
+def finish(slurm, p, timeout):
+    try:
+        return netns.finish(p, timeout)
+    except Exception:
+        slurm_mod._killpg(p)
+        raise AssertionError(f"srun did not end within {timeout}s (hang)\n{slurm.logs()}")
+
+
+def errors_by_rank(out):
+    return {int(m.group(2)): m.group(1)
+            for m in re.finditer(r"SLURM-JOB (ERROR|TERM) (\d+)", out)}
+
+
+def test_scancel_ends_every_rank(slurm):
+    p, _ = start_job(slurm)
+    jobid = slurm.ctl(["squeue", "-h", "-n", "ucxpyfail", "-o", "%i"]).stdout.split()
+    assert len(jobid) == 1, jobid
+    t0 = time.monotonic()
+    slurm.ctl(["scancel", jobid[0]])
+    out = finish(slurm, p, 60)
+    errs = errors_by_rank(out)
+    assert p.returncode != 0 and sorted(errs) == list(range(16)), out
+    assert time.monotonic() - t0 < 30, out
+
+
+def test_rank_killed_mid_job(slurm):
+    """Rank 5 (on h1) is SIGKILLed: every one of the 15 others ends with an
+    error (ucxpy's ConnectionLost/PeerFailure/TimeoutError, or Slurm's SIGTERM)."""
+    p, ready = start_job(slurm)
+    time.sleep(0.5)
+    os.kill(ready[5][1], signal.SIGKILL)
+    out = finish(slurm, p, 60)
+    errs = errors_by_rank(out)
+    assert p.returncode != 0 and sorted(errs) == [r for r in range(16) if r != 5], out
+    assert "SLURM-JOB DONE" not in out, out
+
+
+def test_node_lost_mid_job(slurm):
+    """h3 "crashes": its slurmd, slurmstepd and ranks 12-15 are SIGKILLed.
+    Ranks 0-11 end with an error, srun ends, and slurmctld marks h3 down after
+    SlurmdTimeout."""
+    p, ready = start_job(slurm)
+    time.sleep(0.5)
+    slurm.lose_node(3)
+    out = finish(slurm, p, 90)
+    errs = errors_by_rank(out)
+    assert p.returncode != 0 and sorted(errs) == list(range(12)), out
+    slurm.wait_nodes("down", timeout=slurm_mod.SLURMD_TIMEOUT * 5, nodes=["h3"])
