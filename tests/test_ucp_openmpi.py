@@ -150,3 +150,25 @@ def test_print_info_names_only_ucxpy_transports(mpi_prog):
     rc, out, err = _run([UCXPY_UCX, "--check", MPIRUN, "-n", "2", mpi_prog],
                         env=_env(OMPI_MCA_pml_ucx_tls="shm,tcp", OMPI_MCA_pml_ucx_devices="any"))
     assert rc == 0 and out.count(": OK") == 2, out + err
+
+
+def test_shmem4py_finalized_at_python_exit(tmp_path):
+    """The real shmem4py (built against OSHMEM) finalizes OSHMEM from C's exit,
+    after Python's own finalization; libucp's adapter finalizes it while
+    Python still runs instead (capi._finalize_bindings): OSHMEM's finalize
+    barrier then works and the job exits 0."""
+    import importlib.util
+    if importlib.util.find_spec("shmem4py") is None:
+        pytest.skip("shmem4py is not installed (OSHCC=oshcc pip install shmem4py)")
+    prog = tmp_path / "hello.py"
+    prog.write_text("from shmem4py import shmem\n"
+                    "import numpy as np\n"
+                    "me, n = shmem.my_pe(), shmem.n_pes()\n"
+                    "dst = shmem.zeros(4, dtype='i')\n"
+                    "shmem.put(dst, np.full(4, me, dtype='i'), (me + 1) % n)\n"
+                    "shmem.barrier_all()\n"
+                    "assert (dst == (me - 1) % n).all(), dst\n"
+                    "print('PE', me, 'OK', flush=True)\n")        # no shmem.finalize()
+    rc, out, err = _run([UCXPY_UCX, "--check", OSHRUN, "-n", "2", sys.executable, str(prog)])
+    assert rc == 0, out + err
+    assert out.count(" OK") == 2

@@ -35,6 +35,11 @@ the ``data_desc`` of ``ucp_am_recv_data_nbx``.
 Errors: an exception raised here becomes a ``ucs_status_t`` in the bridge
 (:func:`status_of`), with its message on stderr.
 
+Exit: a Python binding that finalizes its C library from C's exit (after
+Python's own finalization: shmem4py) has it finalized by this module's
+atexit handler instead (:func:`_finalize_bindings`); teardown calls that
+still arrive after finalization are answered without Python (bridge.c).
+
 Proof of use: with ``UCXPY_UCP_REPORT=DIR`` each worker writes
 ``DIR/<host>-<pid>-<n>.json`` when made, and again when destroyed, or at the
 interpreter's exit if
@@ -326,6 +331,23 @@ def loaded_libucp() -> str:
 def _report_live() -> None:
     for w in list(_live):
         _report(w)
+
+
+@atexit.register                 # (atexit runs the last registered first: before the reports)
+def _finalize_bindings() -> None:
+    """Finalize, while Python still runs, a C library whose Python binding
+    would finalize it from C's exit, after Python's own finalization, when
+    libucp can no longer reach the core: shmem4py calls ``shmem_finalize``
+    from a C atexit handler, and OSHMEM's finalize communicates (a barrier
+    over the pml).  Nothing to do when no libucp worker is alive here (the
+    program finalized itself) or the binding was told not to finalize."""
+    if not _live:
+        return
+    shmem = sys.modules.get("shmem4py.shmem")
+    lib = getattr(shmem, "lib", None)
+    if lib is not None and getattr(lib, "_shmem_atexit_finalize", 0):
+        lib._shmem_atexit_finalize = 0      # done here, not again at C's exit
+        shmem.finalize()
 
 
 def _report(w: CWorker, final: bool = True) -> None:
