@@ -279,7 +279,7 @@ class SlurmCluster:
         self._daemons.clear()
         if self.net is not None:
             self.net.close()
-        if os.environ.get("UCXPY_SLURM_KEEP"):
+        if os.environ.get("KEEP_SLURM_CLUSTER"):
             sys.stderr.write(f"slurm test cluster files kept in {self.dir}\n")
         else:
             shutil.rmtree(self.dir, ignore_errors=True)
