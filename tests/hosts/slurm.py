@@ -11,7 +11,10 @@ Every daemon gets its own UTS namespace (``unshare --uts`` + ``hostname``)
 besides its network namespace, so ``gethostname()`` says ``ctl``/``hK`` as
 on a real cluster; all share the mount namespace (one /dev/shm, one temp dir),
 while shm never crosses hosts because the worker's host id includes the
-network-namespace inode.  Authentication is ``auth/munge`` with a munged
+network-namespace inode.  Each daemon also has a private mount namespace
+(same files, same /dev/shm) only so that an empty cgroup mount can sit at
+/sys/fs/cgroup: slurmd 22.05 will not start without one, even with
+proctrack/linuxproc and task/none.  Authentication is ``auth/munge`` with a munged
 private to the cluster (``--socket``/``--key-file`` in the temp dir, selected
 by ``AuthInfo=socket=...``): the system's munge is neither used nor needed.
 
@@ -143,10 +146,14 @@ class SlurmCluster:
         # own hostname (UTS namespace); slurmd 22.05 insists on a cgroup file
         # system at /sys/fs/cgroup even with proctrack/linuxproc + task/none, so
         # the daemon's private mount namespace gets an empty tmpfs there (read
-        # as cgroup v1, nothing is ever created in it); /dev/shm stays shared
+        # as cgroup v1 with only the named "systemd" hierarchy it checks for;
+        # nothing is created in it); /dev/shm stays shared
         cmd = ["ip", "netns", "exec", ns, "unshare", "--uts", "--mount", "--propagation",
                "private", "sh", "-c",
-               f'hostname {hostname} && mount -t tmpfs cgroup /sys/fs/cgroup && mkdir /sys/fs/cgroup/systemd && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd && exec "$@"',
+               f"hostname {hostname} && mount -t tmpfs cgroup /sys/fs/cgroup"
+               " && mkdir /sys/fs/cgroup/systemd"
+               " && mount -t cgroup -o none,name=systemd cgroup /sys/fs/cgroup/systemd"
+               ' && exec "$@"',
                "sh", *argv]
         p = subprocess.Popen(cmd, env=self.env(), stdin=subprocess.DEVNULL, stdout=log,
                              stderr=subprocess.STDOUT, start_new_session=True, cwd=self.dir)
