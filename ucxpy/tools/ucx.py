@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 
-from .. import auth
+from .. import auth, config
 
 LIB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib")
 LIBUCP = os.path.join(LIB_DIR, "libucp.so.0")
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
         print(f"ucxpy-ucx: {LIBUCP} is not built (needs libucx-dev at install)", file=sys.stderr)
         return 2
     folder = None
-    if not args.reference and (args.check or "UCXPY_UCP_REPORT" not in env):
+    if not args.reference and (args.check or not config.setting("UCXPY_UCP_REPORT", env)):
         # the ranks' reports: checked with --check; without, a job none of
         # whose processes loaded our library is still named (a warning)
         folder = tempfile.mkdtemp(prefix="ucxpy-ucp-")
