@@ -206,8 +206,8 @@ void ucxs_pool_destroy(ucp_context_h context);
  * one not done within its call is in flight until a flush (returns status). */
 static inline ucs_status_t ucxs_rma_posted(ucp_worker_h worker, ucs_status_t status)
 {
-    if (status == UCS_INPROGRESS)
-        worker->rma_in_flight++;
+    if (status == UCS_INPROGRESS)          /* (threads may post while another flushes) */
+        __atomic_fetch_add(&worker->rma_in_flight, 1, __ATOMIC_RELAXED);
     return status;
 }
 

@@ -202,11 +202,12 @@ ucs_status_t ucxs_flush(ucp_worker_h w, ucp_ep_h ep)
 {
     /* most RMA here is done within its call (a same-host peer's mapped
      * memory, CMA): then there is nothing to wait for, and no Python call */
-    if (w->rma_in_flight == 0)
+    uint64_t posted = __atomic_load_n(&w->rma_in_flight, __ATOMIC_RELAXED);
+    if (posted == 0)
         return UCS_OK;
     ucs_status_t status = ucxs_py->flush(w->py, ep != NULL ? ep->py : NULL);
-    if (status == UCS_OK && ep == NULL)
-        w->rma_in_flight = 0;              /* a worker flush completed them all */
+    if (status == UCS_OK && ep == NULL)    /* a worker flush completed those posted before it */
+        __atomic_fetch_sub(&w->rma_in_flight, posted, __ATOMIC_RELAXED);
     return status;
 }
 
