@@ -5,18 +5,18 @@ the real shmem4py: no adapter on the path, the PE number from shmem4py).
 Usage (under oshrun): ``python shmem4py_runner.py TEST_FILE OUT_DIR``.
 
 Each PE appends JSON lines to ``OUT_DIR/pe<N>.jsonl``: ``begin`` with the
-ids of the file's tests, ``start``/``stop`` per
-test (a test that hangs or kills the job shows as started, never stopped),
-``detail`` for a failure's traceback, ``fixture`` for a class or module
-fixture's skip or error (its tests never start), and a final ``done`` line with the
-counts once the whole file ran, written before the interpreter exits (and so
-before shmem_finalize, where the reference OSHMEM on the system UCX may
-crash): a PE with ``done`` completed its suite.
+ids of the file's tests, ``start``/``stop`` per test (a test that hangs or
+kills the job shows as started, never stopped), ``detail`` for a failure's
+traceback, ``fixture`` for a class or module fixture's skip or error (its
+tests never start), and a final ``done`` line with the counts once the whole
+file ran, written before the interpreter exits (and so before
+shmem_finalize, where the reference OSHMEM on the system UCX may crash): a PE
+with ``done`` completed its suite.
 
-Then it calls ``shmem.finalize()`` itself, as a program that ends its
-OpenSHMEM use does; with ``UCXPY_RUNNER_FINALIZE=atexit`` it leaves that to
-shmem4py's own exit hook (``Py_AtExit``: shmem_finalize after the interpreter
-has shut down), as the test files do when run alone.
+shmem_finalize is left to shmem4py's own exit hook (``Py_AtExit``: after the
+interpreter's own finalization), as when the test files run alone; with
+``UCXPY_RUNNER_FINALIZE=explicit`` the runner calls ``shmem.finalize()``
+itself after ``done``.
 """
 import importlib.util
 import json
@@ -135,7 +135,7 @@ def main():
         out.flush()
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.environ.get("UCXPY_RUNNER_FINALIZE", "explicit") == "explicit":
+    if os.environ.get("UCXPY_RUNNER_FINALIZE") == "explicit":
         shmem.finalize()
 
 
