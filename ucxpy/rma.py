@@ -52,7 +52,7 @@ from __future__ import annotations
 import itertools
 from typing import Optional
 
-from . import shmfile, wire
+from . import wire
 from .atomics import MASK as _MASK, OPS as ATOMIC_OPS
 from .atomics import address_of as buffer_address, apply as apply_atomic
 from .buffers import COMPLETED, recv_view, send_view
@@ -101,7 +101,6 @@ class MemHandle:
         self._regs = None           # [(memory domain, its registration)]
         self._rkey = None
         self.mapped = True
-        self.fixed = 0              # bytes mapped again at ``address`` (mem_map's address=)
 
     def __repr__(self) -> str:
         kind = f"{self.alloc_md.name}-allocated" if self.alloc is not None else "user"
@@ -249,15 +248,8 @@ class RmaEngine:
             if md is None:
                 raise RemoteAccessError("no memory domain allocates shared memory here, "
                                         "which a fixed address needs")
-            size = shmfile.page_round(length)
-            alloc = md.mem_alloc(size)
-            try:
-                shmfile.alias_fixed(alloc.address, size, address)
-            except BaseException:
-                md.mem_free(alloc)
-                raise
-            mh = MemHandle(self, mem_id, alloc.view, address, alloc, md)
-            mh.fixed = size
+            alloc = md.mem_alloc(length, address)
+            mh = MemHandle(self, mem_id, alloc.view, alloc.address, alloc, md)
         elif buf is None:
             md = self._alloc_domain(host=shared)
             if md is not None:
@@ -281,9 +273,6 @@ class RmaEngine:
         mh._regs = None
         if mh.alloc is not None:
             mh.alloc_md.mem_free(mh.alloc)
-        if mh.fixed:
-            shmfile.unmap_fixed(mh.address, mh.fixed)
-            mh.fixed = 0
 
     def close(self) -> None:
         for mh in list(self.registry.values()):

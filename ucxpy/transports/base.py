@@ -283,10 +283,13 @@ class MemoryDomain:
     #: device atomics ``atomic`` posts (subset of ucxpy.atomics.OPS names)
     device_atomic_ops: frozenset = frozenset()
 
-    def mem_alloc(self, length: int):
+    def mem_alloc(self, length: int, address: int = 0):
         """Memory peers on this host may map (ALLOC): an object with ``view``
         (writable memoryview of ``length`` bytes) and ``address``; freed with
-        :meth:`mem_free`."""
+        :meth:`mem_free`.  ``address`` not 0: the memory is also mapped at
+        exactly that free, page-aligned address, which is then its
+        ``address`` (UCP's fixed-address allocation); a domain that cannot
+        raises."""
         raise NotImplementedError(f"memory domain {self.name} cannot allocate")
 
     def mem_free(self, alloc) -> None:

@@ -80,6 +80,7 @@ class Segment:
         self.view = memoryview(self.map)      # keeps the mapping open
         with ffi.from_buffer(self.view) as p:
             self.address = int(ffi.cast("uintptr_t", p))
+        self.fixed = 0              # mapped again there (mem_alloc's address), until mem_free
 
     def unlink(self) -> None:
         shmfile.unlink_quiet(self.path)
@@ -155,15 +156,29 @@ class ShmMemoryDomain(MemoryDomain):
         self._closed = False
 
     # -- local memory ------------------------------------------------------------
-    def mem_alloc(self, length: int) -> Segment:
+    def mem_alloc(self, length: int, address: int = 0) -> Segment:
+        if address:
+            length = shmfile.page_round(length)
         seg = Segment(f"ucxpy-rm-{self.pid}-{self._token}-{next(self._seg_ids)}",
                       length, create=True)
+        if address:
+            # the segment's pages again at exactly `address` (a free range:
+            # shmfile refuses one in use), the region's address from now on
+            try:
+                shmfile.alias_fixed(seg.address, length, address)
+            except BaseException:
+                seg.unlink()
+                raise
+            seg.fixed = seg.address = address
         self._own[seg.name] = seg
         return seg
 
     def mem_free(self, alloc: Segment) -> None:
         if self._own.pop(alloc.name, None) is not None:
             alloc.unlink()
+        if alloc.fixed:
+            shmfile.unmap_fixed(alloc.fixed, alloc.length)
+            alloc.fixed = 0
 
     def _table_word(self, slot: int):
         return ffi.cast("void *", self._table.address + slot * 8)
