@@ -1,9 +1,9 @@
 """Run one mpi4py test module against mpi_shim, on every rank of the job.
 
 Usage: runner.py IMPL TESTDIR MODULE OUTDIR, IMPL being ``shim`` (mpi4py is
-the adapter over mpi_shim) or ``ref``, ``ucp``, ``ref-ucx`` (the installed
-mpi4py; run.py sets the environment that puts it on ucxpy's libucp.so.0 or on
-the real UCX).  Each rank
+the adapter over mpi_shim) or ``ref``, ``ucp``, ``ref-ucx``, ``ompi-ucp``,
+``ompi-ref`` (the installed mpi4py; run.py sets the environment that puts it
+on MPICH or Open MPI, over ucxpy's libucp.so.0 or the real UCX).  Each rank
 writes OUTDIR/MODULE.<rank>.json
 mapping test id -> "pass" | "fail" | "error" | "skip" (a test with a failing
 subtest counts as failed).
@@ -102,7 +102,7 @@ if __name__ == "__main__":
     pattern = os.environ.get("CONFORMANCE_K")
     if pattern:
         suite = unittest.TestSuite(t for t in _flat(suite) if pattern in t.id())
-    # run.py's MPICH_RACES: not run, counted as skips
+    # run.py's MPICH_RACES / OPENMPI_BUGS: not run, counted as skips
     excluded = set(filter(None, os.environ.get("CONFORMANCE_EXCLUDE", "").split(",")))
     if excluded:
         suite = unittest.TestSuite(t for t in _flat(suite) if t.id() not in excluded)
