@@ -32,8 +32,11 @@ ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params, u
     if (ep == NULL)
         return UCS_ERR_NO_MEMORY;
     ep->worker = worker;
-    status = ucxs_py->ep_create(worker->py, ucxs_address_bytes(params->address),
-                                ucxs_address_size(params->address), &ep->py);
+    size_t n = ucxs_address_size(params->address);
+    ep->loopback = worker->address != NULL && n == ucxs_address_size(worker->address) &&
+                   !memcmp(ucxs_address_bytes(params->address),
+                           ucxs_address_bytes(worker->address), n);
+    status = ucxs_py->ep_create(worker->py, ucxs_address_bytes(params->address), n, &ep->py);
     if (status != UCS_OK) {
         free(ep);
         return status;

@@ -21,9 +21,11 @@
  * Completion is visible only from ucp_worker_progress (check_status says
  * INPROGRESS until then; a cancel is the exception), and the callback runs there, without the GIL, so
  * it may call the library again.  ucp_request_free / _release before
- * completion marks the request RELEASED: its callback still runs (MPICH
- * relies on it) and the request returns to the pool after it; after
- * completion they return it at once.  ucp_request_cancel of a pending
+ * completion marks the request RELEASED and it returns to the pool once
+ * done: after ucp_request_release its callback still runs (MPICH relies on
+ * it), after ucp_request_free it does not (as UCP: Open MPI frees an active
+ * request whose callback would touch memory it reuses); after completion
+ * both return it at once.  ucp_request_cancel of a pending
  * request completes it within the call (UCS_ERR_CANCELED, callback
  * included), as UCP does.
  */
@@ -190,6 +192,8 @@ void ucxs_req_dispatch(ucxs_req_t *req)
     req_finish_data(req);
     req->flags |= UCXS_REQ_COMPLETED;
     released = req->flags & UCXS_REQ_RELEASED;
+    if (req->flags & UCXS_REQ_LOOPBACK)
+        req->worker->loopback_done++;
     switch (req->kind) {
     case UCXS_CB_SEND:
         ((ucp_send_nbx_callback_t)req->cb)(h, req->status, req->user_data);
@@ -212,18 +216,29 @@ void ucxs_req_dispatch(ucxs_req_t *req)
 }
 
 /* -- entry points ------------------------------------------------------------ */
-void ucp_request_free(void *request)
+/* Return `request` to us: now if completed, else when it completes; `quiet`:
+ * its callback will not run (ucp_request_free), else it still does
+ * (ucp_request_release, which MPICH relies on). */
+static void release(void *request, int quiet)
 {
     ucxs_req_t *req = ucxs_req_of(request);
-    if (req->flags & UCXS_REQ_COMPLETED)
+    if (req->flags & UCXS_REQ_COMPLETED) {
         ucxs_req_put(req);
-    else
-        req->flags |= UCXS_REQ_RELEASED;
+        return;
+    }
+    req->flags |= UCXS_REQ_RELEASED;
+    if (quiet)
+        req->kind = UCXS_CB_NONE;
+}
+
+void ucp_request_free(void *request)
+{
+    release(request, 1);
 }
 
 void ucp_request_release(void *request)
 {
-    ucp_request_free(request);
+    release(request, 0);
 }
 
 void ucp_request_cancel(ucp_worker_h worker, void *request)

@@ -78,6 +78,7 @@ struct ucp_worker {
     uint64_t rma_in_flight;                /* RMA/atomics not done within their call,
                                               since the last worker flush (ucxs_rma_posted) */
     unsigned idle;                         /* progress calls in a row that found nothing */
+    unsigned loopback_done;                /* sends to itself completed this progress call */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed
@@ -99,6 +100,7 @@ static inline const void *ucxs_address_bytes(const ucp_address_t *address)
 struct ucp_ep {
     ucp_worker_h worker;
     void *py;                              /* ucxpy.Endpoint */
+    int loopback;                          /* to its own worker (tag.c: as UCX's self) */
 };
 
 struct ucp_mem {
@@ -157,6 +159,7 @@ enum {
     UCXS_REQ_RECV = 8,                     /* ucxs_dt_finish unpacks */
     UCXS_REQ_AM = 16,                      /* recv_info is a length, not a tag_info */
     UCXS_REQ_FETCH = 32,                   /* an atomic's old value (info.sender_tag) to `reply` */
+    UCXS_REQ_LOOPBACK = 64,                /* a send to its own worker (tag.c) */
 };
 
 struct ucxs_req {
@@ -219,6 +222,8 @@ ucs_status_t ucxs_flush(ucp_worker_h worker, ucp_ep_h ep);
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev);
 /* Take `ev` out of the queue if it is there (1), for dispatch now. */
 int ucxs_queue_take(ucp_worker_h worker, ucxs_event_t *ev);
+/* Dispatch what is queued now, except `keep` (left queued for progress). */
+void ucxs_dispatch_except(ucp_worker_h worker, ucxs_event_t *keep);
 void ucxs_req_dispatch(ucxs_req_t *req);          /* request.c */
 void ucxs_am_dispatch(ucp_worker_h worker, ucxs_event_t *ev);   /* am.c */
 void ucxs_core_complete(void *req, ucs_status_t status, uint64_t tag, size_t length);

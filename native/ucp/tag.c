@@ -33,6 +33,15 @@ static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buf
                                    req, &req->info);
     else
         ucxs_error(entry, "cannot take the send buffer's datatype");
+    if (ep->loopback) {
+        req->flags |= UCXS_REQ_LOOPBACK;
+        /* as UCX's self transport: the receive this send matches completes
+         * within the send (Open MPI's Testsome looks once, right after): the
+         * core delivers the message, then its completions are dispatched,
+         * all but the send's own (its callback never runs inside the call) */
+        ucxs_py->progress(ep->worker->py);
+        ucxs_dispatch_except(ep->worker, &req->ev);
+    }
     return ucxs_req_posted(req, status, param);
 }
 

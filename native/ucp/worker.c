@@ -26,6 +26,7 @@
 #include "shim.h"
 
 #define MAX_AM_HEADER 512   /* within the core's limit for a user header */
+#define LOOPBACK_PASSES 2   /* more core passes after a send to itself completed */
 
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev)
 {
@@ -83,6 +84,14 @@ static unsigned dispatch(ucp_worker_h worker)
         n++;
     }
     return n;
+}
+
+void ucxs_dispatch_except(ucp_worker_h worker, ucxs_event_t *keep)
+{
+    int kept = ucxs_queue_take(worker, keep);
+    dispatch(worker);
+    if (kept)
+        ucxs_queue_push(worker, keep);
 }
 
 /* The packed address: its length (the API passes addresses without one),
@@ -186,9 +195,19 @@ ucs_status_t ucp_worker_query(ucp_worker_h w, ucp_worker_attr_t *attr)
 
 unsigned ucp_worker_progress(ucp_worker_h w)
 {
+    w->loopback_done = 0;
     unsigned n = dispatch(w);               /* what earlier calls queued */
     n += ucxs_py->progress(w->py);
     n += dispatch(w);
+    /* a send to this worker itself completed: the core completes the receive
+     * it matched a pass later (its data follows the match); as with UCX's
+     * self transport, the caller sees both from this call (Open MPI's
+     * Testsome right after a synchronous send to self) */
+    for (int pass = 0; w->loopback_done && pass < LOOPBACK_PASSES; pass++) {
+        w->loopback_done = 0;
+        n += ucxs_py->progress(w->py);
+        n += dispatch(w);
+    }
     if (n != 0)
         w->idle = 0;
     else if (w->oversubscribed && ++w->idle >= IDLE_YIELD) {

@@ -12,7 +12,8 @@
  *    request even when its message is already there, and its callback runs
  *    only from a later ucp_worker_progress (check_status says INPROGRESS
  *    until then);
- *  - release before completion: the callback still runs, once;
+ *  - release before completion: the callback still runs, once; free
+ *    before completion: it does not;
  *  - cancel completes a receive with UCS_ERR_CANCELED within the call;
  *  - truncation, full 64-bit tags and masks, matched probe + msg_recv,
  *    synchronous send (done only after the match), generic datatypes;
@@ -196,6 +197,16 @@ static void test_release_before_completion(void)
     send_now("x", 2, 77);
     progress_n(2000);
     CHECK("released request's callback still runs, once", seen == 1, "seen %d", seen);
+
+    /* ucp_request_free before completion: no callback (Open MPI reuses what
+     * its callback would touch) */
+    seen = 0;
+    r = ucp_tag_recv_nbx(worker, buf, sizeof(buf), 78, UINT64_MAX, &rp);
+    fresh(r);
+    ucp_request_free(r);
+    send_now("y", 2, 78);
+    progress_n(2000);
+    CHECK("a freed request's callback does not run", seen == 0, "seen %d", seen);
 }
 
 static void test_cancel(void)
