@@ -907,47 +907,73 @@ def _strip(data):
 
 
 def markdown(data: dict) -> str:
-    """The tables of a results JSON (``--json``) in Markdown, ours beside
-    the reference."""
-    out = [f"Run of {data['date']}; ranks {', '.join(map(str, data['nps']))}.", ""]
-    if data.get("examples"):
-        out += ["| example | np | ours | ours exit | proof | output | reference exit | "
-                "reference output | same lines |", "|---|---|---|---|---|---|---|---|---|"]
-        for key, row in data["examples"].items():
-            name, n = key.rsplit("@", 1)
-            o, r = row.get("ours"), row.get("reference")
-            cells = [name, n]
-            cells += [("PASS" if o["ok"] else "FAIL"), rc_text(o), "ok" if not o["check"] else
-                      "FAIL", "match" if o["match"] else "differs"] if o else ["-"] * 4
-            cells += [rc_text(r), "match" if r["match"] else "differs"] if r else ["-"] * 2
-            cells += [("yes" if row["same"] else "no") if o and r else "-"]
-            out.append("| " + " | ".join(cells) + " |")
-        out.append("")
-    if data.get("shmem4py"):
-        out += [f"shmem4py {data.get('shmem4py_version', '')} tests "
-                f"({data.get('numpy', 'numpy')}): pass/fail/error/skip/hang/not run, exit", "",
-                "| file | np | ours | ours exit | reference | reference exit | verdict |",
-                "|---|---|---|---|---|---|---|"]
-        for key, row in data["shmem4py"].items():
-            name, n = key.rsplit("@", 1)
+    """The tables of a results JSON (``--json``) in Markdown: a row per
+    program, file or demo, ours beside the reference at each rank count."""
+    nps = data["nps"]
 
-            def c(res):
-                k = res["counts"]
-                return "/".join(str(k[x]) for x in COLS)
-            o, r = row.get("ours"), row.get("reference")
-            out.append(f"| {name} | {n} | {c(o) if o else '-'} | {rc_text(o) if o else '-'} | "
-                       f"{c(r) if r else '-'} | {rc_text(r) if r else '-'} | {row['verdict']} |")
+    def grouped(rows):
+        names = {}
+        for key, row in rows.items():
+            name, n = key.rsplit("@", 1)
+            names.setdefault(name, {})[int(n)] = row
+        return sorted(names.items())
+
+    def head(first, cols):
+        return ["| " + " | ".join([first] + cols) + " |",
+                "|" + "---|" * (len(cols) + 1)]
+
+    out = [f"Run of {data['date']}; ranks {', '.join(map(str, nps))}.", ""]
+    if data.get("examples"):
+        out += head("example", [f"{who} np={n}" for n in nps for who in ("ours", "reference")])
+        for name, by_n in grouped(data["examples"]):
+            cells = []
+            for n in nps:
+                row = by_n.get(n, {})
+                o, r = row.get("ours"), row.get("reference")
+                if o is None:
+                    cells.append("-")
+                elif o["ok"]:
+                    cells.append("PASS")
+                else:
+                    cells.append("FAIL (" + ", ".join(
+                        [f"exit {rc_text(o)}"] * (o["rc"] != 0 or o["timeout"]) +
+                        ["proof"] * bool(o["check"]) + ["output"] * (not o["match"])) + ")")
+                cells.append(f"exit {rc_text(r)}, output "
+                             f"{'matches' if r['match'] else 'differs'}" if r else "-")
+            out.append("| " + " | ".join([name] + cells) + " |")
+        out.append("")
+
+    def counts_cell(res):
+        if res is None:
+            return "-"
+        k = res["counts"]
+        return "/".join(str(k[x]) for x in COLS) + f", exit {rc_text(res)}"
+
+    if data.get("shmem4py"):
+        out += [f"shmem4py {data.get('shmem4py_version', '')} tests ({data.get('numpy', '')}): "
+                "pass/fail/error/skip/hang/not run, and the job's exit.", ""]
+        out += head("file", [c for n in nps for c in (f"ours np={n}", f"reference np={n}",
+                                                       f"verdict np={n}")])
+        for name, by_n in grouped(data["shmem4py"]):
+            cells = []
+            for n in nps:
+                row = by_n.get(n, {})
+                cells += [counts_cell(row.get("ours")), counts_cell(row.get("reference")),
+                          row.get("verdict", "-")]
+            out.append("| " + " | ".join([name] + cells) + " |")
         out.append("")
     if data.get("demos"):
-        out += ["| demo | np | ours | ours exit | proof | reference exit | output vs ours |",
-                "|---|---|---|---|---|---|---|"]
-        for key, row in data["demos"].items():
-            name, n = key.rsplit("@", 1)
-            o, r = row.get("ours"), row.get("reference")
-            same = ("same" if row.get("same") else "differs") if o and r else "-"
-            out.append(f"| {name} | {n} | {row['verdict']} | {rc_text(o) if o else '-'} | "
-                       f"{('ok' if not o['check'] else 'FAIL') if o else '-'} | "
-                       f"{rc_text(r) if r else '-'} | {same} |")
+        out += head("demo", [c for n in nps for c in (f"ours np={n}", f"reference np={n}")])
+        for name, by_n in grouped(data["demos"]):
+            cells = []
+            for n in nps:
+                row = by_n.get(n, {})
+                o, r = row.get("ours"), row.get("reference")
+                cells.append(f"{row.get('verdict', '-')}, exit {rc_text(o)}" if o else "-")
+                same = ("" if not o else ", output as ours" if row.get("same")
+                        else ", output differs")
+                cells.append(f"exit {rc_text(r)}{same}" if r else "-")
+            out.append("| " + " | ".join([name] + cells) + " |")
         out.append("")
     return "\n".join(out)
 
