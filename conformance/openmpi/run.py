@@ -39,8 +39,9 @@ which the job's whole process tree is killed.
 
 Usage: python conformance/openmpi/run.py [--parts examples,shmem4py,demos]
        [--np 2,4] [--impl ours,reference] [--timeout 120] [--subset ci]
-       [--files test_rma,...] [--programs hello_c,...] [--finalize explicit|atexit]
-       [--json FILE] [--baseline FILE] [--write-baseline FILE] [-v]
+       [--files test_rma,...] [--programs hello_c,...] [--finalize atexit|explicit]
+       [--numpy 'numpy<2'|installed] [--json FILE] [--baseline FILE]
+       [--write-baseline FILE] [--markdown JSON] [-v]
 Exit status: 0 when every example of ours passes and no shmem4py file or demo
 of ours is worse than the reference (with ``--baseline``: than the baseline's
 records); 1 otherwise; 2 when a suite could not be fetched ("could not
