@@ -291,24 +291,20 @@ def context_info(ctx: CContext) -> str:
     ``pml_ucx_tls`` / ``pml_ucx_devices`` lists).  Never another UCX's names:
     a list naming only UCX transports (rc, ud, dc, ...) matches none of these."""
     from . import __version__
-    from .context import TRANSPORTS, load_transport
+    from .context import load_transport
     cfg = ctx.context.config
     lines = ["#", f"# UCP context: ucxpy {__version__} (libucp.so.0 on ucxpy's core)",
              f"#     UCXPY_TLS={','.join(cfg.tls)}", "#"]
-    md = n = 0
-    for name in TRANSPORTS:
-        if not (name == "self" or name in cfg.tls or "all" in cfg.tls):
-            continue
-        cls, avail = load_transport(name, cfg)
-        if cls is None or not avail.available:
-            continue
+    n = 0
+    for md, cls in enumerate(ctx.context.transports):   # selected and available, in order
+        name = cls.name
+        _, avail = load_transport(name, cfg)
         lines.append(f"#            md {md:<2} :  {name}")
         for dev, device in enumerate(avail.devices or [name]):
             device = str(device).replace("/", "_").replace(" ", "_")
             lines.append(f"#      resource {n:<2} :  md {md:<2} dev {dev:<2} flags -- "
                          f"{name}/{device}")
             n += 1
-        md += 1
     return "\n".join(lines) + "\n"
 
 
