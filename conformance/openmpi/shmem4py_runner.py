@@ -23,58 +23,28 @@ import json
 import os
 import re
 import sys
-import time
 import traceback
 import unittest
 
 
-class RecordingResult(unittest.TextTestResult):
-    def __init__(self, out, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.out = out
-        self.outcome = {}
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "shmem"))
+import unittest_runner  # noqa: E402  (conformance/shmem: the per-test recording)
 
-    def _emit(self, **rec):
-        self.out.write(json.dumps(rec) + "\n")
-        self.out.flush()
 
-    def startTest(self, test):
-        super().startTest(test)
-        self.outcome[test.id()] = "pass"
-        self._t0 = time.monotonic()
-        self._emit(event="start", test=test.id())
-
-    def stopTest(self, test):
-        super().stopTest(test)
-        self._emit(event="stop", test=test.id(), outcome=self.outcome.get(test.id(), "pass"),
-                   seconds=round(time.monotonic() - self._t0, 3))
+class RecordingResult(unittest_runner.RecordingResult):
+    """conformance/shmem's recording, plus class and module fixtures (a
+    ``setUpClass`` raising SkipTest or an error, reported once for all of
+    its tests, which never start) and expected failures / unexpected
+    successes (shmem4py's suite has them)."""
 
     def _set(self, test, outcome, err=None):
         tid = test.id()
         if tid not in self.outcome:
-            # a class or module fixture (setUpClass raising SkipTest or an
-            # error): unittest reports it once, for all of its tests
             scope = re.search(r"\((.*)\)", tid)
             self._emit(event="fixture", scope=scope.group(1) if scope else tid,
                        outcome=outcome)
-        if self.outcome.get(tid) in ("fail", "error"):
-            return
-        self.outcome[tid] = outcome
-        if err is not None:
-            self._emit(event="detail", test=tid, outcome=outcome,
-                       error=self._exc_info_to_string(err, test)[-2000:])
-
-    def addFailure(self, test, err):
-        super().addFailure(test, err)
-        self._set(test, "fail", err)
-
-    def addError(self, test, err):
-        super().addError(test, err)
-        self._set(test, "error", err)
-
-    def addSkip(self, test, reason):
-        super().addSkip(test, reason)
-        self._set(test, "skip")
+        super()._set(test, outcome, err)
 
     def addExpectedFailure(self, test, err):
         super().addExpectedFailure(test, err)
@@ -83,12 +53,6 @@ class RecordingResult(unittest.TextTestResult):
     def addUnexpectedSuccess(self, test):
         super().addUnexpectedSuccess(test)
         self._set(test, "fail")
-
-    def addSubTest(self, test, subtest, err):
-        super().addSubTest(test, subtest, err)
-        if err is not None:
-            failed = issubclass(err[0], test.failureException)
-            self._set(test, "fail" if failed else "error", err)
 
 
 def _launcher_rank() -> int:
