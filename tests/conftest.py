@@ -181,6 +181,22 @@ def have_openmpi() -> bool:
     return os.path.exists(OPENMPI_MPIRUN) and os.path.exists(OPENMPI_LIB)
 
 
+def run_session(cmd, timeout=120, env=None, tail=None):
+    """Run ``cmd`` in its own session: ``(returncode, stdout, stderr)``; on
+    timeout the whole group is killed and the test fails as a hang (with the
+    last ``tail`` characters of each stream, or all of them)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, err = p.communicate()
+        cut = slice(-tail if tail else None, None)
+        pytest.fail(f"hang: {cmd} did not end within {timeout} s\n{out[cut]}\n{err[cut]}")
+    return p.returncode, out, err
+
+
 def run_job(args, n, timeout=120, env=None, launcher="ucxpy-run"):
     """Run ``args`` as an n-rank job; returns CompletedProcess (kills on timeout)."""
     e = dict(os.environ)

@@ -15,6 +15,7 @@ import textwrap
 
 import pytest
 
+from conftest import run_session
 from ucxpy.tools import ucx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -40,16 +41,7 @@ def _compile(tmp_path, source, name, cc, extra=()):
 
 
 def _run(cmd, timeout=120, env=None):
-    """Run in its own session; the whole group is killed on timeout (a hang fails)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env, start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, err = p.communicate()
-        pytest.fail(f"hang: {cmd} did not end within {timeout} s\n{out}\n{err}")
-    return p.returncode, out, err
+    return run_session(cmd, timeout, env)
 
 
 def test_request_contract_c_harness(tmp_path):

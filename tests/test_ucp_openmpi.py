@@ -22,6 +22,7 @@ import sys
 
 import pytest
 
+from conftest import run_session
 from ucxpy.tools import ucx
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -46,16 +47,7 @@ def _env(**extra):
 
 
 def _run(cmd, timeout=150, env=None):
-    """Run in its own session; the whole group is killed on timeout (a hang fails)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env=env or _env(), start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, err = p.communicate()
-        pytest.fail(f"hang: {cmd} did not end within {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
-    return p.returncode, out, err
+    return run_session(cmd, timeout, env or _env(), tail=3000)
 
 
 def _build(tmp_path_factory, cc, source):
