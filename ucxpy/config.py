@@ -190,9 +190,11 @@ class Config:
     def validate(self) -> None:
         if isinstance(self.tls, str):
             self.tls = tuple(x.strip() for x in self.tls.split(",") if x.strip())
-        from .context import transports
-        known = transports()
-        unknown = [t for t in self.tls if t not in known and t != "all"]
+        from .context import TRANSPORTS, transports
+        unknown = [t for t in self.tls if t not in TRANSPORTS and t != "all"]
+        if unknown:         # (the installed packages' entry points: read only when needed)
+            known = transports()
+            unknown = [t for t in unknown if t not in known]
         if unknown:
             raise ConfigError(f"UCXPY_TLS names unknown transport(s) {unknown}; "
                               f"known: {', '.join(known)}")
@@ -280,6 +282,13 @@ def setting(name: str, env=None):
     This is the one place ``UCXPY_*`` variables are read from."""
     var = _REGISTRY.get(name)
     if var is None:                 # its component may not be imported yet
+        # the launch variables first: importing every transport for them
+        # (libfabric's and libibverbs' libraries) costs a rank's start-up
+        # a quarter of a second
+        import importlib
+        importlib.import_module("ucxpy.bootstrap")
+        var = _REGISTRY.get(name)
+    if var is None:
         var = variables(plugins=False).get(name) or variables().get(name)
         if var is None:
             raise ConfigError(f"{name} is not a declared ucxpy variable")

@@ -52,7 +52,8 @@ def transports() -> dict:
 
 def load_transport(name: str, config: Config):
     """Return ``(interface class or None, Availability)`` for transport ``name``."""
-    target = transports().get(name)
+    # a built-in name needs no scan of the installed packages' entry points
+    target = TRANSPORTS.get(name) or transports().get(name)
     if target is None:
         return None, Availability(False, f"unknown transport {name!r}")
     mod, cls = target.split(":")
