@@ -133,10 +133,11 @@ class Engine:
                 return
             self.wait_until(op.is_done, fast=fast)
 
-    def wait_until(self, cond, timeout=None, fast=None) -> None:
+    def wait_until(self, cond, timeout=None, fast=None, max_nap=None) -> None:
         """Progress until ``cond()``: spin while there is activity, then nap on
         the transports' descriptors with growing naps (oversubscribed ranks
-        leave the CPU to each other).  With several threads (see
+        leave the CPU to each other; ``max_nap`` as ucxpy's
+        :meth:`~ucxpy.Worker.wait_until`).  With several threads (see
         :mod:`.threads`) the library lock is released while waiting and taken
         only around each progress pass."""
         if cond():
@@ -160,7 +161,7 @@ class Engine:
                 raise translate(e) from None
         saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
-            w.wait_until(cond, timeout, "MPI operation", lock, fast)
+            w.wait_until(cond, timeout, "MPI operation", lock, fast, max_nap)
         except ucxpy.UcxpyError as e:
             from .exceptions import translate
             raise translate(e) from None

@@ -38,6 +38,14 @@ def test_team_not_formed(n, mode, env):
     _ok(run_job(OPS + [mode], n, timeout=120, env=env), n, "SHMTEAM NONE")
 
 
+@pytest.mark.timeout(120)
+def test_sleeping_members_are_rung_awake():
+    """With more ranks than cores waiters sleep for long: members asleep in a
+    barrier wake when the last member arrives (ucxpy.doorbell), a receive
+    asleep on shm when its message comes, not when a nap ends."""
+    _ok(run_job(OPS + ["sleepers"], 3, timeout=90, env={"UCXPY_OVERSUBSCRIBED": "y"}), 3)
+
+
 @pytest.mark.timeout(200)
 def test_team_limit_per_process():
     _ok(run_job(OPS + ["limit"], 2, timeout=120, env={"UCXPY_SHM_COLL_TEAMS": "1"}), 2)

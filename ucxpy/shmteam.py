@@ -40,6 +40,16 @@ timeout), and raises if a member's endpoint has failed or the ``check``
 callback raises (a layer's revoked communicator): a dead member never
 leaves the others waiting.
 
+A member that waits long sleeps (``worker.wait_until`` with its long naps)
+and is rung awake (:mod:`ucxpy.doorbell`): before sleeping it stores in its
+own segment's ``sleep`` word which counter of which member it waits for and
+for what value, and counts itself in member 0's ``sleepers`` word; a member
+that raises a counter then reads ``sleepers`` and, if anyone sleeps, rings
+those that wait for this counter.  Both sides store first and load after
+(sequentially consistent), so either the sleeper sees the counter on its
+last look or the raiser sees the sleeper.  Where the members cannot ring each
+other (another network namespace) the waits nap briefly, as before.
+
 Forming a team is itself collective (:meth:`ShmTeam.create`): the layer
 supplies the allgather that exchanges the segments' keys and then whether
 every member could map every other one; if any could not (another host,
@@ -57,15 +67,23 @@ from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
-from .atomics import address_of, load64, pointer, store64
+from . import doorbell
+from .atomics import add64, address_of, load64, pointer, store64
 from .errors import ConnectionLost, UcxpyError
 from .schedules import TEAM_MAX, WHOLE_REDUCE_MAX, block_bounds, team_max
 from .transports.base import Caps
 
 #: byte offsets in a segment: the two counters, 128 bytes apart (a cache
 #: line each and the line the adjacent-line prefetcher pairs with it), then
-#: the two slots
-SEQ, RED, HEADER = 0, 128, 256
+#: the two slots.  SLEEP (the owner's, beside its SEQ: only the owner writes
+#: either) says what the owner sleeps on; SLEEPERS, used in member 0's
+#: segment only, counts the members asleep
+SEQ, SLEEP, RED, SLEEPERS, HEADER = 0, 64, 128, 192, 256
+#: which counter a sleeper waits on (bit 16 of its SLEEP word)
+_ON_SEQ, _ON_RED = 0, 1
+#: the longest nap of a member that cannot be rung (ucxpy.worker.MAX_NAP)
+UNRUNG_NAP = 2e-3
+_MINUS_ONE = (1 << 64) - 1
 
 #: counter loads spun on before the worker's wait loop takes over (more
 #: ranks than CPUs: sched_yield calls, each followed by one load)
@@ -81,7 +99,8 @@ class ShmTeam:
     C-contiguous; byte arrays for the data-movement ones) and block."""
 
     def __init__(self, worker, rank: int, eps: Sequence, mh, views: List[memoryview],
-                 slot: int, wait: Optional[Callable] = None):
+                 slot: int, wait: Optional[Callable] = None,
+                 bells: Optional[Sequence[Optional[bytes]]] = None):
         self.worker = worker
         self.rank, self.size = rank, len(views)
         self.eps = list(eps)
@@ -98,6 +117,12 @@ class ShmTeam:
         bases = [address_of(v) for v in views]
         self._seq = [pointer(b + SEQ) for b in bases]
         self._red = [pointer(b + RED) for b in bases]
+        self._sleep = [pointer(b + SLEEP) for b in bases]
+        self._sleepers = pointer(bases[0] + SLEEPERS)
+        #: every member's doorbell name, when all of them can ring each other
+        self._bells = list(bells) if bells is not None and all(bells) else None
+        if self._bells is not None:
+            worker.add_wake_source(doorbell.doorbell())
         self._others = [r for r in range(self.size) if r != rank]
         self._k = 0
         self._known = 0                          # every seq is known to be >= this
@@ -123,7 +148,7 @@ class ShmTeam:
         cfg = worker.config
         slot = int(slot or cfg.shm_coll_slot)
         n = len(eps)
-        mh = packed = None
+        mh = packed = bell = None
         # a same-host transport selected (UCXPY_TLS): the user wants memory shared
         intra = any(i.attrs.caps & Caps.INTRA_HOST and not i.attrs.caps & Caps.LOOPBACK
                     for i in worker.ifaces)
@@ -135,8 +160,16 @@ class ShmTeam:
                 if mh is not None:
                     mh.unmap()
                 mh = packed = None
+            try:
+                bell = (doorbell.namespace(), doorbell.doorbell().name)
+            except OSError:
+                bell = None
         try:
-            keys = exchange(packed)
+            infos = exchange((packed, bell))
+            keys = [i[0] for i in infos]
+            # ringing works within one network namespace (abstract socket names)
+            bells = [i[1][1] if i[1] is not None and bell is not None and i[1][0] == bell[0]
+                     else None for i in infos]
             views: List[Optional[memoryview]] = [None] * n
             ok = mh is not None and all(k is not None for k in keys)
             if ok:
@@ -151,7 +184,7 @@ class ShmTeam:
                             ok = False
                             break
             if all(exchange(ok)):
-                return cls(worker, rank, eps, mh, views, slot, wait)
+                return cls(worker, rank, eps, mh, views, slot, wait, bells)
         except BaseException:
             if mh is not None:              # (the exchange failed: a dead peer, a revoke)
                 mh.unmap()
@@ -184,13 +217,42 @@ class ShmTeam:
                     if load64(p) >= k:
                         break
                 else:
-                    self._wait(self._ready(p, k, r))
+                    self._sleep_on(counters, p, k, r)
                 continue
             for _ in range(SPINS):
                 if load64(p) >= k:
                     break
             else:
-                self._wait(self._ready(p, k, r))
+                self._sleep_on(counters, p, k, r)
+
+    def _sleep_on(self, counters, p, k: int, r: int) -> None:
+        """Wait in the worker's loop for member ``r``'s counter ``p`` to
+        reach ``k``: announced in the sleep word, so that ``r`` rings."""
+        ready = self._ready(p, k, r)
+        if self._bells is None:
+            self._wait(ready, max_nap=UNRUNG_NAP)
+            return
+        me = self._sleep[self.rank]
+        on = _ON_RED if counters is self._red else _ON_SEQ
+        store64(me, (k << 17) | (on << 16) | (r + 1))
+        add64(self._sleepers, 1)
+        try:
+            self._wait(ready)           # (its first look comes after the stores)
+        finally:
+            store64(me, 0)
+            add64(self._sleepers, _MINUS_ONE)
+
+    def _raised(self, on: int, k: int) -> None:
+        """This member's counter ``on`` is now ``k``: ring the members that
+        sleep until it is (one load when nobody sleeps)."""
+        if not load64(self._sleepers) or self._bells is None:
+            return
+        mine = self.rank + 1
+        sleep, bells = self._sleep, self._bells
+        for m in self._others:
+            w = load64(sleep[m])
+            if w and w & 0xFFFF == mine and (w >> 16) & 1 == on and w >> 17 <= k:
+                doorbell.ring(bells[m])
 
     def _ready(self, p, k: int, r: int) -> Callable[[], bool]:
         ep, check = self.eps[r], self.check
@@ -216,10 +278,12 @@ class ShmTeam:
 
     def _publish(self, k: int) -> None:
         store64(self._seq[self.rank], k)
+        self._raised(_ON_SEQ, k)
 
     def _sync(self, k: int) -> None:
         """Publish operation ``k`` and wait until every member has."""
         store64(self._seq[self.rank], k)
+        self._raised(_ON_SEQ, k)
         self._await(self._seq, k, self._others)
         self._known = k
 
@@ -240,8 +304,10 @@ class ShmTeam:
                     self._known = k - 1
                 self._bytes[root][k & 1][:n] = buf
                 store64(seq[root], k)
+                self._raised(_ON_SEQ, k)
             else:
                 store64(seq[self.rank], k)
+                self._raised(_ON_SEQ, k)
                 if load64(seq[root]) < k:
                     self._await(seq, k, (root,))
                 buf[:] = self._bytes[root][k & 1][:n]
@@ -290,6 +356,7 @@ class ShmTeam:
                 self._await(seq, k - 1, self._others)
             self._bytes[me][k & 1][:n * b] = send
             store64(seq[me], k)
+            self._raised(_ON_SEQ, k)
             for r in self._others:
                 if load64(seq[r]) < k:
                     self._await(seq, k, self._others)
@@ -375,6 +442,7 @@ class ShmTeam:
         views[self.rank][...] = x
         seq = self._seq
         store64(seq[self.rank], k)
+        self._raised(_ON_SEQ, k)
         if root is not None and root != self.rank:
             return
         for r in self._others:
@@ -401,6 +469,7 @@ class ShmTeam:
         for r in self._others:
             combine(acc, self._typed(r, s, dt, a, b), acc)
         store64(self._red[me], k)
+        self._raised(_ON_RED, k)
         if root is not None and root != me:
             return
         out[lo + a:lo + b] = acc

@@ -34,6 +34,14 @@ recv_configure(RecvRequest, TagInfo, collections.deque)
 COLD_EVERY = 16     # power of two
 #: polls of one fast-path C call (``Worker.recv_poller``) between progress passes
 FAST_SPINS = 256
+#: the longest nap of a waiting worker (it sleeps on the transports'
+#: descriptors, which wake it when a message arrives; the nap bounds what
+#: nothing signals: failure notices, a lost wake-up)
+MAX_NAP = 2e-3
+#: the same with more ranks than CPUs and no other thread: every sleeper's
+#: wake-up takes the CPU from the ranks doing the work (at 64 ranks on 2
+#: cores, naps of 2 ms left the ranks working a third of the machine)
+OVERSUBSCRIBED_MAX_NAP = 0.1
 #: local ids given to peers whose worker id collides with a live peer's
 ALIAS_BASE = 1 << 62
 #: a peer's last connection closed: wait this long (and two full progress
@@ -118,6 +126,7 @@ class Worker:
         self._cold = [i.progress for i in self.ifaces]
         self._tick = 0
         self._callbacks = []                 # add_progress_callback: run by every progress()
+        self._wake_sources = []              # add_wake_source: slept on beside the transports
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
                                      tuple((i.name, i.address()) for i in self.ifaces))
         self.address_bytes = self.address.pack()
@@ -193,10 +202,17 @@ class Worker:
 
     def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
                    what="operation", lock=None,
-                   fast: Optional[Callable[[], bool]] = None) -> None:
+                   fast: Optional[Callable[[], bool]] = None,
+                   max_nap: Optional[float] = None) -> None:
         """Progress until ``cond()`` is true.  Spins for ``UCXPY_BUSY_POLL``
-        seconds, then sleeps on the transports' file descriptors with growing
-        naps so oversubscribed ranks leave the CPU to each other.
+        seconds, then sleeps on the transports' file descriptors (and the
+        wake sources, :meth:`add_wake_source`) with growing naps so
+        oversubscribed ranks leave the CPU to each other: up to
+        :data:`MAX_NAP`, or :data:`OVERSUBSCRIBED_MAX_NAP` with more ranks
+        than CPUs and no other thread.  ``cond`` must therefore become true
+        only through what wakes the sleeper: a message, or a ring of a wake
+        source; a condition on memory another process writes without ringing
+        passes a short ``max_nap``.
 
         ``lock`` (a layer's library lock, e.g. mpi_shim's THREAD_MULTIPLE
         lock, not held by the caller) is taken around each progress pass
@@ -207,10 +223,10 @@ class Worker:
         if cond():
             return
         if self.tr is not None:
-            return self._wait_traced(cond, timeout, str(what), lock)
-        self._wait_loop(cond, timeout, what, lock, fast)
+            return self._wait_traced(cond, timeout, str(what), lock, max_nap)
+        self._wait_loop(cond, timeout, what, lock, fast, max_nap)
 
-    def _wait_loop(self, cond, timeout, what, shared=None, fast=None) -> None:
+    def _wait_loop(self, cond, timeout, what, shared=None, fast=None, max_nap=None) -> None:
         if self.progress_error is not None:
             self.check_peers()             # raises: the progress thread is gone
         deadline = deadline_of(timeout, self.config.timeout)
@@ -220,6 +236,11 @@ class Worker:
         nap = 20e-6
         share = self.oversubscribed()
         burst = 8 if share else 64
+        # another thread may complete what we wait for without waking us
+        # (its progress pass takes the wake-up): long naps only alone
+        longest = OVERSUBSCRIBED_MAX_NAP if share and self.lock is None else MAX_NAP
+        if max_nap is not None:
+            longest = min(longest, max_nap)
         while True:
             # with one thread alive nobody else can want the lock, so this
             # pass polls without it; only a live thread can start another,
@@ -255,7 +276,7 @@ class Worker:
                 raise timeout_error(what, timeout if timeout else self.config.timeout)
             if now >= spin_until:
                 self._idle_sleep(min(nap, max(deadline - now, 0)))
-                nap = min(nap * 2, 2e-3)
+                nap = min(nap * 2, longest if threads_alive() == 1 else MAX_NAP)
             elif share:
                 os.sched_yield()           # more ranks than CPUs: let the peer run
             elif lock is not None:
@@ -284,11 +305,11 @@ class Worker:
         self._oversubscribed = v
         return v
 
-    def _wait_traced(self, cond, timeout, what, lock=None) -> None:
+    def _wait_traced(self, cond, timeout, what, lock=None, max_nap=None) -> None:
         """:meth:`wait_until` with its busy and sleeping time recorded."""
         t0, slept0 = time.perf_counter_ns(), self._slept_ns
         try:
-            self._wait_loop(cond, timeout, what, lock)
+            self._wait_loop(cond, timeout, what, lock, max_nap=max_nap)
         finally:
             self.tr.wait(t0, time.perf_counter_ns(), self._slept_ns - slept0, what)
 
@@ -382,11 +403,23 @@ class Worker:
             recv = tep.recv_eager
             return None if recv is None else (ep, recv, tep.drain_eager)
 
+    def add_wake_source(self, source) -> None:
+        """Sleep on ``source`` too (an object with ``fileno()`` and
+        ``drain()``, such as a :class:`ucxpy.doorbell.Doorbell`): a waiting
+        worker wakes when it becomes readable and drains it."""
+        if source not in self._wake_sources:
+            self._wake_sources.append(source)
+
     def _idle_sleep(self, seconds: float) -> None:
         t0 = time.perf_counter_ns()
         fds = [fd for i in self.ifaces for fd in i.wait_fds()]
+        wake = self._wake_sources
+        if wake:
+            fds += wake
         if fds:
             select.select(fds, (), (), seconds)
+            for src in wake:
+                src.drain()
         else:
             time.sleep(seconds)
         dt = time.perf_counter_ns() - t0

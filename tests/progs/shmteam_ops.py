@@ -7,7 +7,10 @@ argv[1]: "ops" (default), "dead" (the last rank dies while the others wait
 in a barrier: they must raise, not hang), "refused" (the team must not
 form: prints 'SHMTEAM NONE'), "one-refuses" (the last rank's configuration
 says no: nobody gets a team), "limit" (UCXPY_SHM_COLL_TEAMS=1: a second
-team does not form, and forms again once the first is closed).
+team does not form, and forms again once the first is closed), "sleepers"
+(UCXPY_OVERSUBSCRIBED=y, naps of up to 30 s: members asleep in a barrier
+are rung awake by the last one to arrive, and a receive asleep on the shm
+transport is woken by the message, both within 0.3 s).
 """
 import os
 import pickle
@@ -54,6 +57,40 @@ if mode == "limit":
     assert (x == n).all()
     t2.close()
     print(f"SHMTEAM OK {rank} limit", flush=True)
+    w.finalize()
+    sys.exit(0)
+
+if mode == "sleepers":
+    import struct
+
+    import ucxpy.worker
+    from ucxpy import doorbell
+    ucxpy.worker.OVERSUBSCRIBED_MAX_NAP = 30.0     # nothing but a wake-up ends a sleep early
+    assert w.worker.oversubscribed()
+    rings = []
+    ring = doorbell.ring
+    doorbell.ring = lambda name: rings.append(name) or ring(name)
+    t.barrier()
+    arrived = None
+    if rank == 0:
+        time.sleep(2.0)          # the others fall asleep in the barrier (naps of 1-2 s by now)
+        arrived = time.time()
+    t.barrier()
+    left = time.time()
+    seen = exchange((arrived, left, len(rings)))
+    lag = max(x[1] for x in seen) - seen[0][0]
+    assert lag < 0.3, f"the sleepers left the barrier {lag:.3f} s after the last arrival"
+    assert seen[0][2] >= 1, "the last member to arrive rang nobody"
+    if rank == 0:
+        time.sleep(2.0)                          # rank 1 falls asleep in its receive
+        w.send(struct.pack("<d", time.time()), 1, tag=5)
+    elif rank == 1:
+        buf = bytearray(8)
+        w.recv(buf, 0, tag=5)
+        lag = time.time() - struct.unpack("<d", buf)[0]
+        assert lag < 0.3, f"the receive ended {lag:.3f} s after the send"
+    t.close()
+    print(f"SHMTEAM OK {rank} sleepers", flush=True)
     w.finalize()
     sys.exit(0)
 
