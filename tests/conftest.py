@@ -15,6 +15,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGS = os.path.join(ROOT, "tests", "progs")
 
 
+# ------------------------------------------------- full-size jobs (make test-scale)
+def pytest_addoption(parser):
+    parser.addoption("--scale", action="store_true",
+                     help="also run the full-size jobs marked 'scale' (make test-scale)")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "scale: a full-size job (64 ranks over 16 hosts, 128 "
+                                       "ranks on one host); only with --scale")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Leave the 'scale' jobs out unless --scale: ``make test`` runs their
+    smaller versions."""
+    if config.getoption("--scale"):
+        return
+    drop = [it for it in items if it.get_closest_marker("scale")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [it for it in items if not it.get_closest_marker("scale")]
+
+
 def transport_available(name: str) -> bool:
     from ucxpy.config import Config
     from ucxpy.context import load_transport
