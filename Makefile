@@ -12,7 +12,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # second real launcher the tests use.  Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge
 
-.PHONY: install deps run test test-hosts test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
+.PHONY: install deps run test test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -52,6 +52,12 @@ test: install
 test-hosts: install
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests/hosts
 
+## the big jobs (issue 31): 64 ranks over 16 namespace hosts and 128 ranks on
+## one host, all-to-all + Allreduce + shmem ring checked (`make test` runs
+## 16 ranks over 4 hosts and 32 on one host)
+test-scale: install
+	$(PY) -m pytest -q -ra --scale -m scale $(PYTEST_ARGS) tests
+
 ## the verbs transport on a real device: an HCA, or Soft-RoCE created here
 ## (root + the rdma_rxe kernel module; tests/conftest.py rdma_device()):
 ## its own tests plus the whole tag / AM / RMA suite over verbs (docs/rdma.md)
@@ -87,6 +93,7 @@ bench: install
 	$(PY) bench/fabtests_ref.py
 	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
 	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
+	$(PY) bench/scale.py --json bench/results/scale.json
 
 ## MPICH over ucxpy's libucp.so.0 beside MPICH over the real UCX and ucxpy's
 ## own API (part of bench; alone here)
@@ -100,6 +107,15 @@ bench-ucp: install
 bench-oshmem: install
 	mkdir -p bench/results
 	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
+
+## mpi_shim under ucxpy-run against mpi4py + MPICH at 8-64 ranks on this host:
+## all-to-all, launch and exit, ping-pong beside waiting ranks, memory (part
+## of bench; alone here; SCALE_ARGS=--quick for 8 and 16 ranks)
+SCALE_ARGS ?=
+bench-scale: install
+	$(PY) -m pip install -q -e '.[bench]'
+	mkdir -p bench/results
+	$(PY) bench/scale.py --json bench/results/scale.json $(SCALE_ARGS)
 
 ## mpi4py's released test suite against mpi_shim (sdist fetched at run time, never committed)
 conformance-mpi: install
