@@ -9,8 +9,10 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 # Debian packages: libfabric/libibverbs for the RDMA transports (ofi runs here on
 # libfabric's tcp and shm providers; verbs needs a device) and Open MPI, the
-# second real launcher the tests use.  Installed when missing and possible.
-SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge
+# second real launcher the tests use, and libpmix (the PMIx bootstrap's client
+# library, ucxpy._pmix; Open MPI's mpirun and srun --mpi=pmix serve it).
+# Installed when missing and possible.
+SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
 
 .PHONY: install deps run test test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 

@@ -6,7 +6,9 @@ buffer protocol, native/pybuffer.c) and ``ucxpy._fastpath`` (the receive
 fast path, native/fastpath.c), and ``mpi_shim._accel`` (mpi_shim's hottest
 calls in C, native/mpi_accel.c).  The RDMA
 modules (``ucxpy._ofi``, ``ucxpy._verbs``) are added when their headers exist
-(see native/build_rdma.py; ``UCXPY_NO_RDMA=1`` skips them).
+(see native/build_rdma.py; ``UCXPY_NO_RDMA=1`` skips them), and so is the
+PMIx client binding (``ucxpy._pmix``, native/build_pmix.py, where libpmix-dev's
+``pmix.h`` is; ``UCXPY_NO_PMIX=1`` skips it).
 """
 import os
 import sys
@@ -21,6 +23,7 @@ try:
     from build_rdma import cffi_modules as rdma_cffi_modules
 except ImportError:      # RDMA builders absent: the core and shm still work
     rdma_cffi_modules = list
+from build_pmix import cffi_modules as pmix_cffi_modules  # noqa: E402
 import build_ucp  # noqa: E402  (native/build_ucp.py: the drop-in libucp.so.0)
 sys.path.pop(0)
 
@@ -53,5 +56,5 @@ class BuildExt(build_ext):
 
 EXTENSIONS = [PYBUFFER, FASTPATH, MPI_ACCEL] + ([build_ucp.BRIDGE] if build_ucp.available() else [])
 
-setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules(),
+setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules() + pmix_cffi_modules(),
       ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildExt})

@@ -241,7 +241,7 @@ def run_job(args, n, timeout=120, env=None, launcher="ucxpy-run"):
 #: test ids which tests exercised them
 ENV_COMPONENTS = {
     "tcp": "tcp", "shm": "shm", "ofi": "ofi", "verbs": "verbs",
-    "mpiexec (MPICH)": "mpiexec", "Open MPI": "openmpi",
+    "mpiexec (MPICH)": "mpiexec", "Open MPI": "openmpi", "PMIx": "pmix",
     "host tests (netns)": "tests/hosts/", "shmem4py comparison": "shmem4py",
 }
 
@@ -258,6 +258,9 @@ def _environment(session):
     avail["mpiexec (MPICH)"] = bool(_sh.which("mpiexec")) and \
         importlib.util.find_spec("mpi4py") is not None
     avail["Open MPI"] = have_openmpi()
+    from ucxpy.bootstrap.pmix_boot import unavailable_reason as pmix_unavailable
+    why_pmix = pmix_unavailable()
+    avail["PMIx"] = not why_pmix
     avail["shmem4py comparison"] = _sh.which("oshcc") is not None
     try:
         from hosts.netns import skip_reason
@@ -285,7 +288,8 @@ def _environment(session):
                                 else rep.longrepr)[:90]] += 1
                 else:
                     ran += 1
-        why = why_hosts if name.startswith("host") else rdma_device() if name == "verbs" else ""
+        why = why_hosts if name.startswith("host") else rdma_device() if name == "verbs" \
+            else why_pmix if name == "PMIx" else ""
         out[name] = (ran, skipped, avail[name], why, reasons.most_common(1))
     return out
 
@@ -302,6 +306,9 @@ def _could_run_but_skipped(env):
         if name == "ofi" and not available and root and apt:
             bad.append("ofi: root and apt-get are here, but libfabric is missing "
                        "(`make deps` installs it)")
+        elif name == "PMIx" and not available and root and apt:
+            bad.append("PMIx: root and apt-get are here, but ucxpy._pmix is not built "
+                       "(`make deps` installs libpmix-dev; then reinstall)")
         elif name == "host tests (netns)" and available:
             bad.append("host tests: network namespaces work here, yet every host test skipped")
         elif name in ("tcp", "shm"):

@@ -86,7 +86,7 @@ def test_from_env_forced_and_invalid():
     assert isinstance(bootstrap.from_env(clean_env(UCXPY_BOOTSTRAP="single",
                                                    UCXPY_RUN_ADDR="tcp://127.0.0.1:1")),
                       bootstrap.SingletonBootstrap)
-    with pytest.raises(BootstrapError, match="expected zmq, pmi, mpi or single"):
+    with pytest.raises(BootstrapError, match="expected zmq, pmi, pmix, mpi or single"):
         bootstrap.from_env(clean_env(UCXPY_BOOTSTRAP="carrier-pigeon"))
     with pytest.raises(BootstrapError, match="UCXPY_RUN_ADDR"):
         bootstrap.from_env(clean_env(UCXPY_BOOTSTRAP="zmq"))

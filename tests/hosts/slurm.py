@@ -21,7 +21,11 @@ by ``AuthInfo=socket=...``): the system's munge is neither used nor needed.
 Configuration that matters for the tests: ``ProctrackType=proctrack/linuxproc``
 and ``TaskPlugin=task/none`` (no cgroups), ``SlurmdTimeout`` low so a lost
 node is declared DOWN within seconds, ``MpiDefault=pmi2``, CPUs=4 per node
-with ``SlurmdParameters=config_overrides`` (the machine has 2 cores).
+with ``SlurmdParameters=config_overrides`` (the machine has 2 cores), and
+``TmpFS`` per node (``tmp/%n``): the hosts share one file system, and the
+PMIx plugin (``srun --mpi=pmix``) makes each step's client directory
+``<TmpFS>/spmix_appdir_<uid>_<job>.<step>`` on every node, failing the
+launch ("File exists") when two nodes' TmpFS is the same ``/tmp``.
 
 :func:`skip_reason` says why a cluster cannot run here ('' when it can).
 """
@@ -92,7 +96,8 @@ class SlurmCluster:
     # -- configuration -------------------------------------------------------
     def _write_config(self) -> None:
         d = self.dir
-        for sub in ["munge", "state", "log", "run"] + [f"spool/h{i}" for i in range(self.n)]:
+        for sub in ["munge", "state", "log", "run"] + [f"{kind}/h{i}" for i in range(self.n)
+                                                       for kind in ("spool", "tmp")]:
             os.makedirs(os.path.join(d, sub), exist_ok=True)
         os.chmod(os.path.join(d, "munge"), 0o700)
         nodes = ",".join(f"h{i}" for i in range(self.n))
@@ -104,6 +109,7 @@ class SlurmCluster:
             f"AuthInfo=socket={self.munge_socket}",
             f"StateSaveLocation={d}/state",
             f"SlurmdSpoolDir={d}/spool/%n",
+            f"TmpFS={d}/tmp/%n",
             f"SlurmctldPidFile={d}/run/slurmctld.pid",
             f"SlurmdPidFile={d}/run/slurmd.%n.pid",
             f"SlurmctldLogFile={d}/log/slurmctld.log",

@@ -1,4 +1,5 @@
-"""A long-running ucxpy job for the Slurm failure tests (tests/hosts/test_slurm.py).
+"""A long-running ucxpy job for the Slurm failure tests (tests/hosts/test_slurm.py;
+tests/test_bootstrap_pmix.py runs it under mpirun.openmpi too).
 
 Every rank prints ``SLURM-JOB READY <rank> <hostname> <pid>`` after wire-up,
 then loops on barriers with a timeout.  A failure anywhere ends it with an
@@ -20,7 +21,8 @@ import time
 
 import ucxpy
 
-rank = int(os.environ.get("SLURM_PROCID", os.environ.get("PMI_RANK", -1)))
+rank = int(os.environ.get("SLURM_PROCID", os.environ.get("PMI_RANK",
+                                                        os.environ.get("PMIX_RANK", -1))))
 
 
 def on_term(signum, frame):

@@ -1,7 +1,10 @@
 """ucxpy, mpi_shim and shmem under a real Slurm (Debian's slurmctld/slurmd
 22.05 + munge) on namespace hosts: one controller, 4 compute hosts h0..h3
 (see slurm.py).  ``srun --mpi=pmi2 -N 4 -n 16 --ntasks-per-node=4``: ranks
-wire up through Slurm's PMI-2 server; tcp between hosts, shm within one.
+wire up through Slurm's PMI-2 server; ``srun --mpi=pmix`` (Slurm's
+mpi/pmix_v4 plugin, libpmix 4.2): through the PMIx server in each node's
+slurmstepd (ucxpy's PMIx bootstrap, tests/progs/launch_probe.py proves which
+bootstrap each rank used); tcp between hosts, shm within one.
 Failures (scancel, a rank killed, a node lost) end the job with an error on
 every surviving rank, never a hang: every wait has a hard timeout and kills
 the client's process group; the fixture removes daemons and namespaces."""
@@ -22,7 +25,16 @@ pytestmark = pytest.mark.timeout(150)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "slurm_job.py")
-SRUN = ["srun", "--mpi=pmi2", "-N", "4", "-n", "16", "--ntasks-per-node=4"]
+OPENMPI_MPIRUN = "/usr/bin/mpirun.openmpi"
+#: the bootstrap each of Slurm's MPI plugins selects
+BOOTSTRAP = {"pmi2": "pmi", "pmix": "pmix"}
+
+
+def srun(mpi="pmi2"):
+    return ["srun", f"--mpi={mpi}", "-N", "4", "-n", "16", "--ntasks-per-node=4"]
+
+
+SRUN = srun()
 
 
 @pytest.fixture
@@ -48,15 +60,49 @@ def ok(p, c, marker, n):
     return lines
 
 
-def test_srun_ucxpy_tcp_between_hosts_shm_within(slurm):
-    """rel_xhost.py: tag, AM, RMA, atomics between every pair of 16 ranks, data
-    checked; same-host pairs on shm (mapped RMA), other pairs on tcp."""
-    p = slurm.run(SRUN + prog("rel_xhost.py") + ["4", "tcp"], timeout=120)
-    for line in ok(p, slurm, "XHOST OK", 16):
+def probed(name):
+    """``name`` run by launch_probe.py, which reports each rank's bootstrap."""
+    return prog("launch_probe.py") + [name]
+
+
+def bootstrap_ok(p, kind, n=16):
+    """Every rank's launch_probe line names bootstrap ``kind`` and no mpi4py."""
+    got = sorted(re.findall(r"LAUNCH-PROBE (\d+) bootstrap=([a-z,]+) mpi4py=(True|False)",
+                            p.stdout), key=lambda t: int(t[0]))
+    assert got == [(str(r), kind, "False") for r in range(n)], p.stdout[-5000:]
+
+
+def xhost_ok(p, c, per_host, n=16):
+    """rel_xhost.py passed on every rank, same-host pairs on shm, others on tcp."""
+    for line in ok(p, c, "XHOST OK", n):
         rank = int(line.split()[2])
         lanes = dict(kv.split(":") for kv in line.split("lanes=")[1].split()[0].split(","))
         for peer, lane in lanes.items():
-            assert lane == ("shm" if int(peer) // 4 == rank // 4 else "tcp"), line
+            assert lane == ("shm" if int(peer) // per_host == rank // per_host else "tcp"), line
+
+
+@pytest.mark.parametrize("mpi", ["pmi2", "pmix"])
+def test_srun_ucxpy_tcp_between_hosts_shm_within(slurm, mpi):
+    """rel_xhost.py: tag, AM, RMA, atomics between every pair of 16 ranks, data
+    checked; same-host pairs on shm (mapped RMA), other pairs on tcp."""
+    p = slurm.run(srun(mpi) + probed("rel_xhost.py") + ["4", "tcp"], timeout=120)
+    bootstrap_ok(p, BOOTSTRAP[mpi])
+    xhost_ok(p, slurm, 4)
+
+
+def test_mpirun_openmpi_pmix_in_an_allocation(slurm):
+    """Open MPI's mpirun inside ``salloc``: it starts its orted daemons on the
+    hosts through srun, and each rank's PMIx client (ucxpy's PMIx bootstrap)
+    talks to its own node's orted, whose PMIx server is the system's libpmix
+    4.2 as ucxpy's client is.  rel_xhost.py, 4 hosts x 2 ranks, data checked."""
+    if not os.path.exists(OPENMPI_MPIRUN):
+        pytest.skip("Debian's Open MPI is not installed (openmpi-bin; make deps)")
+    p = slurm.run(["salloc", "-N", "4", "-n", "8", OPENMPI_MPIRUN, "--timeout", "100",
+                   "--oversubscribe", "--npernode", "2", "-n", "8", "-x", "PYTHONPATH",
+                   *probed("rel_xhost.py"), "2", "tcp"], timeout=130,
+                  env={"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+    bootstrap_ok(p, "pmix", 8)
+    xhost_ok(p, slurm, 2, 8)
 
 
 def test_srun_ranks_see_their_hosts(slurm):
@@ -66,8 +112,11 @@ def test_srun_ranks_see_their_hosts(slurm):
     assert got == [(r, f"h{r // 4}") for r in range(16)], p.stdout
 
 
-def test_srun_mpi_shim(slurm):
-    p = slurm.run(SRUN + prog("mpi_smoke.py"), timeout=120)
+@pytest.mark.parametrize("mpi", ["pmi2", "pmix"])
+def test_srun_mpi_shim(slurm, mpi):
+    """mpi_smoke.py (from mpi_shim import MPI): p2p, collectives, Allreduce."""
+    p = slurm.run(srun(mpi) + probed("mpi_smoke.py"), timeout=120)
+    bootstrap_ok(p, BOOTSTRAP[mpi])
     ok(p, slurm, "MPI-SMOKE OK", 16)
 
 
@@ -104,9 +153,9 @@ def test_sbatch_script(slurm):
     assert sorted(int(x) for x in re.findall(r"MPI-SMOKE OK (\d+)", text)) == list(range(16)), text
 
 
-def start_job(slurm, extra=()):
-    p = slurm.start(SRUN + ["--kill-on-bad-exit=0", "-J", "ucxpyfail", *extra,
-                            sys.executable, JOB, "100"])
+def start_job(slurm, extra=(), mpi="pmi2"):
+    p = slurm.start(srun(mpi) + ["--kill-on-bad-exit=0", "-J", "ucxpyfail", *extra,
+                                 sys.executable, JOB, "100"])
     lines = []
     for _ in range(16):
         lines += netns.lines_until(p, "SLURM-JOB READY", 60)
@@ -146,12 +195,13 @@ def test_scancel_ends_every_rank(slurm):
     assert time.monotonic() - t0 < 30, out
 
 
-def test_rank_killed_mid_job(slurm):
+@pytest.mark.parametrize("mpi", ["pmi2", "pmix"])
+def test_rank_killed_mid_job(slurm, mpi):
     """Rank 5 (on h1) is SIGKILLed (srun --kill-on-bad-exit=0: Slurm leaves the
     others running): every one of the 15 others ends with a ucxpy error
     (ConnectionLost: shm peer died / tcp peer closed, cascading through the
     barriers), srun exits non-zero."""
-    p, ready = start_job(slurm)
+    p, ready = start_job(slurm, mpi=mpi)
     time.sleep(0.5)
     os.kill(ready[5][1], signal.SIGKILL)
     out = finish(slurm, p, 60)

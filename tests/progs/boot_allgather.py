@@ -34,6 +34,12 @@ if boot.kind in ("zmq", "single"):
     boot.put(f"key{rank}", f"value{rank}".encode())
     peer = (rank + 1) % size
     assert boot.get(f"key{peer}", timeout=30) == f"value{peer}".encode()
+elif boot.kind == "pmix":      # PMI's semantics: visible after the next collective
+    boot.put(f"key{rank}", f"value{rank}".encode())
+    boot.barrier(timeout=30)
+    assert [boot.lookup(f"key{r}") for r in range(size)] == \
+        [f"value{r}".encode() for r in range(size)]
+    assert boot.lookup("never-put") is None
 
 boot.check_failures()
 boot.barrier(timeout=30)

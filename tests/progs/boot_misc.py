@@ -1,5 +1,5 @@
 """Small behaviours selected by argv[1]: sigkill, sleep, abort, agent,
-exit0early, bench."""
+exit0early, bench, watch."""
 import os
 import signal
 import sys
@@ -8,7 +8,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from ucxpy import bootstrap  # noqa: E402
-from ucxpy.errors import PeerFailure  # noqa: E402
+from ucxpy.errors import BootstrapError, PeerFailure  # noqa: E402
 
 mode = sys.argv[1]
 boot = bootstrap.from_env()
@@ -65,4 +65,26 @@ elif mode == "bench":
     print(f"rank {boot.rank} check_failures_ns={dt / n * 1e9:.0f} polls={counting.polls} "
           f"allowed={int(dt / boot.check_interval) + 2}", flush=True)
     boot.barrier(timeout=30)
+elif mode == "watch":
+    # the first failure check_failures reports within 30 s, then whether a
+    # bootstrap collective still completes; written to $WATCH_OUT.<rank>
+    # (the launcher, which relays stdout, may be what died)
+    boot.barrier(timeout=30)
+    print(f"rank {boot.rank} watching", flush=True)
+    seen, deadline = "no failure reported", time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            boot.check_failures()
+        except PeerFailure as e:
+            seen = f"PeerFailure peer={e.peer}: {e}"
+            break
+        time.sleep(0.01)
+    try:
+        boot.barrier(timeout=5)
+        seen += "; then barrier completed"
+    except (BootstrapError, PeerFailure) as e:
+        seen += f"; then barrier {type(e).__name__}: {e}"
+    with open(f"{os.environ['WATCH_OUT']}.{boot.rank}", "w") as f:
+        f.write(seen + "\n")
+    os._exit(0)
 boot.close()

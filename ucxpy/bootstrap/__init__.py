@@ -10,12 +10,18 @@ operations needed for that, over whatever launched the job:
 * :class:`~ucxpy.bootstrap.pmi_boot.PmiBootstrap` - launched by MPICH's
   ``mpiexec`` (Hydra) or ``srun --mpi=pmi2``: speaks the PMI-1/PMI-2 wire
   protocol on ``PMI_FD`` itself, no MPI library needed.
+* :class:`~ucxpy.bootstrap.pmix_boot.PmixBootstrap` - launched by Open MPI's
+  ``mpirun``, PRRTE's ``prterun`` or ``srun --mpi=pmix`` (``PMIX_NAMESPACE``,
+  ``PMIX_RANK``, ``PMIX_SERVER_URI*``): a PMIx client through the system's
+  libpmix (cffi, ``ucxpy._pmix``), no MPI library needed; unavailable, with
+  the reason, where ucxpy was built without ``libpmix-dev``.
 * :class:`~ucxpy.bootstrap.mpi_boot.MpiBootstrap` - launched by
-  ``mpirun``/``mpiexec`` without a PMI socket (Open MPI, PMIx); uses mpi4py.
+  ``mpirun``/``mpiexec`` with neither a PMI socket nor a usable PMIx server;
+  uses mpi4py.
 * :class:`SingletonBootstrap` - started directly: rank 0 of 1.
 
-Use :func:`from_env` to get the right one; ``UCXPY_BOOTSTRAP=zmq|pmi|mpi|single``
-forces a choice.  Typical use::
+Use :func:`from_env` to get the right one (the one place the choice is made);
+``UCXPY_BOOTSTRAP=zmq|pmi|pmix|mpi|single`` forces a choice.  Typical use::
 
     boot = ucxpy.bootstrap.from_env()
     addrs = boot.allgather(my_address, timeout=60)   # list[bytes], index = rank
@@ -57,7 +63,8 @@ def _int_or_none(text: str):
 config.declare(
     "launch",
     ("BOOTSTRAP", "auto", lambda t: t.strip().lower(),
-     "force a bootstrap: zmq, pmi, mpi or single (auto: from the launcher's variables)"),
+     "force a bootstrap: zmq, pmi, pmix, mpi or single (auto: from the launcher's "
+     "variables)"),
     ("BOOTSTRAP_TIMEOUT", DEFAULT_TIMEOUT, float,
      "seconds a bootstrap collective (wire-up exchange, barrier) waits; 0 = forever"),
     ("BOOTSTRAP_CONNECT_TIMEOUT", 30.0, float,
@@ -208,6 +215,14 @@ class Bootstrap:
         from ..netaddr import LOOPBACK, outward_ipv4
         return LOOPBACK if self.local_size >= self.size else outward_ipv4()
 
+    def _placement_from_hostnames(self, timeout=None):
+        """``(local_rank, local_size)`` among the ranks whose hostname is this
+        one's, by an allgather of hostnames (collective): for launchers that
+        do not say."""
+        hosts = [h.decode() for h in self.allgather(self.hostname.encode(), timeout)]
+        mine = [r for r, h in enumerate(hosts) if h == self.hostname]
+        return mine.index(self.rank), len(mine)
+
     # -- failures and teardown ----------------------------------------------
     def check_failures(self) -> None:
         """Raise :class:`~ucxpy.errors.PeerFailure` if the launcher reported a
@@ -226,6 +241,19 @@ class Bootstrap:
         if message:
             sys.stderr.write(f"rank {self.rank}: abort: {message}\n")
             sys.stderr.flush()
+
+    def _abort_and_exit(self, message: str, errorcode: int, kill) -> None:
+        """Print ``message``, flush, call ``kill(code)`` (the launcher's abort,
+        which should not return), then exit with ``code`` in any case."""
+        code = int(errorcode) or 1
+        if message:
+            sys.stderr.write(f"rank {self.rank}: abort: {message}\n")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            kill(code)
+        finally:
+            os._exit(code)
 
     def close(self) -> None:
         """Release resources.  Idempotent."""
@@ -312,33 +340,41 @@ def _mpi_size_hint(env) -> int:
 def from_env(env=None) -> Bootstrap:
     """Return the bootstrap matching how this process was launched.
 
-    ``UCXPY_BOOTSTRAP`` (``zmq``, ``pmi``, ``mpi``, ``single``) forces a
-    choice; otherwise ``UCXPY_RUN_ADDR`` selects zmq, a PMI socket
+    ``UCXPY_BOOTSTRAP`` (``zmq``, ``pmi``, ``pmix``, ``mpi``, ``single``)
+    forces a choice; otherwise ``UCXPY_RUN_ADDR`` selects zmq, a PMI socket
     (``PMI_FD``, from Hydra or Slurm) selects pmi unless the real mpi4py's
-    ``MPI`` is already loaded (its MPI library owns that socket then), other
-    MPI launcher variables (with mpi4py importable) select mpi, and anything
+    ``MPI`` is already loaded (its MPI library owns that socket then), a
+    PMIx server (Open MPI's ``mpirun``, ``srun --mpi=pmix``) selects pmix
+    when ucxpy's PMIx binding is built (before mpi4py: no MPI library is
+    needed, and a loaded one shares the same libpmix client), other MPI
+    launcher variables (with mpi4py importable) select mpi, and anything
     else is a single rank.
 
     Raises :class:`~ucxpy.errors.BootstrapError` if the forced or detected
-    bootstrap cannot start (service unreachable, mpi4py missing under a
-    multi-rank MPI launch, unknown ``UCXPY_BOOTSTRAP``).
+    bootstrap cannot start (service unreachable, PMIx binding not built,
+    mpi4py missing under a multi-rank MPI launch, unknown ``UCXPY_BOOTSTRAP``).
     """
     env = os.environ if env is None else env
     forced = config.setting("UCXPY_BOOTSTRAP", env)
     if forced in ("", "auto"):
         from .pmi_boot import pmi_available
+        from .pmix_boot import pmix_server_present, unavailable_reason
+        pmix_why = unavailable_reason() if pmix_server_present(env) else "no PMIx server"
         if config.setting("UCXPY_RUN_ADDR", env):
             forced = "zmq"
         elif pmi_available(env) and not _real_mpi_loaded():
             forced = "pmi"
+        elif not pmix_why:
+            forced = "pmix"
         elif detect_mpi_launcher(env):
             if importlib.util.find_spec("mpi4py") is not None:
                 forced = "mpi"
             elif _mpi_size_hint(env) > 1:
                 raise BootstrapError(
                     f"started by an MPI launcher ({detect_mpi_launcher(env)}) with "
-                    f"{_mpi_size_hint(env)} ranks, but mpi4py is not importable; "
-                    "install mpi4py or launch with ucxpy-run")
+                    f"{_mpi_size_hint(env)} ranks, but mpi4py is not importable and "
+                    f"the PMIx bootstrap cannot run ({pmix_why}); install mpi4py or "
+                    "libpmix-dev, or launch with ucxpy-run")
             else:
                 forced = "single"
         else:
@@ -349,12 +385,15 @@ def from_env(env=None) -> Bootstrap:
     if forced == "pmi":
         from .pmi_boot import PmiBootstrap
         return PmiBootstrap(env)
+    if forced == "pmix":
+        from .pmix_boot import PmixBootstrap
+        return PmixBootstrap(env)
     if forced == "mpi":
         from .mpi_boot import MpiBootstrap
         return MpiBootstrap()
     if forced in ("single", "singleton", "none"):
         return SingletonBootstrap()
-    raise BootstrapError(f"UCXPY_BOOTSTRAP={forced!r}: expected zmq, pmi, mpi or single")
+    raise BootstrapError(f"UCXPY_BOOTSTRAP={forced!r}: expected zmq, pmi, pmix, mpi or single")
 
 
 def _real_mpi_loaded() -> bool:

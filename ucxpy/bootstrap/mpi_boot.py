@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import time
 from array import array
 
@@ -140,14 +139,7 @@ class MpiBootstrap(Bootstrap):
 
     def abort(self, message: str = "", errorcode: int = 1):
         """``MPI_Abort`` on ``COMM_WORLD`` (kills the job); does not return."""
-        if message:
-            sys.stderr.write(f"rank {self.rank}: abort: {message}\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            self._MPI.COMM_WORLD.Abort(int(errorcode) or 1)
-        finally:
-            os._exit(int(errorcode) or 1)     # Abort does not return; be sure
+        self._abort_and_exit(message, errorcode, self._MPI.COMM_WORLD.Abort)
 
     def close(self) -> None:
         comm, self._comm = self._comm, None

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import select
 import socket
-import sys
 import time
 
 from .. import config
@@ -182,9 +181,7 @@ class PmiBootstrap(Bootstrap):
                                                      .split("(")[0].split(",")[0])
             except ValueError:
                 pass
-        hosts = [h.decode() for h in self.allgather(self.hostname.encode())]
-        mine = [r for r, h in enumerate(hosts) if h == self.hostname]
-        return mine.index(self.rank), len(mine)
+        return self._placement_from_hostnames()
 
     # -- key-value space ---------------------------------------------------------
     def _put1(self, key, value: str) -> None:
@@ -370,19 +367,15 @@ class PmiBootstrap(Bootstrap):
 
     def abort(self, message: str = "", errorcode: int = 1):
         """Ask the process manager to kill the job; does not return."""
-        if message:
-            sys.stderr.write(f"rank {self.rank}: abort: {message}\n")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        try:
-            if self.version == 1:
-                self._send(f"cmd=abort exitcode={int(errorcode) or 1}\n")
-            else:
-                self._send(f"cmd=abort;isworld=TRUE;msg={message or 'abort'};")
-        except OSError:
-            pass
-        finally:
-            os._exit(int(errorcode) or 1)
+        def kill(code):
+            try:
+                if self.version == 1:
+                    self._send(f"cmd=abort exitcode={code}\n")
+                else:
+                    self._send(f"cmd=abort;isworld=TRUE;msg={message or 'abort'};")
+            except OSError:
+                pass
+        self._abort_and_exit(message, errorcode, kill)
 
     def close(self) -> None:
         if self._closed:
