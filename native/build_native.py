@@ -14,12 +14,17 @@ SOURCES = ["ring.c", "atomics.c", "cma.c"]
 CDEF = """
 #define UCXPY_RING_HDR_SIZE ...
 #define UCXPY_RING_PREFIX ...
+#define UCXPY_RING_WAITERS ...
+#define UCXPY_RING_WAITERS_LOST ...
+#define UCXPY_RING_PEEK_OUT ...
 #define UCXPY_RING_OK ...
 #define UCXPY_RING_NOTIFY ...
 #define UCXPY_RING_FULL ...
 #define UCXPY_RING_TOOBIG ...
 #define UCXPY_RING_CORRUPT ...
 #define UCXPY_RING_CLOSED ...
+#define UCXPY_RING_BUSY ...
+#define UCXPY_RING_LOST ...
 
 typedef struct ucxpy_ring {
     void     *shared;
@@ -29,26 +34,37 @@ typedef struct ucxpy_ring {
     uint64_t  head;
     uint64_t  tail;
     uint64_t  peeked;
+    uint64_t  source;
+    uint32_t  token;
+    uint64_t  epoch;
 } ucxpy_ring_t;
 
 size_t  ucxpy_ring_mem_size(size_t capacity);
 int     ucxpy_ring_init(void *mem, size_t memsize);
 int     ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize);
+int     ucxpy_ring_attach_producer(ucxpy_ring_t *r, void *mem, size_t memsize,
+                                   uint64_t source, uint32_t token);
 size_t  ucxpy_ring_max_payload(const ucxpy_ring_t *r, size_t hdrlen);
 int     ucxpy_ring_push(ucxpy_ring_t *r, unsigned am_id,
                         const char *hdr, size_t hdrlen,
                         const char *payload, size_t paylen);
+int     ucxpy_ring_push_close(ucxpy_ring_t *r);
 int     ucxpy_ring_peek(ucxpy_ring_t *r, uint64_t *out);
 int     ucxpy_ring_release(ucxpy_ring_t *r);
-int     ucxpy_ring_poll_many(ucxpy_ring_t **rings, int n, int start);
-int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint8_t am_id, uint64_t tag, uint64_t mask,
-                            void *buf, uint64_t capacity, int spins, uint64_t *wake,
-                            uint64_t *got_tag);
+int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint64_t source, uint8_t am_id, uint64_t tag,
+                            uint64_t mask, void *buf, uint64_t capacity, int spins,
+                            uint64_t *wake, uint64_t *got_tag);
 int     ucxpy_ring_arm_consumer(ucxpy_ring_t *r);
 void    ucxpy_ring_disarm_consumer(ucxpy_ring_t *r);
 void    ucxpy_ring_disarm_producer(ucxpy_ring_t *r);
 int64_t ucxpy_ring_arm_producer(ucxpy_ring_t *r);
-int     ucxpy_ring_close_producer(ucxpy_ring_t *r);
+int     ucxpy_ring_take_waiters(ucxpy_ring_t *r, uint64_t *out, int n);
+uint32_t ucxpy_ring_lock_owner(const ucxpy_ring_t *r);
+int     ucxpy_ring_break_lock(ucxpy_ring_t *r, uint32_t token);
+int     ucxpy_ring_check_lost(ucxpy_ring_t *r);
+int     ucxpy_ring_check_header(const ucxpy_ring_t *r);
+int     ucxpy_ring_reset(ucxpy_ring_t *r, uint32_t token);
+void    ucxpy_ring_close_consumer(ucxpy_ring_t *r);
 int     ucxpy_ring_is_closed(const ucxpy_ring_t *r);
 uint64_t ucxpy_ring_used(ucxpy_ring_t *r);
 """

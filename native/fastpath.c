@@ -6,12 +6,14 @@
  * memoryview, numpy array), with no cffi export to create and release per
  * call.  It compiles native/ring.c in (the rings themselves are created
  * through the cffi module ucxpy._native; the ring handle is passed as its
- * address).
+ * address).  The ring is a process's inbox, which all its same-host peers
+ * write to; ``source`` is the connection whose frames a receive may take.
  *
- * recv_tag(ring address, am_id, tag, mask, buffer, spins) -> (n, tag)
- *   n >= 0: the next frame was an eager message whose tag equals ``tag``
- *           under ``mask``; n = payload length, plus WAKE_BIT when the
- *           producer waits for space (the caller wakes it); its tag
+ * recv_tag(ring address, source, am_id, tag, mask, buffer, spins) -> (n, tag)
+ *   n >= 0: the next frame was an eager message of connection ``source``
+ *           whose tag equals ``tag`` under ``mask``; n = payload length,
+ *           plus WAKE_BIT when a producer waits for space (the caller wakes
+ *           it); its tag
  *   -1:     no frame within ``spins`` polls (or a closed/corrupt ring: the
  *           Python path reports that)
  *   -2:     the next frame is another one (left in the ring, in order)
@@ -20,7 +22,7 @@
  *   pushes one eager frame (header: the 8-byte little-endian tag, payload:
  *   the buffer's bytes) when the payload is at most ``max_payload`` bytes:
  *   rc is ucxpy_ring_push's (0 sent, 1 sent and the consumer wants a
- *   wake-up, <0 not sent: full, too big, corrupt); -100: longer than
+ *   wake-up, <0 not sent: full, busy, too big, closed, corrupt); -100: longer than
  *   ``max_payload``, not sent.  A buffer that is not contiguous raises
  *   BufferError, as ``memoryview`` would.
  *
@@ -67,21 +69,21 @@
 static PyObject *
 recv_tag(PyObject *self, PyObject *args)
 {
-    unsigned long long ring, tag, mask;
+    unsigned long long ring, source, tag, mask;
     int am_id, spins;
     Py_buffer buf;
     uint64_t wake = 0, got = 0;
     int64_t n;
 
-    if (!PyArg_ParseTuple(args, "KiKKw*i", &ring, &am_id, &tag, &mask, &buf, &spins))
+    if (!PyArg_ParseTuple(args, "KKiKKw*i", &ring, &source, &am_id, &tag, &mask, &buf, &spins))
         return NULL;
     if (!PyBuffer_IsContiguous(&buf, 'A')) {
         PyBuffer_Release(&buf);
         PyErr_SetString(PyExc_BufferError, "recv_tag needs a contiguous buffer");
         return NULL;
     }
-    n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, (uint8_t)am_id, tag, mask,
-                            buf.buf, (uint64_t)buf.len, spins, &wake, &got);
+    n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, source, (uint8_t)am_id, tag,
+                            mask, buf.buf, (uint64_t)buf.len, spins, &wake, &got);
     PyBuffer_Release(&buf);
     if (n >= 0 && wake)
         n |= WAKE_BIT;
@@ -694,11 +696,12 @@ recv_configure(PyObject *self, PyObject *args)
  *
  * recv_configure(RecvRequest, TagInfo, deque) (above) names the classes.
  *
- * drain_tag(ring, am_id, tag, queue, source) -> count (plus WAKE_BIT when the
- * producer waits for space: the caller wakes it)
+ * drain_tag(ring, connection, am_id, tag, queue, source) -> count (plus
+ * WAKE_BIT when a producer waits for space: the caller wakes it)
  *   ``queue`` is the tag matcher's deque of exact receives posted for
  *   (source, tag): while its first receive is a plain RecvRequest (no
- *   completion callbacks) and the ring's next frame is an eager message
+ *   completion callbacks) and the ring's next frame is an eager message of
+ *   ``connection``
  *   with exactly ``tag`` that fits its buffer, the frame is copied into the
  *   buffer and consumed, the receive leaves the queue and completes with
  *   TagInfo(source, tag, length).  Stops, consuming nothing more, at
@@ -707,7 +710,7 @@ recv_configure(PyObject *self, PyObject *args)
 static PyObject *
 drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    unsigned long long ring, tag;
+    unsigned long long ring, conn, tag;
     long am_id;
     PyObject *queue, *source, *req, *info, *old, *tagobj, *lenobj, *r;
     long long count = 0;
@@ -715,8 +718,9 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t n;
     Py_buffer view;
 
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "drain_tag(ring, am_id, tag, queue, source)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "drain_tag(ring, connection, am_id, tag, queue, source)");
         return NULL;
     }
     if (R.req == NULL) {
@@ -724,12 +728,13 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     ring = PyLong_AsUnsignedLongLong(args[0]);
-    am_id = PyLong_AsLong(args[1]);
-    tag = PyLong_AsUnsignedLongLong(args[2]);
+    conn = PyLong_AsUnsignedLongLong(args[1]);
+    am_id = PyLong_AsLong(args[2]);
+    tag = PyLong_AsUnsignedLongLong(args[3]);
     if (PyErr_Occurred())
         return NULL;
-    queue = args[3];
-    source = args[4];
+    queue = args[4];
+    source = args[5];
     while (!wake && PySequence_Size(queue) > 0) {
         req = PySequence_GetItem(queue, 0);
         if (req == NULL)
@@ -744,7 +749,7 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(req);
             break;
         }
-        n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, (uint8_t)am_id, tag,
+        n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, conn, (uint8_t)am_id, tag,
                                 ~0ULL, view.buf, (uint64_t)view.len, 0, &wake, &got);
         PyBuffer_Release(&view);
         if (n < 0) {

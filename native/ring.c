@@ -1,22 +1,36 @@
 /*
- * Single-producer / single-consumer ring of variable-length frames in shared
- * memory.
+ * Multi-producer / single-consumer ring of variable-length frames in shared
+ * memory: the receive queue ("inbox") of one process, which every peer
+ * process on the host writes to.
  *
  * Theory of operation
  * -------------------
  * The control block holds two free-running 64-bit byte counters: ``head``
- * (advanced by the producer after a frame is fully written, store-release)
+ * (advanced by a producer after a frame is fully written, store-release)
  * and ``tail`` (advanced by the consumer after a frame is consumed,
  * store-release).  ``head - tail`` is the number of bytes in use; the byte
  * position of a counter is ``counter & mask``.  Each counter lives on its own
  * 128-byte block (two cache lines: adjacent-line prefetchers otherwise cause
  * false sharing).
  *
- * A frame is an 8-byte prefix {u32 paylen, u16 hdrlen, u8 am_id, u8 kind}
- * followed by the header padded to 8 bytes and the payload padded to 8 bytes,
- * so every frame starts 8-aligned and payloads are 8-aligned.  Frames never
+ * Producers take turns through ``lock``: a push compare-and-swaps it from 0
+ * to the producer's token (its pid), writes the frame, publishes ``head`` and
+ * stores 0.  A push that finds the lock taken returns UCXPY_RING_BUSY at once
+ * (the caller queues the frame, as for a full ring): send never blocks.  A
+ * producer that died holding the lock published nothing (``head`` moves only
+ * after the whole frame is written), so another process may break the lock
+ * once it knows the holder is dead (ucxpy_ring_break_lock); the dead
+ * producer's partial frame is simply overwritten.
+ *
+ * A frame is a 16-byte prefix {u32 paylen, u16 hdrlen, u8 am_id, u8 kind,
+ * u64 source} followed by the header padded to 8 bytes and the payload padded
+ * to 8 bytes, so every frame starts 8-aligned and payloads are 8-aligned.
+ * ``source`` is the producer's connection id (ucxpy_ring_attach_producer); the
+ * consumer hands frames to connections by it, and each producer pushes its
+ * frames in order, so every connection's frames stay in order.  Frames never
  * wrap: when a frame does not fit before the end of the data area the producer
- * writes a PAD prefix that tells the consumer to skip to position 0.
+ * writes a PAD prefix that tells the consumer to skip to position 0.  A CLOSE
+ * prefix (no header, no payload) is a connection's last frame.
  *
  * Everything the consumer reads from shared memory is copied to locals before
  * it is validated; a frame whose lengths do not fit the published bytes (or
@@ -26,8 +40,20 @@
  * ``head``; a producer publishes ``head`` then checks ``sleeping`` (a full
  * fence on each side, Dekker style).  The producer that finds the flag set
  * clears it with an exchange and returns UCXPY_RING_NOTIFY, so exactly one
- * wake-up system call is made per sleep.  ``prod_waiting`` is the mirror image
- * for a producer waiting for free space.
+ * wake-up system call is made per sleep.  A producer waiting for free space
+ * writes its source into ``waiters`` (or sets ``waiters_lost`` when the table
+ * is full) and sets ``prod_waiting``; the consumer's release that finds
+ * ``prod_waiting`` returns NOTIFY and ucxpy_ring_take_waiters names whom to
+ * wake.  ``closed`` is set by the consumer: it takes no more frames.
+ *
+ * Corruption: the ring is shared with every peer, so a consumer that finds
+ * it corrupt cannot tell whose frames it lost.  It resets the ring instead
+ * (ucxpy_ring_reset, under the lock): it discards the published bytes from
+ * its tail to ``head``, records that range under a new ``epoch`` and repairs
+ * the control block.  Each producer knows where its own last frame ended; the
+ * first push after a reset (or ucxpy_ring_check_lost) compares that with the
+ * discarded ranges and reports LOST only to the connections that lost
+ * frames, which then fail.  Everyone else goes on.
  */
 #include <stdatomic.h>
 #include <stdalign.h>
@@ -35,21 +61,29 @@
 
 #include "ucxpy_native.h"
 
-#define RING_MAGIC   0x31474e4950584355ULL /* "UCXPING1" little endian */
+#define RING_MAGIC   0x32474e4950584355ULL /* "UCXPING2" little endian */
 #define KIND_FRAME   1
 #define KIND_PAD     2
+#define KIND_CLOSE   3
 #define ALIGN8(x)    (((uint64_t)(x) + 7u) & ~(uint64_t)7u)
 #define MIN_CAPACITY 1024u
 #define MAX_CAPACITY (1ULL << 32)
+#define RESETS_KEPT  4
 
 typedef struct ring_shared {
-    alignas(128) uint64_t magic;
+    alignas(128) uint64_t magic;                /* read-only after init ... */
     uint64_t capacity;
-    alignas(128) _Atomic uint64_t head;         /* producer-written block */
-    _Atomic uint32_t closed;
+    _Atomic uint32_t closed;                    /* ... but for this, set once */
+    alignas(128) _Atomic uint64_t head;         /* producers' block */
+    _Atomic uint32_t lock;                      /* 0 or the pushing producer's token */
     _Atomic uint32_t prod_waiting;
     alignas(128) _Atomic uint64_t tail;         /* consumer-written block */
     alignas(128) _Atomic uint32_t sleeping;     /* consumer-written, rarely */
+    alignas(128) _Atomic uint32_t waiters_lost; /* a waiter found the table full */
+    _Atomic uint64_t waiters[UCXPY_RING_WAITERS];
+    alignas(128) _Atomic uint64_t epoch;        /* resets so far (under the lock) */
+    uint64_t reset_at[RESETS_KEPT];             /* per reset (epoch % RESETS_KEPT): */
+    uint64_t reset_to[RESETS_KEPT];             /*   the bytes [at, to) were discarded */
 } ring_shared_t;
 
 _Static_assert(sizeof(ring_shared_t) <= UCXPY_RING_HDR_SIZE, "ring header too big");
@@ -59,6 +93,7 @@ typedef struct frame_prefix {
     uint16_t hdrlen;
     uint8_t  am_id;
     uint8_t  kind;
+    uint64_t source;
 } frame_prefix_t;
 
 _Static_assert(sizeof(frame_prefix_t) == UCXPY_RING_PREFIX, "prefix size");
@@ -96,7 +131,8 @@ int ucxpy_ring_init(void *mem, size_t memsize)
 
 /* Fill the local handle ``r`` for the ring at ``mem``.  The geometry comes
  * from ``memsize`` (what we mapped), never from shared memory; the shared
- * copy is only checked against it.  Returns 0 or -1 (bad magic / size). */
+ * copy is only checked against it.  This is the consumer's handle (see
+ * ucxpy_ring_attach_producer).  Returns 0 or -1 (bad magic / size). */
 int ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize)
 {
     ring_shared_t *s = (ring_shared_t *)mem;
@@ -115,13 +151,42 @@ int ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize)
     tail = atomic_load_explicit(&s->tail, memory_order_acquire);
     if (head - tail > cap || (head & 7) || (tail & 7))
         return -1;
+    memset(r, 0, sizeof *r);
     r->shared = mem;
     r->data = (uint8_t *)mem + UCXPY_RING_HDR_SIZE;
     r->capacity = cap;
     r->mask = cap - 1;
     r->head = head;
     r->tail = tail;
-    r->peeked = 0;
+    return 0;
+}
+
+/* Fill ``r`` as a producer handle of the ring at ``mem``: its frames carry
+ * ``source`` (nonzero) and it takes the lock as ``token`` (nonzero; the
+ * process id, so that others can tell whether a holder still lives).  Only
+ * the geometry we mapped is checked: the shared state is the consumer's to
+ * validate and repair, and every push re-checks what it uses.  Returns 0 or
+ * -1. */
+int ucxpy_ring_attach_producer(ucxpy_ring_t *r, void *mem, size_t memsize,
+                               uint64_t source, uint32_t token)
+{
+    uint64_t cap;
+
+    if (r == NULL || mem == NULL || ((uintptr_t)mem & 127) ||
+        memsize <= UCXPY_RING_HDR_SIZE || source == 0 || token == 0)
+        return -1;
+    cap = memsize - UCXPY_RING_HDR_SIZE;
+    if (!is_pow2(cap) || cap < MIN_CAPACITY || cap > MAX_CAPACITY)
+        return -1;
+    memset(r, 0, sizeof *r);
+    r->shared = mem;
+    r->data = (uint8_t *)mem + UCXPY_RING_HDR_SIZE;
+    r->capacity = cap;
+    r->mask = cap - 1;
+    r->source = source;
+    r->token = token;
+    /* no frame of ours yet (head 0): earlier resets discarded nothing of ours */
+    r->epoch = atomic_load_explicit(&SHARED(r)->epoch, memory_order_acquire);
     return 0;
 }
 
@@ -148,50 +213,91 @@ static int wake_check(_Atomic uint32_t *flag)
     return UCXPY_RING_OK;
 }
 
-/* Copy one frame (prefix + header + payload) into the ring.
- * Returns OK, NOTIFY (pushed; send the consumer a wake-up), FULL, TOOBIG or
- * CORRUPT. */
-int ucxpy_ring_push(ucxpy_ring_t *r, unsigned am_id,
-                    const void *hdr, size_t hdrlen,
-                    const void *payload, size_t paylen)
+static void put_prefix(uint8_t *at, uint8_t kind, uint8_t am_id, size_t hdrlen,
+                       size_t paylen, uint64_t source)
+{
+    frame_prefix_t pfx = {(uint32_t)paylen, (uint16_t)hdrlen, am_id, kind, source};
+    memcpy(at, &pfx, sizeof pfx);
+}
+
+/* Did a reset since this producer's last push discard any of its frames?
+ * (Its frames all end at or before r->head.)  Brings r->epoch up to date. */
+static int lost_frames(ucxpy_ring_t *r)
+{
+    ring_shared_t *s = SHARED(r);
+    uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire), e;
+    int lost = 0;
+
+    if (epoch == r->epoch)
+        return 0;
+    if (epoch - r->epoch > RESETS_KEPT)
+        lost = 1;                           /* too many resets to tell: assume so */
+    for (e = r->epoch + 1; !lost && e <= epoch; e++)
+        lost = r->head > s->reset_at[e % RESETS_KEPT];
+    r->epoch = epoch;
+    return lost;
+}
+
+/* Producer: did a reset discard frames of ours?  1 once per loss, else 0. */
+int ucxpy_ring_check_lost(ucxpy_ring_t *r)
+{
+    return r->token != 0 && lost_frames(r);
+}
+
+/* Append one record (kind FRAME or CLOSE) under the producers' lock. */
+static inline __attribute__((always_inline)) int
+push_record(ucxpy_ring_t *r, uint8_t kind, unsigned am_id,
+                       const void *hdr, size_t hdrlen,
+                       const void *payload, size_t paylen)
 {
     ring_shared_t *s = SHARED(r);
     uint64_t need, head, pos, to_end, pad = 0, used;
-    frame_prefix_t pfx;
+    uint32_t free_lock = 0;
+    int rc = UCXPY_RING_OK;
 
+    if (r->token == 0)
+        return UCXPY_RING_CORRUPT;          /* not a producer handle */
     if (am_id > 255 || hdrlen > 0xffff || paylen > 0xffffffffu)
         return UCXPY_RING_TOOBIG;
     need = UCXPY_RING_PREFIX + ALIGN8(hdrlen) + ALIGN8(paylen);
     if (need > r->capacity / 2)
         return UCXPY_RING_TOOBIG;
+    if (atomic_load_explicit(&s->closed, memory_order_relaxed))
+        return UCXPY_RING_CLOSED;
+    if (atomic_load_explicit(&s->lock, memory_order_relaxed) != 0 ||
+        !atomic_compare_exchange_strong_explicit(&s->lock, &free_lock, r->token,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return UCXPY_RING_BUSY;
 
-    head = r->head;
+    if (lost_frames(r)) {
+        rc = UCXPY_RING_LOST;
+        goto unlock;
+    }
+    /* other producers move head: read it under the lock */
+    head = atomic_load_explicit(&s->head, memory_order_relaxed);
     pos = head & r->mask;
     to_end = r->capacity - pos;
     if (need > to_end)
         pad = to_end;
-    if (need + pad > r->capacity - (head - r->tail)) {
+    if ((head & 7) || head - r->tail > r->capacity ||
+            need + pad > r->capacity - (head - r->tail)) {
         r->tail = atomic_load_explicit(&s->tail, memory_order_acquire);
         used = head - r->tail;
-        if (used > r->capacity || (r->tail & 7))
-            return UCXPY_RING_CORRUPT;
-        if (need + pad > r->capacity - used)
-            return UCXPY_RING_FULL;
+        if (used > r->capacity || (r->tail & 7) || (head & 7)) {
+            rc = UCXPY_RING_CORRUPT;
+            goto unlock;
+        }
+        if (need + pad > r->capacity - used) {
+            rc = UCXPY_RING_FULL;
+            goto unlock;
+        }
     }
     if (pad) {
-        pfx.paylen = 0;
-        pfx.hdrlen = 0;
-        pfx.am_id = 0;
-        pfx.kind = KIND_PAD;
-        memcpy(r->data + pos, &pfx, sizeof pfx);
+        put_prefix(r->data + pos, KIND_PAD, 0, 0, 0, r->source);
         head += pad;
         pos = 0;
     }
-    pfx.paylen = (uint32_t)paylen;
-    pfx.hdrlen = (uint16_t)hdrlen;
-    pfx.am_id = (uint8_t)am_id;
-    pfx.kind = KIND_FRAME;
-    memcpy(r->data + pos, &pfx, sizeof pfx);
+    put_prefix(r->data + pos, kind, (uint8_t)am_id, hdrlen, paylen, r->source);
     if (hdrlen)
         memcpy(r->data + pos + UCXPY_RING_PREFIX, hdr, hdrlen);
     if (paylen)
@@ -199,14 +305,35 @@ int ucxpy_ring_push(ucxpy_ring_t *r, unsigned am_id,
     head += need;
     r->head = head;
     atomic_store_explicit(&s->head, head, memory_order_release);
+unlock:
+    atomic_store_explicit(&s->lock, 0, memory_order_release);
+    if (rc != UCXPY_RING_OK)
+        return rc;
     return wake_check(&s->sleeping);
+}
+
+/* Copy one frame (prefix + header + payload) into the ring.
+ * Returns OK, NOTIFY (pushed; send the consumer a wake-up), FULL, BUSY
+ * (another producer is pushing: try again), TOOBIG, CLOSED (the consumer
+ * takes no more) or CORRUPT. */
+int ucxpy_ring_push(ucxpy_ring_t *r, unsigned am_id,
+                    const void *hdr, size_t hdrlen,
+                    const void *payload, size_t paylen)
+{
+    return push_record(r, KIND_FRAME, am_id, hdr, hdrlen, payload, paylen);
+}
+
+/* The producer's connection ends: its last record.  Returns as push. */
+int ucxpy_ring_push_close(ucxpy_ring_t *r)
+{
+    return push_record(r, KIND_CLOSE, 0, NULL, 0, NULL, 0);
 }
 
 /* Look at the oldest frame without consuming it.  On success stores
  * out[0]=am_id, out[1]=header offset, out[2]=header length, out[3]=payload
- * offset, out[4]=payload length (offsets relative to the data area) and
- * returns 1.  Returns 0 when empty, CLOSED when the producer closed the ring
- * and it is drained, CORRUPT on inconsistent shared state.  Calling peek
+ * offset, out[4]=payload length (offsets relative to the data area),
+ * out[5]=source, and returns 1; a CLOSE record returns 2 with out[5] set.
+ * Returns 0 when empty, CORRUPT on inconsistent shared state.  Calling peek
  * again before release returns the same frame. */
 int ucxpy_ring_peek(ucxpy_ring_t *r, uint64_t *out)
 {
@@ -218,15 +345,8 @@ int ucxpy_ring_peek(ucxpy_ring_t *r, uint64_t *out)
         tail = r->tail;
         if (tail == r->head) {
             r->head = atomic_load_explicit(&s->head, memory_order_acquire);
-            if (tail == r->head) {
-                if (atomic_load_explicit(&s->closed, memory_order_acquire)) {
-                    r->head = atomic_load_explicit(&s->head, memory_order_acquire);
-                    if (tail == r->head)
-                        return UCXPY_RING_CLOSED;
-                    continue;
-                }
+            if (tail == r->head)
                 return 0;
-            }
         }
         avail = r->head - tail;
         if (avail > r->capacity || (avail & 7))
@@ -238,11 +358,11 @@ int ucxpy_ring_peek(ucxpy_ring_t *r, uint64_t *out)
             if (need > avail)
                 return UCXPY_RING_CORRUPT;
             r->tail = tail + need;
-            /* Publish now so the producer can reuse the skipped bytes. */
+            /* Publish now so producers can reuse the skipped bytes. */
             atomic_store_explicit(&s->tail, r->tail, memory_order_release);
             continue;
         }
-        if (pfx.kind != KIND_FRAME)
+        if (pfx.kind != KIND_FRAME && pfx.kind != KIND_CLOSE)
             return UCXPY_RING_CORRUPT;
         hoff = UCXPY_RING_PREFIX + ALIGN8(pfx.hdrlen);
         need = hoff + ALIGN8(pfx.paylen);
@@ -253,8 +373,9 @@ int ucxpy_ring_peek(ucxpy_ring_t *r, uint64_t *out)
         out[2] = pfx.hdrlen;
         out[3] = pos + hoff;
         out[4] = pfx.paylen;
+        out[5] = pfx.source;
         r->peeked = need;
-        return 1;
+        return pfx.kind == KIND_CLOSE ? 2 : 1;
     }
 }
 
@@ -272,44 +393,25 @@ int ucxpy_ring_release(ucxpy_ring_t *r)
     return wake_check(&s->prod_waiting);
 }
 
-/* Index of the first ring at or after ``start`` with a frame or a state
- * change to report (closed, corrupt), or -1 when rings[start..n) are all
- * idle.  Lets a progress loop test many connections with one foreign call. */
-int ucxpy_ring_poll_many(ucxpy_ring_t **rings, int n, int start)
-{
-    int i;
-    for (i = start < 0 ? 0 : start; i < n; i++) {
-        ucxpy_ring_t *r = rings[i];
-        if (r == NULL)
-            continue;
-        if (r->tail != r->head)
-            return i;
-        r->head = atomic_load_explicit(&SHARED(r)->head, memory_order_acquire);
-        if (r->tail != r->head ||
-            atomic_load_explicit(&SHARED(r)->closed, memory_order_relaxed))
-            return i;
-    }
-    return -1;
-}
-
 /* The native fast path of a blocking tagged receive (native/fastpath.c):
- * waits up to ``spins`` polls for a frame; if the next frame is an eager
- * tag frame (``am_id``, an 8-byte little-endian tag header) whose tag
- * equals ``tag`` under ``mask`` and whose payload fits ``capacity``, copies
- * the payload to ``buf``, consumes the frame and returns its length
- * (``*got_tag``: its tag; ``*wake``: the producer waits for space).  Returns -1 when no frame came (or the ring is closed or
- * corrupt: the Python path reports that) and -2 when the next frame is
- * another one, which stays in the ring for the Python path, in order. */
-int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint8_t am_id, uint64_t tag, uint64_t mask,
-                            void *buf, uint64_t capacity, int spins, uint64_t *wake,
-                            uint64_t *got_tag)
+ * waits up to ``spins`` polls for a frame; if the next frame comes from
+ * ``source`` and is an eager tag frame (``am_id``, an 8-byte little-endian
+ * tag header) whose tag equals ``tag`` under ``mask`` and whose payload fits
+ * ``capacity``, copies the payload to ``buf``, consumes the frame and returns
+ * its length (``*got_tag``: its tag; ``*wake``: a producer waits for space).
+ * Returns -1 when no frame came (or the ring is corrupt: the Python path
+ * reports that) and -2 when the next frame is another one, which stays in
+ * the ring for the Python path, in order. */
+int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint64_t source, uint8_t am_id, uint64_t tag,
+                            uint64_t mask, void *buf, uint64_t capacity, int spins,
+                            uint64_t *wake, uint64_t *got_tag)
 {
-    uint64_t out[5], t;
+    uint64_t out[UCXPY_RING_PEEK_OUT], t;
     int rc;
 
     for (;;) {
         rc = ucxpy_ring_peek(r, out);
-        if (rc == 1)
+        if (rc > 0)
             break;
         if (rc < 0 || spins-- <= 0)
             return -1;
@@ -317,7 +419,8 @@ int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint8_t am_id, uint64_t tag, uint64
         __builtin_ia32_pause();
 #endif
     }
-    if (out[0] != am_id || out[2] != sizeof t || out[4] > capacity)
+    if (rc != 1 || out[5] != source || out[0] != am_id || out[2] != sizeof t ||
+            out[4] > capacity)
         return -2;
     memcpy(&t, r->data + out[1], sizeof t);
     if ((t ^ tag) & mask)
@@ -328,16 +431,15 @@ int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint8_t am_id, uint64_t tag, uint64
     return (int64_t)out[4];
 }
 
-/* Consumer is about to sleep: ask the producer for a wake-up.  Returns 1 if
- * the ring already has data (or was closed): do not sleep then. */
+/* Consumer is about to sleep: ask producers for a wake-up.  Returns 1 if
+ * the ring already has data: do not sleep then. */
 int ucxpy_ring_arm_consumer(ucxpy_ring_t *r)
 {
     ring_shared_t *s = SHARED(r);
     atomic_store_explicit(&s->sleeping, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
     r->head = atomic_load_explicit(&s->head, memory_order_acquire);
-    return r->head != r->tail ||
-           atomic_load_explicit(&s->closed, memory_order_acquire);
+    return r->head != r->tail;
 }
 
 void ucxpy_ring_disarm_consumer(ucxpy_ring_t *r)
@@ -345,9 +447,21 @@ void ucxpy_ring_disarm_consumer(ucxpy_ring_t *r)
     atomic_store_explicit(&SHARED(r)->sleeping, 0, memory_order_relaxed);
 }
 
+/* Producer ``r`` no longer waits for space (its entry, if any, leaves the
+ * table; the consumer may have taken it already). */
 void ucxpy_ring_disarm_producer(ucxpy_ring_t *r)
 {
-    atomic_store_explicit(&SHARED(r)->prod_waiting, 0, memory_order_relaxed);
+    ring_shared_t *s = SHARED(r);
+    uint64_t mine;
+    int i;
+
+    for (i = 0; i < UCXPY_RING_WAITERS; i++) {
+        mine = r->source;
+        if (atomic_load_explicit(&s->waiters[i], memory_order_relaxed) == mine)
+            atomic_compare_exchange_strong_explicit(&s->waiters[i], &mine, 0,
+                                                    memory_order_relaxed,
+                                                    memory_order_relaxed);
+    }
 }
 
 /* Producer is about to wait for space: ask the consumer for a wake-up.
@@ -356,24 +470,115 @@ void ucxpy_ring_disarm_producer(ucxpy_ring_t *r)
 int64_t ucxpy_ring_arm_producer(ucxpy_ring_t *r)
 {
     ring_shared_t *s = SHARED(r);
-    uint64_t used;
+    uint64_t used, head, cur;
+    int i, listed = 0;
+
+    for (i = 0; i < UCXPY_RING_WAITERS && !listed; i++) {
+        cur = atomic_load_explicit(&s->waiters[i], memory_order_relaxed);
+        if (cur == r->source)
+            listed = 1;
+        else if (cur == 0 &&
+                 atomic_compare_exchange_strong_explicit(&s->waiters[i], &cur, r->source,
+                                                         memory_order_relaxed,
+                                                         memory_order_relaxed))
+            listed = 1;
+    }
+    if (!listed)
+        atomic_store_explicit(&s->waiters_lost, 1, memory_order_relaxed);
     atomic_store_explicit(&s->prod_waiting, 1, memory_order_relaxed);
     atomic_thread_fence(memory_order_seq_cst);
     r->tail = atomic_load_explicit(&s->tail, memory_order_acquire);
-    used = r->head - r->tail;
+    head = atomic_load_explicit(&s->head, memory_order_acquire);
+    used = head - r->tail;
     if (used > r->capacity)
         return UCXPY_RING_CORRUPT;
     return (int64_t)(r->capacity - used);
 }
 
-/* Producer will push no more frames; the consumer's peek reports CLOSED
- * once it has drained what was pushed before.  Returns NOTIFY when the
- * consumer sleeps and should be woken to notice. */
-int ucxpy_ring_close_producer(ucxpy_ring_t *r)
+/* Consumer: the sources waiting for space, after a release returned NOTIFY.
+ * Moves up to ``n`` of them to ``out`` and returns how many, or that count
+ * plus UCXPY_RING_WAITERS_LOST when some waiter could not be listed (then
+ * wake every producer). */
+int ucxpy_ring_take_waiters(ucxpy_ring_t *r, uint64_t *out, int n)
 {
     ring_shared_t *s = SHARED(r);
-    atomic_store_explicit(&s->closed, 1, memory_order_release);
-    return wake_check(&s->sleeping);
+    uint64_t src;
+    int i, k = 0;
+
+    for (i = 0; i < UCXPY_RING_WAITERS && k < n; i++) {
+        if (atomic_load_explicit(&s->waiters[i], memory_order_relaxed) == 0)
+            continue;
+        src = atomic_exchange_explicit(&s->waiters[i], 0, memory_order_relaxed);
+        if (src)
+            out[k++] = src;
+    }
+    if (atomic_load_explicit(&s->waiters_lost, memory_order_relaxed) &&
+            atomic_exchange_explicit(&s->waiters_lost, 0, memory_order_relaxed))
+        k += UCXPY_RING_WAITERS_LOST;
+    return k;
+}
+
+/* The token of the producer pushing right now (0: none). */
+uint32_t ucxpy_ring_lock_owner(const ucxpy_ring_t *r)
+{
+    return atomic_load_explicit(&SHARED(r)->lock, memory_order_acquire);
+}
+
+/* Free the lock of ``token``, a producer known to be dead (it published
+ * nothing of the frame it was writing).  Returns 1 if the lock was freed. */
+int ucxpy_ring_break_lock(ucxpy_ring_t *r, uint32_t token)
+{
+    uint32_t held = token;
+    return token != 0 &&
+        atomic_compare_exchange_strong_explicit(&SHARED(r)->lock, &held, 0,
+                                                memory_order_acq_rel, memory_order_relaxed);
+}
+
+/* Consumer: is the control block as we made it?  0 if so, else -1 (call
+ * ucxpy_ring_reset). */
+int ucxpy_ring_check_header(const ucxpy_ring_t *r)
+{
+    ring_shared_t *s = SHARED(r);
+    return s->magic == RING_MAGIC && s->capacity == r->capacity &&
+           !atomic_load_explicit(&s->closed, memory_order_relaxed) ? 0 : -1;
+}
+
+/* Consumer found the ring corrupt: discard everything published, record
+ * what was discarded for the producers, repair the control block.  Takes
+ * the lock as ``token``; returns 1 when done, 0 when a producer holds the
+ * lock (try again; ucxpy_ring_break_lock frees a dead holder's). */
+int ucxpy_ring_reset(ucxpy_ring_t *r, uint32_t token)
+{
+    ring_shared_t *s = SHARED(r);
+    uint32_t free_lock = 0;
+    uint64_t head, epoch;
+
+    if (!atomic_compare_exchange_strong_explicit(&s->lock, &free_lock, token,
+                                                 memory_order_acquire, memory_order_relaxed))
+        return 0;
+    head = atomic_load_explicit(&s->head, memory_order_relaxed);
+    if (head < r->tail || head - r->tail > r->capacity)
+        head = r->tail + r->capacity;       /* a scribbled head: skip a whole lap */
+    head = ALIGN8(head);
+    epoch = atomic_load_explicit(&s->epoch, memory_order_relaxed) + 1;
+    s->reset_at[epoch % RESETS_KEPT] = r->tail;
+    s->reset_to[epoch % RESETS_KEPT] = head;
+    s->magic = RING_MAGIC;
+    s->capacity = r->capacity;
+    atomic_store_explicit(&s->closed, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->head, head, memory_order_relaxed);
+    r->head = r->tail = head;
+    r->peeked = 0;
+    atomic_store_explicit(&s->tail, head, memory_order_relaxed);
+    atomic_store_explicit(&s->epoch, epoch, memory_order_release);
+    atomic_store_explicit(&s->lock, 0, memory_order_release);
+    return 1;
+}
+
+/* Consumer takes no more frames: producers' pushes return CLOSED. */
+void ucxpy_ring_close_consumer(ucxpy_ring_t *r)
+{
+    atomic_store_explicit(&SHARED(r)->closed, 1, memory_order_release);
 }
 
 int ucxpy_ring_is_closed(const ucxpy_ring_t *r)
@@ -381,9 +586,9 @@ int ucxpy_ring_is_closed(const ucxpy_ring_t *r)
     return (int)atomic_load_explicit(&SHARED(r)->closed, memory_order_acquire);
 }
 
-/* Bytes currently in use (producer view, refreshes the cached tail). */
+/* Bytes currently in use (refreshes the cached tail). */
 uint64_t ucxpy_ring_used(ucxpy_ring_t *r)
 {
     r->tail = atomic_load_explicit(&SHARED(r)->tail, memory_order_acquire);
-    return r->head - r->tail;
+    return atomic_load_explicit(&SHARED(r)->head, memory_order_acquire) - r->tail;
 }

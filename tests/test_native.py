@@ -17,6 +17,8 @@ ffi, lib = native.ffi, native.lib
 HDR = lib.UCXPY_RING_HDR_SIZE
 OK, NOTIFY, FULL = lib.UCXPY_RING_OK, lib.UCXPY_RING_NOTIFY, lib.UCXPY_RING_FULL
 TOOBIG, CORRUPT, CLOSED = lib.UCXPY_RING_TOOBIG, lib.UCXPY_RING_CORRUPT, lib.UCXPY_RING_CLOSED
+BUSY, LOST = lib.UCXPY_RING_BUSY, lib.UCXPY_RING_LOST
+PREFIX = lib.UCXPY_RING_PREFIX
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,7 +26,8 @@ pytestmark = pytest.mark.timeout(60)
 # -- helpers ---------------------------------------------------------------------
 
 class Ring:
-    """A ring in an anonymous mapping with a producer and a consumer handle."""
+    """A ring in an anonymous mapping with a producer (source 7) and a
+    consumer handle."""
 
     def __init__(self, capacity=4096, mem=None):
         self.capacity = capacity
@@ -33,16 +36,23 @@ class Ring:
         self.base = ffi.from_buffer(self.mm)
         self.prod = ffi.new("ucxpy_ring_t *")
         self.cons = ffi.new("ucxpy_ring_t *")
-        self.out = ffi.new("uint64_t[5]")
+        self.out = ffi.new("uint64_t[]", lib.UCXPY_RING_PEEK_OUT)
 
     def init(self):
         assert lib.ucxpy_ring_init(self.base, self.size) == 0
         return self.attach()
 
     def attach(self):
-        assert lib.ucxpy_ring_attach(self.prod, self.base, self.size) == 0
+        assert lib.ucxpy_ring_attach_producer(self.prod, self.base, self.size, 7,
+                                              os.getpid()) == 0
         assert lib.ucxpy_ring_attach(self.cons, self.base, self.size) == 0
         return self
+
+    def producer(self, source, token=None):
+        h = ffi.new("ucxpy_ring_t *")
+        assert lib.ucxpy_ring_attach_producer(h, self.base, self.size, source,
+                                              token or os.getpid()) == 0
+        return h
 
     def push(self, am_id, hdr, payload):
         return lib.ucxpy_ring_push(self.prod, am_id, hdr, len(hdr), payload, len(payload))
@@ -151,22 +161,22 @@ def test_ring_wraps_around_with_random_sizes():
 def test_ring_full_then_space_after_release():
     r = Ring(4096).init()
     n = 0
-    while r.push(1, b"", b"x" * 500) == OK:
+    while r.push(1, b"", b"x" * 496) == OK:
         n += 1
-    assert n == 4096 // 512                   # 8-byte prefix + 504-byte payload slot
-    assert r.push(1, b"", b"x" * 500) == FULL
+    assert n == 4096 // 512                   # 16-byte prefix + 496-byte payload
+    assert r.push(1, b"", b"x" * 496) == FULL
     assert r.push(1, b"", b"") == FULL
-    assert r.pop() == (1, b"", b"x" * 500)
-    assert r.push(1, b"", b"x" * 500) == OK
-    assert r.push(1, b"", b"x" * 500) == FULL
+    assert r.pop() == (1, b"", b"x" * 496)
+    assert r.push(1, b"", b"x" * 496) == OK
+    assert r.push(1, b"", b"x" * 496) == FULL
 
 
 def test_ring_rejects_frames_that_can_never_fit():
     r = Ring(4096).init()
-    assert lib.ucxpy_ring_max_payload(r.prod, 0) == 2048 - 8
-    assert r.push(1, b"", b"x" * (2048 - 8)) == OK
+    assert lib.ucxpy_ring_max_payload(r.prod, 0) == 2048 - PREFIX
+    assert r.push(1, b"", b"x" * (2048 - PREFIX)) == OK
     r.pop()
-    assert r.push(1, b"", b"x" * (2048 - 7)) == TOOBIG
+    assert r.push(1, b"", b"x" * (2048 - PREFIX + 1)) == TOOBIG
     assert r.push(256, b"", b"") == TOOBIG
     assert r.push(1, b"h" * 70000, b"") == TOOBIG
 
@@ -175,7 +185,7 @@ def test_ring_largest_frame_fits_at_any_position():
     r = Ring(4096).init()
     big = lib.ucxpy_ring_max_payload(r.prod, 0)
     for shift in range(0, 4096, 8 * 37):
-        r.push(1, b"", b"y" * max(shift - 8, 0))
+        r.push(1, b"", b"y" * max(shift - PREFIX, 0))
         r.pop()
         assert r.push(2, b"", b"z" * big) == OK
         assert r.pop() == (2, b"", b"z" * big)
@@ -191,11 +201,11 @@ def test_ring_corrupt_frame_prefix_is_rejected(field, value):
     r = Ring(4096).init()
     r.push(3, b"abc", b"defgh")
     off = r.data_offset()
-    paylen, hdrlen, am_id, kind = struct.unpack_from("<IHBB", r.mm, off)
+    paylen, hdrlen, am_id, kind, _src = struct.unpack_from("<IHBBQ", r.mm, off)
     fields = dict(paylen=paylen, hdrlen=hdrlen, am_id=am_id, kind=kind)
     fields[field] = value
-    struct.pack_into("<IHBB", r.mm, off, fields["paylen"], fields["hdrlen"],
-                     fields["am_id"], fields["kind"])
+    struct.pack_into("<IHBBQ", r.mm, off, fields["paylen"], fields["hdrlen"],
+                     fields["am_id"], fields["kind"], 7)
     assert lib.ucxpy_ring_peek(r.cons, r.out) == CORRUPT
 
 
@@ -203,7 +213,7 @@ def test_ring_corrupt_pad_and_indices_are_rejected():
     r = Ring(4096).init()
     # a PAD at position 0 claims to skip the whole ring, but only 8 bytes exist
     r.push(1, b"", b"")
-    struct.pack_into("<IHBB", r.mm, r.data_offset(), 0, 0, 0, 2)
+    struct.pack_into("<IHBBQ", r.mm, r.data_offset(), 0, 0, 0, 2, 7)
     assert lib.ucxpy_ring_peek(r.cons, r.out) == CORRUPT
     # head runs more than a ring ahead of tail
     r = Ring(4096).init()
@@ -233,13 +243,22 @@ def test_ring_attach_validates_header():
     assert lib.ucxpy_ring_init(base + 8, HDR + 2048) == -1        # misaligned
 
 
-def test_ring_close_reported_after_drain():
+def test_ring_close_record_follows_the_last_frame():
     r = Ring().init()
     r.push(1, b"", b"last")
-    assert lib.ucxpy_ring_close_producer(r.prod) == OK
-    assert lib.ucxpy_ring_is_closed(r.cons) == 1
+    assert lib.ucxpy_ring_push_close(r.prod) == OK
     assert r.pop() == (1, b"", b"last")
-    assert lib.ucxpy_ring_peek(r.cons, r.out) == CLOSED
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 2 and r.out[5] == 7
+    lib.ucxpy_ring_release(r.cons)
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 0
+
+
+def test_ring_closed_by_its_consumer_refuses_pushes():
+    r = Ring().init()
+    lib.ucxpy_ring_close_consumer(r.cons)
+    assert lib.ucxpy_ring_is_closed(r.prod) == 1
+    assert r.push(1, b"", b"x") == CLOSED
+    assert lib.ucxpy_ring_check_header(r.cons) == -1
 
 
 def test_ring_sleep_and_wake_flags():
@@ -260,32 +279,159 @@ def test_ring_sleep_and_wake_flags():
     assert lib.ucxpy_ring_release(r.cons) == OK
 
 
-def test_ring_poll_many():
-    rings = [Ring().init() for _ in range(4)]
-    arr = ffi.new("ucxpy_ring_t *[4]", [r.cons for r in rings])
-    assert lib.ucxpy_ring_poll_many(arr, 4, 0) == -1
-    rings[2].push(1, b"", b"")
-    assert lib.ucxpy_ring_poll_many(arr, 4, 0) == 2
-    assert lib.ucxpy_ring_poll_many(arr, 4, 2) == 2
-    assert lib.ucxpy_ring_poll_many(arr, 4, 3) == -1
-    rings[0].push(1, b"", b"")
-    assert lib.ucxpy_ring_poll_many(arr, 4, 0) == 0
-    assert lib.ucxpy_ring_poll_many(arr, 4, 1) == 2
-    lib.ucxpy_ring_close_producer(rings[3].prod)
-    assert lib.ucxpy_ring_poll_many(arr, 4, 3) == 3
+def test_ring_frames_carry_their_producers_source():
+    r = Ring().init()
+    a, b = r.producer(11), r.producer(22)
+    lib.ucxpy_ring_push(a, 1, b"h", 1, b"from a", 6)
+    lib.ucxpy_ring_push(b, 1, b"h", 1, b"from b", 6)
+    srcs = []
+    while lib.ucxpy_ring_peek(r.cons, r.out) == 1:
+        srcs.append(r.out[5])
+        lib.ucxpy_ring_release(r.cons)
+    assert srcs == [11, 22]
+    assert lib.ucxpy_ring_attach_producer(a, r.base, r.size, 0, 1) == -1   # sources are nonzero
+
+
+def test_ring_recv_tag_takes_only_its_sources_frame():
+    r = Ring().init()
+    tag = struct.pack("<Q", 5)
+    lib.ucxpy_ring_push(r.prod, 9, tag, 8, b"mine", 4)
+    buf = ffi.new("char[16]")
+    wake, got = ffi.new("uint64_t *"), ffi.new("uint64_t *")
+    assert lib.ucxpy_ring_recv_tag(r.cons, 8, 9, 5, ~0 & (2**64 - 1), buf, 16, 0, wake, got) == -2
+    assert lib.ucxpy_ring_recv_tag(r.cons, 7, 9, 5, ~0 & (2**64 - 1), buf, 16, 0, wake, got) == 4
+    assert ffi.buffer(buf, 4)[:] == b"mine" and got[0] == 5
+
+
+def test_ring_lock_busy_and_dead_holder():
+    r = Ring().init()
+    shared_lock = 128 + 8                        # the producers' block: head, then lock
+    struct.pack_into("<I", r.mm, shared_lock, 999999)
+    assert lib.ucxpy_ring_lock_owner(r.cons) == 999999
+    assert r.push(1, b"", b"x") == BUSY          # never waits
+    assert lib.ucxpy_ring_break_lock(r.cons, 12345) == 0      # not the holder
+    assert lib.ucxpy_ring_break_lock(r.cons, 999999) == 1
+    assert r.push(1, b"", b"x") == OK and r.pop() == (1, b"", b"x")
+
+
+def test_ring_waiters_are_named_to_the_consumer():
+    r = Ring().init()
+    a = r.producer(41)
+    while lib.ucxpy_ring_push(a, 1, b"", 0, b"x" * 256, 256) == OK:
+        pass
+    assert lib.ucxpy_ring_arm_producer(a) < 300
+    assert lib.ucxpy_ring_arm_producer(a) < 300          # listed once
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 1
+    assert lib.ucxpy_ring_release(r.cons) == NOTIFY
+    out = ffi.new("uint64_t[]", lib.UCXPY_RING_WAITERS)
+    assert lib.ucxpy_ring_take_waiters(r.cons, out, lib.UCXPY_RING_WAITERS) == 1
+    assert out[0] == 41
+    assert lib.ucxpy_ring_take_waiters(r.cons, out, lib.UCXPY_RING_WAITERS) == 0
+    # more waiters than the table holds: the consumer is told to wake everyone
+    hs = [r.producer(100 + i) for i in range(lib.UCXPY_RING_WAITERS + 1)]
+    for h in hs:
+        lib.ucxpy_ring_arm_producer(h)
+    k = lib.ucxpy_ring_take_waiters(r.cons, out, lib.UCXPY_RING_WAITERS)
+    assert k & lib.UCXPY_RING_WAITERS_LOST and k & 0xFFFF == lib.UCXPY_RING_WAITERS
+
+
+def test_ring_reset_fails_only_the_producers_that_lost_frames():
+    r = Ring().init()
+    a, b, c = r.producer(1), r.producer(2), r.producer(3)
+    lib.ucxpy_ring_push(a, 1, b"", 0, b"delivered", 9)
+    assert r.pop() == (1, b"", b"delivered")
+    lib.ucxpy_ring_push(b, 1, b"", 0, b"lost", 4)      # published, never consumed
+    struct.pack_into("<B", r.mm, r.data_offset() + 7, 9)   # scribble: unknown kind
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == CORRUPT
+    struct.pack_into("<Q", r.mm, 0, 0)                 # and the magic
+    assert lib.ucxpy_ring_check_header(r.cons) == -1
+    assert lib.ucxpy_ring_reset(r.cons, os.getpid()) == 1
+    assert lib.ucxpy_ring_check_header(r.cons) == 0
+    assert lib.ucxpy_ring_check_lost(b) == 1           # its frame was discarded
+    assert lib.ucxpy_ring_check_lost(b) == 0           # reported once
+    assert lib.ucxpy_ring_push(a, 1, b"", 0, b"after", 5) == OK      # nothing of a's lost
+    assert lib.ucxpy_ring_push(c, 1, b"", 0, b"c", 1) == OK          # c never pushed
+    assert r.pop() == (1, b"", b"after") and r.pop() == (1, b"", b"c")
+    # a reset while the lock is held waits for it
+    struct.pack_into("<I", r.mm, 128 + 8, 4242)
+    assert lib.ucxpy_ring_reset(r.cons, os.getpid()) == 0
+    # the push after a reset that lost its frames reports LOST instead of pushing
+    lib.ucxpy_ring_break_lock(r.cons, 4242)
+    lib.ucxpy_ring_push(a, 1, b"", 0, b"gone", 4)
+    assert lib.ucxpy_ring_reset(r.cons, os.getpid()) == 1
+    assert lib.ucxpy_ring_push(a, 1, b"", 0, b"x", 1) == LOST
+    assert lib.ucxpy_ring_push(a, 1, b"", 0, b"x", 1) == OK
+
+
+def _mpsc_producer(path, size, source, count, seed):
+    mm = _map(path, size)
+    r = Ring(size - HDR, mm)
+    h = r.producer(source)
+    rng = random.Random(seed)
+    for i in range(count):
+        payload = struct.pack("<II", source, i) * rng.randrange(0, 40)
+        hdr = struct.pack("<Q", i)
+        while True:
+            rc = lib.ucxpy_ring_push(h, i & 0xFF, hdr, 8, payload, len(payload))
+            if rc in (OK, NOTIFY):
+                break
+            assert rc in (FULL, BUSY), rc
+    while lib.ucxpy_ring_push_close(h) not in (OK, NOTIFY):
+        pass
+
+
+def test_ring_many_producer_processes_keep_each_ones_order():
+    size = HDR + 16384
+    path, fd = _shm_file(size)
+    procs = []
+    try:
+        mm = mmap.mmap(fd, size)
+        os.close(fd)
+        r = Ring(16384, mm)
+        assert lib.ucxpy_ring_init(r.base, size) == 0
+        assert lib.ucxpy_ring_attach(r.cons, r.base, size) == 0
+        count, sources = 5000, (101, 202, 303)
+        procs = [_spawn(_mpsc_producer, path, size, src, count, src) for src in sources]
+        rngs = {src: random.Random(src) for src in sources}
+        nxt = {src: 0 for src in sources}
+        data = ffi.buffer(r.cons.data, 16384)
+        open_ = set(sources)
+        while open_:
+            rc = lib.ucxpy_ring_peek(r.cons, r.out)
+            if rc == 0:
+                continue
+            o = r.out
+            src = o[5]
+            if rc == 2:
+                assert nxt[src] == count
+                open_.discard(src)
+            else:
+                assert rc == 1
+                i = nxt[src]
+                assert data[o[1]:o[1] + o[2]] == struct.pack("<Q", i)
+                assert data[o[3]:o[3] + o[4]] == \
+                    struct.pack("<II", src, i) * rngs[src].randrange(0, 40)
+                nxt[src] = i + 1
+            lib.ucxpy_ring_release(r.cons)
+        assert _reap(*procs) == [0, 0, 0]
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+        os.unlink(path)
 
 
 def _ring_producer(path, size, count, seed):
     mm = _map(path, size)
     r = Ring(size - HDR, mm)
-    assert lib.ucxpy_ring_attach(r.prod, r.base, size) == 0
+    assert lib.ucxpy_ring_attach_producer(r.prod, r.base, size, 7, os.getpid()) == 0
     rng = random.Random(seed)
     for i in range(count):
         payload = struct.pack("<I", i) * rng.randrange(0, 64)
         hdr = struct.pack("<Q", i)
         while lib.ucxpy_ring_push(r.prod, i & 0xFF, hdr, 8, payload, len(payload)) == FULL:
             pass
-    lib.ucxpy_ring_close_producer(r.prod)
+    lib.ucxpy_ring_push_close(r.prod)
 
 
 def test_ring_across_processes_keeps_order_and_content():
@@ -307,7 +453,7 @@ def test_ring_across_processes_keeps_order_and_content():
             rc = lib.ucxpy_ring_peek(r.cons, r.out)
             if rc == 0:
                 continue
-            if rc == CLOSED:
+            if rc == 2:
                 break
             assert rc == 1
             o = r.out

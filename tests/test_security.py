@@ -649,14 +649,14 @@ def test_shm_refuses_other_users_segments_and_datagrams():
     owner = Owner()
     iface = shm.ShmInterface(owner, Config())
     try:
-        seg = shm.ShmSegment.create(4096)
-        path, seg.owner = seg.path, False        # keep the file, unmap it
-        seg.close()
+        inbox = shm.Inbox.create(f"ucxpy-shm-{os.getpid()}-{'e' * 16}", 4096)
+        path, inbox.owner = inbox.path, False    # keep the file, unmap it
+        inbox.close()
         for mode, uid in ((0o644, 0), (0o600, 65534)):
             os.chmod(path, mode)
             os.chown(path, uid, -1)
             with pytest.raises(PermissionError):
-                shm.ShmSegment.open(seg.name, 4096)
+                shm.Inbox.open(inbox.name, 4096)
             assert os.path.exists(path)             # not even unlinked
         os.unlink(path)
         # a CONNECT request and a refusal (NACK) sent by another user are dropped
@@ -664,11 +664,10 @@ def test_shm_refuses_other_users_segments_and_datagrams():
 
         def send_as_nobody():
             s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            name = f"ucxpy-shm-{os.getpid()}-{'0' * 16}".encode()
             req = shm._REQ.pack(shm._REQ_MAGIC, shm._VERSION, 0, os.getpid(), 4096, 0,
-                                len(name)) + name + b"nobody-sock"
+                                11, 22) + f"ucxpy-{os.getpid()}-{'0' * 16}".encode()
             s.sendto(req, b"\0" + me)
-            s.sendto(shm._NACK + name, b"\0" + me)
+            s.sendto(shm._NACK + shm._SOURCE.pack(11), b"\0" + me)
         assert _as_other_user(send_as_nobody) == 0
         drive([iface], lambda: iface.rejected >= 2)
         assert not owner.frames and not owner.failed and not iface._eps

@@ -314,7 +314,8 @@ def test_peer_death_is_connection_lost(peers, local, who_connects):
         iface.progress()
     assert len(owner.failed) == 1              # reported exactly once
     peer.proc.join(10)
-    assert _segments(peer.proc.pid) == [] and _segments(os.getpid()) == []
+    # the killed peer's inbox is unlinked by us; ours is the only one left
+    assert _segments(peer.proc.pid) == [] and _segments(os.getpid()) == [iface._inbox.path]
 
 
 def test_graceful_close_reaches_the_peer_and_frees_segments(peers, local):
@@ -323,7 +324,7 @@ def test_graceful_close_reaches_the_peer_and_frees_segments(peers, local):
     ep = iface.connect(peer.address)
     ep.send(AM_DATA, b"x", b"y")
     drive(iface, lambda: owner.frames)
-    assert _segments(os.getpid()) == []          # unlinked once the peer mapped it
+    assert _segments(os.getpid()) == [iface._inbox.path]   # one inbox, no per-pair segments
     ep.close()
     ep.close()                                   # idempotent
     with pytest.raises(ConnectionLost):
@@ -367,29 +368,40 @@ def test_connect_to_vanished_interface_fails(local):
     owner, iface = local()
     _o2, gone = local()
     address = gone.address()
-    gone.close()
-    ep = iface.connect(address)
-    drive(iface, lambda: owner.failed, timeout=5)
-    assert owner.failed[0][0] is ep and isinstance(owner.failed[0][1], ConnectionLost)
+    gone.close()                                 # unlinks its inbox
+    with pytest.raises(ConnectionLost, match="inbox"):
+        iface.connect(address)
+    assert _segments(os.getpid()) == [iface._inbox.path]
+    iface.close()
     assert _segments(os.getpid()) == []
 
 
-def test_corrupt_ring_from_peer_is_protocol_error(local):
+def test_corrupt_inbox_fails_only_the_connections_that_lost_frames(local):
+    """b's inbox is scribbled over: b discards what it held and goes on; the
+    connection whose frame was lost fails on both sides (ProtocolError at
+    the sender), another connection into the same inbox keeps working."""
     owner_a, a = local()
     owner_b, b = local()
+    owner_c, c = local()
     ep = a.connect(b.address())
+    healthy = c.connect(b.address())
     ep.send(AM_DATA, b"ok", b"fine")
-    drive(b, lambda: owner_b.frames)
-    bep = owner_b.frames[0][0]
+    healthy.send(AM_DATA, b"c1", b"")
+    drive(b, lambda: len(owner_b.frames) == 2)
     ep.send(AM_DATA, b"h", b"p")
-    # scribble over the next frame prefix in ring 0 (connector -> acceptor)
-    seg = ep._seg
-    pos = HDR_SIZE + (bep._rx.tail & (seg.capacity - 1))
-    struct.pack_into("<IHBB", seg.mm, pos, 1 << 30, 5, AM_DATA, 1)
+    # scribble over the next frame prefix in b's inbox
+    pos = HDR_SIZE + (b._rx.tail & (b._inbox.capacity - 1))
+    struct.pack_into("<IHBBQ", b._inbox.mm, pos, 1 << 30, 5, AM_DATA, 1, ep._out)
+    drive(b, lambda: b.resets == 1)
+    drive(a, lambda: owner_a.failed)
+    failed_ep, exc = owner_a.failed[0]
+    assert failed_ep is ep and isinstance(exc, ProtocolError) and "lost" in str(exc)
     drive(b, lambda: owner_b.failed)
-    failed_ep, exc = owner_b.failed[0]
-    assert failed_ep is bep and isinstance(exc, ProtocolError)
-    assert len(owner_b.frames) == 1
+    assert owner_b.failed[0][0] is owner_b.frames[0][0]
+    healthy.send(AM_DATA, b"c2", b"")
+    drive(b, lambda: len(owner_b.frames) == 3)
+    assert owner_b.frames[2][2] == b"c2" and len(owner_b.failed) == 1
+    assert owner_c.failed == []
 
 
 def test_endpoint_closed_from_inside_recv_frame(local):
@@ -436,28 +448,41 @@ def test_stale_segments_of_dead_processes_are_reaped():
                 os.unlink(f)
 
 
-def test_unaccepted_segment_outlives_its_closed_connector(local):
-    """The connector closes before the peer accepted: the segment (with the
-    frames in it) stays for the peer, which delivers them; a peer that closes
-    without accepting unlinks it."""
+def test_frames_outlive_their_closed_connector(local):
+    """The connector closes its interface (and unlinks its inbox) before the
+    peer accepted: the frames it pushed are in the peer's inbox and are
+    delivered, then the connection fails; no segment is left behind."""
     (oa, a), (ob, b) = local(), local()
     ep = a.connect(b.address())
     ep.send(AM_DATA, b"last", b"words")
     a.close()
-    assert len(_segments(os.getpid())) == 1          # b is listening: kept for it
-    drive(b, lambda: ob.frames)
+    assert _segments(os.getpid()) == [b._inbox.path]
+    drive(b, lambda: ob.frames and ob.failed)
     assert ob.frames[0][1:] == (AM_DATA, b"last", b"words")
-    assert _segments(os.getpid()) == []              # b mapped and unlinked it
-
-    (oc, c), (od, d) = local(), local()
-    c.connect(d.address()).send(AM_DATA, b"", b"never read")
-    c.close()
-    assert len(_segments(os.getpid())) == 1
-    d.close()                                         # without accepting: unlinks it
+    assert isinstance(ob.failed[0][1], ConnectionLost)
+    b.close()
     assert _segments(os.getpid()) == []
 
-    (oe, e), (of, f) = local(), local()
-    e.connect(f.address()).send(AM_DATA, b"", b"")
-    f.close()                                         # unlinks the request's segment
-    e.close()                                         # the peer is gone: keeps nothing
-    assert _segments(os.getpid()) == []
+
+def test_inboxes_grow_with_processes_not_pairs(local):
+    """Every connection into an interface shares its one inbox, and a peer's
+    inbox is mapped once however many endpoints go to it."""
+    ifaces = [local() for _ in range(4)]
+    eps = {}
+    for i, (_o, x) in enumerate(ifaces):
+        for j, (_p, y) in enumerate(ifaces):
+            if i != j:
+                eps[i, j] = x.connect(y.address())
+                eps[i, j].send(AM_DATA, b"%d>%d" % (i, j), b"")
+    extra = ifaces[0][1].connect(ifaces[1][1].address())
+    extra.send(AM_DATA, b"0>1 again", b"")
+    for _ in range(3):
+        for _o, x in ifaces:
+            x.progress()
+    assert len(_segments(os.getpid())) == 4
+    for _o, x in ifaces:
+        assert len(x._peer_inboxes) == 3
+    for j, (o, _y) in enumerate(ifaces):
+        got = sorted(bytes(f[2]) for f in o.frames)
+        want = sorted(b"%d>%d" % (i, j) for i in range(4) if i != j)
+        assert got == sorted(want + ([b"0>1 again"] if j == 1 else []))

@@ -108,7 +108,7 @@ class Config:
                          "encrypt tcp connections with TLS 1.3 (certificates pinned through "
                          "the job key)")
     shm_ring_size: int = _opt(1 << 21, parse_size,
-                              "bytes per shm ring and connection (a power of two >= 4096)")
+                              "bytes of each process's shm receive queue, which all its same-host peers write to (a power of two >= 4096)")
     shm_cma: bool = _opt(True, parse_bool,
                          "allow single-copy cross-process transfers (process_vm_readv)")
     atomic_mode: str = _opt("auto", lambda t: parse_choice(t, ATOMIC_MODES),

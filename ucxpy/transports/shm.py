@@ -1,48 +1,66 @@
-"""Shared-memory transport: SPSC frame rings in /dev/shm, CMA for large gets.
+"""Shared-memory transport: one receive queue (inbox) per process in /dev/shm,
+CMA for large gets.
 
 Theory of operation
 -------------------
-Each interface owns a unix datagram socket in the abstract namespace (no file,
-gone when the process dies); its name, the pid and the ring size make up the
-interface address.  ``connect(address)`` creates one segment
-``/dev/shm/ucxpy-shm-<pid>-<token>`` holding two rings (ring 0: connector ->
-acceptor, ring 1: acceptor -> connector), then sends the peer a CONNECT
-datagram naming it.  The endpoint is usable at once: frames pushed before the
-peer maps the segment wait in ring 0.  The peer finds the datagram from
-``progress()`` (checked every millisecond, and whenever the worker is about to
-sleep), maps the segment, *unlinks it immediately* (so a killed process never
-leaks it) and creates the accepted endpoint.  The kernel stamps datagrams with
-the sender's credentials; only processes of our own uid are accepted.
+Each interface owns an *inbox*: one multi-producer frame ring (native/ring.c)
+in the segment ``/dev/shm/ucxpy-shm-<pid>-<token>``, which every same-host
+peer connected to it writes to, and a unix datagram socket
+``ucxpy-<pid>-<token>`` in the abstract namespace (no file, gone when the
+process dies).  The socket name, the pid and the inbox size make up the
+interface address.  Shared memory therefore grows with the number of
+processes on the host, not with the number of pairs, as in UCX's mm
+transports and MPICH's shared memory.
+
+A connection is a pair of 64-bit *sources* that the connector draws at
+random: ``out`` marks the frames it pushes into the acceptor's inbox, ``in``
+those the acceptor pushes into the connector's.  ``connect(address)`` maps
+the peer's inbox (one mapping per peer inbox, shared by its endpoints) and
+sends the peer a CONNECT datagram naming both sources; the endpoint holds
+its frames until that datagram is in the peer's socket, so a peer always
+finds the CONNECT of a source before its first frame.  The peer reads the
+datagram from ``progress()`` (at once when a frame of an unknown source shows
+up, else every millisecond and whenever it is about to sleep), maps the
+connector's inbox and creates the accepted endpoint.  The kernel stamps
+datagrams with the sender's credentials; only processes of our own uid are
+accepted.
+
+``progress()`` reads the inbox in order and hands each frame to the endpoint
+of its source.  Frames of a source we closed, or refused, are dropped.
 
 Security: the boundary is the user, as for ptrace and CMA (a process of the
-same uid could read our memory anyway), so shm needs no job key.  Segments
-are created ``O_EXCL`` with mode 0600; a segment is mapped only if it is a
-regular file owned by our uid that nobody else may access; connection
-requests and refusals (NACK) count only when the kernel-stamped sender is
-of our uid (others are dropped and counted in ``rejected`` and
+same uid could read our memory anyway), so shm needs no job key.  Inboxes
+are created ``O_EXCL`` with mode 0600 and mapped only if they are regular
+files owned by our uid that nobody else may access; connection requests and
+refusals (NACK) count only when the kernel-stamped sender is of our uid
+(others are dropped and counted in ``rejected`` and
 ``ucxpy.auth.failures["shm"]``).  Wake-ups are accepted from anyone: they
-only make us look at our rings.
+only make us look at our inbox.
 
 Connection states (per endpoint)::
 
-    state      event                              next
-    open       close() with an empty queue        closed   (ring 0/1 marked closed)
-    open       close() with queued frames         closing  (flushed by progress)
-    closing    queue drained                      closed
-    open/closing peer closed its ring & drained   failed   (conn_failed once)
-    open/closing peer pid exits (pidfd readable)  failed   (conn_failed once)
-    open/closing NACK, corrupt ring, no peer      failed   (conn_failed once)
+    state        event                               next
+    open         close() with an empty queue         closed   (CLOSE record pushed)
+    open         close() with queued frames          closing  (flushed by progress)
+    closing      queue drained, CLOSE record pushed  closed
+    open/closing CLOSE record from the peer          failed   (conn_failed once)
+    open/closing peer pid exits (pidfd readable)     failed   (conn_failed once, after its frames)
+    open/closing NACK, corrupt inbox, inbox closed   failed   (conn_failed once)
 
-Send never blocks: a frame goes straight into the ring with one C call that
-copies header and payload.  When the ring is full, frames queue in order;
-payloads up to ``max_bcopy`` (or any payload sent without ``on_complete``)
-are copied into the queue and ``send`` returns True, larger payloads are
-queued by reference, ``send`` returns False and ``on_complete`` runs from
-``progress()`` once the frame is in the ring.
+Send never blocks: a frame goes straight into the peer's inbox with one C
+call that takes the inbox's producer lock and copies header and payload.
+When the inbox is full, or another producer holds the lock (BUSY), frames
+queue in order; payloads up to ``max_bcopy`` (or any payload sent without
+``on_complete``) are copied into the queue and ``send`` returns True, larger
+payloads are queued by reference, ``send`` returns False and ``on_complete``
+runs from ``progress()`` once the frame is in the inbox.  A lock held for
+``_LOCK_GRACE`` seconds by a process that no longer exists is broken (it
+published nothing of the frame it was writing).
 
-Sleep/wake: the ring carries a "consumer sleeping" and a "producer waiting"
-flag.  ``wait_fds()`` (called by the worker right before it sleeps) sets them;
-a peer that then pushes, or frees space, sends one datagram to our socket.  No
+Sleep/wake: the inbox carries a "consumer sleeping" flag and a table of the
+producers waiting for space.  ``wait_fds()`` (called by the worker right
+before it sleeps) sets them; a peer that then pushes sends one datagram to
+our socket, and we send one to each waiting producer when we free space.  No
 system call is made on the fast path.
 
 Peer death: every peer pid gets a pidfd (readable once the process exits,
@@ -77,7 +95,7 @@ from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
                       RemoteAccessError)
-from .liveness import PidWatch
+from .liveness import PidWatch, pid_alive
 from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
 from .shm_md import RKEY, RKEY_MAGIC, ShmMemoryDomain
 
@@ -89,35 +107,43 @@ _SEG_RE = re.compile(r"^ucxpy-shm-([0-9]+)-[0-9a-f]{16}$")
 
 HDR = lib.UCXPY_RING_HDR_SIZE
 RING_FULL = lib.UCXPY_RING_FULL
+RING_BUSY = lib.UCXPY_RING_BUSY
 RING_CLOSED = lib.UCXPY_RING_CLOSED
+RING_LOST = lib.UCXPY_RING_LOST
+_RING_WAITERS = lib.UCXPY_RING_WAITERS
+_WAITERS_LOST = lib.UCXPY_RING_WAITERS_LOST
 MAX_RING = 1 << 30
 
-#: interface address: magic, version, flags, pid, ring size, probe address,
+#: interface address: magic, version, flags, pid, inbox size, probe address,
 #: pid-namespace inode, /dev/shm device; then the socket name
 _ADDR = struct.Struct("<4sBBIQQQQ")
 _ADDR_MAGIC = b"USHM"
-#: CONNECT datagram: magic, version, flags, pid, ring size, probe address,
-#: len(segment name); then segment name and the connector's socket name
-_REQ = struct.Struct("<4sBBIQQH")
+#: CONNECT datagram: magic, version, flags, pid, inbox size, probe address,
+#: out source, in source; then the connector's socket name
+_REQ = struct.Struct("<4sBBIQQQQ")
 _REQ_MAGIC = b"UCRQ"
-#: seconds a closed connector keeps a segment its peer has not mapped yet
-_ORPHAN_GRACE = 10.0
-_NACK = b"N"            # + segment name: the peer refused the connection
+_NACK = b"N"            # + the out source (8 bytes): the peer refused the connection
 _WAKE = b"W"
+_RESET = b"R"           # our inbox was corrupt and reset: check your frames
+_SOURCE = struct.Struct("<Q")
+#: a socket name, ``ucxpy-<pid>-<token>``; its inbox is ``ucxpy-shm-<pid>-<token>``
+_SOCK_RE = re.compile(rb"^ucxpy-([0-9]+)-([0-9a-f]{16})$")
 #: remote key of get / put (the memory domain packs the same for RMA)
 _RKEY, _RKEY_MAGIC = RKEY, RKEY_MAGIC
-_VERSION = 1
+_VERSION = 2
 _F_CMA = 1
 
 _HOUSEKEEPING = 1e-3     # seconds between control-socket checks
 _LIVENESS = 0.1          # seconds between peer-death checks
-_BATCH = 64              # frames delivered per endpoint per progress()
+_BATCH = 64              # frames delivered per progress()
+_LOCK_GRACE = 0.2        # seconds a peer's inbox lock may be held before we ask whether its holder lives
+_LOCK_STUCK = 2.0        # seconds after which a lock held by one token is broken anyway (a push takes microseconds)
 
 _push = lib.ucxpy_ring_push
 _peek = lib.ucxpy_ring_peek
 _release = lib.ucxpy_ring_release
-_poll_many = lib.ucxpy_ring_poll_many
 _from_buffer = ffi.from_buffer
+_CLOSE = (-1, b"", b"", None)    # queued in place of a frame: the connection's CLOSE record
 
 
 # -- host identity -------------------------------------------------------------
@@ -198,19 +224,31 @@ def _creds(ancillary) -> Optional[tuple]:
 
 
 def _parse_request(msg: bytes) -> Optional[tuple]:
-    """``(pid, capacity, probe, segment name, reply socket)`` of a CONNECT
-    datagram, or None if it is malformed, of another version, or names a
-    segment that is not the sender pid's."""
+    """``(pid, capacity, probe, out source, in source, reply socket)`` of a
+    CONNECT datagram, or None if it is malformed, of another version, or
+    names a socket that is not the sender pid's."""
     try:
-        _magic, ver, _flags, pid, capacity, probe, nlen = _REQ.unpack_from(msg)
-        name = msg[_REQ.size:_REQ.size + nlen].decode("ascii")
-    except (struct.error, UnicodeDecodeError):
+        _magic, ver, _flags, pid, capacity, probe, out_src, in_src = _REQ.unpack_from(msg)
+    except struct.error:
         return None
-    peer_sock = msg[_REQ.size + nlen:]
-    if ver != _VERSION or not _SEG_RE.match(name) or not peer_sock or \
-            name.split("-")[2] != str(pid):
+    peer_sock = msg[_REQ.size:]
+    if ver != _VERSION or not out_src or not in_src or out_src == in_src or \
+            inbox_name(peer_sock, pid) is None:
         return None
-    return pid, capacity, probe, name, peer_sock
+    return pid, capacity, probe, out_src, in_src, peer_sock
+
+
+def inbox_name(sock_name: bytes, pid: int) -> Optional[str]:
+    """The inbox segment of the interface bound to ``sock_name``, or None when
+    the name is not an interface socket of process ``pid``."""
+    m = _SOCK_RE.match(sock_name)
+    if m is None or int(m.group(1)) != pid:
+        return None
+    return f"{SEG_PREFIX}{pid}-{m.group(2).decode()}"
+
+
+def _new_source() -> int:
+    return secrets.randbits(64) or 1
 
 
 def _own_user(cred, pid: int) -> bool:
@@ -218,56 +256,55 @@ def _own_user(cred, pid: int) -> bool:
     return cred is not None and cred[0] == pid and cred[1] == os.getuid()
 
 
-# -- segments --------------------------------------------------------------------
+# -- inboxes --------------------------------------------------------------------
 
-class ShmSegment:
-    """One mapped connection segment: two rings of ``capacity`` data bytes."""
+class Inbox:
+    """One process's receive queue mapped here: our own (we consume it) or a
+    peer's (our endpoints to that peer produce into it)."""
 
-    def __init__(self, mm: mmap.mmap, capacity: int, path: str, owner: bool):
+    def __init__(self, mm: mmap.mmap, capacity: int, name: str, owner: bool):
         self.capacity = capacity
-        self.ring_mem = HDR + capacity
-        self.path = path
-        self.name = os.path.basename(path)
+        self.name = name
+        self.path = os.path.join(SHM_DIR, name)
         self.owner = owner          # we created it: unlink it when done
         self.mm = mm
         self.base = _from_buffer(self.mm)
+        self.users = 0              # endpoints producing into it
 
     @classmethod
-    def create(cls, capacity: int) -> "ShmSegment":
-        name = f"{SEG_PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
+    def create(cls, name: str, capacity: int) -> "Inbox":
         # allocated now: a full /dev/shm must fail here, not SIGBUS later
-        mm = shmfile.create(name, 2 * (HDR + capacity), allocate=True)
-        seg = cls(mm, capacity, os.path.join(SHM_DIR, name), owner=True)
-        for i in (0, 1):
-            if lib.ucxpy_ring_init(seg.base + i * seg.ring_mem, seg.ring_mem) != 0:
-                seg.close()
-                raise OSError(errno.EINVAL, "cannot initialise shm ring")
-        return seg
+        mm = shmfile.create(name, HDR + capacity, allocate=True)
+        inbox = cls(mm, capacity, name, owner=True)
+        if lib.ucxpy_ring_init(inbox.base, HDR + capacity) != 0:
+            inbox.close()
+            raise OSError(errno.EINVAL, "cannot initialise a shm inbox")
+        return inbox
 
     @classmethod
-    def open(cls, name: str, capacity: int) -> "ShmSegment":
-        """Map a peer's segment and unlink its name at once (a file that is
-        not the job user's private segment is refused and left alone)."""
-        mm = shmfile.open_private(name, 2 * (HDR + capacity), exact=True, unlink=True)
-        return cls(mm, capacity, os.path.join(SHM_DIR, name), owner=False)
+    def open(cls, name: str, capacity: int) -> "Inbox":
+        """Map a peer's inbox (a file that is not the job user's private
+        segment of exactly that size is refused and left alone)."""
+        return cls(shmfile.open_private(name, HDR + capacity, exact=True), capacity, name,
+                   owner=False)
 
-    def ring(self, index: int):
+    def handle(self, source: int = 0):
+        """A local handle of the ring: the consumer's, or (``source``) a
+        producer's whose frames carry that source."""
         r = ffi.new("ucxpy_ring_t *")
-        if lib.ucxpy_ring_attach(r, self.base + index * self.ring_mem, self.ring_mem) != 0:
-            raise ProtocolError("shm ring header is corrupt")
+        size = HDR + self.capacity
+        if (lib.ucxpy_ring_attach_producer(r, self.base, size, source, os.getpid()) if source
+                else lib.ucxpy_ring_attach(r, self.base, size)) != 0:
+            raise ProtocolError(f"shm inbox {self.name} is corrupt")
         return r
 
-    def data_view(self, index: int) -> memoryview:
-        start = index * self.ring_mem + HDR
-        return memoryview(self.mm)[start:start + self.capacity].toreadonly()
-
-    def unlink(self) -> None:
-        if self.owner and self.path:
-            _unlink_quiet(self.path)
-        self.path = ""
+    def data_view(self) -> memoryview:
+        return memoryview(self.mm)[HDR:HDR + self.capacity].toreadonly()
 
     def close(self) -> None:
-        self.unlink()
+        if self.owner:
+            _unlink_quiet(self.path)
+            self.owner = False
         if self.mm is None:
             return
         ffi.release(self.base)
@@ -282,31 +319,37 @@ class ShmSegment:
 # -- endpoint --------------------------------------------------------------------
 
 class ShmEndpoint(TransportEndpoint):
-    """One connection: we produce into ``_tx`` and consume ``_rx``."""
+    """One connection: we push frames marked ``_out`` into the peer's inbox;
+    its frames, marked ``_in``, arrive in ours."""
 
-    def __init__(self, iface: "ShmInterface", seg: ShmSegment, tx_index: int,
+    def __init__(self, iface: "ShmInterface", peer: Optional[Inbox], out_src: int, in_src: int,
                  peer_pid: int, peer_sock: bytes, peer_probe: int, accepted: bool):
         self.iface = iface
-        self._seg = seg
-        self._tx = seg.ring(tx_index)
-        self._rx = seg.ring(1 - tx_index)
-        self._rx_addr = int(ffi.cast("uintptr_t", self._rx))   # for the fast path
-        self._tx_addr = int(ffi.cast("uintptr_t", self._tx))
-        self._rx_view = seg.data_view(1 - tx_index)
-        self._out = ffi.new("uint64_t[5]")
+        self._peer_inbox = peer     # None: we only receive (its inbox is gone already)
+        self._tx = None
+        self._tx_addr = 0
+        if peer is not None:
+            self._tx = peer.handle(out_src)
+            peer.users += 1
+            self._tx_addr = int(ffi.cast("uintptr_t", self._tx))     # for the fast path
+        self._out = out_src
+        self._in = in_src
         self._peer_pid = peer_pid
         self._peer_sock = peer_sock
         self._peer_probe = peer_probe
         self._cma_ok: Optional[bool] = None
         self.accepted = accepted
+        #: frames wait until our CONNECT is in the peer's socket
+        self._held = not accepted
         self._queue: deque = deque()
         self._max_frame = iface.attrs.max_frame
         self._max_bcopy = iface.attrs.max_bcopy
         self._exc: Optional[BaseException] = None
         self._closing = False
         self._closed = False       # locally closed: deliver nothing more
-        self._in_poll = False      # unmapping waits until _poll is done
-        self._unmap_later = False
+        self._busy_holder = 0      # who held the peer inbox's lock when we last found it taken
+        self._busy_since = 0.0     # since when
+        self._closed_seen = 0.0    # when the peer's inbox was first found closed
 
     def __repr__(self):
         state = "failed" if self._exc else "closed" if self._closed else \
@@ -321,8 +364,9 @@ class ShmEndpoint(TransportEndpoint):
     # -- sending ---------------------------------------------------------------
     def send(self, am_id: int, header, payload=b"",
              on_complete: Optional[Callable[[Optional[BaseException]], None]] = None) -> bool:
-        if self._exc is not None or self._closing:
-            raise self._exc or ConnectionLost("shm endpoint is closed")
+        if self._exc is not None or self._closing or self._tx is None:
+            raise self._exc or ConnectionLost("shm endpoint is closed" if self._closing else
+                                              "the peer's shm inbox is gone")
         if type(payload) is not bytes:
             try:
                 payload = _from_buffer(payload)
@@ -337,16 +381,17 @@ class ShmEndpoint(TransportEndpoint):
         hlen = len(header)
         if hlen > MAX_HEADER:
             raise MessageTooLarge(f"frame header of {hlen} bytes exceeds {MAX_HEADER}")
-        if not self._queue:
+        if not self._queue and not self._held:
             rc = _push(self._tx, am_id, header, hlen, payload, plen)
             if rc == 0:
                 return True
             if rc == 1:
                 self.iface._wake(self._peer_sock)
                 return True
-            if rc != RING_FULL:
+            if rc != RING_FULL and rc != RING_BUSY and rc != RING_CLOSED:
                 self._push_error(rc)
-        # Ring full (or older frames waiting): queue in order.
+        # Inbox full or busy, or closed (a flag a scribble may have set: the
+        # owner repairs it, _flush decides), or older frames waiting: queue.
         if on_complete is None or plen <= self._max_bcopy:
             if type(payload) is not bytes:
                 payload = ffi.buffer(payload)[:]
@@ -358,32 +403,69 @@ class ShmEndpoint(TransportEndpoint):
         self.iface._pending.add(self)
         return done
 
+    def _push_exc(self, rc: int) -> BaseException:
+        if rc == lib.UCXPY_RING_TOOBIG:
+            return MessageTooLarge("frame does not fit the peer's shm inbox")
+        if rc == RING_CLOSED:
+            return ConnectionLost("shm peer closed its inbox")
+        if rc == RING_LOST:
+            return ProtocolError("frames to the shm peer were lost: its inbox was found "
+                                 "corrupt and reset")
+        return ProtocolError("shm inbox state is corrupt")
+
     def _push_error(self, rc: int):
-        exc = MessageTooLarge("frame does not fit the peer's shm ring") \
-            if rc == lib.UCXPY_RING_TOOBIG else ProtocolError("shm ring state is corrupt")
-        if isinstance(exc, ProtocolError):
+        exc = self._push_exc(rc)
+        if not isinstance(exc, MessageTooLarge):
             self._fail(exc)
         raise exc
 
+    def _busy(self) -> None:
+        """The peer inbox's lock was taken: after _LOCK_GRACE, free it if its
+        holder no longer exists."""
+        now = time.monotonic()
+        holder = lib.ucxpy_ring_lock_owner(self._tx)
+        if holder != self._busy_holder:
+            self._busy_holder, self._busy_since = holder, now
+        elif now - self._busy_since > _LOCK_GRACE:
+            _free_stuck_lock(self._tx, holder, self._peer_inbox.name, now - self._busy_since)
+
     def _flush(self) -> int:
-        """Push queued frames while the ring has room; returns frames pushed."""
-        if self._tx is None:
+        """Push queued frames while the inbox takes them; returns frames pushed."""
+        if self._tx is None or self._held:
             return 0
         n = 0
         queue = self._queue
         notify = False
         while queue:
             am_id, header, payload, cb = queue[0]
-            rc = _push(self._tx, am_id, header, len(header), payload, len(payload))
+            if am_id < 0:
+                rc = lib.ucxpy_ring_push_close(self._tx)
+            else:
+                rc = _push(self._tx, am_id, header, len(header), payload, len(payload))
             if rc == RING_FULL:
                 break
+            if rc == RING_BUSY:
+                self._busy()
+                break
+            if rc == RING_CLOSED:
+                # the owner closed its inbox, or its flag was scribbled on and
+                # the owner repairs it within _LIVENESS: give it _LOCK_GRACE
+                now = time.monotonic()
+                self._closed_seen = self._closed_seen or now
+                if now - self._closed_seen <= _LOCK_GRACE:
+                    break
+            self._closed_seen = 0.0
+            self._busy_holder = 0
             queue.popleft()
+            if am_id < 0:
+                notify |= rc == 1
+                self._shutdown()
+                break
             if rc < 0:
-                exc = ProtocolError("shm ring state is corrupt") if rc != lib.UCXPY_RING_TOOBIG \
-                    else MessageTooLarge("frame does not fit the peer's shm ring")
+                exc = self._push_exc(rc)
                 if cb is not None:
                     cb(exc)
-                if isinstance(exc, ProtocolError):
+                if not isinstance(exc, MessageTooLarge):
                     self._fail(exc)
                     return n
                 continue
@@ -397,76 +479,40 @@ class ShmEndpoint(TransportEndpoint):
             self.iface._wake(self._peer_sock)
         if not queue:
             self.iface._pending.discard(self)
-            if self._closing and not self._closed:
-                self._shutdown()
         return n
 
-    # -- receiving ---------------------------------------------------------------
-    def _poll(self) -> int:
-        """Deliver up to _BATCH frames; returns the number delivered."""
-        rx = self._rx
-        out = self._out
-        rc = _peek(rx, out)
-        if rc == 0:
-            return 0
-        n = 0
-        view = self._rx_view
-        recv = self.iface.owner.recv_frame
-        wake = False
-        self._in_poll = True
-        try:
-            while rc == 1:
-                ho = out[1]
-                po = out[3]
-                try:
-                    if not self._closed:
-                        recv(self, out[0], view[ho:ho + out[2]], view[po:po + out[4]])
-                finally:
-                    if _release(rx) == 1:
-                        wake = True
-                n += 1
-                if n >= _BATCH or self._closed:
-                    break
-                rc = _peek(rx, out)
-        finally:
-            self._in_poll = False
-            if self._unmap_later:
-                self._unmap()
-        if wake and self._exc is None:
-            self.iface._wake(self._peer_sock)
-        if rc < 0 and self._exc is None:
-            if rc == RING_CLOSED:
-                self._fail(ConnectionLost("shm peer closed the connection"))
-            else:
-                self._fail(ProtocolError("shm ring from peer is corrupt"))
-        return n
-
+    # -- receiving (frames arrive through ShmInterface.progress) -----------------
     def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:
         """The contract's fast path: one C call (native/fastpath.c) polls our
-        ring, checks the next frame and copies its payload into ``buf``."""
-        if self._exc is not None or self._closed or self._in_poll or self._rx is None:
+        inbox, checks that the next frame is this connection's and copies its
+        payload into ``buf``."""
+        iface = self.iface
+        if self._exc is not None or self._closed or iface._in_poll or iface._rx is None:
             return -1, 0
-        n, got = _recv_tag(self._rx_addr, am_id, tag, mask, buf, spins)
+        n, got = _recv_tag(iface._rx_addr, self._in, am_id, tag, mask, buf, spins)
         if n >= _WAKE_BIT:
-            self.iface._wake(self._peer_sock)
+            iface._wake_waiters()
             return n - _WAKE_BIT, got
         return n, got
 
     def drain_eager(self, am_id: int, tag: int, queue, source: int) -> int:
         """The contract's drain: one C call (native/fastpath.c) completes the
-        posted receives of ``queue`` from the frames already in our ring."""
-        if self._exc is not None or self._closed or self._in_poll or self._rx is None:
+        posted receives of ``queue`` from this connection's frames at the
+        front of our inbox."""
+        iface = self.iface
+        if self._exc is not None or self._closed or iface._in_poll or iface._rx is None:
             return 0
-        n = _drain_tag(self._rx_addr, am_id, tag, queue, source)
+        n = _drain_tag(iface._rx_addr, self._in, am_id, tag, queue, source)
         if n >= _WAKE_BIT:
-            self.iface._wake(self._peer_sock)
+            iface._wake_waiters()
             return n - _WAKE_BIT
         return n
 
     def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
         """The contract's fast send: one C call (native/fastpath.c) pushes the
-        frame into our ring when nothing is queued before it."""
-        if self._queue or self._exc is not None or self._closing or self._tx is None:
+        frame into the peer's inbox when nothing is queued before it."""
+        if self._queue or self._held or self._exc is not None or self._closing or \
+                self._tx is None:
             return False
         rc = _send_tag(self._tx_addr, am_id, tag, buf, min(max_payload, self._max_frame))
         if rc == 0:
@@ -540,25 +586,16 @@ class ShmEndpoint(TransportEndpoint):
         if self._closing or self._exc is not None:
             return
         self._closing = True
-        if not self._queue:
-            self._shutdown()
+        self._queue.append(_CLOSE)
+        self.iface._pending.add(self)
+        self._flush()
 
     def _shutdown(self) -> None:
-        """Tell the peer we are done and drop the mapping."""
+        """Our CLOSE record is in the peer's inbox: we are done."""
         self._closed = True
-        if self._exc is None and lib.ucxpy_ring_close_producer(self._tx) == 1:
-            self.iface._wake(self._peer_sock)
         if self._exc is None:
             self._exc = ConnectionLost("shm endpoint is closed")
-            seg = self._seg
-            if seg is not None and seg.owner and os.path.exists(seg.path):
-                # The peer has not mapped the segment yet (our CONNECT is still
-                # in its socket): leave the name for it to map, drain and
-                # unlink (see ShmInterface.close for what happens to it then).
-                seg.owner = False
-                self.iface._orphans.append((time.monotonic() + _ORPHAN_GRACE, seg.path,
-                                            self._peer_sock))
-        self._release_resources()
+        self._release_resources(close_sent=True)
 
     def _fail(self, exc: BaseException) -> None:
         """Connection broke: fail queued sends, tell the owner once."""
@@ -568,29 +605,22 @@ class ShmEndpoint(TransportEndpoint):
         notify = not (self._closed or self._closing)   # a closing owner is not told
         self._closed = True
         queued, self._queue = self._queue, deque()
-        self._release_resources()
+        self._release_resources(close_sent=False)
         for _am, _h, _p, cb in queued:
             if cb is not None:
                 cb(exc)
         if notify:
             self.iface.owner.conn_failed(self, exc)
 
-    def _release_resources(self) -> None:
+    def _release_resources(self, close_sent: bool) -> None:
+        tx, self._tx = self._tx, None
+        if tx is not None and not close_sent and not self._held:
+            # best effort: the peer forgets our source at once
+            lib.ucxpy_ring_push_close(tx)
         self.iface._forget(self)
-        if self._in_poll:
-            self._unmap_later = True    # the ring is still being read
-        else:
-            self._unmap()
-
-    def _unmap(self) -> None:
-        self._unmap_later = False
-        self._tx = self._rx = None
-        if self._rx_view is not None:
-            self._rx_view.release()
-            self._rx_view = None
-        if self._seg is not None:
-            self._seg.close()
-            self._seg = None
+        if self._peer_inbox is not None:
+            self.iface._unmap_peer(self._peer_inbox)
+            self._peer_inbox = None
 
 
 # -- interface ---------------------------------------------------------------------
@@ -611,12 +641,25 @@ class ShmInterface(Interface):
                 caps |= Caps.GET_ZCOPY | Caps.PUT_ZCOPY
         max_frame = max_frame_for(self.ring_size)
         self.attrs = TransportAttrs(
-            caps=caps, max_short=256, max_bcopy=min(EAGER_LIMIT, self.ring_size // RING_EAGER_SHARE, max_frame), max_frame=max_frame,
-            latency=0.5e-6, bandwidth=8e9, overhead=0.5e-6,
+            caps=caps, max_short=256,
+            max_bcopy=min(EAGER_LIMIT, self.ring_size // RING_EAGER_SHARE, max_frame),
+            max_frame=max_frame, latency=0.5e-6, bandwidth=8e9, overhead=0.5e-6,
             max_get=(1 << 40) if caps & Caps.GET_ZCOPY else 0, priority=2)
         self.md = ShmMemoryDomain(self.name, cma=bool(caps & Caps.GET_ZCOPY))
         reap_stale_segments()
-        self._sock_name = f"ucxpy-{os.getpid()}-{secrets.token_hex(8)}".encode()
+        token = secrets.token_hex(8)
+        self._sock_name = f"ucxpy-{os.getpid()}-{token}".encode()
+        try:
+            self._inbox = Inbox.create(f"{SEG_PREFIX}{os.getpid()}-{token}", self.ring_size)
+        except OSError as e:
+            self.md.close()
+            raise ConnectionLost(f"cannot create a shm inbox of {HDR + self.ring_size} "
+                                 f"bytes in {SHM_DIR}: {e.strerror}") from None
+        self._rx = self._inbox.handle()
+        self._rx_addr = int(ffi.cast("uintptr_t", self._rx))      # for the fast path
+        self._rx_view = self._inbox.data_view()
+        self._peek_out = ffi.new("uint64_t[]", lib.UCXPY_RING_PEEK_OUT)
+        self._waiter_out = ffi.new("uint64_t[]", _RING_WAITERS)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._sock.bind(b"\0" + self._sock_name)
@@ -626,18 +669,26 @@ class ShmInterface(Interface):
                                    _F_CMA if caps & Caps.GET_ZCOPY else 0, os.getpid(),
                                    self.ring_size, self._probe, _ns_inode("pid"),
                                    _shm_dev()) + self._sock_name
-        self._eps: tuple = ()               # live endpoints, polled in order
-        self._rings = ffi.new("ucxpy_ring_t *[]", 1)  # their rx rings, for poll_many
-        self._gen = 0                       # bumped when _eps changes
+        self._eps: set = set()              # live endpoints
+        self._by_src: dict = {}             # in source -> endpoint
+        self._dropped: dict = {}            # source -> peer pid: frames still coming are dropped
+        self._peer_inboxes: dict = {}       # name -> Inbox we produce into
         self._pending: set = set()          # endpoints with queued frames
+        self._armed_producers: list = []    # endpoints that asked a peer for a wake-up
         self._to_fail: list = []            # (ep, exc) reported from progress
         self._ctl_out: deque = deque()      # control datagrams to retry
         self._peers = PidWatch()            # peer processes, for death detection
-        self._orphans: list = []            # (deadline, path, peer socket) of closed, unmapped segments
+        self._in_poll = False
+        self._corrupt = False               # found corrupt, not reset yet
+        self._corrupt_since = 0.0
         self._armed = False
         self._closed = False
+        #: times our inbox was found corrupt and reset
+        self.resets = 0
         #: control datagrams dropped: other users' requests and refusals
         self.rejected = 0
+        #: frames of unknown sources dropped (refused or closed connections)
+        self.dropped_frames = 0
         now = time.monotonic()
         self._next_housekeeping = now + _HOUSEKEEPING
         self._next_liveness = now + _LIVENESS
@@ -648,14 +699,14 @@ class ShmInterface(Interface):
             if not os.access(SHM_DIR, os.W_OK):
                 return Availability(False, f"{SHM_DIR} is not writable")
             usable, reason = _cma_status(apply=False) if config.shm_cma else (False, "CMA disabled")
-            return Availability(True, f"ring {config.shm_ring_size} B; {reason}",
+            return Availability(True, f"inbox {config.shm_ring_size} B; {reason}",
                                 devices=["memory"])
         except Exception as e:   # query must not raise
             return Availability(False, f"{type(e).__name__}: {e}")
 
     @classmethod
     def host_memory_domain(cls, config) -> Optional[ShmMemoryDomain]:
-        """Shared segments and their keys, without rings or CMA."""
+        """Shared segments and their keys, without inboxes or CMA."""
         return ShmMemoryDomain(cls.name, cma=False) if os.access(SHM_DIR, os.W_OK) else None
 
     def address(self) -> bytes:
@@ -679,55 +730,94 @@ class ShmInterface(Interface):
         except (ValueError, struct.error):
             return False
         # pids must mean the same processes and /dev/shm the same tmpfs
-        return pidns == _ns_inode("pid") and shmdev == _shm_dev() and ring <= MAX_RING
+        return pidns == _ns_inode("pid") and shmdev == _shm_dev() and _ring_ok(ring)
 
     # -- wire-up -----------------------------------------------------------------
     def connect(self, address: bytes) -> ShmEndpoint:
         if self._closed:
             raise ConnectionLost("shm interface is closed")
         (_m, _v, _f, pid, ring, probe, _ns, _dev), peer_sock = self._parse_address(address)
-        capacity = max(self.ring_size, ring)
-        try:
-            seg = ShmSegment.create(capacity)
-        except OSError as e:
-            raise ConnectionLost(f"cannot create a shm segment of {2 * (HDR + capacity)} "
-                                 f"bytes in {SHM_DIR}: {e.strerror}") from None
-        ep = ShmEndpoint(self, seg, 0, pid, peer_sock, probe, accepted=False)
+        name = inbox_name(peer_sock, pid)
+        if name is None or not _ring_ok(ring):
+            raise ConnectionLost("malformed shm address")
+        ep = ShmEndpoint(self, self._map_peer(name, ring), _new_source(), _new_source(),
+                         pid, peer_sock, probe, accepted=False)
         self._add(ep)
-        name = seg.name.encode()
-        req = _REQ.pack(_REQ_MAGIC, _VERSION, 0, os.getpid(), capacity, self._probe,
-                        len(name)) + name + self._sock_name
+        req = _REQ.pack(_REQ_MAGIC, _VERSION, 0, os.getpid(), self.ring_size, self._probe,
+                        ep._out, ep._in) + self._sock_name
         self._send_ctl(peer_sock, req, ep)
         return ep
 
-    def _set_eps(self, eps: tuple) -> None:
-        self._eps = eps
-        self._rings = ffi.new("ucxpy_ring_t *[]", [ep._rx for ep in eps] or 1)
-        self._gen += 1
+    def _map_peer(self, name: str, capacity: int) -> Inbox:
+        inbox = self._peer_inboxes.get(name)
+        if inbox is None:
+            try:
+                inbox = Inbox.open(name, capacity)
+            except OSError as e:
+                raise ConnectionLost(f"cannot map the peer's shm inbox {name}: "
+                                     f"{e.strerror or e}") from None
+            self._peer_inboxes[name] = inbox
+        return inbox
+
+    def _unmap_peer(self, inbox: Inbox) -> None:
+        inbox.users -= 1
+        if inbox.users <= 0 and self._peer_inboxes.get(inbox.name) is inbox:
+            del self._peer_inboxes[inbox.name]
+            inbox.close()
 
     def _add(self, ep: ShmEndpoint) -> None:
-        self._set_eps(self._eps + (ep,))
+        self._eps.add(ep)
+        self._by_src[ep._in] = ep
         pid = ep._peer_pid
         if not self._peers.watch(pid):
             self._to_fail.append((ep, ConnectionLost(f"shm peer process {pid} is gone")))
+
+    def _forget(self, ep: ShmEndpoint) -> None:
+        self._eps.discard(ep)
+        self._pending.discard(ep)
+        if self._by_src.get(ep._in) is ep:
+            del self._by_src[ep._in]
+            self._dropped[ep._in] = ep._peer_pid
+        pid = ep._peer_pid
+        if not any(e._peer_pid == pid for e in self._eps):
+            self._peers.unwatch(pid)
 
     def _send_ctl(self, dest: bytes, msg: bytes, ep: Optional[ShmEndpoint] = None) -> None:
         try:
             self._sock.sendto(msg, b"\0" + dest)
         except BlockingIOError:
             self._ctl_out.append((dest, msg, ep))
+            return
         except OSError as e:
             if ep is not None:
                 self._to_fail.append((ep, ConnectionLost(
                     f"shm peer interface unreachable: {e.strerror}")))
+            return
+        if ep is not None and ep._held:
+            ep._held = False            # our CONNECT is in: frames may follow it
+            if ep._queue:
+                self._pending.add(ep)
 
     def _wake(self, dest: bytes) -> None:
         try:
             self._sock.sendto(_WAKE, b"\0" + dest)
         except OSError:
             # Full queue: the peer has wake-ups pending anyway.  Gone: the
-            # liveness check or the ring's closed flag reports it.
+            # liveness check or its CLOSE record reports it.
             pass
+
+    def _wake_waiters(self) -> None:
+        """We freed inbox space that producers wait for: wake them."""
+        k = lib.ucxpy_ring_take_waiters(self._rx, self._waiter_out, _RING_WAITERS)
+        if k & _WAITERS_LOST:
+            # some waiter could not be listed: wake every peer
+            for sock in {ep._peer_sock for ep in self._eps}:
+                self._wake(sock)
+            return
+        for i in range(k):
+            ep = self._by_src.get(self._waiter_out[i])
+            if ep is not None:
+                self._wake(ep._peer_sock)
 
     def _drain_socket(self) -> int:
         n = 0
@@ -745,77 +835,65 @@ class ShmInterface(Interface):
             n += 1
             if msg[:4] == _REQ_MAGIC:
                 self._accept(msg, _creds(anc))
+            elif msg[:1] == _RESET:
+                self._check_lost()
             elif msg[:1] == _NACK:
                 cred = _creds(anc)
                 if cred is None or cred[1] != os.getuid():
                     self._refuse("refusal from another user", cred)
                     continue
-                self._nacked(msg[1:].decode("ascii", "replace"))
+                self._nacked(msg[1:1 + _SOURCE.size])
 
     def _accept(self, msg: bytes, cred) -> None:
         req = _parse_request(msg)
         if req is None:
             log.warning("shm: malformed connection request ignored")
             return
-        pid, capacity, probe, name, peer_sock = req
+        pid, capacity, probe, out_src, in_src, peer_sock = req
+        nack = _NACK + _SOURCE.pack(out_src)
         if not _own_user(cred, pid):
             self._refuse("connection request from another user or pid", cred)
             if cred is not None and cred[1] == os.getuid():
-                self._send_ctl(peer_sock, _NACK + name.encode())
+                self._send_ctl(peer_sock, nack)
             return
-        if capacity < 4096 or capacity > MAX_RING or capacity & (capacity - 1):
-            self._send_ctl(peer_sock, _NACK + name.encode())
-            return
-        try:
-            seg = ShmSegment.open(name, capacity)
-        except OSError as e:
-            if isinstance(e, PermissionError):
-                self._refuse(str(e), cred)
-            else:
-                log.warning("shm: cannot map %s: %s", name, e)
-            self._send_ctl(peer_sock, _NACK + name.encode())
+        self._dropped[out_src] = pid        # until accepted: its frames are not ours
+        if self._closed or not _ring_ok(capacity) or out_src in self._by_src:
+            self._send_ctl(peer_sock, nack)
             return
         try:
-            ep = ShmEndpoint(self, seg, 1, pid, peer_sock, probe, accepted=True)
-        except ProtocolError:
-            seg.close()
-            self._send_ctl(peer_sock, _NACK + name.encode())
+            peer = self._map_peer(inbox_name(peer_sock, pid), capacity)
+        except ConnectionLost as e:
+            # The connector closed already: what it sent before is in our
+            # inbox, so the endpoint delivers that, then fails.
+            peer, why = None, e
+        try:
+            ep = ShmEndpoint(self, peer, in_src, out_src, pid, peer_sock, probe, accepted=True)
+        except ProtocolError as e:
+            log.warning("shm: cannot accept a connection from pid %d: %s", pid, e)
+            self._send_ctl(peer_sock, nack)
             return
+        del self._dropped[out_src]
         self._add(ep)
+        if peer is None:
+            self._to_fail.append((ep, why))
 
     def _refuse(self, why: str, cred) -> None:
         self.rejected += 1
         auth.refused("shm", why, f"pid {cred and cred[0]} uid {cred and cred[1]}")
 
-    def _nacked(self, name: str) -> None:
+    def _nacked(self, raw: bytes) -> None:
+        if len(raw) != _SOURCE.size:
+            return
+        out_src, = _SOURCE.unpack(raw)
         for ep in list(self._eps):
-            seg = ep._seg
-            if seg is not None and not ep.accepted and seg.name == name:
+            if ep._out == out_src and not ep.accepted:
                 ep._fail(ConnectionLost("shm peer refused the connection"))
-
-    def _forget(self, ep: ShmEndpoint) -> None:
-        if ep in self._eps:
-            self._set_eps(tuple(e for e in self._eps if e is not ep))
-        self._pending.discard(ep)
-        pid = ep._peer_pid
-        if not any(e._peer_pid == pid for e in self._eps):
-            self._peers.unwatch(pid)
 
     # -- progress ----------------------------------------------------------------
     def progress(self) -> int:
-        n = 0
-        eps = self._eps
-        gen = self._gen          # a callback may close endpoints: stop then
-        if eps:
-            # one foreign call tests every ring; _poll looks at the frames
-            rings = self._rings
-            k = len(eps)
-            i = _poll_many(rings, k, 0)
-            while i >= 0:
-                n += eps[i]._poll()
-                if self._gen != gen:
-                    break
-                i = _poll_many(rings, k, i + 1)
+        if self._corrupt:
+            self._reset()
+        n = self._poll() if self._rx is not None and not self._corrupt else 0
         if self._pending:
             for ep in list(self._pending):
                 n += ep._flush()
@@ -826,6 +904,98 @@ class ShmInterface(Interface):
             n += self._housekeeping(now)
         return n
 
+    def _poll(self, limit: int = _BATCH) -> int:
+        """Deliver up to ``limit`` frames of our inbox; returns how many."""
+        rx = self._rx
+        out = self._peek_out
+        rc = _peek(rx, out)
+        if rc == 0:
+            return 0
+        n = 0
+        view = self._rx_view
+        recv = self.owner.recv_frame
+        by_src = self._by_src
+        wake = False
+        looked = False
+        self._in_poll = True
+        try:
+            while rc > 0:
+                src = out[5]
+                ep = by_src.get(src)
+                if ep is None and not looked and src not in self._dropped:
+                    looked = True               # its CONNECT is in our socket
+                    self._drain_socket()
+                    ep = by_src.get(src)
+                try:
+                    if ep is None:
+                        if rc == 2:
+                            self._dropped.pop(src, None)
+                        else:
+                            self.dropped_frames += 1
+                    elif rc == 1:
+                        ho = out[1]
+                        po = out[3]
+                        recv(ep, out[0], view[ho:ho + out[2]], view[po:po + out[4]])
+                    else:
+                        ep._fail(ConnectionLost("shm peer closed the connection"))
+                        self._dropped.pop(src, None)
+                finally:
+                    if _release(rx) == 1:
+                        wake = True
+                n += 1
+                if n >= limit or self._rx is None:
+                    break
+                rc = _peek(rx, out)
+        finally:
+            self._in_poll = False
+            if self._closed:
+                self._unmap_inbox()
+        if wake and not self._closed:
+            self._wake_waiters()
+        if rc < 0 and not self._closed:
+            self._corrupt = True
+            self._reset()
+        return n
+
+    def _reset(self) -> None:
+        """Our inbox is corrupt: discard what it holds (ucxpy_ring_reset); the
+        producers whose frames that lost learn it and fail their connection,
+        and we ask every peer to check now.  Retried from progress() while a
+        producer holds the lock."""
+        if lib.ucxpy_ring_reset(self._rx, os.getpid()) == 0:
+            now = time.monotonic()
+            self._corrupt_since = self._corrupt_since or now
+            holder = lib.ucxpy_ring_lock_owner(self._rx)
+            if not (_free_stuck_lock(self._rx, holder, self._inbox.name,
+                                     now - self._corrupt_since)
+                    and lib.ucxpy_ring_reset(self._rx, os.getpid())):
+                return
+        self._corrupt_since = 0.0
+        self._corrupt = False
+        self.resets += 1
+        log.error("shm: inbox %s was corrupt: its frames were discarded; the connections "
+                  "that lost frames fail", self._inbox.name)
+        for sock in {ep._peer_sock for ep in self._eps}:
+            self._send_ctl(sock, _RESET)
+
+    def _check_lost(self) -> int:
+        """Fail our connections whose frames a peer's inbox reset discarded."""
+        n = 0
+        for ep in list(self._eps):
+            if ep._tx is not None and lib.ucxpy_ring_check_lost(ep._tx):
+                ep._fail(ep._push_exc(RING_LOST))
+                n += 1
+        return n
+
+    def _drain(self) -> None:
+        """Deliver every frame our inbox holds now (and perhaps a few more)."""
+        budget = self.ring_size // lib.UCXPY_RING_PREFIX
+        while self._rx is not None and not self._corrupt and budget > 0:
+            k = self._poll()
+            if k < _BATCH:
+                return
+            budget -= k
+
     def _housekeeping(self, now: float) -> int:
         self._next_housekeeping = now + _HOUSEKEEPING
         n = self._drain_socket()
@@ -833,27 +1003,36 @@ class ShmInterface(Interface):
         for dest, msg, ep in retry:
             if ep is None or ep._exc is None:
                 self._send_ctl(dest, msg, ep)
-        while self._to_fail:
-            ep, exc = self._to_fail.pop(0)
-            while ep._exc is None and ep._poll():
-                pass        # deliver what the peer published before it went away
-            ep._fail(exc)
-            n += 1
+        if self._to_fail:
+            self._drain()           # deliver what the peers published first
+            while self._to_fail:
+                ep, exc = self._to_fail.pop(0)
+                ep._fail(exc)
+                n += 1
         if now >= self._next_liveness:
             self._next_liveness = now + _LIVENESS
             n += self._check_peers()
         return n
 
     def _check_peers(self) -> int:
+        if self._rx is not None and not self._corrupt and \
+                lib.ucxpy_ring_check_header(self._rx) != 0:
+            self._corrupt = True            # scribbled over: repair it
+            self._reset()
+        self._check_lost()
         dead = self._peers.dead()
         if not dead:
             return 0
+        self._drain()               # deliver what the dead published before dying
         n = 0
         for ep in [e for e in self._eps if e._peer_pid in dead]:
-            while ep._exc is None and ep._poll():
-                pass        # deliver what the peer published before dying
+            # a killed process cannot unlink its inbox: its peers do
+            if ep._peer_inbox is not None:
+                _unlink_quiet(ep._peer_inbox.path)
             ep._fail(ConnectionLost(f"shm peer process {ep._peer_pid} died"))
             n += 1
+        for src in [s for s, pid in self._dropped.items() if pid in dead]:
+            del self._dropped[src]
         return n
 
     # -- sleeping ----------------------------------------------------------------
@@ -862,14 +1041,18 @@ class ShmInterface(Interface):
             return []
         self._drain_socket()
         ready = bool(self._to_fail or self._ctl_out)
-        for ep in self._eps:
-            if lib.ucxpy_ring_arm_consumer(ep._rx):
+        if self._rx is not None and lib.ucxpy_ring_arm_consumer(self._rx):
+            ready = True
+        armed = []
+        for ep in self._pending:
+            if ep._tx is None or ep._held or not ep._queue:
+                continue
+            _am, h, p, _cb = ep._queue[0]
+            need = lib.UCXPY_RING_PREFIX + len(h) + len(p) + 16
+            armed.append(ep)
+            if lib.ucxpy_ring_arm_producer(ep._tx) >= 2 * need:
                 ready = True
-            if ep._queue:
-                am, h, p, _cb = ep._queue[0]
-                need = lib.UCXPY_RING_PREFIX + len(h) + len(p) + 16
-                if lib.ucxpy_ring_arm_producer(ep._tx) >= 2 * need:
-                    ready = True
+        self._armed_producers = armed
         self._armed = True
         # first progress() after waking: check the socket and the pidfds
         self._next_housekeeping = self._next_liveness = 0.0
@@ -877,57 +1060,67 @@ class ShmInterface(Interface):
             self._wake(self._sock_name)     # make select() return at once
         return [self._sock.fileno()] + self._peers.fds()
 
-    def _peer_listening(self, peer_sock: bytes) -> bool:
-        try:
-            self._sock.sendto(_WAKE, b"\0" + peer_sock)
-        except BlockingIOError:
-            return True                 # its queue is full: it exists
-        except OSError:
-            return False                # ECONNREFUSED: that interface is closed
-        return True
-
-    def _unlink_unaccepted(self) -> None:
-        """Closing: unlink the segments of connection requests still in our
-        socket (their connectors may have closed already, leaving the names
-        for us); only names of the sender's own pid and uid are touched."""
-        while True:
-            try:
-                msg, anc, _f, _a = self._sock.recvmsg(4096, socket.CMSG_SPACE(12))
-            except OSError:
-                return
-            req = _parse_request(msg) if msg[:4] == _REQ_MAGIC else None
-            if req is not None and _own_user(_creds(anc), req[0]):
-                _unlink_quiet(os.path.join(SHM_DIR, req[3]))
-
     def _disarm(self) -> None:
         self._armed = False
-        for ep in self._eps:
-            lib.ucxpy_ring_disarm_consumer(ep._rx)
-            lib.ucxpy_ring_disarm_producer(ep._tx)
+        if self._rx is not None:
+            lib.ucxpy_ring_disarm_consumer(self._rx)
+        for ep in self._armed_producers:
+            if ep._tx is not None:
+                lib.ucxpy_ring_disarm_producer(ep._tx)
+        self._armed_producers = []
 
     # -- teardown ----------------------------------------------------------------
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._rx is not None:
+            lib.ucxpy_ring_close_consumer(self._rx)     # producers' pushes now fail
         exc = ConnectionLost("shm interface closed")
         for ep in list(self._eps):
             queued, ep._queue = ep._queue, deque()
             if ep._exc is None:
-                ep._shutdown()
+                ep._closed = True
+                ep._exc = ConnectionLost("shm endpoint is closed")
+                ep._release_resources(close_sent=False)
             for _am, _h, _p, cb in queued:
                 if cb is not None:
                     cb(exc)
         self._peers.close()
-        # An orphan whose peer interface still exists stays: our CONNECT is in
-        # its socket and our frames in the ring; the peer unlinks the name when
-        # it maps it, or when it closes without having accepted it (below).
-        # A process that dies first leaves it to reap_stale_segments.
-        now = time.monotonic()
-        for deadline, path, peer_sock in self._orphans:
-            if now >= deadline or not self._peer_listening(peer_sock):
-                _unlink_quiet(path)
-        self._orphans.clear()
-        self._unlink_unaccepted()
+        for inbox in self._peer_inboxes.values():
+            inbox.close()
+        self._peer_inboxes.clear()
+        if not self._in_poll:
+            self._unmap_inbox()
         self.md.close()
         self._sock.close()
+
+    def _unmap_inbox(self) -> None:
+        self._rx = None
+        if self._rx_view is not None:
+            self._rx_view.release()
+            self._rx_view = None
+        self._inbox.close()
+
+
+def _free_stuck_lock(ring, holder: int, name: str, held: float) -> bool:
+    """An inbox's producer lock has been found taken by ``holder`` for
+    ``held`` seconds: free it if that process is dead (it published nothing
+    of its frame), or after _LOCK_STUCK whoever it is (a scribbled lock
+    word)."""
+    alive = holder < _PID_LIMIT and pid_alive(holder)
+    if not holder or (alive and held < _LOCK_STUCK):
+        return False
+    if not lib.ucxpy_ring_break_lock(ring, holder):
+        return False
+    log.warning("shm: freed the lock of inbox %s held by %s %d for %.1f s", name,
+                "live process" if alive else "dead process" if holder < _PID_LIMIT
+                else "no process", holder, held)
+    return True
+
+
+_PID_LIMIT = 1 << 22     # Linux's largest pid_max
+
+
+def _ring_ok(size: int) -> bool:
+    return 4096 <= size <= MAX_RING and not size & (size - 1)
