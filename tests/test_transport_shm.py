@@ -486,3 +486,24 @@ def test_inboxes_grow_with_processes_not_pairs(local):
         got = sorted(bytes(f[2]) for f in o.frames)
         want = sorted(b"%d>%d" % (i, j) for i in range(4) if i != j)
         assert got == sorted(want + ([b"0>1 again"] if j == 1 else []))
+
+
+def test_connection_made_while_the_inbox_is_being_read(local):
+    """A peer connects (CONNECT datagram, then frame) while we are reading
+    our inbox, after we last read the socket: its frame, met later in the same
+    pass, is delivered, not dropped as one of an unknown connection."""
+    (oa, a), (ob, b), (od, d) = local(), local(), local()
+    a.connect(b.address()).send(AM_DATA, b"first", b"")
+    recv = ob.recv_frame
+    late = []
+
+    def recv_and_connect(ep, am_id, header, payload):
+        recv(ep, am_id, header, payload)
+        if not late:
+            late.append(d.connect(b.address()))
+            late[0].send(AM_DATA, b"late", b"")
+
+    ob.recv_frame = recv_and_connect
+    drive(b, lambda: len(ob.frames) == 2)
+    assert [bytes(f[2]) for f in ob.frames] == [b"first", b"late"]
+    assert b.dropped_frames == 0

@@ -916,15 +916,13 @@ class ShmInterface(Interface):
         recv = self.owner.recv_frame
         by_src = self._by_src
         wake = False
-        looked = False
         self._in_poll = True
         try:
             while rc > 0:
                 src = out[5]
                 ep = by_src.get(src)
-                if ep is None and not looked and src not in self._dropped:
-                    looked = True               # its CONNECT is in our socket
-                    self._drain_socket()
+                if ep is None and src not in self._dropped:
+                    self._drain_socket()        # its CONNECT is in our socket
                     ep = by_src.get(src)
                 try:
                     if ep is None:
