@@ -39,6 +39,8 @@ FULL = 0xFFFF_FFFF_FFFF_FFFF
 MASK_TAG = FULL & ~SEQ_MASK                 # exact tag, any ssend sequence
 MASK_ANY_TAG = FULL & ~SEQ_MASK & ~USER_MASK
 TAG_UB = USER_MASK
+#: receives waiting for a message are tried at least this often (seconds)
+RETRY_INTERVAL = 0.05
 
 
 class Engine:
@@ -51,6 +53,8 @@ class Engine:
         self.eps = {}                # wid -> ucxpy Endpoint
         self.probing = []            # pickled receives waiting for a message, in post order
         self.anysize = []            # collective receives of unknown size: [src, tag, ureq]
+        self._tried = None           # the unexpected arrivals when they last were tried
+        self._retry_at = 0.0         # when they are tried anyway (failed peers)
         self.hooks = []              # extra progress functions (nonblocking protocols)
         self.lock = None             # an RLock once several threads may call in
         self.comms = {}              # context id -> WeakSet of CommImpl (ULFM revoke)
@@ -70,28 +74,45 @@ class Engine:
     # -- progress ---------------------------------------------------------------
     def _progress_hook(self) -> int:
         """Serve receives that wait for a message to arrive (run by every
-        ``worker.progress()``, so they advance inside any blocking call)."""
+        ``worker.progress()``, so they advance inside any blocking call).
+
+        They are tried again only when a message joined the unexpected
+        queue since their last try (a new one is tried when it is added,
+        :meth:`settled`), and every :data:`RETRY_INTERVAL` (a peer's failure
+        ends them too).  Hundreds of outstanding pickled receives are then no
+        scan per progress pass, only per message that arrives unexpected."""
         n = 0
-        if self.probing:
-            for op in list(self.probing):
-                if op.try_match():
-                    n += 1
-        if self.anysize:
-            for item in list(self.anysize):
-                if self.match_anysize(item):
-                    self.anysize.remove(item)
-                    n += 1
+        if self.probing or self.anysize:
+            key = self.worker.matcher.arrivals
+            if key != self._tried or time.monotonic() >= self._retry_at:
+                self._retry_at = time.monotonic() + RETRY_INTERVAL
+                if self.probing:
+                    for op in list(self.probing):
+                        if op.try_match():
+                            n += 1
+                if self.anysize:
+                    for item in list(self.anysize):
+                        if self.match_anysize(item):
+                            self.anysize.remove(item)
+                            n += 1
+                self._tried = key
         if self.hooks:
             for fn in list(self.hooks):
                 n += fn()
         return n
+
+    def settled(self) -> bool:
+        """Whether the waiting receives were tried against every message now
+        in the unexpected queue: none of them can take any, so a new receive
+        may try the queue at once without overtaking them."""
+        return self._tried == self.worker.matcher.arrivals
 
     def recv_anysize(self, src: int, tag: int):
         """A ucxpy Request completing with a bytearray holding the message
         from wid ``src`` with exactly ``tag``, whatever its size."""
         item = [src, tag, ucxpy.Request(self.worker)]
         if not self.match_anysize(item):
-            self.anysize.append(item)
+            self.anysize.append(item)       # (tried: only what arrives next can match)
         return item[2]
 
     def match_anysize(self, item) -> bool:
@@ -133,11 +154,13 @@ class Engine:
                 return
             self.wait_until(op.is_done, fast=fast)
 
-    def wait_until(self, cond, timeout=None, fast=None, max_nap=None) -> None:
+    def wait_until(self, cond, timeout=None, fast=None, max_nap=None, on_events=False) -> None:
         """Progress until ``cond()``: spin while there is activity, then nap on
         the transports' descriptors with growing naps (oversubscribed ranks
-        leave the CPU to each other; ``max_nap`` as ucxpy's
-        :meth:`~ucxpy.Worker.wait_until`).  With several threads (see
+        leave the CPU to each other; ``max_nap`` and ``on_events`` as
+        ucxpy's :meth:`~ucxpy.Worker.wait_until`: a costly ``cond``, such as
+        a scan of many requests, is tested after passes that handled
+        something).  With several threads (see
         :mod:`.threads`) the library lock is released while waiting and taken
         only around each progress pass."""
         if cond():
@@ -153,15 +176,14 @@ class Engine:
                 for _ in range(16):
                     if fast is not None and fast():
                         return
-                    w.progress()
-                    if cond():
+                    if (w.progress() or not on_events) and cond():
                         return
             except ucxpy.UcxpyError as e:
                 from .exceptions import translate
                 raise translate(e) from None
         saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
-            w.wait_until(cond, timeout, "MPI operation", lock, fast, max_nap)
+            w.wait_until(cond, timeout, "MPI operation", lock, fast, max_nap, on_events)
         except ucxpy.UcxpyError as e:
             from .exceptions import translate
             raise translate(e) from None

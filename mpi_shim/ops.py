@@ -168,7 +168,8 @@ class PickleRecvOp(_Op):
         self.comm, self.src, self.tag, self.mask, self.buf = comm, src, tag, mask, buf
         self.ureq = self.info = self.exc = None
         self.cancelled = False
-        if not ENGINE.probing and self.try_match():
+        # (not before an older pickled receive that may take the same message)
+        if (not ENGINE.probing or ENGINE.settled()) and self.try_match():
             return
         ENGINE.probing.append(self)
 
@@ -344,7 +345,7 @@ def run(gen):
             span.set(algorithm=_algorithm(gen))
         while True:
             if not all(r.done for r in reqs):
-                ENGINE.wait_until(lambda: all(r.done for r in reqs))
+                ENGINE.wait_until(lambda: all(r.done for r in reqs), on_events=True)
             exc = next((r.exc for r in reqs if r.exc is not None), None)
             reqs = gen.throw(exc) if exc is not None else gen.send(None)
     except StopIteration as e:

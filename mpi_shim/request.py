@@ -233,7 +233,8 @@ class Request(Handle):
                 status._clear()
             return UNDEFINED, None
         if not any(_ready(r) for r in requests):
-            ENGINE.wait_until(lambda: any(_ready(r) for r in requests))
+            # (a scan of every request: after progress passes that completed something)
+            ENGINE.wait_until(lambda: any(_ready(r) for r in requests), on_events=True)
         for i, r in enumerate(requests):
             if _ready(r):
                 return i, r._complete(status)
@@ -272,7 +273,8 @@ class Request(Handle):
         if not any(_active(r) for r in requests):
             return None, None
         if not any(_ready(r) for r in requests):
-            ENGINE.wait_until(lambda: any(_ready(r) for r in requests))
+            # (a scan of every request: after progress passes that completed something)
+            ENGINE.wait_until(lambda: any(_ready(r) for r in requests), on_events=True)
         return cls._some(requests, statuses)
 
     @classmethod

@@ -81,6 +81,7 @@ class TagMatcher:
         self.exact = {}                       # (source, tag) -> deque[RecvRequest]
         self.wild = []                        # RecvRequest, in posting order
         self.unexpected = collections.deque()  # UnexpectedMessage, arrival order
+        self.arrivals = 0                   # messages ever queued there (layers that peek)
         self._seq = 0
 
     # -- posted receives --------------------------------------------------

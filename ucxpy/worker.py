@@ -203,7 +203,7 @@ class Worker:
     def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
                    what="operation", lock=None,
                    fast: Optional[Callable[[], bool]] = None,
-                   max_nap: Optional[float] = None) -> None:
+                   max_nap: Optional[float] = None, on_events: bool = False) -> None:
         """Progress until ``cond()`` is true.  Spins for ``UCXPY_BUSY_POLL``
         seconds, then sleeps on the transports' file descriptors (and the
         wake sources, :meth:`add_wake_source`) with growing naps so
@@ -219,14 +219,20 @@ class Worker:
         while other threads are alive, and released between passes.
 
         ``fast`` (from :meth:`recv_poller`) is tried before each progress
-        pass of a single-threaded wait; True means it completed the wait."""
+        pass of a single-threaded wait; True means it completed the wait.
+
+        ``on_events``: ``cond`` changes only when a progress pass handles
+        something (a request completes), and costs enough to spare (a scan
+        of many requests): a single-threaded wait then tests it after such
+        passes and once per burst of passes, not after every pass."""
         if cond():
             return
         if self.tr is not None:
-            return self._wait_traced(cond, timeout, str(what), lock, max_nap)
-        self._wait_loop(cond, timeout, what, lock, fast, max_nap)
+            return self._wait_traced(cond, timeout, str(what), lock, max_nap, on_events)
+        self._wait_loop(cond, timeout, what, lock, fast, max_nap, on_events)
 
-    def _wait_loop(self, cond, timeout, what, shared=None, fast=None, max_nap=None) -> None:
+    def _wait_loop(self, cond, timeout, what, shared=None, fast=None, max_nap=None,
+                   on_events=False) -> None:
         if self.progress_error is not None:
             self.check_peers()             # raises: the progress thread is gone
         deadline = deadline_of(timeout, self.config.timeout)
@@ -254,7 +260,7 @@ class Worker:
                         if cond():
                             return
                         spin_until = 0.0
-                    elif cond():
+                    elif not on_events and cond():
                         return
                 self.check_peers()
                 done = cond()
@@ -305,11 +311,12 @@ class Worker:
         self._oversubscribed = v
         return v
 
-    def _wait_traced(self, cond, timeout, what, lock=None, max_nap=None) -> None:
+    def _wait_traced(self, cond, timeout, what, lock=None, max_nap=None,
+                     on_events=False) -> None:
         """:meth:`wait_until` with its busy and sleeping time recorded."""
         t0, slept0 = time.perf_counter_ns(), self._slept_ns
         try:
-            self._wait_loop(cond, timeout, what, lock, max_nap=max_nap)
+            self._wait_loop(cond, timeout, what, lock, max_nap=max_nap, on_events=on_events)
         finally:
             self.tr.wait(t0, time.perf_counter_ns(), self._slept_ns - slept0, what)
 
@@ -610,6 +617,7 @@ class Worker:
         if req is None:
             m = UnexpectedMessage(src, tag, len(payload), bytes(payload))
             self.matcher.unexpected.append(m)
+            self.matcher.arrivals += 1
             if self.tr is not None:
                 self.tr.arrive(tep, "tag", src, tag, len(payload), False, m)
             return
@@ -632,6 +640,7 @@ class Worker:
         if req is None:
             m = UnexpectedMessage(src, tag, size, rts=rts)
             self.matcher.unexpected.append(m)
+            self.matcher.arrivals += 1
             if self.tr is not None:
                 self.tr.arrive(tep, "tag", src, tag, size, False, m, rts)
         else:
