@@ -96,11 +96,17 @@ def test_mpi_shim_calls_in_c_and_in_python(fastpath, tls, level):
         assert all(v > 0 for v in done.values()), done
 
 
-def test_tcp_lanes_take_the_python_path():
-    """tcp offers no eager_receiver: same program, no fast receives."""
-    proc = _job("fastpath.py", "y", tls="tcp")
+@pytest.mark.parametrize("fastpath", ["y", "n"])
+def test_tcp_lanes_take_the_fast_path_too(fastpath):
+    """The same program over tcp (native/tcp_recv.c): same data, and the
+    receives that find a whole frame in the socket take it there."""
+    if not transport_available("tcp"):
+        pytest.skip("tcp unavailable")
+    proc = _job("fastpath.py", fastpath, tls="tcp")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert [r[2] for r in re.findall(r"FASTPATH OK (\d) (\d+) (\d+)", proc.stdout)] == ["0", "0"]
+    totals = [int(r[2]) for r in re.findall(r"FASTPATH OK (\d) (\d+) (\d+)", proc.stdout)]
+    assert len(totals) == 2, proc.stdout
+    assert all(t > 0 for t in totals) if fastpath == "y" else totals == [0, 0], totals
 
 
 @pytest.mark.parametrize("prog,marker", [("tag_suite.py", "TAG-SUITE OK"),
@@ -418,3 +424,102 @@ def test_the_native_post_makes_what_the_python_post_makes(shm_pair):
     got = bytearray(5)
     r = b.tag_recv_nb(got, 36, FULL_MASK, 0)
     assert r.done and r.result.length == 5 and bytes(got) == b"early"
+
+
+# -- tcp: the frame is read from the socket itself (native/tcp_recv.c) ------------
+
+@pytest.fixture
+def tcp_pair():
+    if not transport_available("tcp"):
+        pytest.skip("tcp unavailable")
+    from conftest import Pair
+    p = Pair("tcp")
+    a, b = p.workers
+    r = b.tag_recv_nb(bytearray(4), 99, source=0)
+    p.wait(p.eps[0][1].tag_send_nb(b"wire", 99), r)       # connected both ways
+    yield p, a, b, p.eps[0][1]
+    p.close()
+
+
+def _arrived(p, b, ep_tcp, nbytes):
+    """Wait until ``nbytes`` are readable on b's socket from a."""
+    import fcntl
+    import struct
+    import termios
+    tep = next(iter(b.endpoints[0].incoming))
+    deadline = __import__("time").monotonic() + 10
+    while True:
+        p.workers[0].progress()
+        n = struct.unpack("i", fcntl.ioctl(tep.fd, termios.FIONREAD, b"\0" * 4))[0]
+        if n >= nbytes or __import__("time").monotonic() > deadline:
+            return tep, n
+
+
+def test_tcp_an_exact_eager_receive_is_read_from_the_socket(tcp_pair):
+    p, a, b, ep = tcp_pair
+    before = b.fast_recvs
+    ep.tag_send(b"fast!", 1)
+    _arrived(p, b, ep, 24 + 5)
+    buf = bytearray(8)
+    info = b.tag_recv(buf, 1, source=0, timeout=10)
+    assert (info.source, info.tag, info.length, bytes(buf[:5])) == (0, 1, 5, b"fast!")
+    assert b.fast_recvs == before + 1
+    assert buf[5:] == bytes(3)                      # nothing past the message written
+
+
+def test_tcp_another_frame_first_stays_in_the_socket_in_order(tcp_pair):
+    p, a, b, ep = tcp_pair
+    before = b.fast_recvs
+    ep.tag_send(b"one", 1)
+    ep.tag_send(b"two", 2)
+    _arrived(p, b, ep, 2 * (24 + 3))
+    y = bytearray(3)
+    assert b.tag_recv(y, 2, source=0, timeout=10).length == 3 and bytes(y) == b"two"
+    x = bytearray(3)
+    assert b.tag_recv(x, 1, source=0, timeout=10).length == 3 and bytes(x) == b"one"
+    assert b.fast_recvs == before                   # "one" came first: the Python way
+
+
+def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair):
+    """Only the prefix and tag of a frame are in the socket: the fast path
+    consumes nothing; once the rest arrives the receive completes with every
+    byte."""
+    import struct
+    p, a, b, ep = tcp_pair
+    tep_a = ep.transport_endpoint()
+    payload = bytes(range(200))
+    from ucxpy.wire import AmId
+    am = int(AmId.TAG_EAGER)
+    frame = struct.pack("<HBBHxxQQ", 0xC5A7, am, 0, 8, len(payload), 6) + payload
+    tep_a.sock.send(frame[:24])
+    tep_b, n = _arrived(p, b, ep, 24)
+    assert n == 24
+    buf = bytearray(256)
+    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 100) == (-1, 0)
+    tep_a.sock.send(frame[24:])
+    _arrived(p, b, ep, len(frame))
+    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 0) == (200, 6)
+    assert bytes(buf[:200]) == payload and buf[200:] == bytes(56)
+
+
+def test_tcp_with_tls_takes_the_python_path():
+    if not transport_available("tcp"):
+        pytest.skip("tcp unavailable")
+    from conftest import Pair
+    try:
+        p = Pair("tcp", tcp_tls=True)
+    except Exception as e:          # no openssl here
+        pytest.skip(f"TLS unavailable: {e}")
+    try:
+        a, b = p.workers
+        ep = p.eps[0][1]
+        r = b.tag_recv_nb(bytearray(6), 1, source=0)
+        p.wait(ep.tag_send_nb(b"sealed", 1), r)        # the handshakes are done
+        p.wait(ep.tag_send_nb(b"sealed", 2))
+        tep = next(iter(b.endpoints[0].incoming))
+        assert tep.recv_eager(2, 2, (1 << 64) - 1, bytearray(6), 0) == (-1, 0)
+        buf = bytearray(6)
+        assert b.tag_recv(buf, 2, source=0, timeout=10).length == 6 and buf == b"sealed"
+        assert b.fast_recvs == 0
+    finally:
+        p.close()

@@ -101,6 +101,7 @@ from ..netaddr import advertised_ipv4s, local_ipv4s
 from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint,
                    byte_view)
 from .tcp_frames import FRAME_MAGIC, PREFIX, FrameError, FrameReader
+from .._fastpath import tcp_recv_tag as _tcp_recv_tag
 
 log = logging.getLogger(__name__)
 
@@ -345,6 +346,24 @@ class TcpEndpoint(TransportEndpoint):
                 if self._closing:
                     self._shutdown()
         return done
+
+    # ---- receiving
+    def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:
+        """The contract's fast path: when nothing of this connection is
+        buffered in Python, one C call (native/tcp_recv.c) looks at the next
+        frame in the socket itself and, if it is a whole eager message for
+        this receive, reads its payload straight into ``buf``."""
+        reader = self._reader
+        if not self._open or not self._verified or self.iface.tls is not None \
+                or reader.start != reader.end or reader.pending is not None \
+                or self.iface._in_progress:
+            return -1, 0
+        try:
+            return _tcp_recv_tag(self.fd, am_id, tag, mask, buf, spins)
+        except OSError as e:
+            exc = ProtocolError(str(e))
+            self._fail(exc)
+            return -1, 0
 
     # ---- closing and failure
     def close(self) -> None:

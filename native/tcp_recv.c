@@ -1,0 +1,131 @@
+/* The tcp transport's receive fast path (part of ucxpy._fastpath).
+ *
+ * Theory of operation
+ * -------------------
+ * A blocking tagged receive from a peer behind a tcp connection normally
+ * takes a progress pass: epoll, a read into the connection's FrameReader
+ * (ucxpy/transports/tcp_frames.py), the frame cut out and dispatched through
+ * the core's matcher.  When nothing of that connection is buffered in
+ * Python, the next bytes of the socket are the next frame, so this C call
+ * can look at it in the socket itself:
+ *
+ *   1. FIONREAD: are the 24 bytes of a prefix and an eager header there?
+ *   2. recv(MSG_PEEK) of those 24 bytes: is it an eager tag frame of
+ *      ``am_id`` whose tag matches and whose payload fits the buffer?
+ *   3. FIONREAD again: has all of it arrived?  Only then one recvmsg takes
+ *      prefix and header into a scratch array and the payload straight into
+ *      the receive buffer.
+ *
+ * Nothing is consumed unless a whole matching frame is: any other case
+ * leaves the stream untouched for the Python path, in order.  The frame
+ * layout is tcp_frames.PREFIX (little-endian: magic u16, am_id u8, flags u8,
+ * header length u16, pad u16, payload length u64) followed by the 8-byte
+ * little-endian tag (wire.EAGER).
+ *
+ * tcp_recv_tag(fd, am_id, tag, mask, buffer, spins) -> (n, tag)
+ *   n >= 0: the frame's payload length, its tag; -1: no whole frame within
+ *   ``spins`` polls (or an error or end of stream on the socket, which the
+ *   Python path reports); -2: the next frame is another one.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include "tcp_recv.h"
+
+#define TCP_FRAME_MAGIC 0xC5A7
+#define TCP_PREFIX      16
+#define TCP_EAGER_HEAD  (TCP_PREFIX + 8)
+
+typedef struct tcp_eager_head {
+    uint16_t magic;
+    uint8_t  am_id;
+    uint8_t  flags;
+    uint16_t hlen;
+    uint16_t pad;
+    uint64_t plen;
+    uint64_t tag;
+} tcp_eager_head_t;
+
+_Static_assert(sizeof(tcp_eager_head_t) == TCP_EAGER_HEAD, "tcp eager frame head");
+
+/* bytes readable on ``fd`` now, or -1 on error */
+static long readable(int fd)
+{
+    int n = 0;
+    return ioctl(fd, FIONREAD, &n) < 0 ? -1 : n;
+}
+
+/* One attempt: >= 0 payload taken, -1 not (yet) there, -2 another frame. */
+static int64_t try_frame(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
+                         void *buf, uint64_t capacity, uint64_t *got_tag)
+{
+    tcp_eager_head_t h;
+    struct iovec iov[2];
+    struct msghdr msg;
+    long avail = readable(fd);
+    ssize_t n;
+
+    if (avail < TCP_EAGER_HEAD)
+        return -1;
+    n = recv(fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+    if (n != (ssize_t)sizeof h)
+        return -1;
+    if (h.magic != TCP_FRAME_MAGIC || h.am_id != am_id || h.flags != 0 || h.hlen != 8 ||
+            h.plen > capacity || ((h.tag ^ tag) & mask))
+        return -2;
+    if ((uint64_t)avail < TCP_EAGER_HEAD + h.plen &&
+            (uint64_t)readable(fd) < TCP_EAGER_HEAD + h.plen)
+        return -1;
+    iov[0].iov_base = &h;
+    iov[0].iov_len = sizeof h;
+    iov[1].iov_base = buf;
+    iov[1].iov_len = (size_t)h.plen;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = h.plen ? 2 : 1;
+    /* all of it is queued: a stream socket hands it over in one call */
+    n = recvmsg(fd, &msg, MSG_DONTWAIT);
+    if (n != (ssize_t)(TCP_EAGER_HEAD + h.plen))
+        return n < 0 ? -1 : -3;
+    *got_tag = h.tag;
+    return (int64_t)h.plen;
+}
+
+PyObject *
+ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
+{
+    unsigned long long tag, mask;
+    int fd, am_id, spins;
+    Py_buffer buf;
+    uint64_t got = 0;
+    int64_t n;
+
+    if (!PyArg_ParseTuple(args, "iiKKw*i", &fd, &am_id, &tag, &mask, &buf, &spins))
+        return NULL;
+    if (!PyBuffer_IsContiguous(&buf, 'A')) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_BufferError, "tcp_recv_tag needs a contiguous buffer");
+        return NULL;
+    }
+    for (;;) {
+        n = try_frame(fd, (uint8_t)am_id, tag, mask, buf.buf, (uint64_t)buf.len, &got);
+        if (n != -1 || spins-- <= 0)
+            break;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    PyBuffer_Release(&buf);
+    if (n == -3) {
+        /* a short read of a frame FIONREAD said was whole: the stream is
+         * now out of step with the Python reader, which must not go on */
+        PyErr_SetString(PyExc_OSError, "tcp fast path: short read of a queued frame");
+        return NULL;
+    }
+    return Py_BuildValue("(LK)", (long long)n, (unsigned long long)got);
+}
