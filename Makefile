@@ -14,7 +14,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
 
-.PHONY: install deps run test test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
+.PHONY: install deps run test test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale bench-tcp conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -96,6 +96,14 @@ bench: install
 	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
 	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
 	$(PY) bench/scale.py --json bench/results/scale.json
+	$(PY) bench/tcp_bench.py --json bench/results/tcp.json
+
+## tcp, the multi-host path: ucxpy against MPICH over UCX's tcp transport and
+## ucx_perftest over tcp (part of bench; alone here)
+bench-tcp: install
+	@command -v ucx_perftest >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ucx-utils >/dev/null; } || true
+	$(PY) bench/tcp_bench.py --json bench/results/tcp.json
 
 ## MPICH over ucxpy's libucp.so.0 beside MPICH over the real UCX and ucxpy's
 ## own API (part of bench; alone here)

@@ -30,7 +30,7 @@ sys.path.pop(0)
 # A plain C extension: the buffer-protocol base class (native/pybuffer.c).
 PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
 # The receive fast path (native/fastpath.c), with the ring code compiled in.
-FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_recv.c", "native/ring.c",
+FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c", "native/ring.c",
                                           "native/atomics.c"],
                      include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 

@@ -59,7 +59,7 @@
 #include "ucxpy_native.h"
 #include "mapped.h"
 #include "pyslots.h"
-#include "tcp_recv.h"
+#include "tcp_fast.h"
 
 #define WAKE_BIT (1LL << 62)
 
@@ -939,7 +939,9 @@ static PyMethodDef methods[] = {
     {"send_tag", send_tag, METH_VARARGS, "push one eager frame into a ring"},
     {"recv_tag", recv_tag, METH_VARARGS, "the next eager frame of a ring, if it is the one"},
     {"tcp_recv_tag", ucxpy_tcp_recv_tag, METH_VARARGS,
-     "the next eager frame of a tcp socket, if it is the one and all there (native/tcp_recv.c)"},
+     "the next eager frame of a tcp socket, if it is the one and all there (native/tcp_fast.c)"},
+    {"tcp_send_tag", ucxpy_tcp_send_tag, METH_VARARGS,
+     "one eager frame into a tcp socket with one sendmsg: bytes taken (native/tcp_fast.c)"},
     {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
      "a put or get on mapped peer memory, or False"},
     {"recv_configure", recv_configure, METH_VARARGS,

@@ -523,3 +523,20 @@ def test_tcp_with_tls_takes_the_python_path():
         assert b.fast_recvs == 0
     finally:
         p.close()
+
+
+def test_tcp_eager_sends_take_the_native_send_and_partial_frames_queue(tcp_pair):
+    """Eager sends go out by one sendmsg from C (native/tcp_fast.c) while
+    the socket takes them; once it is full, the rest of a frame it took only
+    part of, and everything after, queue in order: every byte arrives."""
+    import numpy as np
+    p, a, b, ep = tcp_pair
+    before = a.fast_sends
+    msgs = [np.full(16000, i % 251, dtype=np.uint8) for i in range(400)]
+    sends = [ep.tag_send_nb(m, 7) for m in msgs]          # b does not read meanwhile
+    assert a.fast_sends > before
+    out = [np.zeros(16000, dtype=np.uint8) for _ in msgs]
+    recvs = [b.tag_recv_nb(o, 7, source=0) for o in out]
+    p.wait(*sends, *recvs)
+    for i, o in enumerate(out):
+        assert (o == i % 251).all(), i

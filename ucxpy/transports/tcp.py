@@ -101,7 +101,7 @@ from ..netaddr import advertised_ipv4s, local_ipv4s
 from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint,
                    byte_view)
 from .tcp_frames import FRAME_MAGIC, PREFIX, FrameError, FrameReader
-from .._fastpath import tcp_recv_tag as _tcp_recv_tag
+from .._fastpath import tcp_recv_tag as _tcp_recv_tag, tcp_send_tag as _tcp_send_tag
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,7 @@ _PROOF_LABEL = (b"ucxpy-tcp-2 connector", b"ucxpy-tcp-2 acceptor")
 _U32 = struct.Struct("<I")
 ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
 SHORT_FAST = 16384           # = max_bcopy: bytes payloads up to this take send()'s fast path
+_EAGER_HEAD = PREFIX.size + 8    # an eager frame before its payload: prefix and tag
 COALESCE_LIMIT = 1 << 16     # small queued frames are merged up to this size
 MAX_IOV = 64
 _IN, _OUT = select.POLLIN, select.POLLOUT
@@ -346,6 +347,23 @@ class TcpEndpoint(TransportEndpoint):
                 if self._closing:
                     self._shutdown()
         return done
+
+    def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
+        """The contract's fast send: on an open connection with nothing
+        queued, one C call (native/tcp_fast.c) writes the eager frame with one
+        sendmsg; the rest of a frame the socket took only part of is queued.
+        False (nothing sent): the Python path sends it (and reports errors)."""
+        if not self._open or self._sendq or self.iface.tls is not None:
+            return False
+        n = _tcp_send_tag(self.fd, am_id, tag, buf, min(max_payload, SHORT_FAST))
+        if n < 0:
+            return False
+        frame_len = _EAGER_HEAD + memoryview(buf).nbytes
+        if n < frame_len:
+            head = PREFIX.pack(FRAME_MAGIC, am_id, 0, 8, frame_len - _EAGER_HEAD) + \
+                tag.to_bytes(8, "little")
+            self._queue_copy((head + bytes(buf))[n:], 1)
+        return True
 
     # ---- receiving
     def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:

@@ -1,4 +1,5 @@
-/* The tcp transport's receive fast path (part of ucxpy._fastpath).
+/* The tcp transport's native fast path: an eager receive read from the
+ * socket itself, an eager send in one system call (part of ucxpy._fastpath).
  *
  * Theory of operation
  * -------------------
@@ -26,6 +27,15 @@
  *   n >= 0: the frame's payload length, its tag; -1: no whole frame within
  *   ``spins`` polls (or an error or end of stream on the socket, which the
  *   Python path reports); -2: the next frame is another one.
+ *
+ * The send side is the mirror image: when nothing is queued before it, an
+ * eager frame (prefix, tag, payload) goes out with one sendmsg from a
+ * 24-byte stack header and the caller's buffer, no bytes object built.
+ *
+ * tcp_send_tag(fd, am_id, tag, buffer, max_payload) -> n
+ *   the bytes the socket took (the whole frame is 24 + len(buffer); the
+ *   caller queues the rest of a partial one); -1: none (full socket, or an
+ *   error the Python path reports); -100: payload over ``max_payload``.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -35,7 +45,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#include "tcp_recv.h"
+#include "tcp_fast.h"
 
 #define TCP_FRAME_MAGIC 0xC5A7
 #define TCP_PREFIX      16
@@ -128,4 +138,40 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
         return NULL;
     }
     return Py_BuildValue("(LK)", (long long)n, (unsigned long long)got);
+}
+
+PyObject *
+ucxpy_tcp_send_tag(PyObject *self, PyObject *args)
+{
+    unsigned long long tag;
+    long long max_payload;
+    int fd, am_id;
+    Py_buffer buf;
+    tcp_eager_head_t h;
+    struct iovec iov[2];
+    struct msghdr msg;
+    ssize_t n;
+
+    if (!PyArg_ParseTuple(args, "iiKy*L", &fd, &am_id, &tag, &buf, &max_payload))
+        return NULL;
+    if (buf.len > max_payload || am_id < 0 || am_id > 255) {
+        PyBuffer_Release(&buf);
+        return PyLong_FromLong(-100);
+    }
+    memset(&h, 0, sizeof h);
+    h.magic = TCP_FRAME_MAGIC;
+    h.am_id = (uint8_t)am_id;
+    h.hlen = 8;
+    h.plen = (uint64_t)buf.len;
+    h.tag = (uint64_t)tag;
+    iov[0].iov_base = &h;
+    iov[0].iov_len = sizeof h;
+    iov[1].iov_base = buf.buf;
+    iov[1].iov_len = (size_t)buf.len;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = iov;
+    msg.msg_iovlen = buf.len ? 2 : 1;
+    n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    PyBuffer_Release(&buf);
+    return PyLong_FromSsize_t(n < 0 ? -1 : n);
 }

@@ -1,0 +1,161 @@
+"""tcp, the multi-host path: ucxpy against MPICH over UCX's own tcp transport.
+
+One run, 2 ranks on one host over loopback, each pinned to its own CPU:
+
+* ``ucxpy``          ``ucxpy-perf -t tag_lat,tag_bw`` with ``UCXPY_TLS=tcp``
+                     (``ucxpy-py``: the same with ``UCXPY_FASTPATH=n``, the
+                     pure-Python path, for information)
+* ``mpich+ucx-tcp``  bench/c/mpi_pingpong.c, built with the mpich wheel's
+                     ``mpicc``, on MPICH over the UCX the wheel bundles with
+                     ``UCX_TLS=tcp,self MPIR_CVAR_CH4_NETMOD=ucx
+                     MPIR_CVAR_NOLOCAL=1``: C all the way down, the code our
+                     users would otherwise run
+* ``ucx_perftest``   UCX's own tag_lat/tag_bw over tcp (``UCX_TLS=tcp``),
+                     where Debian's ucx-utils is installed
+
+Targets (issue 32): latency from 8 B to 64 KiB <= 1.0x mpich+ucx-tcp;
+bandwidth at >= 1 MiB >= 2x mpich+ucx-tcp.  Printed as PASS/MISS; the
+results go to bench/results/tcp.json.
+
+Usage: python bench/tcp_bench.py [--max-time 0.3] [--json FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
+
+from ucxpy.tools import ucx  # noqa: E402
+from run_bench import ucx_perftest_run  # noqa: E402
+
+SIZES = [8, 64, 1024, 16384, 65536, 1 << 20, 4 << 20]
+LAT_SIZES = [s for s in SIZES if s <= 65536]
+BW_SIZES = [s for s in SIZES if s >= 1 << 20]
+UCX_TCP = {"UCX_TLS": "tcp,self"}
+
+
+def _run(cmd, env=None, timeout=600) -> str:
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:6])}...: exit {p.returncode}\n{p.stderr[-2000:]}")
+    return p.stdout
+
+
+def c_reference(exe: str, max_time: float) -> dict:
+    env = dict(ucx.environment(reference=True), **UCX_TCP)
+    out = _run([os.path.join(BIN, "mpiexec"), "-n", "2", exe, str(max_time)], env=env)
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {r["size"]: {"lat_us": r["lat_us"], "bw_MBps": r["bw_MBps"]} for r in rows}
+
+
+def ucxpy_perf(max_time: float, fastpath: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "perf.json")
+        _run([os.path.join(BIN, "ucxpy-run"), "-n", "2", os.path.join(BIN, "ucxpy-perf"),
+              "-t", "tag_lat,tag_bw", "-s", ",".join(map(str, SIZES)), "--pin",
+              "--max-time", str(max_time), "--json", out],
+             env=dict(os.environ, UCXPY_TLS="tcp", UCXPY_FASTPATH="y" if fastpath else "n"))
+        with open(out) as f:
+            tests = json.load(f)["tests"]
+    res = {}
+    for row in tests["tag_lat"]:
+        res.setdefault(row["size"], {})["lat_us"] = row["latency_us"]
+    for row in tests["tag_bw"]:
+        res.setdefault(row["size"], {})["bw_MBps"] = row["bandwidth_GBps"] * 1000
+    return res
+
+
+def perftest(cpus) -> dict:
+    old = {k: os.environ.get(k) for k in UCX_TCP}
+    os.environ.update({"UCX_TLS": "tcp"})
+    try:
+        run = ucx_perftest_run(SIZES, cpus)
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if "error" in run:
+        return {"error": run["error"]}
+    res = {}
+    for row in run["tests"]["tag_lat"]:
+        res.setdefault(row["size"], {})["lat_us"] = row["latency_us"]
+    for row in run["tests"]["tag_bw"]:
+        res.setdefault(row["size"], {})["bw_MBps"] = row["bandwidth_GBps"] * 1000
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--max-time", type=float, default=0.3, help="seconds per size and run")
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args(argv)
+    results = {"date": time.strftime("%Y-%m-%d %H:%M"), "impls": {}, "errors": {}}
+    impls = results["impls"]
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = os.path.join(tmp, "mpi_pingpong")
+        try:
+            _run([os.path.join(BIN, "mpicc"), "-O2", "-o", exe,
+                  os.path.join(HERE, "c", "mpi_pingpong.c")])
+            impls["mpich+ucx-tcp"] = c_reference(exe, args.max_time)
+        except Exception as e:          # no mpich wheel: say so, go on
+            results["errors"]["mpich+ucx-tcp"] = str(e)[:300]
+    impls["ucxpy"] = ucxpy_perf(args.max_time, True)
+    impls["ucxpy-py"] = ucxpy_perf(args.max_time, False)
+    cpus = sorted(os.sched_getaffinity(0))
+    pt = perftest(cpus[:2])
+    if "error" in pt:
+        results["errors"]["ucx_perftest"] = pt["error"]
+    else:
+        impls["ucx_perftest"] = pt
+
+    labels = [k for k in ("ucxpy", "ucxpy-py", "mpich+ucx-tcp", "ucx_perftest") if k in impls]
+    print("\ntcp latency, half round trip (us), 2 ranks over loopback")
+    print(f"{'size':>8} " + " ".join(f"{k:>14}" for k in labels))
+    for s in SIZES:
+        print(f"{s:>8} " + " ".join(
+            f"{impls[k].get(s, {}).get('lat_us', float('nan')):>14.2f}" for k in labels))
+    print("\ntcp bandwidth, window of 64 (MB/s)")
+    print(f"{'size':>8} " + " ".join(f"{k:>14}" for k in labels))
+    for s in SIZES:
+        print(f"{s:>8} " + " ".join(
+            f"{impls[k].get(s, {}).get('bw_MBps', float('nan')):>14.0f}" for k in labels))
+
+    targets = results["targets"] = {}
+    ref = impls.get("mpich+ucx-tcp")
+    ours = impls["ucxpy"]
+    print("\ntargets (issue 32)")
+    if ref:
+        lat = max(ours[s]["lat_us"] / ref[s]["lat_us"] for s in LAT_SIZES)
+        worst = max(LAT_SIZES, key=lambda s: ours[s]["lat_us"] / ref[s]["lat_us"])
+        bw = min(ours[s]["bw_MBps"] / ref[s]["bw_MBps"] for s in BW_SIZES)
+        targets["latency_8B_64KiB_vs_mpich_ucx_tcp"] = {"ratio": lat, "limit": 1.0,
+                                                        "worst_size": worst, "pass": lat <= 1.0}
+        targets["bandwidth_1MiB_up_vs_mpich_ucx_tcp"] = {"ratio": bw, "limit": 2.0,
+                                                         "pass": bw >= 2.0}
+        print(f"  tcp latency 8 B..64 KiB, ucxpy / mpich+ucx-tcp (worst: {worst} B) "
+              f"{lat:5.2f}x  [<= 1.0x]  {'PASS' if lat <= 1.0 else 'MISS'}")
+        print(f"  tcp bandwidth >= 1 MiB, ucxpy / mpich+ucx-tcp             "
+              f"{bw:5.2f}x  [>= 2.0x]  {'PASS' if bw >= 2.0 else 'MISS'}")
+    for label, err in results["errors"].items():
+        print(f"  note: {label} not measured: {err}")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+/* The tcp fast path, compiled into ucxpy._fastpath (native/tcp_fast.c). */
+#ifndef UCXPY_TCP_FAST_H
+#define UCXPY_TCP_FAST_H
+
+#include <Python.h>
+
+PyObject *ucxpy_tcp_recv_tag(PyObject *self, PyObject *args);
+PyObject *ucxpy_tcp_send_tag(PyObject *self, PyObject *args);
+
+#endif
