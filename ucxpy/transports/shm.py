@@ -941,7 +941,7 @@ class ShmInterface(Interface):
                     if _release(rx) == 1:
                         wake = True
                 n += 1
-                if n >= limit or self._rx is None:
+                if n >= limit or self._closed:      # (a callback may close us)
                     break
                 rc = _peek(rx, out)
         finally:
