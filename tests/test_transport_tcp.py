@@ -101,7 +101,7 @@ def test_attrs_and_address():
         caps = iface.attrs.caps
         for c in (Caps.AM_SHORT, Caps.AM_BCOPY, Caps.AM_ZCOPY, Caps.RX_ZCOPY, Caps.CONNECT_TO_IFACE):
             assert caps & c
-        assert iface.attrs.max_short == 256 and iface.attrs.max_bcopy == 16384
+        assert iface.attrs.max_short == 256 and iface.attrs.max_bcopy == tcp.EAGER_LIMIT == 65536
         ips, port, nonce = tcp.unpack_address(iface.address())
         assert ips and port == iface._listener.getsockname()[1]
         assert nonce == iface.nonce

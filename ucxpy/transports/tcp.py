@@ -116,6 +116,8 @@ _U32 = struct.Struct("<I")
 ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
 SHORT_FAST = 16384           # = max_bcopy: bytes payloads up to this take send()'s fast path
 _EAGER_HEAD = PREFIX.size + 8    # an eager frame before its payload: prefix and tag
+TCP_SPINS = 64               # FIONREAD polls per fast receive call (a system call each)
+EAGER_LIMIT = 65536          # eager up to here, rendezvous (RTS, RTR, data) above
 COALESCE_LIMIT = 1 << 16     # small queued frames are merged up to this size
 MAX_IOV = 64
 _IN, _OUT = select.POLLIN, select.POLLOUT
@@ -355,7 +357,7 @@ class TcpEndpoint(TransportEndpoint):
         False (nothing sent): the Python path sends it (and reports errors)."""
         if not self._open or self._sendq or self.iface.tls is not None:
             return False
-        n = _tcp_send_tag(self.fd, am_id, tag, buf, min(max_payload, SHORT_FAST))
+        n = _tcp_send_tag(self.fd, am_id, tag, buf, min(max_payload, EAGER_LIMIT))
         if n < 0:
             return False
         frame_len = _EAGER_HEAD + memoryview(buf).nbytes
@@ -377,7 +379,7 @@ class TcpEndpoint(TransportEndpoint):
                 or self.iface._in_progress:
             return -1, 0
         try:
-            return _tcp_recv_tag(self.fd, am_id, tag, mask, buf, spins)
+            return _tcp_recv_tag(self.fd, am_id, tag, mask, buf, min(spins, TCP_SPINS))
         except OSError as e:
             exc = ProtocolError(str(e))
             self._fail(exc)
@@ -677,7 +679,7 @@ class TcpInterface(Interface):
         super().__init__(owner, config)
         self.attrs = TransportAttrs(
             caps=Caps.AM_SHORT | Caps.AM_BCOPY | Caps.AM_ZCOPY | Caps.RX_ZCOPY | Caps.CONNECT_TO_IFACE,
-            max_short=256, max_bcopy=16384, max_frame=1 << 40,
+            max_short=256, max_bcopy=EAGER_LIMIT, max_frame=1 << 40,
             latency=10e-6, bandwidth=2e9, overhead=2e-6, priority=1)
         self.peer_timeout = float(getattr(config, "peer_timeout", 0) or 30.0)
         #: largest non-direct payload buffered in memory; larger is a ProtocolError
