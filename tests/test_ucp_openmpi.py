@@ -157,6 +157,9 @@ def test_shmem4py_finalized_at_python_exit(tmp_path):
                     "import numpy as np\n"
                     "me, n = shmem.my_pe(), shmem.n_pes()\n"
                     "dst = shmem.zeros(4, dtype='i')\n"
+                    # zeros() fills after the collective allocation: a peer's
+                    # put may land before our zeroing without this barrier
+                    "shmem.barrier_all()\n"
                     "shmem.put(dst, np.full(4, me, dtype='i'), (me + 1) % n)\n"
                     "shmem.barrier_all()\n"
                     "assert (dst == (me - 1) % n).all(), dst\n"
