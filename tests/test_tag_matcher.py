@@ -220,3 +220,11 @@ def test_sole_match_of_a_masked_receive_only_when_it_is_alone():
     m.remove(other)
     m.take(r)
     assert m.wild == [] and not m.sole_match(r)
+
+
+def test_the_arrivals_count_starts_at_zero():
+    """``arrivals`` counts messages ever queued as unexpected (the worker
+    adds to it; mpi_shim's waiting receives compare it with the count they
+    last tried): a fresh matcher has seen none."""
+    m = TagMatcher()
+    assert m.arrivals == 0 and type(m.arrivals) is int
