@@ -114,7 +114,7 @@ PROOF_LEN = auth.TAG_LEN
 _PROOF_LABEL = (b"ucxpy-tcp-2 connector", b"ucxpy-tcp-2 acceptor")
 _U32 = struct.Struct("<I")
 ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
-SHORT_FAST = 16384           # = max_bcopy: bytes payloads up to this take send()'s fast path
+SHORT_FAST = 16384           # bytes payloads up to this take send()'s Python fast path
 _EAGER_HEAD = PREFIX.size + 8    # an eager frame before its payload: prefix and tag
 TCP_SPINS = 64               # FIONREAD polls per fast receive call (a system call each)
 EAGER_LIMIT = 65536          # eager up to here, rendezvous (RTS, RTR, data) above
@@ -370,7 +370,7 @@ class TcpEndpoint(TransportEndpoint):
     # ---- receiving
     def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:
         """The contract's fast path: when nothing of this connection is
-        buffered in Python, one C call (native/tcp_recv.c) looks at the next
+        buffered in Python, one C call (native/tcp_fast.c) looks at the next
         frame in the socket itself and, if it is a whole eager message for
         this receive, reads its payload straight into ``buf``."""
         reader = self._reader
