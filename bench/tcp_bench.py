@@ -17,7 +17,12 @@ Targets (issue 32): latency from 8 B to 64 KiB <= 1.0x mpich+ucx-tcp;
 bandwidth at >= 1 MiB >= 2x mpich+ucx-tcp.  Printed as PASS/MISS; the
 results go to bench/results/tcp.json.
 
-Usage: python bench/tcp_bench.py [--max-time 0.3] [--json FILE]
+Across hosts, for information (no target): where network namespaces can be
+made (root, ``ip``: tests/hosts/netns.py), the same latency between two
+namespace hosts joined by veth links and a bridge, ucxpy's tcp against
+MPICH over UCX's tcp (``--no-hosts`` skips it).
+
+Usage: python bench/tcp_bench.py [--max-time 0.3] [--json FILE] [--no-hosts]
 """
 from __future__ import annotations
 
@@ -96,10 +101,47 @@ def perftest(cpus) -> dict:
     return res
 
 
+HOST_SIZES = [8, 1024, 16384, 65536]
+
+
+def across_hosts(exe: str, max_time: float) -> dict:
+    """Latency between two namespace hosts: ucxpy (ucxpy-run's host agent)
+    and the C ping-pong on MPICH over UCX's tcp (hydra's ssh launcher)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from hosts import netns
+    why = netns.skip_reason()
+    if why:
+        return {"error": f"no namespace hosts here: {why}"}
+    res = {}
+    with netns.Cluster(2) as c, tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "perf.json")
+        prog = os.path.join(tmp, "perf_main.py")       # ucxpy-perf, as the agent runs a file
+        with open(prog, "w") as f:
+            f.write("import sys\nfrom ucxpy.tools import perf\nsys.exit(perf.main())\n")
+        argv = c.launcher_argv(prog,
+                               ["-t", "tag_lat", "-s", ",".join(map(str, HOST_SIZES)),
+                                "--max-time", str(max_time), "--json", out], timeout=300)
+        _run(argv, env=c.env({"UCXPY_TLS": "tcp"}), timeout=330)
+        with open(out) as f:
+            res["ucxpy"] = {r["size"]: {"lat_us": r["latency_us"]}
+                            for r in json.load(f)["tests"]["tag_lat"]}
+        if exe:
+            argv = netns.mpiexec_argv(c, exe)
+            argv.remove(sys.executable)             # a C program, not a Python one
+            env = dict(ucx.environment(reference=True,
+                                       base=c.env({"UCXPY_NETNS_PREFIX": c.prefix})), **UCX_TCP)
+            text = _run(argv + [str(max_time)], env=env, timeout=300)
+            res["mpich+ucx-tcp"] = {r["size"]: {"lat_us": r["lat_us"]} for r in
+                                    (json.loads(line) for line in text.splitlines()
+                                     if line.startswith("{"))}
+    return res
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--max-time", type=float, default=0.3, help="seconds per size and run")
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--no-hosts", action="store_true", help="skip the namespace-host run")
     args = p.parse_args(argv)
     results = {"date": time.strftime("%Y-%m-%d %H:%M"), "impls": {}, "errors": {}}
     impls = results["impls"]
@@ -111,6 +153,12 @@ def main(argv=None) -> int:
             impls["mpich+ucx-tcp"] = c_reference(exe, args.max_time)
         except Exception as e:          # no mpich wheel: say so, go on
             results["errors"]["mpich+ucx-tcp"] = str(e)[:300]
+            exe = ""
+        if not args.no_hosts:
+            try:
+                results["hosts"] = across_hosts(exe, args.max_time)
+            except Exception as e:      # a harness problem: say so, go on
+                results["hosts"] = {"error": str(e)[:300]}
     impls["ucxpy"] = ucxpy_perf(args.max_time, True)
     impls["ucxpy-py"] = ucxpy_perf(args.max_time, False)
     cpus = sorted(os.sched_getaffinity(0))
@@ -150,6 +198,17 @@ def main(argv=None) -> int:
               f"{bw:5.2f}x  [>= 2.0x]  {'PASS' if bw >= 2.0 else 'MISS'}")
     for label, err in results["errors"].items():
         print(f"  note: {label} not measured: {err}")
+    hosts = results.get("hosts")
+    if hosts and "error" in hosts:
+        print(f"\nacross namespace hosts: not measured: {hosts['error']}")
+    elif hosts:
+        cols = [k for k in ("ucxpy", "mpich+ucx-tcp") if k in hosts]
+        print("\ntcp latency across two namespace hosts (veth + bridge; us, for "
+              "information: no target)")
+        print(f"{'size':>8} " + " ".join(f"{k:>14}" for k in cols))
+        for s in HOST_SIZES:
+            print(f"{s:>8} " + " ".join(
+                f"{hosts[k].get(s, {}).get('lat_us', float('nan')):>14.2f}" for k in cols))
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
