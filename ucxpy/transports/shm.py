@@ -78,9 +78,7 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
 import os
-import re
 import secrets
 import socket
 import struct
@@ -88,31 +86,30 @@ import time
 from collections import deque
 from typing import Callable, Optional
 
-from .. import auth, shmfile
+from .. import auth
 from .._fastpath import (WAKE_BIT as _WAKE_BIT, drain_tag as _drain_tag, recv_tag as _recv_tag,
                          send_tag as _send_tag)
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
                       RemoteAccessError)
-from .liveness import PidWatch, pid_alive
+from .liveness import PidWatch
 from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
 from .shm_md import RKEY, RKEY_MAGIC, ShmMemoryDomain
 
 log = logging.getLogger("ucxpy.shm")
 
 from ..shmfile import SHM_DIR, unlink_quiet as _unlink_quiet
-SEG_PREFIX = "ucxpy-shm-"
-_SEG_RE = re.compile(r"^ucxpy-shm-([0-9]+)-[0-9a-f]{16}$")
+from .shm_inbox import (HDR, SEG_PREFIX, Inbox, free_stuck_lock as _free_stuck_lock,
+                        inbox_name, new_source as _new_source, reap_stale_segments,
+                        ring_ok as _ring_ok)
 
-HDR = lib.UCXPY_RING_HDR_SIZE
 RING_FULL = lib.UCXPY_RING_FULL
 RING_BUSY = lib.UCXPY_RING_BUSY
 RING_CLOSED = lib.UCXPY_RING_CLOSED
 RING_LOST = lib.UCXPY_RING_LOST
 _RING_WAITERS = lib.UCXPY_RING_WAITERS
 _WAITERS_LOST = lib.UCXPY_RING_WAITERS_LOST
-MAX_RING = 1 << 30
 
 #: interface address: magic, version, flags, pid, inbox size, probe address,
 #: pid-namespace inode, /dev/shm device; then the socket name
@@ -126,8 +123,6 @@ _NACK = b"N"            # + the out source (8 bytes): the peer refused the conne
 _WAKE = b"W"
 _RESET = b"R"           # our inbox was corrupt and reset: check your frames
 _SOURCE = struct.Struct("<Q")
-#: a socket name, ``ucxpy-<pid>-<token>``; its inbox is ``ucxpy-shm-<pid>-<token>``
-_SOCK_RE = re.compile(rb"^ucxpy-([0-9]+)-([0-9a-f]{16})$")
 #: remote key of get / put (the memory domain packs the same for RMA)
 _RKEY, _RKEY_MAGIC = RKEY, RKEY_MAGIC
 _VERSION = 2
@@ -137,7 +132,6 @@ _HOUSEKEEPING = 1e-3     # seconds between control-socket checks
 _LIVENESS = 0.1          # seconds between peer-death checks
 _BATCH = 64              # frames delivered per progress()
 _LOCK_GRACE = 0.2        # seconds a peer's inbox lock may be held before we ask whether its holder lives
-_LOCK_STUCK = 2.0        # seconds after which a lock held by one token is broken anyway (a push takes microseconds)
 
 _push = lib.ucxpy_ring_push
 _peek = lib.ucxpy_ring_peek
@@ -207,14 +201,6 @@ def _has_cap_sys_ptrace() -> bool:
     return False
 
 
-def reap_stale_segments(min_age: float = 60.0) -> int:
-    """Unlink ``ucxpy-shm-<pid>-*`` segments of dead processes, older than
-    ``min_age`` seconds (a segment normally lives until the peer maps it, a few
-    milliseconds; the age guard protects peers in another pid namespace that
-    share /dev/shm).  Returns the number removed."""
-    return shmfile.reap_dead(_SEG_RE, min_age)
-
-
 def _creds(ancillary) -> Optional[tuple]:
     """(pid, uid, gid) the kernel stamped on a datagram, or None."""
     for level, kind, data in ancillary:
@@ -238,82 +224,9 @@ def _parse_request(msg: bytes) -> Optional[tuple]:
     return pid, capacity, probe, out_src, in_src, peer_sock
 
 
-def inbox_name(sock_name: bytes, pid: int) -> Optional[str]:
-    """The inbox segment of the interface bound to ``sock_name``, or None when
-    the name is not an interface socket of process ``pid``."""
-    m = _SOCK_RE.match(sock_name)
-    if m is None or int(m.group(1)) != pid:
-        return None
-    return f"{SEG_PREFIX}{pid}-{m.group(2).decode()}"
-
-
-def _new_source() -> int:
-    return secrets.randbits(64) or 1
-
-
 def _own_user(cred, pid: int) -> bool:
     """The kernel-stamped credentials say: process ``pid`` of our own uid."""
     return cred is not None and cred[0] == pid and cred[1] == os.getuid()
-
-
-# -- inboxes --------------------------------------------------------------------
-
-class Inbox:
-    """One process's receive queue mapped here: our own (we consume it) or a
-    peer's (our endpoints to that peer produce into it)."""
-
-    def __init__(self, mm: mmap.mmap, capacity: int, name: str, owner: bool):
-        self.capacity = capacity
-        self.name = name
-        self.path = os.path.join(SHM_DIR, name)
-        self.owner = owner          # we created it: unlink it when done
-        self.mm = mm
-        self.base = _from_buffer(self.mm)
-        self.users = 0              # endpoints producing into it
-
-    @classmethod
-    def create(cls, name: str, capacity: int) -> "Inbox":
-        # allocated now: a full /dev/shm must fail here, not SIGBUS later
-        mm = shmfile.create(name, HDR + capacity, allocate=True)
-        inbox = cls(mm, capacity, name, owner=True)
-        if lib.ucxpy_ring_init(inbox.base, HDR + capacity) != 0:
-            inbox.close()
-            raise OSError(errno.EINVAL, "cannot initialise a shm inbox")
-        return inbox
-
-    @classmethod
-    def open(cls, name: str, capacity: int) -> "Inbox":
-        """Map a peer's inbox (a file that is not the job user's private
-        segment of exactly that size is refused and left alone)."""
-        return cls(shmfile.open_private(name, HDR + capacity, exact=True), capacity, name,
-                   owner=False)
-
-    def handle(self, source: int = 0):
-        """A local handle of the ring: the consumer's, or (``source``) a
-        producer's whose frames carry that source."""
-        r = ffi.new("ucxpy_ring_t *")
-        size = HDR + self.capacity
-        if (lib.ucxpy_ring_attach_producer(r, self.base, size, source, os.getpid()) if source
-                else lib.ucxpy_ring_attach(r, self.base, size)) != 0:
-            raise ProtocolError(f"shm inbox {self.name} is corrupt")
-        return r
-
-    def data_view(self) -> memoryview:
-        return memoryview(self.mm)[HDR:HDR + self.capacity].toreadonly()
-
-    def close(self) -> None:
-        if self.owner:
-            _unlink_quiet(self.path)
-            self.owner = False
-        if self.mm is None:
-            return
-        ffi.release(self.base)
-        try:
-            self.mm.close()
-        except BufferError:
-            # A payload view escaped recv_frame; the mapping goes with it.
-            pass
-        self.mm = None
 
 
 # -- endpoint --------------------------------------------------------------------
@@ -1099,26 +1012,3 @@ class ShmInterface(Interface):
             self._rx_view.release()
             self._rx_view = None
         self._inbox.close()
-
-
-def _free_stuck_lock(ring, holder: int, name: str, held: float) -> bool:
-    """An inbox's producer lock has been found taken by ``holder`` for
-    ``held`` seconds: free it if that process is dead (it published nothing
-    of its frame), or after _LOCK_STUCK whoever it is (a scribbled lock
-    word)."""
-    alive = holder < _PID_LIMIT and pid_alive(holder)
-    if not holder or (alive and held < _LOCK_STUCK):
-        return False
-    if not lib.ucxpy_ring_break_lock(ring, holder):
-        return False
-    log.warning("shm: freed the lock of inbox %s held by %s %d for %.1f s", name,
-                "live process" if alive else "dead process" if holder < _PID_LIMIT
-                else "no process", holder, held)
-    return True
-
-
-_PID_LIMIT = 1 << 22     # Linux's largest pid_max
-
-
-def _ring_ok(size: int) -> bool:
-    return 4096 <= size <= MAX_RING and not size & (size - 1)
