@@ -133,31 +133,43 @@ int ucxpy_ring_init(void *mem, size_t memsize)
  * from ``memsize`` (what we mapped), never from shared memory; the shared
  * copy is only checked against it.  This is the consumer's handle (see
  * ucxpy_ring_attach_producer).  Returns 0 or -1 (bad magic / size). */
-int ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize)
+/* The geometry both handles share: ``r`` cleared and pointed at the ring at
+ * ``mem`` of ``memsize`` bytes we mapped.  Returns its capacity, or 0 when
+ * the size or alignment is not acceptable (``r`` untouched then). */
+static uint64_t attach_geometry(ucxpy_ring_t *r, void *mem, size_t memsize)
 {
-    ring_shared_t *s = (ring_shared_t *)mem;
-    uint64_t cap, head, tail;
+    uint64_t cap;
 
     if (r == NULL || mem == NULL || ((uintptr_t)mem & 127) ||
         memsize <= UCXPY_RING_HDR_SIZE)
-        return -1;
+        return 0;
     cap = memsize - UCXPY_RING_HDR_SIZE;
     if (!is_pow2(cap) || cap < MIN_CAPACITY || cap > MAX_CAPACITY)
-        return -1;
-    if (s->magic != RING_MAGIC || s->capacity != cap)
+        return 0;
+    memset(r, 0, sizeof *r);
+    r->shared = mem;
+    r->data = (uint8_t *)mem + UCXPY_RING_HDR_SIZE;
+    r->capacity = cap;
+    r->mask = cap - 1;
+    return cap;
+}
+
+int ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize)
+{
+    ring_shared_t *s = (ring_shared_t *)mem;
+    ucxpy_ring_t h;
+    uint64_t cap = attach_geometry(&h, mem, memsize), head, tail;
+
+    if (cap == 0 || r == NULL || s->magic != RING_MAGIC || s->capacity != cap)
         return -1;
     atomic_thread_fence(memory_order_acquire);
     head = atomic_load_explicit(&s->head, memory_order_acquire);
     tail = atomic_load_explicit(&s->tail, memory_order_acquire);
     if (head - tail > cap || (head & 7) || (tail & 7))
         return -1;
-    memset(r, 0, sizeof *r);
-    r->shared = mem;
-    r->data = (uint8_t *)mem + UCXPY_RING_HDR_SIZE;
-    r->capacity = cap;
-    r->mask = cap - 1;
-    r->head = head;
-    r->tail = tail;
+    h.head = head;
+    h.tail = tail;
+    *r = h;
     return 0;
 }
 
@@ -170,19 +182,8 @@ int ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize)
 int ucxpy_ring_attach_producer(ucxpy_ring_t *r, void *mem, size_t memsize,
                                uint64_t source, uint32_t token)
 {
-    uint64_t cap;
-
-    if (r == NULL || mem == NULL || ((uintptr_t)mem & 127) ||
-        memsize <= UCXPY_RING_HDR_SIZE || source == 0 || token == 0)
+    if (source == 0 || token == 0 || attach_geometry(r, mem, memsize) == 0)
         return -1;
-    cap = memsize - UCXPY_RING_HDR_SIZE;
-    if (!is_pow2(cap) || cap < MIN_CAPACITY || cap > MAX_CAPACITY)
-        return -1;
-    memset(r, 0, sizeof *r);
-    r->shared = mem;
-    r->data = (uint8_t *)mem + UCXPY_RING_HDR_SIZE;
-    r->capacity = cap;
-    r->mask = cap - 1;
     r->source = source;
     r->token = token;
     /* no frame of ours yet (head 0): earlier resets discarded nothing of ours */
