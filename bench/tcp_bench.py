@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +41,7 @@ sys.path.insert(0, HERE)
 
 from ucxpy.tools import ucx  # noqa: E402
 from run_bench import ucx_perftest_run  # noqa: E402
+from ucp_bench import _run, perf_rows, pingpong_rows  # noqa: E402
 
 SIZES = [8, 64, 1024, 16384, 65536, 1 << 20, 4 << 20]
 LAT_SIZES = [s for s in SIZES if s <= 65536]
@@ -49,18 +49,10 @@ BW_SIZES = [s for s in SIZES if s >= 1 << 20]
 UCX_TCP = {"UCX_TLS": "tcp,self"}
 
 
-def _run(cmd, env=None, timeout=600) -> str:
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:6])}...: exit {p.returncode}\n{p.stderr[-2000:]}")
-    return p.stdout
-
-
 def c_reference(exe: str, max_time: float) -> dict:
     env = dict(ucx.environment(reference=True), **UCX_TCP)
-    out = _run([os.path.join(BIN, "mpiexec"), "-n", "2", exe, str(max_time)], env=env)
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return {r["size"]: {"lat_us": r["lat_us"], "bw_MBps": r["bw_MBps"]} for r in rows}
+    return pingpong_rows(_run([os.path.join(BIN, "mpiexec"), "-n", "2", exe, str(max_time)],
+                              env=env))
 
 
 def ucxpy_perf(max_time: float, fastpath: bool) -> dict:
@@ -71,13 +63,7 @@ def ucxpy_perf(max_time: float, fastpath: bool) -> dict:
               "--max-time", str(max_time), "--json", out],
              env=dict(os.environ, UCXPY_TLS="tcp", UCXPY_FASTPATH="y" if fastpath else "n"))
         with open(out) as f:
-            tests = json.load(f)["tests"]
-    res = {}
-    for row in tests["tag_lat"]:
-        res.setdefault(row["size"], {})["lat_us"] = row["latency_us"]
-    for row in tests["tag_bw"]:
-        res.setdefault(row["size"], {})["bw_MBps"] = row["bandwidth_GBps"] * 1000
-    return res
+            return perf_rows(json.load(f)["tests"])
 
 
 def perftest(cpus) -> dict:
@@ -93,12 +79,7 @@ def perftest(cpus) -> dict:
                 os.environ[k] = v
     if "error" in run:
         return {"error": run["error"]}
-    res = {}
-    for row in run["tests"]["tag_lat"]:
-        res.setdefault(row["size"], {})["lat_us"] = row["latency_us"]
-    for row in run["tests"]["tag_bw"]:
-        res.setdefault(row["size"], {})["bw_MBps"] = row["bandwidth_GBps"] * 1000
-    return res
+    return perf_rows(run["tests"])
 
 
 HOST_SIZES = [8, 1024, 16384, 65536]
@@ -123,17 +104,14 @@ def across_hosts(exe: str, max_time: float) -> dict:
                                 "--max-time", str(max_time), "--json", out], timeout=300)
         _run(argv, env=c.env({"UCXPY_TLS": "tcp"}), timeout=330)
         with open(out) as f:
-            res["ucxpy"] = {r["size"]: {"lat_us": r["latency_us"]}
-                            for r in json.load(f)["tests"]["tag_lat"]}
+            res["ucxpy"] = perf_rows(json.load(f)["tests"])
         if exe:
             argv = netns.mpiexec_argv(c, exe)
             argv.remove(sys.executable)             # a C program, not a Python one
             env = dict(ucx.environment(reference=True,
                                        base=c.env({"UCXPY_NETNS_PREFIX": c.prefix})), **UCX_TCP)
-            text = _run(argv + [str(max_time)], env=env, timeout=300)
-            res["mpich+ucx-tcp"] = {r["size"]: {"lat_us": r["lat_us"]} for r in
-                                    (json.loads(line) for line in text.splitlines()
-                                     if line.startswith("{"))}
+            res["mpich+ucx-tcp"] = pingpong_rows(_run(argv + [str(max_time)], env=env,
+                                                      timeout=300))
     return res
 
 

@@ -46,12 +46,28 @@ def _run(cmd, env=None, timeout=600) -> str:
     return p.stdout
 
 
+def pingpong_rows(out: str) -> dict:
+    """bench/c/mpi_pingpong.c's JSON lines: size -> {lat_us, bw_MBps}."""
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    return {r["size"]: {"lat_us": r["lat_us"], "bw_MBps": r["bw_MBps"]} for r in rows}
+
+
+def perf_rows(tests: dict) -> dict:
+    """The tag_lat / tag_bw rows of ucxpy-perf's JSON (or of
+    run_bench.ucx_perftest_run): size -> {lat_us, bw_MBps}."""
+    res = {}
+    for row in tests.get("tag_lat", ()):
+        res.setdefault(row["size"], {})["lat_us"] = row["latency_us"]
+    for row in tests.get("tag_bw", ()):
+        res.setdefault(row["size"], {})["bw_MBps"] = row["bandwidth_GBps"] * 1000
+    return res
+
+
 def c_pingpong(exe: str, reference: bool, max_time: float) -> dict:
     env = ucx.environment(reference)
     cmd = [os.path.join(BIN, "ucxpy-ucx")] + (["--reference"] if reference else ["--check"])
-    out = _run(cmd + [os.path.join(BIN, "mpiexec"), "-n", "2", exe, str(max_time)], env=env)
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    return {r["size"]: {"lat_us": r["lat_us"], "bw_MBps": r["bw_MBps"]} for r in rows}
+    return pingpong_rows(_run(cmd + [os.path.join(BIN, "mpiexec"), "-n", "2", exe,
+                                     str(max_time)], env=env))
 
 
 def ucxpy_perf(max_time: float) -> dict:
@@ -63,13 +79,8 @@ def ucxpy_perf(max_time: float) -> dict:
               "--json", out], env=dict(os.environ, UCXPY_TLS="shm"))
         with open(out) as f:
             tests = json.load(f)["tests"]
-    res = {}
-    for row in tests["tag_lat"]:
-        res.setdefault(row["size"], {})["lat_us"] = row["latency_us"]
-    for row in tests["tag_bw"]:
-        res.setdefault(row["size"], {})["bw_MBps"] = row["bandwidth_GBps"] * 1000
     nb = {row["size"]: {"lat_us": row["latency_us"]} for row in tests.get("tag_lat_nb", [])}
-    return res, nb
+    return perf_rows(tests), nb
 
 
 def osu_latency(reference: bool) -> dict:
