@@ -33,7 +33,9 @@ from .engine import (CTX_BITS, CTX_MASK, CTX_SHIFT, ENGINE, FULL, KIND_ACK, KIND
 
 
 def send_ack(ureq) -> None:
-    """Receive-completion callback: acknowledge a synchronous send."""
+    """Receive-completion callback: acknowledge a synchronous send.  The
+    tag matcher calls it for posted receives (ENGINE.attach); receives of a
+    probed message and of a message taken at once add it themselves."""
     if ureq.exc is None:
         tag = ureq.result.tag
         if tag & SEQ_MASK:
@@ -129,7 +131,6 @@ class RecvOp(_Op):
 
     def __init__(self, ureq, comm, msg=None, staging=None):
         self.ureq, self.comm, self.msg, self.staging = ureq, comm, msg, staging
-        ureq.add_done_callback(send_ack)
 
     def is_done(self):
         return self.ureq.done

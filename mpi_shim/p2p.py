@@ -3,8 +3,9 @@
 
 Ranks name processes of the communicator's peer group (the remote group of
 an intercommunicator).  Synchronous sends carry a nonzero sequence number in
-the tag; the receiver acknowledges it from the receive's completion
-callback (see :func:`.ops.send_ack`), and the send completes only then.
+the tag; the receiver acknowledges it when the receive completes (ucxpy's
+tag matcher calls :func:`.ops.send_ack` for such matches), and the send
+completes only then.
 Buffered sends copy into the attached buffer (:mod:`.bsend`).
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .engine import (CTX_MASK, ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, S
 from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
 from .handle import Handle, register_family
 from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
-from .ops import DoneOp, PickleRecvOp, RecvOp, SendOp
+from .ops import DoneOp, PickleRecvOp, RecvOp, SendOp, send_ack
 from .request import Request
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
@@ -179,9 +180,11 @@ class Message(Handle):
 
 def _recv_message(m, buf):
     try:
-        return ENGINE.worker.tag_recv_message_nb(buf, m)
+        ureq = ENGINE.worker.tag_recv_message_nb(buf, m)
     except ucxpy.UcxpyError as e:
         raise translate(e) from None
+    ureq.add_done_callback(send_ack)        # (not a posted receive: see send_ack)
+    return ureq
 
 
 class _PickledMessageOp(RecvOp):
@@ -363,6 +366,7 @@ class P2P:
             if info is not None:
                 ureq = ucxpy.Request(w)
                 ureq.complete(info)
+                send_ack(ureq)
                 return RecvOp(ureq, self, m, staging)
         try:
             ureq = w.tag_recv_nb(dst, t, mask, src)

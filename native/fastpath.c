@@ -646,7 +646,7 @@ static struct {
     Py_ssize_t worker, done, exc, result, callbacks, cancel, buf, capacity, source, tag, mask,
                seq, i_source, i_tag, i_length;
     PyObject *s_popleft, *s_tr, *s_matcher, *s_unexpected, *s_endpoints, *s_failed, *s_exact,
-             *s_seq, *s_cancel_recv, *s_append, *s_wild;
+             *s_seq, *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask;
 } R;
 
 static PyObject *
@@ -686,6 +686,8 @@ recv_configure(PyObject *self, PyObject *args)
     INTERN(s_cancel_recv, "_cancel_recv");
     INTERN(s_append, "append");
     INTERN(s_wild, "wild");
+    INTERN(s_buckets, "buckets");
+    INTERN(s_bucket_mask, "bucket_mask");
 #undef INTERN
     Py_XSETREF(R.deque, Py_NewRef(deque));
     Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
@@ -700,7 +702,7 @@ recv_configure(PyObject *self, PyObject *args)
  * drain_tag(ring, connection, am_id, tag, queue, source) -> count (plus
  * WAKE_BIT when a producer waits for space: the caller wakes it)
  *   ``queue`` is the tag matcher's deque of exact receives posted for
- *   (source, tag): while its first receive is a plain RecvRequest (no
+ *   (source, tag), or of its bucket for them: while its first receive is a plain RecvRequest (no
  *   completion callbacks) and the ring's next frame is an eager message of
  *   ``connection``
  *   with exactly ``tag`` that fits its buffer, the frame is copied into the
@@ -813,17 +815,20 @@ attr(PyObject *o, PyObject *name)
  *   the unexpected queue empty and the source's endpoint not failed: makes
  *   the request (buf: a memoryview of ``buf``) and posts it as
  *   TagMatcher.post does: numbered, then appended to the queue for
- *   (source, tag) when the mask is all ones, else to the masked list. */
+ *   (source, tag) when the mask is all ones, to the bucket for
+ *   (source, tag & mask) when it is the matcher's bucket_mask, else to the
+ *   masked list. */
 static PyObject *
 post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *worker, *buf, *mv = NULL, *tr = NULL, *m = NULL, *unexp = NULL, *eps = NULL,
              *ep, *failed = NULL, *posted = NULL, *seq = NULL, *next = NULL, *cancel = NULL,
-             *key = NULL, *q, *req = NULL, *cap = NULL, *tup, *r, *out = NULL;
+             *key = NULL, *q, *req = NULL, *cap = NULL, *tup, *r, *out = NULL, *bmask = NULL,
+             *ktag = NULL;
     Py_buffer *v;
     long long source;
-    unsigned long long mask;
-    int overflow, empty;
+    unsigned long long mask, tag;
+    int overflow, empty, queued;
 
     if (nargs != 5 || R.req == NULL)
         Py_RETURN_NONE;
@@ -832,7 +837,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
         Py_RETURN_NONE;
     mask = PyLong_AsUnsignedLongLong(args[3]);
-    PyLong_AsUnsignedLongLong(args[2]);             /* (a tag of 64 bits at most) */
+    tag = PyLong_AsUnsignedLongLong(args[2]);       /* (a tag of 64 bits at most) */
     source = PyLong_AsLongLongAndOverflow(args[4], &overflow);
     if (PyErr_Occurred()) {
         PyErr_Clear();
@@ -853,9 +858,17 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     ep = PyDict_GetItemWithError(eps, args[4]);
     if (ep != NULL && ((failed = attr(ep, R.s_failed)) == NULL || failed != Py_None))
         goto done;
-    /* where TagMatcher.post puts it: the exact queues, or the masked list */
-    if (PyErr_Occurred() || (posted = attr(m, mask == ~0ULL ? R.s_exact : R.s_wild)) == NULL
-            || (mask == ~0ULL ? !PyDict_CheckExact(posted) : !PyList_CheckExact(posted)))
+    /* where TagMatcher.post puts it: the exact queues, a bucket, or the masked list */
+    if (PyErr_Occurred() || (bmask = attr(m, R.s_bucket_mask)) == NULL)
+        goto done;
+    queued = mask == ~0ULL;
+    if (!queued && PyLong_CheckExact(bmask)) {
+        queued = PyLong_AsUnsignedLongLong(bmask) == mask;
+        if (PyErr_Occurred())
+            goto done;
+    }
+    if ((posted = attr(m, mask == ~0ULL ? R.s_exact : queued ? R.s_buckets : R.s_wild)) == NULL
+            || (queued ? !PyDict_CheckExact(posted) : !PyList_CheckExact(posted)))
         goto done;
     /* the buffer: what recv_view returns as is */
     if (Py_TYPE(buf) == &PyMemoryView_Type)
@@ -873,7 +886,8 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             || PyErr_Occurred()
             || (cancel = attr(worker, R.s_cancel_recv)) == NULL
             || (cap = PyLong_FromSsize_t(v->len)) == NULL
-            || (key = PyTuple_Pack(2, args[4], args[2])) == NULL)
+            || (ktag = PyLong_FromUnsignedLongLong(tag & mask)) == NULL
+            || (key = PyTuple_Pack(2, args[4], ktag)) == NULL)
         goto done;
     req = R.req->tp_alloc(R.req, 0);
     if (req == NULL)
@@ -892,7 +906,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     SLOT(req, R.seq) = Py_NewRef(next);
     if (PyObject_SetAttr(m, R.s_seq, next) < 0)
         goto done;
-    if (mask != ~0ULL) {                     /* masked: the list, in posting order */
+    if (!queued) {                           /* masked: the list, in posting order */
         if (PyList_Append(posted, req) < 0)
             goto done;
         out = Py_NewRef(req);
@@ -929,6 +943,8 @@ done:
     Py_XDECREF(cancel);
     Py_XDECREF(cap);
     Py_XDECREF(key);
+    Py_XDECREF(ktag);
+    Py_XDECREF(bmask);
     Py_XDECREF(req);
     if (out != NULL || PyErr_Occurred())
         return out;

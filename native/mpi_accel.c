@@ -62,14 +62,14 @@ static struct {
     Py_ssize_t h_off, const_off, revoked_off, eps_off, peers_off, p2p_off;
     Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, ur_done, ur_exc;
     PyObject *completed, *ucxpy_error, *translate, *engine, *recv_wait, *recv_ack,
-             *flush_progress, *op_codes, *sum_op, *sent_op, *isend_pending, *send_ack,
+             *flush_progress, *op_codes, *sum_op, *sent_op, *isend_pending, *post_recv,
              *wait_op, *mask_tag_obj, *mask_any_tag_obj;
     unsigned long long handled[K_COUNT];
     unsigned long long tag_ub, mask_tag, mask_any_tag, seq_mask, user_mask;
     long long any_tag;
     unsigned long flush_every, flushes;
     PyObject *s_tag_send_nb, *s_wait, *s_worker, *s_tag_try_recv, *s_tag, *s_length, *s_set,
-             *s_native, *s_tag_recv_nb, *s_add_done_callback, *s_finish, *s_wait_for;
+             *s_native, *s_tag_recv_nb, *s_lock, *s_finish, *s_wait_for;
 } S;
 
 /* -- helpers ---------------------------------------------------------------------- */
@@ -436,7 +436,31 @@ call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
     call[2] = tagobj;
     call[3] = any ? S.mask_any_tag_obj : S.mask_tag_obj;
     call[4] = PyTuple_GET_ITEM(peers, source);
-    r = PyObject_VectorcallMethod(method, call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    r = NULL;
+    if (method == S.s_tag_recv_nb && S.post_recv != Py_None) {
+        /* tag_recv_nb's first step, without its Python frame: ucxpy's C
+         * post_recv (None: it declined; the method does it all).  Not when
+         * the worker's calls are serialized by a progress thread's lock. */
+        PyObject *lock = PyObject_GetAttr(worker, S.s_lock);
+
+        if (lock == NULL) {
+            Py_DECREF(worker);
+            Py_DECREF(tagobj);
+            return NULL;
+        }
+        if (lock == Py_None)
+            r = PyObject_Vectorcall(S.post_recv, call, 5, NULL);
+        Py_DECREF(lock);
+        if (r == Py_None)
+            Py_CLEAR(r);
+        else if (r == NULL && PyErr_Occurred()) {
+            Py_DECREF(worker);
+            Py_DECREF(tagobj);
+            return NULL;
+        }
+    }
+    if (r == NULL)
+        r = PyObject_VectorcallMethod(method, call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(worker);
     Py_DECREF(tagobj);
     return r;
@@ -447,7 +471,7 @@ call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
 static int
 fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
-    PyObject *ureq, *op, *r;
+    PyObject *ureq, *op;
     Py_ssize_t offsets[4];
     PyObject *values[4];
     int declined;
@@ -457,7 +481,8 @@ fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     ureq = call_recv(args, args[3], 0, S.s_tag_recv_nb, NULL, &declined);
     if (ureq == NULL)
         return declined ? DECLINED : failed();
-    /* RecvOp(ureq, comm): its slots, then its __init__'s callback */
+    /* RecvOp(ureq, comm): its slots (a synchronous send's acknowledgement
+     * is the tag matcher's: ENGINE.attach) */
     offsets[0] = S.ro_ureq;
     offsets[1] = S.ro_comm;
     offsets[2] = S.ro_msg;
@@ -466,13 +491,6 @@ fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     values[1] = args[0];
     values[2] = values[3] = Py_None;
     op = new_slotted(S.recv_op, 4, offsets, values);
-    if (op != NULL) {
-        r = PyObject_CallMethodOneArg(ureq, S.s_add_done_callback, S.send_ack);
-        if (r == NULL)
-            Py_CLEAR(op);
-        else
-            Py_DECREF(r);
-    }
     Py_DECREF(ureq);
     if (op == NULL)
         return FAILED;
@@ -1246,7 +1264,7 @@ configure(PyObject *module, PyObject *cfg)
             || take(cfg, "wait_op", &S.wait_op) < 0
             || take(cfg, "sent_op", &S.sent_op) < 0
             || take(cfg, "isend_pending", &S.isend_pending) < 0
-            || take(cfg, "send_ack", &S.send_ack) < 0
+            || take(cfg, "post_recv", &S.post_recv) < 0
             || take(cfg, "completed", &S.completed) < 0
             || take(cfg, "ucxpy_error", &S.ucxpy_error) < 0
             || take(cfg, "translate", &S.translate) < 0 || take(cfg, "engine", &S.engine) < 0
@@ -1351,7 +1369,7 @@ PyInit__accel(void)
     INTERN(s_set, "_set");
     INTERN(s_native, "_native");
     INTERN(s_tag_recv_nb, "tag_recv_nb");
-    INTERN(s_add_done_callback, "add_done_callback");
+    INTERN(s_lock, "lock");
     INTERN(s_finish, "finish");
     INTERN(s_wait_for, "wait_for");
 #undef INTERN

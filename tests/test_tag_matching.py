@@ -273,3 +273,56 @@ def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
             assert recv_stats.get("rndv.rtr.msgs", 0) == 0      # nothing fell back
     finally:
         p.close()
+
+
+def test_bucketed_receives_and_the_notify_hook(tl):
+    """A layer's bucket_mask and notify hook (mpi_shim's MASK_TAG receives
+    and synchronous-send acknowledgement): bucketed receives match as
+    masked ones; ``notify(req)`` runs, once and after completion, exactly
+    for the receives matched by a message with notify bits the receive's
+    mask leaves out: arrived after the receive, before it (unexpected), or
+    drained by the native fast path; never for a receive that asked for
+    those bits.  A window of plain messages is taken by the fast path and
+    its drain (shm), which leave a notifying message to progress()."""
+    p = Pair(tl)
+    try:
+        a, b = p.workers
+        ep = p.eps[0][1]
+        m = b.matcher
+        m.bucket_mask, m.notify_mask = ucxpy.tag.FULL_MASK ^ 0xFF00, 0xFF00
+        seen = []
+        m.notify = lambda r: seen.append((r, r.done))
+        bufs = [bytearray(4) for _ in range(8)]
+
+        def recv(i, tag=0x10, mask=m.bucket_mask):
+            return b.tag_recv_nb(bufs[i], tag, mask, 0)
+
+        r = recv(0)
+        assert list(m.buckets) == [(0, 0x10)] and not m.wild       # (posted by C or Python)
+        ep.tag_send_nb(b"sync", 0x310)
+        assert p.wait(r)[0].tag == 0x310 and seen == [(r, True)]
+        seen.clear()
+        ep.tag_send_nb(b"sync", 0x110)                      # unexpected first
+        p.drive(lambda: bool(m.unexpected), 10)
+        r = recv(1)
+        assert p.wait(r)[0].tag == 0x110 and seen == [(r, True)]
+        seen.clear()
+        r = recv(2, 0x510, ucxpy.tag.FULL_MASK)             # it asked for those bits
+        ep.tag_send_nb(b"full", 0x510)
+        assert p.wait(r)[0].tag == 0x510 and seen == []
+        # a window: plain, plain, notifying, plain
+        tags = [0x10, 0x10, 0x210, 0x10]
+        reqs = [recv(i) for i in range(4)]
+        fast = b.fast_recvs
+        for i, t in enumerate(tags):
+            ep.tag_send_nb(bytes([i]) * 4, t)
+        b.wait_for(reqs[0])
+        p.wait(*reqs)
+        assert [r.result.tag for r in reqs] == tags
+        assert [bytes(x) for x in bufs[:4]] == [bytes([i]) * 4 for i in range(4)]
+        assert seen == [(reqs[2], True)]
+        if tl == "shm" and b.config.fastpath and b.tr is None:
+            assert b.fast_recvs - fast == 2, b.fast_recvs - fast   # the first and the one behind it
+        assert not m.buckets and not m.exact and not m.wild
+    finally:
+        p.close()

@@ -10,10 +10,13 @@ matches any tag).  An arriving message ``(src, tag)`` matches a receive when
 MPI order rules, kept here:
 
 * Posted receives are matched in posting order.  Receives with a specific
-  source and a full mask sit in a hash keyed by ``(source, tag)``; all others
-  in one wildcard list.  Every receive carries a sequence number, and an
-  arriving message takes the lower-sequence candidate of the two structures,
-  so the earliest posted matching receive always wins.
+  source and a full mask sit in a hash keyed by ``(source, tag)``; so do,
+  in a second hash keyed by ``(source, tag & bucket_mask)``, those whose
+  mask is the layer's ``bucket_mask`` (mpi_shim's receives leave out its
+  synchronous-send sequence bits); all others sit in one wildcard list.
+  Every receive carries a sequence number, and an arriving message takes
+  the lowest-sequence candidate of the three structures, so the earliest
+  posted matching receive always wins.
 * Messages that find no receive go to the unexpected queue in arrival order;
   a new receive (or probe) searches it oldest first.
 * Transports deliver each peer's frames in order (see ``transports.base``),
@@ -21,6 +24,12 @@ MPI order rules, kept here:
 
 An unexpected message is either eager (its bytes are kept) or a rendezvous
 request-to-send (only its descriptor is kept; data moves after the match).
+
+A layer may ask to hear of some matches: when a posted receive is matched by
+a message whose tag has bits of ``notify_mask`` where the receive's mask
+ignores them, ``notify(req)`` runs when the receive completes (mpi_shim
+acknowledges a synchronous send so).  Other receives carry no callback, so
+the native drains (native/fastpath.c) take them.
 """
 from __future__ import annotations
 
@@ -79,6 +88,10 @@ class TagMatcher:
 
     def __init__(self):
         self.exact = {}                       # (source, tag) -> deque[RecvRequest]
+        self.buckets = {}                     # (source, tag & bucket_mask) -> deque
+        self.bucket_mask = None               # a layer's common mask (None: no buckets)
+        self.notify_mask = 0                  # see the module's docstring
+        self.notify = None
         self.wild = []                        # RecvRequest, in posting order
         self.unexpected = collections.deque()  # UnexpectedMessage, arrival order
         self.arrivals = 0                   # messages ever queued there (layers that peek)
@@ -95,18 +108,35 @@ class TagMatcher:
                 self.exact[key] = collections.deque((req,))
             else:
                 q.append(req)
+        elif req.mask == self.bucket_mask and req.source != ANY_SOURCE:
+            key = (req.source, req.tag & req.mask)
+            q = self.buckets.get(key)
+            if q is None:
+                self.buckets[key] = collections.deque((req,))
+            else:
+                q.append(req)
         else:
             self.wild.append(req)
 
+    def _queue_of(self, req: RecvRequest):
+        """The hash and key ``req`` sits under, or (None, None) for the list."""
+        if req.source == ANY_SOURCE:
+            return None, None
+        if req.mask == FULL_MASK:
+            return self.exact, (req.source, req.tag)
+        if req.mask == self.bucket_mask:
+            return self.buckets, (req.source, req.tag & req.mask)
+        return None, None
+
     def remove(self, req: RecvRequest) -> bool:
         """Withdraw a posted receive (cancel); False if it already matched."""
-        if req.source != ANY_SOURCE and req.mask == FULL_MASK:
-            key = (req.source, req.tag)
-            q = self.exact.get(key)
+        table, key = self._queue_of(req)
+        if table is not None:
+            q = table.get(key)
             if q is not None and req in q:
                 q.remove(req)
                 if not q:
-                    del self.exact[key]
+                    del table[key]
                 return True
             return False
         try:
@@ -117,34 +147,53 @@ class TagMatcher:
 
     def sole_match(self, req: RecvRequest) -> bool:
         """Would a message from ``req.source`` that ``req`` matches go to
-        ``req`` and could it go nowhere else?  For an exact receive: it is
-        the earliest one for its source and tag and no wildcard or masked
-        receive is posted; for a masked receive from one source: it is the
-        only posted receive of either kind (the native fast path's
-        condition)."""
+        ``req`` and could it go nowhere else?  The native fast path's
+        condition.  For an exact or bucketed receive, of a message with
+        exactly ``req.tag``: it is the earliest of its queue, no wildcard
+        receive is posted, and the other hash holds no earlier receive that
+        such a message matches.  For a masked receive from one source: it is
+        the only posted receive."""
         if req.mask == FULL_MASK:
             if self.wild:
                 return False
             q = self.exact.get((req.source, req.tag))
-            return q is not None and q[0] is req
+            if q is None or q[0] is not req:
+                return False
+            b = self.buckets.get((req.source, req.tag & self.bucket_mask)) \
+                if self.buckets else None
+            return b is None or b[0].seq > req.seq
+        if req.mask == self.bucket_mask and req.source != ANY_SOURCE:
+            if self.wild:
+                return False
+            q = self.buckets.get((req.source, req.tag & req.mask))
+            if q is None or q[0] is not req:
+                return False
+            e = self.exact.get((req.source, req.tag))
+            return e is None or e[0].seq > req.seq
         wild = self.wild
-        return len(wild) == 1 and wild[0] is req and not self.exact
+        return len(wild) == 1 and wild[0] is req and not self.exact and not self.buckets
 
     def take(self, req: RecvRequest) -> None:
         """Remove ``req``, for which :meth:`sole_match` was just true."""
-        if req.mask != FULL_MASK:
+        table, key = self._queue_of(req)
+        if table is None:
             self.wild.clear()
             return
-        key = (req.source, req.tag)
-        q = self.exact[key]
+        q = table[key]
         q.popleft()
         if not q:
-            del self.exact[key]
+            del table[key]
 
     def match_posted(self, source: int, tag: int):
         """Pop and return the earliest posted receive matching (source, tag)."""
-        q = self.exact.get((source, tag))
+        table, key = self.exact, (source, tag)
+        q = table.get(key)
         cand = q[0] if q else None
+        if self.buckets:
+            bkey = (source, tag & self.bucket_mask)
+            b = self.buckets.get(bkey)
+            if b and (cand is None or b[0].seq < cand.seq):
+                table, key, q, cand = self.buckets, bkey, b, b[0]
         if self.wild:
             for i, w in enumerate(self.wild):
                 if cand is not None and w.seq > cand.seq:
@@ -156,18 +205,20 @@ class TagMatcher:
         if cand is not None:
             q.popleft()
             if not q:
-                del self.exact[(source, tag)]
+                del table[key]
         return cand
 
     def requests_from(self, source: int):
         """Posted receives that name ``source`` explicitly (for peer failure)."""
-        out = [r for q in self.exact.values() for r in q if r.source == source]
+        out = [r for t in (self.exact, self.buckets) for q in t.values() for r in q
+               if r.source == source]
         out += [r for r in self.wild if r.source == source]
         return out
 
     def requests_matching(self, tag: int, mask: int):
         """Posted receives whose tag equals ``tag`` under ``mask``."""
-        out = [r for q in self.exact.values() for r in q if (r.tag ^ tag) & mask == 0]
+        out = [r for t in (self.exact, self.buckets) for q in t.values() for r in q
+               if (r.tag ^ tag) & mask == 0]
         out += [r for r in self.wild if (r.tag ^ tag) & mask == 0]
         return out
 

@@ -354,40 +354,54 @@ class Worker:
         ep, recv, drain = found
         matcher, src, tag, mask, buf = self.matcher, req.source, req.tag, req.mask, req.buf
         spins = 0 if self.oversubscribed() else FAST_SPINS
+        queued = mask == FULL_MASK or mask == matcher.bucket_mask
+        # a queued (exact or bucketed) receive takes only frames with exactly
+        # its tag here: the ones its mask lets differ go through progress()
+        want = FULL_MASK if queued else mask
 
         def poll() -> bool:
             if req.done or ep.failed is not None or not matcher.sole_match(req):
                 return False
-            n, got = recv(TAG_EAGER, tag, mask, buf, spins)
+            n, got = recv(TAG_EAGER, tag, want, buf, spins)
             if n < 0:
                 return False
             matcher.take(req)
             self.fast_recvs += 1
             req.complete(TagInfo(src, got, n))
-            if mask == FULL_MASK:
-                self._fast_drain(recv, drain, src, tag)
+            if got & matcher.notify_mask & ~mask:
+                matcher.notify(req)
+            if queued:
+                self._fast_drain(recv, drain, src, tag, mask)
             return True
         return poll
 
-    def _fast_drain(self, recv, drain, src: int, tag: int) -> None:
+    def _fast_drain(self, recv, drain, src: int, tag: int, mask: int) -> None:
         """After a fast receive: give the frames already behind it in the
-        ring to the next posted exact receives for the same source and tag,
-        as long as each is the one such a frame could match and the frame
-        is an eager message that fits (a window of Irecvs completes in one
-        wait).  Stops, consuming nothing more, at anything else.  The lane's
-        native ``drain`` takes the receives without callbacks in one call;
-        one at a time here takes the rest."""
-        m, key = self.matcher, (src, tag)
-        while not m.wild:
-            q = m.exact.get(key)        # (a completion callback may change it)
+        ring to the next posted receives of the same queue (exact
+        ``(src, tag)``, or the bucket of ``tag`` when ``mask`` is the
+        matcher's ``bucket_mask``), as long as no other posted receive could
+        take such a frame and the frame is an eager message with exactly
+        ``tag`` that fits (a window of Irecvs completes in one wait).  Stops,
+        consuming nothing more, at anything else.  The lane's native
+        ``drain`` takes the receives without callbacks in one call; one at a
+        time here takes the rest."""
+        m = self.matcher
+        if mask == FULL_MASK:
+            table, key = m.exact, (src, tag)
+            rival, rkey = m.buckets, (src, tag & (m.bucket_mask or 0))
+        else:
+            table, key = m.buckets, (src, tag & mask)
+            rival, rkey = m.exact, (src, tag)
+        while not m.wild and rkey not in rival:
+            q = table.get(key)          # (a completion callback may change it)
             if not q:
                 return
             if drain is not None:
                 k = drain(TAG_EAGER, tag, q, src)
                 if k:
                     self.fast_recvs += k
-                    if not q and m.exact.get(key) is q:
-                        del m.exact[key]
+                    if not q and table.get(key) is q:
+                        del table[key]
                     continue
             nxt = q[0]
             n, got = recv(TAG_EAGER, tag, FULL_MASK, nxt.buf, 0)
@@ -395,7 +409,7 @@ class Worker:
                 return
             q.popleft()
             if not q:
-                del m.exact[key]
+                del table[key]
             self.fast_recvs += 1
             nxt.complete(TagInfo(src, got, n))
 
@@ -623,6 +637,8 @@ class Worker:
             return
         if self.tr is not None:
             self.tr.arrive(tep, "tag", src, tag, len(payload), True)
+        if tag & self.matcher.notify_mask & ~req.mask:
+            req.add_done_callback(self.matcher.notify)
         n = len(payload)
         if n <= req.capacity:       # the common case of deliver_eager, inlined
             if n:
@@ -646,6 +662,8 @@ class Worker:
         else:
             if self.tr is not None:
                 self.tr.arrive(tep, "tag", src, tag, size, True, None, rts)
+            if tag & self.matcher.notify_mask & ~req.mask:
+                req.add_done_callback(self.matcher.notify)
             self._recv_rndv(req, src, tag, rts)
 
     def _recv_rndv(self, req, src, tag, rts):
@@ -697,6 +715,8 @@ class Worker:
         if self.matcher.unexpected:
             m = self.matcher.find_unexpected(src, tag, tag_mask, remove=True)
             if m is not None:
+                if m.tag & self.matcher.notify_mask & ~tag_mask:
+                    req.add_done_callback(self.matcher.notify)
                 self._deliver_unexpected(req, m)
                 return req
         if src != ANY_SOURCE:
@@ -750,6 +770,9 @@ class Worker:
         tag &= FULL_MASK
         if m.wild or m.unexpected or \
                 ((source, tag) in m.exact if tag_mask == FULL_MASK else m.exact):
+            return None
+        if m.buckets and ((tag_mask != FULL_MASK and tag_mask != m.bucket_mask)
+                          or (source, tag & m.bucket_mask) in m.buckets):
             return None
         ep = self.endpoints.get(source)             # (_fast_lane, inlined)
         if ep is None or ep.failed is not None or len(ep.incoming) != 1:
