@@ -22,6 +22,7 @@ def _spec(spec, n, writable, vector):
     """``(Msg, counts, displs)`` of a vector form or of ``n`` equal blocks."""
     return (parse_v if vector else parse_block)(spec, n, writable)
 import ucxpy
+from ucxpy import coll as engine
 from ucxpy.schedules import ALLREDUCE_RING_MIN
 
 from .engine import ENGINE
@@ -176,7 +177,7 @@ class Coll:
     # -- barrier ---------------------------------------------------------------
     def _g_Barrier(self):
         c = self._impl()
-        return G.g_inter_barrier(c) if c.remote is not None else G.g_barrier(c)
+        return G.g_inter_barrier(c) if c.remote is not None else engine.barrier(c)
 
     def Barrier(self) -> None:
         """Barrier synchronization."""
@@ -705,7 +706,7 @@ class Coll:
         if not vector and c.remote is None:
             blocks = _plain_blocks(sendbuf, recvbuf, n)
             if blocks is not None:
-                return (yield from G.g_alltoall_blocks(c, *blocks))
+                return (yield from engine.alltoall(c, *blocks))
         _sm, _rm, sparts, rparts = _alltoall_parts(c, sendbuf, recvbuf, vector)
         yield from G.g_alltoallw(c, sparts, rparts)
 

@@ -9,7 +9,11 @@ progresses).  Every call takes the communicator's next collective tag base
 
 ``c`` is a :class:`.comm.CommImpl`; ranks are ranks of ``c.peers`` (the
 group itself for an intracommunicator, the remote group for an
-intercommunicator, whose local phases run on ``c.local``).
+intercommunicator, whose local phases run on ``c.local``).  A communicator
+is a team of ucxpy's collective engine (:mod:`ucxpy.coll`), which runs the
+buffer algorithms: barrier, broadcast of buffers, the allreduce schedules
+on arrays, alltoall of blocks.  What is MPI's stays here: pickled objects,
+datatypes (``Msg``), intercommunicators, user operations through codecs.
 
 Intracommunicator algorithms: dissemination barrier; binomial-tree
 broadcast and reduce (rooted at rank 0 then forwarded for non-commutative
@@ -25,8 +29,8 @@ import pickle
 
 import numpy as np
 
-from ucxpy.schedules import (allreduce_algorithm, binomial_tree, block_bounds, halving_doubling,
-                             recursive_doubling, ring_allreduce)
+from ucxpy import coll as engine
+from ucxpy.schedules import allreduce_algorithm, binomial_tree, recursive_doubling
 
 from .datatype import Msg, sub
 from .engine import ENGINE, FULL
@@ -165,7 +169,7 @@ _EMPTY = bytearray(0)
 
 
 def barrier_now(c) -> None:
-    """:func:`g_barrier`, blocking."""
+    """:func:`ucxpy.coll.barrier`, blocking."""
     if c.revoked:
         raise _revoked()
     tag, n, rank = c.coll_tag(), c.size, c.rank
@@ -199,7 +203,7 @@ def bcast_now(c, data, root) -> None:
 
 
 def allreduce_now(c, x, op, out) -> None:
-    """:func:`_rd_into` (recursive doubling) of flat numpy ``x`` into ``out``
+    """:func:`ucxpy.coll.allreduce_rd` of flat numpy ``x`` into ``out``
     (``x`` may be ``out``: IN_PLACE), blocking; the caller checked that
     :func:`allreduce_algorithm` picks recursive doubling for it."""
     if c.revoked:
@@ -239,7 +243,7 @@ def allreduce_now(c, x, op, out) -> None:
 
 
 def alltoall_now(c, sblocks, rblocks) -> None:
-    """:func:`g_alltoall_blocks` on small blocks, blocking: every send first
+    """:func:`ucxpy.coll.alltoall` on small blocks, blocking: every send first
     (eager frames), then each receive in the generator's order."""
     if c.revoked:
         raise _revoked()
@@ -261,27 +265,18 @@ def alltoall_now(c, sblocks, rblocks) -> None:
 
 
 # -- intracommunicator generators ------------------------------------------------
-def g_barrier(c):
-    tag, n = c.coll_tag(), c.size
-    dist, rnd = 1, 0
-    while dist < n:
-        r = _rcv(c, (c.rank - dist) % n, bytearray(0), tag | rnd)
-        yield [_snd(c, (c.rank + dist) % n, b"", tag | rnd), r]
-        dist, rnd = dist * 2, rnd + 1
-
-
 def g_bcast(c, data, root, tag=None):
-    """Binomial tree.  ``data``: writable bytes (buffer) or None (pickle:
-    root passes the bytes, others receive any size).  Returns the bytes."""
+    """Binomial tree.  ``data``: writable bytes (buffer: the engine's
+    :func:`ucxpy.coll.bcast`) or None (pickle: root passes the bytes,
+    others receive any size).  Returns the bytes."""
+    if data is not None:
+        return (yield from engine.bcast(c, data, root, tag))
     tag = c.coll_tag() if tag is None else tag
     parent, children = binomial_tree(c.rank, c.size, root)
     if parent is not None:
-        if data is None:
-            r = _rcv_any(c, parent, tag)
-            yield [r]
-            data = r.result
-        else:
-            yield [_rcv(c, parent, data, tag)]
+        r = _rcv_any(c, parent, tag)
+        yield [r]
+        data = r.result
     if children:
         yield [_snd(c, child, data, tag) for child in children]
     return data
@@ -350,125 +345,19 @@ def g_allreduce(c, x, op, codec, out=None):
     if codec.dtype is not None:
         algo = allreduce_algorithm(x.nbytes, len(x), c.size, _commutes(op))
         if algo == "ring":
-            return (yield from g_allreduce_ring(c, x, op, out))
+            return (yield from engine.allreduce_ring(c, x, op, out))
         if algo == "halving_doubling":
-            return (yield from g_allreduce_hd(c, x, op, out))
+            return (yield from engine.allreduce_hd(c, x, op, out))
     return (yield from g_allreduce_rd(c, x, op, codec, out))
-
-
-class ScratchPool:
-    """Receive buffers of the large reductions, reused from call to call.
-
-    A fresh multi-megabyte numpy array is mapped anew by the allocator and
-    page-faults on first touch (about a microsecond per 4 KiB page), which
-    costs more than the reduction itself; MPICH keeps its temporaries warm
-    the same way.  A buffer goes back to the pool only once no transfer can
-    still write into it (a collective that fails keeps its buffer)."""
-
-    KEEP = 4                 # buffers kept
-    MAX_KEPT = 64 << 20      # larger ones are not kept
-
-    def __init__(self):
-        self.free = []
-
-    def take(self, nbytes: int) -> np.ndarray:
-        for i, b in enumerate(self.free):
-            if len(b) >= nbytes:
-                return self.free.pop(i)
-        return np.empty(max(nbytes, 1), np.uint8)
-
-    def give(self, buf: np.ndarray) -> None:
-        if len(buf) <= self.MAX_KEPT and len(self.free) < self.KEEP:
-            self.free.append(buf)
-
-
-SCRATCH = ScratchPool()
-
-
-def g_allreduce_ring(c, x, op, out=None):
-    """Ring reduce-scatter then ring allgather on ``n`` blocks, built in
-    ``out`` (``x`` itself may be ``out``: ``IN_PLACE``).  No full copy of
-    ``x``: the first step sends this rank's own block straight from ``x``,
-    each received block is combined with ``x``'s into ``out``, and the
-    allgather overwrites the rest."""
-    tag, n = c.coll_tag(), c.size
-    plan = ring_allreduce(c.rank, n)
-    acc = out if out is not None else np.empty_like(x)
-    bounds = block_bounds(len(acc), n)
-    item = acc.dtype.itemsize
-    raw = SCRATCH.take(max(hi - lo for lo, hi in bounds) * item)
-    k = 0
-    for sb, rb in plan.reduce_scatter:
-        lo, hi = bounds[rb]
-        buf = raw[:(hi - lo) * item]
-        r = _rcv(c, plan.left, memoryview(buf), tag | (k & 0xFF))
-        slo, shi = bounds[sb]
-        src = x if k == 0 else acc
-        yield [_snd(c, plan.right, memoryview(src[slo:shi]).cast("B"), tag | (k & 0xFF)), r]
-        op.combine_to(buf.view(acc.dtype), x[lo:hi], acc[lo:hi])
-        k += 1
-    SCRATCH.give(raw)
-    for sb, rb in plan.allgather:
-        lo, hi = bounds[rb]
-        r = _rcv(c, plan.left, memoryview(acc[lo:hi]).cast("B"), tag | (k & 0xFF))
-        slo, shi = bounds[sb]
-        yield [_snd(c, plan.right, memoryview(acc[slo:shi]).cast("B"), tag | (k & 0xFF)), r]
-        k += 1
-    return acc
-
-
-def g_allreduce_hd(c, x, op, out=None):
-    """Rabenseifner (:func:`ucxpy.schedules.halving_doubling`): recursive
-    halving reduce-scatter, then recursive doubling allgather, built in
-    ``out`` (``x`` may be ``out``: ``IN_PLACE``).  Like the ring, the first
-    round sends straight from ``x``, each received part goes to reused
-    scratch and is combined into ``out``, and the allgather receives in
-    place; a rank beyond the power of two hands over its vector and gets the
-    result back."""
-    tag = c.coll_tag()
-    plan = halving_doubling(c.rank, c.size)
-    acc = out if out is not None else np.empty_like(x)
-    whole = memoryview(acc).cast("B")
-    if plan.fold is not None and plan.fold[0] == "send":
-        yield [_snd(c, plan.fold[1], memoryview(x).cast("B"), tag)]
-        yield [_rcv(c, plan.fold[1], whole, tag | 0xFF)]
-        return acc
-    item = acc.dtype.itemsize
-    raw = SCRATCH.take(x.nbytes)
-    src = x
-    if plan.fold is not None:
-        buf = raw[:x.nbytes]
-        yield [_rcv(c, plan.fold[1], memoryview(buf), tag)]
-        op.combine_to(buf.view(acc.dtype), x, acc)
-        src = acc
-    bounds = block_bounds(len(acc), plan.nblocks)
-    rnd = 0
-    for peer, send, keep in plan.reduce_scatter:
-        rnd += 1
-        klo, khi = bounds[keep[0]][0], bounds[keep[1] - 1][1]
-        slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
-        buf = raw[:(khi - klo) * item]
-        r = _rcv(c, peer, memoryview(buf), tag | rnd)
-        yield [_snd(c, peer, memoryview(src[slo:shi]).cast("B"), tag | rnd), r]
-        op.combine_to(buf.view(acc.dtype), src[klo:khi], acc[klo:khi])
-        src = acc
-    SCRATCH.give(raw)
-    for peer, send, recv in plan.allgather:
-        rnd += 1
-        rlo, rhi = bounds[recv[0]][0], bounds[recv[1] - 1][1]
-        slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
-        r = _rcv(c, peer, whole[rlo * item:rhi * item], tag | rnd)
-        yield [_snd(c, peer, whole[slo * item:shi * item], tag | rnd), r]
-    if plan.unfold is not None:
-        yield [_snd(c, plan.unfold[1], whole, tag | 0xFF)]
-    return acc
 
 
 def g_allreduce_rd(c, x, op, codec, out=None):
     """Recursive doubling; ranks beyond the largest power of two fold first.
-    With ``out`` (buffer operands), built there in place (:func:`_rd_into`)."""
+    With ``out`` (buffer operands), built there in place
+    (:func:`ucxpy.coll.allreduce_rd`, the same rounds, tags and operand
+    order)."""
     if out is not None and codec.dtype is not None:
-        return (yield from _rd_into(c, x, op, codec, out))
+        return (yield from engine.allreduce_rd(c, x, op, out))
     tag, rank = c.coll_tag(), c.rank
     plan = recursive_doubling(rank, c.size)
     acc = x
@@ -494,45 +383,6 @@ def g_allreduce_rd(c, x, op, codec, out=None):
             r, buf = codec.recv(c, peer, tag | 0xFF)
             yield [r]
             acc = codec.dec(r, buf)
-    return acc
-
-
-def _rd_into(c, x, op, codec, out):
-    """Recursive doubling with the result built in ``out`` (a flat array like
-    ``x``; ``x`` may be ``out`` itself): each round receives into one reused
-    scratch buffer and combines into ``out`` in place, so a medium-sized
-    reduction allocates (and page-faults) nothing per round.  Same rounds,
-    tags and operand order as :func:`g_allreduce_rd`."""
-    tag, rank = c.coll_tag(), c.rank
-    plan = recursive_doubling(rank, c.size)
-    raw = SCRATCH.take(x.nbytes)
-    buf = raw[:x.nbytes]
-    other = buf.view(x.dtype)
-    acc = x
-    if plan.fold is not None:
-        kind, peer = plan.fold
-        if kind == "send":
-            yield [_snd(c, peer, codec.enc(acc), tag)]
-        else:
-            yield [_rcv(c, peer, memoryview(buf), tag)]
-            op.combine_to(other, acc, out)
-            acc = out
-    for rnd, peer in enumerate(plan.partners, 1):
-        r = _rcv(c, peer, memoryview(buf), tag | rnd)
-        yield [_snd(c, peer, codec.enc(acc), tag | rnd), r]
-        if peer < rank:
-            op.combine_to(other, acc, out)
-        else:
-            op.combine_to(acc, other, out)
-        acc = out
-    if plan.unfold is not None:
-        kind, peer = plan.unfold
-        if kind == "send":
-            yield [_snd(c, peer, codec.enc(acc), tag | 0xFF)]
-        else:
-            yield [_rcv(c, peer, memoryview(out).cast("B"), tag | 0xFF)]
-            acc = out
-    SCRATCH.give(raw)
     return acc
 
 
@@ -688,17 +538,6 @@ def g_allgatherv(c, sm, rm, counts, displs, inplace):
         d.done()
 
 
-def g_alltoall_blocks(c, sblocks, rblocks):
-    """:func:`g_alltoallw` on plain byte blocks (whole contiguous buffers):
-    the same messages, tags and posting order, without per-part layouts."""
-    tag, n, me = c.coll_tag(), c.size, c.rank
-    rblocks[me][:] = sblocks[me]
-    reqs = [_rcv(c, i, rblocks[i], tag) for i in [(me - k) % n for k in range(1, n)]]
-    reqs += [_snd(c, i, sblocks[i], tag) for i in [(me + k) % n for k in range(1, n)]]
-    if reqs:
-        yield reqs
-
-
 def g_alltoallw(c, sparts, rparts):
     """Every rank sends ``sparts[i]`` to peer i and receives ``rparts[i]``
     (peers: the remote group of an intercommunicator)."""
@@ -735,7 +574,7 @@ def leader_swap(c, obj):
 
 def g_inter_barrier(c):
     tag = c.coll_tag()
-    yield from g_barrier(c.local)
+    yield from engine.barrier(c.local)
     if c.rank == 0:
         r = _rcv(c, 0, bytearray(0), tag)
         yield [_snd(c, 0, b"", tag), r]

@@ -80,6 +80,17 @@ class CommImpl:
     def rsize(self) -> int:
         return len(self.remote) if self.remote is not None else self.size
 
+    # -- a team of ucxpy's collective engine (ucxpy.coll) --
+    @property
+    def worker(self):
+        return ENGINE.worker
+
+    def check(self) -> None:
+        """Raise ERR_REVOKED once revoked (before every collective round)."""
+        if self.revoked:
+            from .coll import _revoked
+            raise _revoked()
+
     def coll_tag(self) -> int:
         """Base tag of the next collective (all members call in one order)."""
         self.coll_seq = (self.coll_seq + 1) & 0x7FFFFF
@@ -380,8 +391,9 @@ class Comm(Handle, P2P, Coll):
         c = self._impl()
         if c.predefined:
             raise Exception(ERR_COMM, "cannot disconnect a predefined communicator")
-        from .coll import run, g_barrier
-        run(g_barrier(c) if c.kind != "inter" else _inter_barrier(c))
+        from ucxpy.coll import barrier
+        from .coll import run
+        run(barrier(c) if c.kind != "inter" else _inter_barrier(c))
         self.Free()
 
     def Create(self, group: Group):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import pickle
 
 import ucxpy
+import ucxpy.coll
 from ucxpy.errors import Canceled, TruncationError
 
 from .exceptions import ERR_REQUEST, ERR_TRUNCATE, Exception, translate
@@ -260,12 +261,17 @@ def _coll_name(gen) -> str:
 
 
 def _algorithm(gen) -> str:
-    """The innermost algorithm generator ``gen`` is running (``yield from``)."""
+    """The innermost algorithm generator ``gen`` is running (``yield from``):
+    mpi_shim's ``g_*`` ones, or the collective engine's (ucxpy.coll)."""
     g, algo = gen, _coll_name(gen)
     while getattr(g, "gi_yieldfrom", None) is not None:
         g = g.gi_yieldfrom
-        if getattr(g, "__name__", "").startswith("g_"):
-            algo = g.__name__[2:]
+        name = getattr(g, "__name__", "")
+        if name.startswith("g_"):
+            algo = name[2:]
+        elif getattr(g, "gi_code", None) is not None and \
+                g.gi_code.co_filename == ucxpy.coll.__file__:
+            algo = name
     return algo
 
 

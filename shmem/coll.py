@@ -1,26 +1,29 @@
-"""Collectives on teams, over ucxpy tagged messages in a reserved tag space.
+"""Collectives on teams: ucxpy's collective engine (:mod:`ucxpy.coll`) on
+the team's members (a :class:`.team.TeamState` is an engine team).
 
 Theory of operation
 -------------------
 Each collective call takes the next tag of its team
 (``0x5E << 56 | slot << 48 | sequence << 16``, see TeamState.next_tag); the
-low 16 bits number the algorithm's steps, and receives name their source,
+low bits number the algorithm's rounds, and receives name their source,
 so concurrent collectives on different teams, and successive ones on one
 team, never match each other's messages.  Data moves from the sender's local
 buffer into the receiver's, so no symmetric scratch space, no entry barrier,
 and no pSync arrays are needed; each call returns once this PE's part is
-done (its ``target`` complete, its ``source`` reusable).
+done (its ``target`` complete, its ``source`` reusable).  The engine's
+generators post each round; :func:`_run` waits for the round through the
+runtime (which reports failed peers) and resumes them.
 
 ==============  ===================================================  ==========
-collective      algorithm                                            rounds
+collective      algorithm (ucxpy.coll)                               rounds
 ==============  ===================================================  ==========
 broadcast       binomial tree from the root                          log2 N
 fcollect        ring (each block travels N-1 hops)                   N-1
 collect         fcollect of the sizes, then the ring with offsets    N
 alltoall(s)     every pair at once (receives posted first)           1
-reduce          recursive doubling; the N - 2**k extra PEs fold in   log2 N + 2
-                first and get the result last.  Partners combine
-                (lower op higher), so every PE gets the same bits
+reduce          recursive doubling (the N - 2**k extra PEs fold in   log2 N + 2
+                first), Rabenseifner or a ring for large arrays:
+                every PE gets the same bits
 ==============  ===================================================  ==========
 """
 from __future__ import annotations
@@ -33,8 +36,7 @@ from . import runtime
 from .errors import DtypeMismatch, InvalidArray, InvalidPE
 from .rma import _flat
 from .team import team_state
-from ucxpy.schedules import binomial_tree, recursive_doubling
-from ucxpy.tag import FULL_MASK
+from ucxpy import coll as engine
 
 
 class OP(str, enum.Enum):
@@ -60,17 +62,9 @@ _UFUNC = {"and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
           "max": np.maximum, "min": np.minimum, "sum": np.add, "prod": np.multiply}
 
 
-# -- message helpers ------------------------------------------------------------------
+# -- helpers ---------------------------------------------------------------------------
 def _u8(a: np.ndarray) -> np.ndarray:
     return a.reshape(-1).view(np.uint8)
-
-
-def _send(rt, pe, buf, tag):
-    return rt.world.eps[pe].tag_send_nb(buf, tag)
-
-
-def _recv(rt, pe, buf, tag):
-    return rt.worker.tag_recv_nb(buf, tag, FULL_MASK, pe)
 
 
 def _pair(target, source, what):
@@ -84,82 +78,33 @@ def _pair(target, source, what):
     return rt, t, s
 
 
-# -- internal algorithms on local buffers --------------------------------------------------
-def bcast_local(ts, buf: np.ndarray, root: int) -> None:
-    """Binomial-tree broadcast of ``buf`` (uint8, filled on the root)."""
-    rt, n = ts.rt, ts.n
-    tag = ts.next_tag()
-    if n == 1 or not buf.nbytes:
-        return
-    parent, children = binomial_tree(ts.me, n, root)
-    if parent is not None:
-        rt.wait_requests([_recv(rt, ts.pes[parent], buf, tag)], "broadcast")
-    rt.wait_requests([_send(rt, ts.pes[child], buf, tag) for child in children], "broadcast")
+def _run(ts, gen, what: str):
+    """Drive an engine generator, each round waited for by the runtime
+    (which raises a failed peer's error); its result."""
+    rt = ts.rt
+    try:
+        reqs = gen.send(None)
+        while True:
+            rt.wait_requests(reqs, what)
+            reqs = gen.send(None)
+    except StopIteration as e:
+        return e.value
 
 
 def ring_allgather(ts, buf: np.ndarray, offsets) -> None:
     """Ring allgather: block i is ``buf[offsets[i]:offsets[i+1]]``, this PE's
     block already in place."""
-    rt, n, me = ts.rt, ts.n, ts.me
-    tag = ts.next_tag()
-    if n == 1:
-        return
-    right, left = ts.pes[(me + 1) % n], ts.pes[(me - 1) % n]
-    for step in range(n - 1):
-        si, ri = (me - step) % n, (me - step - 1) % n
-        rq = _recv(rt, left, buf[offsets[ri]:offsets[ri + 1]], tag | (step + 1))
-        sq = _send(rt, right, buf[offsets[si]:offsets[si + 1]], tag | (step + 1))
-        rt.wait_requests([rq, sq], "collect")
-
-
-def alltoall_local(ts, send: np.ndarray, recv: np.ndarray, block: int) -> None:
-    """Block j of ``send`` goes to team PE j, block i of ``recv`` comes from PE i."""
-    rt, n, me = ts.rt, ts.n, ts.me
-    tag = ts.next_tag()
-    recv[me * block:(me + 1) * block] = send[me * block:(me + 1) * block]
-    if n == 1 or not block:
-        return
-    reqs = [_recv(rt, ts.pes[(me - s) % n], recv[((me - s) % n) * block:][:block], tag)
-            for s in range(1, n)]
-    reqs += [_send(rt, ts.pes[(me + s) % n], send[((me + s) % n) * block:][:block], tag)
-             for s in range(1, n)]
-    rt.wait_requests(reqs, "alltoall")
+    blocks = [buf[offsets[i]:offsets[i + 1]] for i in range(ts.n)]
+    _run(ts, engine.allgather(ts, blocks[ts.me], blocks), "collect")
 
 
 def allreduce_local(ts, buf: np.ndarray, op) -> None:
-    """In-place allreduce of the 1-D array ``buf`` over team ``ts``
-    (recursive doubling, see :func:`ucxpy.schedules.recursive_doubling`)."""
-    fn = _reduce_fn(op, buf.dtype)
-    rt, n, me, pes = ts.rt, ts.n, ts.me, ts.pes
-    tag = ts.next_tag()
-    if n == 1 or not buf.size:
-        return
-    plan = recursive_doubling(me, n)
-    tmp = np.empty_like(buf)
-    if plan.fold is not None:
-        kind, peer = plan.fold
-        if kind == "send":
-            rt.wait_requests([_send(rt, pes[peer], buf, tag | 1)], "reduce")
-        else:
-            rt.wait_requests([_recv(rt, pes[peer], tmp, tag | 1)], "reduce")
-            fn(tmp, buf, out=buf)
-    for step, peer in enumerate(plan.partners, 2):
-        rt.wait_requests([_recv(rt, pes[peer], tmp, tag | step),
-                          _send(rt, pes[peer], buf, tag | step)], "reduce")
-        if peer < me:
-            fn(tmp, buf, out=buf)
-        else:
-            fn(buf, tmp, out=buf)
-    last = 2 + (n.bit_length() - 1)
-    if plan.unfold is not None:
-        kind, peer = plan.unfold
-        if kind == "send":
-            rt.wait_requests([_send(rt, pes[peer], buf, tag | last)], "reduce")
-        else:
-            rt.wait_requests([_recv(rt, pes[peer], buf, tag | last)], "reduce")
+    """In-place allreduce of the 1-D array ``buf`` over team ``ts``."""
+    _run(ts, engine.allreduce(ts, buf, _reduce_fn(op, buf.dtype), buf), "reduce")
 
 
 def _reduce_fn(op, dtype):
+    """The engine's op for ``op`` on ``dtype``; raises for what cannot be reduced."""
     name = str(op.value if isinstance(op, OP) else op).lower()
     fn = _UFUNC.get(name)
     if fn is None:
@@ -170,7 +115,7 @@ def _reduce_fn(op, dtype):
         raise DtypeMismatch(f"{name} reduction is not defined for complex dtype {dtype}")
     if dtype.kind not in "iufc":
         raise DtypeMismatch(f"cannot reduce dtype {dtype}")
-    return fn
+    return engine.NumpyOp(name, fn)
 
 
 # -- public collectives -----------------------------------------------------------------
@@ -188,7 +133,7 @@ def broadcast(target, source, root: int, size=None, team=None) -> None:
     buf = _u8(t)[:size * t.itemsize]
     if ts.me == root:
         buf[:] = _u8(s)[:buf.size]
-    bcast_local(ts, buf, root)
+    _run(ts, engine.bcast(ts, buf, root), "broadcast")
 
 
 def fcollect(target, source, size=None, team=None) -> None:
@@ -237,14 +182,20 @@ def _a2a_size(t, s, size, n, tst=1, sst=1):
     return size
 
 
+def _alltoall(ts, send, recv, block: int) -> None:
+    """Block j of ``send`` goes to team PE j, block i of ``recv`` comes from PE i."""
+    cut = range(0, ts.n * block, block) if block else [0] * ts.n
+    _run(ts, engine.alltoall(ts, [send[o:o + block] for o in cut],
+                             [recv[o:o + block] for o in cut]), "alltoall")
+
+
 def alltoall(target, source, size=None, team=None) -> None:
     """Send block j of ``source`` (``size`` elements) to team PE j; block i of
     ``target`` receives PE i's."""
     ts = team_state(team)
     rt, t, s = _pair(target, source, "alltoall")
     size = _a2a_size(t, s, size, ts.n)
-    b = size * t.itemsize
-    alltoall_local(ts, _u8(s), _u8(t), b)
+    _alltoall(ts, _u8(s), _u8(t), size * t.itemsize)
 
 
 def alltoalls(target, source, tst: int = 1, sst: int = 1, size=None, team=None) -> None:
@@ -258,7 +209,7 @@ def alltoalls(target, source, tst: int = 1, sst: int = 1, size=None, team=None) 
     total = size * ts.n
     send = np.ascontiguousarray(s[::sst][:total])
     recv = np.empty(total, t.dtype)
-    alltoall_local(ts, _u8(send), _u8(recv), size * t.itemsize)
+    _alltoall(ts, _u8(send), _u8(recv), size * t.itemsize)
     t[::tst][:total] = recv
 
 
@@ -267,14 +218,14 @@ def reduce(target, source, op=OP_SUM, size=None, team=None) -> None:
     team PE's ``source[:size]`` (OP_AND/OR/XOR/MAX/MIN/SUM/PROD)."""
     ts = team_state(team)
     rt, t, s = _pair(target, source, "reduce")
-    _reduce_fn(op, t.dtype)
+    fn = _reduce_fn(op, t.dtype)
     if size is None:
         size = min(t.size, s.size)
     elif not 0 <= size <= min(t.size, s.size):
         raise InvalidArray(f"size {size} exceeds the target ({t.size}) or source ({s.size})")
-    buf = s[:size].copy()
-    allreduce_local(ts, buf, op)
-    t[:size] = buf
+    out = np.empty(size, t.dtype)
+    _run(ts, engine.allreduce(ts, s[:size], fn, out), "reduce")
+    t[:size] = out
 
 
 def and_reduce(target, source, size=None, team=None) -> None:

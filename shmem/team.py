@@ -74,6 +74,34 @@ class TeamState:
         self.seq = (self.seq + 1) & 0xFFFF_FFFF
         return (0x5E << 56) | (self.slot << 48) | (self.seq << 16)
 
+    # -- a team of ucxpy's collective engine (ucxpy.coll), which runs
+    #    shmem's collectives: its rounds number the low bits of next_tag() --
+    coll_tag = next_tag
+
+    @property
+    def rank(self) -> int:
+        return self.me
+
+    @property
+    def size(self) -> int:
+        return self.n
+
+    @property
+    def eps(self):
+        eps = self.rt.world.eps
+        return [eps[pe] for pe in self.pes]
+
+    @property
+    def peers(self):
+        return self.pes                 # (world PEs are worker ids)
+
+    @property
+    def worker(self):
+        return self.rt.worker
+
+    def check(self) -> None:
+        """Nothing to check between rounds: a failed peer fails the requests."""
+
     def sync(self) -> None:
         """Dissemination barrier over the team (see the module docstring)."""
         if self.n == 1:

@@ -72,7 +72,7 @@ REDUCE_SNIPPET = r'''
 import numpy as np
 from mpi_shim import MPI
 from mpi_shim.cco import _operand
-from mpi_shim.coll import ScratchPool
+from ucxpy.coll import ScratchPool
 from mpi_shim.op import store
 
 # plain arrays: a read-only view of the send buffer (no copy), recvbuf itself as the target

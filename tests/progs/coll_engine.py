@@ -1,0 +1,141 @@
+"""ucxpy.coll against numpy, on a plain Team over the job's endpoints
+(tests/test_coll_engine.py): every collective, every root, sizes choosing
+each allreduce algorithm, in place, uneven and empty all-to-all parts, a
+non-commutative reduction in rank order, nonblocking collectives two at a
+time, and a failed team raising before its next round.  Prints COLL OK."""
+import sys
+
+import numpy as np
+
+import ucxpy
+from ucxpy import coll
+from ucxpy.schedules import ALLREDUCE_RING_MIN
+
+
+class Affine:
+    """A non-commutative, associative reduction: (a, b) pairs compose as
+    affine maps mod a prime, so the result names the order ranks were
+    combined in."""
+    commutative = False
+    P = 1_000_003
+
+    def combine_to(self, left, right, out):
+        a = left[0] * right[0] % self.P
+        b = (left[0] * right[1] + left[1]) % self.P
+        out[0], out[1] = a, b
+
+
+def affine_fold(n):
+    acc = None
+    for r in range(n):
+        f = np.array([r + 2, 3 * r + 1], np.int64)
+        if acc is None:
+            acc = f
+        else:
+            out = np.empty(2, np.int64)
+            Affine().combine_to(acc, f, out)
+            acc = out
+    return acc
+
+
+def main():
+    w = ucxpy.init()
+    rank, n = w.rank, w.size
+    t = coll.Team(w.worker, w.eps, rank, team_id=7)
+    run = lambda g: coll.run(t, g, timeout=60)          # noqa: E731
+
+    run(coll.barrier(t))
+    # broadcast from every root
+    for root in range(n):
+        buf = bytearray(b"r%d" % root * 100) if rank == root else bytearray(len(b"r%d" % root) * 100)
+        run(coll.bcast(t, buf, root))
+        assert bytes(buf) == b"r%d" % root * 100
+    # allreduce: each algorithm, out of place and in place, several dtypes
+    SUM = coll.NUMPY_OPS["sum"]
+    for count in (1, 5, ALLREDUCE_RING_MIN // 8 + 3):
+        for dt in (np.float64, np.int32):
+            x = (np.arange(count) + rank).astype(dt)
+            want = sum((np.arange(count) + r).astype(dt) for r in range(n))
+            got = run(coll.allreduce(t, x, SUM))
+            assert np.array_equal(got, want) and got is not x
+            y = x.copy()
+            assert run(coll.allreduce(t, y, SUM, out=y)) is y and np.array_equal(y, want)
+    big = np.full(ALLREDUCE_RING_MIN // 8 + 11, rank + 1.0)
+    for algo in (coll.allreduce_ring, coll.allreduce_hd, coll.allreduce_rd):
+        out = np.empty_like(big)
+        run(algo(t, big, coll.NUMPY_OPS["max"], out))
+        assert (out == n).all(), algo
+    # reduce to every root; a non-commutative op keeps rank order
+    for root in range(n):
+        x = np.array([rank + 1, rank], np.int64)
+        got = run(coll.reduce(t, x, SUM, root))
+        if rank == root:
+            assert list(got) == [n * (n + 1) // 2, n * (n - 1) // 2]
+        else:
+            assert got is None
+        out = np.zeros(2, np.int64)
+        mine = np.array([rank + 2, 3 * rank + 1], np.int64)
+        got = run(coll.reduce(t, mine, Affine(), root, out))
+        if rank == root:
+            assert got is out and list(out) == list(affine_fold(n)), (out, affine_fold(n))
+    # allgather, reduce_scatter, gather, scatter
+    blocks = [bytearray(3) for _ in range(n)]
+    run(coll.allgather(t, bytes([rank] * 3), blocks))
+    assert blocks == [bytearray([r] * 3) for r in range(n)]
+    for count in (1, 4, 10000):
+        mine = [np.full(count, rank * 10 + b, np.float32) for b in range(n)]
+        out = np.empty(count, np.float32)
+        run(coll.reduce_scatter(t, mine, SUM, out))
+        assert (out == sum(r * 10 + rank for r in range(n))).all()
+    for root in range(n):
+        got = [bytearray(2) for _ in range(n)] if rank == root else None
+        run(coll.gather(t, bytes([rank, root]), got, root))
+        if rank == root:
+            assert got == [bytearray([r, root]) for r in range(n)]
+        into = bytearray(2)
+        parts = [bytes([r, root]) for r in range(n)] if rank == root else None
+        run(coll.scatter(t, parts, into, root))
+        assert into == bytes([rank, root])
+    # all-to-all: uneven and empty parts (rank i sends i+j bytes to j; none to itself when odd)
+    sizes = lambda i, j: 0 if (i == j and i % 2) else i + j          # noqa: E731
+    send = [bytes([rank]) * sizes(rank, j) for j in range(n)]
+    recv = [bytearray(sizes(i, rank)) for i in range(n)]
+    run(coll.alltoall(t, send, recv))
+    assert recv == [bytearray([i]) * sizes(i, rank) for i in range(n)]
+    sc = [sizes(rank, j) for j in range(n)]
+    rc = [sizes(i, rank) for i in range(n)]
+    flat = bytearray(sum(rc) + 5)
+    run(coll.alltoallv(t, b"".join(send), sc, flat, rc))
+    assert bytes(flat[:sum(rc)]) == b"".join(bytes([i]) * sizes(i, rank) for i in range(n))
+    # two nonblocking collectives at once, completed in the other order
+    a = coll.CollRequest(w.worker, coll.allreduce(t, np.full(7, rank, np.int64), SUM))
+    b = coll.CollRequest(w.worker, coll.allgather(t, bytes([rank]), [bytearray(1) for _ in range(n)]))
+    seen = []
+    a.add_done_callback(seen.append)
+    got_b = b.wait(60)
+    assert (a.wait(60) == sum(range(n))).all() and seen == [a]
+    assert got_b == [bytearray([r]) for r in range(n)]
+    # a failed team raises at its next round
+    if n > 1:
+        t.failed = RuntimeError("team failed")
+        try:
+            run(coll.barrier(t))
+        except RuntimeError as e:
+            assert "team failed" in str(e)
+        else:
+            raise AssertionError("a failed team ran a collective")
+        t.failed = None
+    # bad arguments
+    try:
+        coll.Team(w.worker, w.eps, rank, team_id=1 << 16)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("team_id out of range accepted")
+    run(coll.barrier(t))
+    print(f"COLL OK {rank}", flush=True)
+    w.finalize()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""torch.distributed backend "ucxpy" (ucxpy.torch): real jobs under torchrun,
+ucxpy-run and mpiexec (tests/progs/torch_ops.py, tests/progs/torch_train.py).
+
+Every operation against its expected result; DDP, FSDP2 and a GPipe
+pipeline trained on ucxpy and on gloo in the same test, parameters (losses)
+compared; an MoE dispatch/combine round trip with uneven and empty splits;
+a dead rank and a stalled one failing the survivors' next collective."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import run_job
+
+PROGS = os.path.join(os.path.dirname(__file__), "progs")
+OPS = os.path.join(PROGS, "torch_ops.py")
+TRAIN = os.path.join(PROGS, "torch_train.py")
+BIN = os.path.dirname(sys.executable)
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun(n, *args, timeout=240):
+    cmd = [os.path.join(BIN, "torchrun"), f"--nproc_per_node={n}", "--master_addr=127.0.0.1",
+           f"--master_port={_port()}", *args]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return p.returncode, p.stdout + p.stderr
+
+
+def _ok(rc, out, word, n):
+    assert rc == 0, out[-4000:]
+    assert out.count(word) == n, out[-4000:]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_every_operation_under_torchrun(n):
+    """all_reduce (every op and dtype, async, AVG, PREMUL_SUM), broadcast,
+    reduce, all_gather (list, single), reduce_scatter (list, single),
+    gather, scatter, all_to_all(_single) with uneven and empty splits,
+    barrier, send/recv with tags, batch_isend_irecv, object collectives,
+    subgroups and (4 ranks) a 2 x 2 DeviceMesh."""
+    _ok(*torchrun(n, OPS), "TORCH OK", n)
+
+
+@pytest.mark.timeout(300)
+def test_under_ucxpy_run_without_master_addr():
+    proc = run_job(["python", OPS], 3, timeout=240)
+    _ok(proc.returncode, proc.stdout + proc.stderr, "TORCH OK", 3)
+
+
+@pytest.mark.timeout(300)
+def test_under_mpiexec_without_master_addr():
+    p = subprocess.run([os.path.join(BIN, "mpiexec"), "-n", "2", sys.executable, OPS],
+                       capture_output=True, text=True, timeout=240)
+    _ok(p.returncode, p.stdout + p.stderr, "TORCH OK", 2)
+
+
+def _trained(tmp_path, mode, backend, n=2):
+    out = str(tmp_path / f"{mode}-{backend}.pt")
+    _ok(*torchrun(n, TRAIN, backend, mode, out), "TRAIN OK", n)
+    return torch.load(out)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_training_matches_gloo(tmp_path, mode):
+    """20 steps of the same model and seed on ucxpy and on gloo (DDP with
+    several buckets; FSDP2 fully_shard per layer): the same parameters."""
+    ours, ref = _trained(tmp_path, mode, "ucxpy"), _trained(tmp_path, mode, "gloo")
+    assert ours.keys() == ref.keys()
+    for k in ours:
+        assert torch.allclose(ours[k], ref[k], rtol=1e-6, atol=1e-7), k
+
+
+@pytest.mark.timeout(300)
+def test_pipelining_matches_gloo(tmp_path):
+    """torch.distributed.pipelining, GPipe over 2 stages, 4 microbatches:
+    the last stage's losses equal gloo's."""
+    ours, ref = _trained(tmp_path, "pipe", "ucxpy"), _trained(tmp_path, "pipe", "gloo")
+    assert len(ours) == 5 and ours == pytest.approx(ref, rel=1e-6)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_moe_dispatch_and_combine_round_trip(n):
+    _ok(*torchrun(n, TRAIN, "ucxpy", "moe", "-"), "TRAIN OK", n)
+
+
+@pytest.mark.timeout(120)
+def test_dead_rank_fails_every_survivor_under_a_store(tmp_path):
+    """Three ranks started by hand (a Store at rank 0, as torchrun's workers
+    see it, without its agent, which would kill the job): rank 1 exits and
+    ranks 0 and 2 get DistBackendError from their next collective."""
+    port = _port()
+    procs = [subprocess.Popen([sys.executable, TRAIN, "ucxpy", "die", "-"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=dict(os.environ, MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE="3"))
+             for r in range(3)]
+    outs = [p.communicate(timeout=90)[0] for p in procs]
+    assert procs[1].returncode == 3, outs[1][-2000:]
+    for r in (0, 2):
+        assert procs[r].returncode == 0 and "FAILED AS EXPECTED" in outs[r], outs[r][-3000:]
+        assert "DistBackendError" in outs[r]
+
+
+@pytest.mark.timeout(120)
+def test_dead_rank_fails_every_survivor_under_ucxpy_run():
+    proc = run_job(["--fault-tolerant", "python", TRAIN, "ucxpy", "die", "-"], 3, timeout=90)
+    out = proc.stdout + proc.stderr
+    assert out.count("FAILED AS EXPECTED") == 2 and "DistBackendError" in out, out[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_stalled_rank_times_out():
+    """A rank that never joins the collective: the others fail after the
+    group's timeout (init_process_group(timeout=...)), not hang."""
+    rc, out = torchrun(2, TRAIN, "ucxpy", "stall", "-", timeout=100)
+    assert "TIMED OUT AS EXPECTED" in out, out[-3000:]

@@ -1,0 +1,558 @@
+"""The collective engine: one set of collective algorithms under every layer
+(UCC's place in UCX's world).  mpi_shim, shmem and the torch backend
+(:mod:`ucxpy.torch`) all run their buffer collectives here.
+
+Theory of operation
+-------------------
+A *team* is any object with
+
+* ``rank``, ``size``: this process's index and the team's size;
+* ``eps``: the :class:`~ucxpy.endpoint.Endpoint` of every member, by team
+  rank (its own included), and ``peers``: their worker ids;
+* ``worker``: the :class:`~ucxpy.worker.Worker` they are connected to;
+* ``coll_tag()``: the base tag of the team's next collective (every member
+  calls its collectives in the same order, so the members agree on it); the
+  low 8 bits are left zero, for the rounds of one collective;
+* ``check()``: raises if the team may no longer communicate (a revoked MPI
+  communicator); called before every round.
+
+mpi_shim's communicators are teams as they are; :class:`Team` is a plain one
+for layers that have none (the torch backend, tests).
+
+An algorithm is a generator: it posts the sends and receives of one round
+and yields the list of their requests, and is resumed once all of them
+completed (an exception of one of them is thrown into it).  :func:`run`
+drives a generator to its end, blocking in ``worker.wait_until``;
+:class:`CollRequest` drives it from the requests' completion callbacks, so a
+nonblocking collective moves whenever the process progresses.
+
+Data are flat numpy arrays (any dtype numpy has; a layer with other element
+types, such as bfloat16, passes a numpy view of the same item size) or
+writable byte buffers.  Reductions call ``op.combine_to(a, b, out)``: ``out
+= a (op) b`` elementwise, ``a`` holding the lower ranks' contributions, so
+an operation that does not commute still sees rank order where the
+algorithm keeps it.  :data:`NUMPY_OPS` are the usual ones over numpy.
+
+The algorithms (their schedules are :mod:`ucxpy.schedules`, pure rank
+arithmetic): dissemination barrier; binomial-tree broadcast and reduce;
+allreduce by recursive doubling below ``ALLREDUCE_RING_MIN`` bytes, by
+Rabenseifner's halving/doubling or a ring above it
+(:func:`ucxpy.schedules.allreduce_algorithm`); ring allgather and
+reduce-scatter; gather, scatter and all-to-all post every message at once.
+Large reductions receive into scratch buffers reused from call to call
+(:data:`SCRATCH`).
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import numpy as np
+
+from .schedules import (allreduce_algorithm, binomial_tree, block_bounds, halving_doubling,
+                        recursive_doubling, ring_allreduce)
+from .tag import FULL_MASK, RESERVED_TAG_BASE
+
+__all__ = ["Team", "run", "CollRequest", "NUMPY_OPS", "SCRATCH", "barrier", "bcast", "reduce",
+           "allreduce", "allreduce_ring", "allreduce_hd", "allreduce_rd", "allgather",
+           "reduce_scatter", "gather", "scatter", "alltoall", "alltoallv"]
+
+
+class Team:
+    """A plain team: endpoints to every member and a private tag space.
+
+    ``team_id`` (0..0xFFFF) must be the same at every member and differ
+    between teams that run collectives at the same time; the tags are
+    ucxpy's reserved ones (:data:`ucxpy.tag.RESERVED_TAG_BASE`), so they
+    never meet an application's."""
+
+    def __init__(self, worker, eps, rank: int, team_id: int = 0):
+        if not 0 <= team_id <= 0xFFFF:
+            raise ValueError(f"team_id {team_id} outside 0..0xFFFF")
+        if not 0 <= rank < len(eps):
+            raise ValueError(f"rank {rank} outside a team of {len(eps)}")
+        self.worker = worker
+        self.eps = list(eps)
+        self.peers = [ep.remote_id for ep in self.eps]
+        self.rank, self.size = rank, len(self.eps)
+        self.base = RESERVED_TAG_BASE | (0xFE << 48) | (team_id << 32)
+        self.seq = 0
+        self.failed: Optional[BaseException] = None
+
+    def coll_tag(self) -> int:
+        self.seq = (self.seq + 1) & 0xFFFFFF
+        return self.base | (self.seq << 8)
+
+    def check(self) -> None:
+        if self.failed is not None:
+            raise self.failed
+
+
+# -- drivers --------------------------------------------------------------------------
+def run(team, gen, timeout: Optional[float] = None):
+    """Run a collective generator to completion, blocking; its result."""
+    wait = team.worker.wait_until
+    try:
+        reqs = gen.send(None)
+        while True:
+            if not all(r.done for r in reqs):
+                wait(lambda: all(r.done for r in reqs), timeout, "collective", on_events=True)
+            exc = next((r.exc for r in reqs if r.exc is not None), None)
+            reqs = gen.throw(exc) if exc is not None else gen.send(None)
+    except StopIteration as e:
+        return e.value
+
+
+class CollRequest:
+    """A nonblocking collective: the generator resumed from completion
+    callbacks once all the requests of its round completed.  ``done``,
+    ``exc``, ``result`` like a :class:`ucxpy.Request`; ``wait()`` progresses
+    the worker until done.  Errors raised before the first message (bad
+    arguments) surface at construction."""
+
+    __slots__ = ("worker", "gen", "done", "exc", "result", "left", "reqs", "callbacks")
+
+    def __init__(self, worker, gen):
+        self.worker, self.gen = worker, gen
+        self.done, self.exc, self.result = False, None, None
+        self.left, self.reqs, self.callbacks = 0, (), []
+        try:
+            first = gen.send(None)
+        except StopIteration as e:
+            self._finish(e.value, None)
+            return
+        self._step(first)
+
+    def _step(self, reqs=None):
+        gen = self.gen
+        try:
+            if reqs is None:
+                exc = next((r.exc for r in self.reqs if r.exc is not None), None)
+                reqs = gen.throw(exc) if exc is not None else gen.send(None)
+            while True:
+                pending = [r for r in reqs if not r.done]
+                if pending:
+                    self.reqs, self.left = reqs, len(pending)
+                    for r in pending:
+                        r.add_done_callback(self._one)
+                    return
+                exc = next((r.exc for r in reqs if r.exc is not None), None)
+                reqs = gen.throw(exc) if exc is not None else gen.send(None)
+        except StopIteration as e:
+            self._finish(e.value, None)
+        except BaseException as e:      # reported by wait()
+            self._finish(None, e)
+
+    def _one(self, _r):
+        self.left -= 1
+        if self.left == 0:
+            self._step()
+
+    def _finish(self, result, exc):
+        self.result, self.exc, self.done = result, exc, True
+        self.reqs, self.gen = (), None
+        cbs, self.callbacks = self.callbacks, []
+        for cb in cbs:
+            cb(self)
+
+    def add_done_callback(self, fn) -> None:
+        """``fn(self)`` once done (at once if it is)."""
+        if self.done:
+            fn(self)
+        else:
+            self.callbacks.append(fn)
+
+    def wait(self, timeout: Optional[float] = None):
+        if not self.done:
+            self.worker.wait_until(lambda: self.done, timeout, "collective", on_events=True)
+        if self.exc is not None:
+            raise self.exc
+        return self.result
+
+
+# -- reductions over numpy ---------------------------------------------------------
+class NumpyOp:
+    """``combine_to(a, b, out)`` by a numpy ufunc (``out`` may be ``a`` or ``b``)."""
+
+    __slots__ = ("name", "ufunc", "commutative")
+
+    def __init__(self, name, ufunc, commutative=True):
+        self.name, self.ufunc, self.commutative = name, ufunc, commutative
+
+    def combine_to(self, a, b, out) -> None:
+        self.ufunc(a, b, out=out)
+
+    def __repr__(self):
+        return f"NumpyOp({self.name})"
+
+
+NUMPY_OPS = {name: NumpyOp(name, fn) for name, fn in (
+    ("sum", np.add), ("prod", np.multiply), ("min", np.minimum), ("max", np.maximum),
+    ("band", np.bitwise_and), ("bor", np.bitwise_or), ("bxor", np.bitwise_xor),
+    ("land", np.logical_and), ("lor", np.logical_or), ("lxor", np.logical_xor))}
+
+
+class ScratchPool:
+    """Receive buffers of the large reductions, reused from call to call.
+
+    A fresh multi-megabyte numpy array is mapped anew by the allocator and
+    page-faults on first touch (about a microsecond per 4 KiB page), which
+    costs more than the reduction itself; MPICH keeps its temporaries warm
+    the same way.  A buffer goes back to the pool only once no transfer can
+    still write into it (a collective that fails keeps its buffer)."""
+
+    KEEP = 4                 # buffers kept
+    MAX_KEPT = 64 << 20      # larger ones are not kept
+
+    def __init__(self):
+        self.free = []
+
+    def take(self, nbytes: int) -> np.ndarray:
+        for i, b in enumerate(self.free):
+            if len(b) >= nbytes:
+                return self.free.pop(i)
+        return np.empty(max(nbytes, 1), np.uint8)
+
+    def give(self, buf: np.ndarray) -> None:
+        if len(buf) <= self.MAX_KEPT and len(self.free) < self.KEEP:
+            self.free.append(buf)
+
+
+SCRATCH = ScratchPool()
+
+
+# -- one round's messages -------------------------------------------------------------
+def _snd(t, dst, data, tag):
+    t.check()
+    return t.eps[dst].tag_send_nb(data, tag)
+
+
+def _rcv(t, src, buf, tag):
+    t.check()                # (a failed team between two rounds: do not wait for the next)
+    return t.worker.tag_recv_nb(buf, tag, FULL_MASK, t.peers[src])
+
+
+def _bytes(a) -> memoryview:
+    return memoryview(a).cast("B")
+
+
+# -- algorithms ------------------------------------------------------------------------
+def barrier(t):
+    """Dissemination barrier: ceil(log2 n) rounds of empty messages."""
+    tag, n = t.coll_tag(), t.size
+    dist, rnd = 1, 0
+    while dist < n:
+        r = _rcv(t, (t.rank - dist) % n, bytearray(0), tag | rnd)
+        yield [_snd(t, (t.rank + dist) % n, b"", tag | rnd), r]
+        dist, rnd = dist * 2, rnd + 1
+
+
+def bcast(t, data, root: int, tag: Optional[int] = None):
+    """Binomial tree: ``data`` (writable bytes at every rank but the root)
+    becomes the root's.  Returns ``data``."""
+    tag = t.coll_tag() if tag is None else tag
+    parent, children = binomial_tree(t.rank, t.size, root)
+    if parent is not None:
+        yield [_rcv(t, parent, data, tag)]
+    if children:
+        yield [_snd(t, child, data, tag) for child in children]
+    return data
+
+
+def reduce(t, x, op, root: int, out=None):
+    """Binomial-tree reduce of the flat array ``x``; the result (in ``out``
+    when given) at the root, None elsewhere.  A non-commutative ``op``
+    (``op.commutative`` false) is reduced in rank order on a tree rooted at
+    rank 0, which forwards the result to ``root``."""
+    tag, n = t.coll_tag(), t.size
+    tree_root = root if op.commutative else 0
+    vr = (t.rank - tree_root) % n
+    acc = x
+    mask = 1
+    raw = None
+    while mask < n:
+        if vr & mask == 0:
+            child = vr | mask
+            if child < n:
+                if raw is None:
+                    raw = SCRATCH.take(x.nbytes)
+                    dst = out if out is not None else np.empty_like(x)
+                other = raw[:x.nbytes].view(x.dtype)
+                yield [_rcv(t, (child + tree_root) % n, _bytes(raw[:x.nbytes]), tag)]
+                op.combine_to(acc, other, dst)
+                acc = dst
+        else:
+            yield [_snd(t, ((vr & ~mask) + tree_root) % n, _bytes(acc), tag)]
+            acc = None
+            break
+        mask <<= 1
+    if raw is not None:
+        SCRATCH.give(raw)
+    if tree_root != root:
+        if t.rank == tree_root:
+            yield [_snd(t, root, _bytes(acc), tag | 1)]
+            acc = None
+        elif t.rank == root:
+            acc = out if out is not None else np.empty_like(x)
+            yield [_rcv(t, tree_root, _bytes(acc), tag | 1)]
+    if acc is not None and out is not None and acc is not out:
+        out[...] = acc
+        acc = out
+    return acc
+
+
+def allreduce(t, x, op, out=None):
+    """Allreduce of the flat array ``x``: recursive doubling, or Rabenseifner
+    or the ring for large arrays and commutative ops
+    (:func:`ucxpy.schedules.allreduce_algorithm` decides).  Built in ``out``
+    (which may be ``x``: in place), else in a new array; returns it."""
+    out = out if out is not None else np.empty_like(x)
+    algo = allreduce_algorithm(x.nbytes, len(x), t.size, op.commutative)
+    if algo == "ring":
+        return (yield from allreduce_ring(t, x, op, out))
+    if algo == "halving_doubling":
+        return (yield from allreduce_hd(t, x, op, out))
+    return (yield from allreduce_rd(t, x, op, out))
+
+
+def allreduce_ring(t, x, op, out=None):
+    """Ring reduce-scatter then ring allgather on ``n`` blocks, built in
+    ``out`` (``x`` itself may be ``out``: in place).  No full copy of
+    ``x``: the first step sends this rank's own block straight from ``x``,
+    each received block is combined with ``x``'s into ``out``, and the
+    allgather overwrites the rest."""
+    tag, n = t.coll_tag(), t.size
+    plan = ring_allreduce(t.rank, n)
+    acc = out if out is not None else np.empty_like(x)
+    if n == 1:
+        return _copied(x, acc)
+    bounds = block_bounds(len(acc), n)
+    item = acc.dtype.itemsize
+    raw = SCRATCH.take(max(hi - lo for lo, hi in bounds) * item)
+    k = 0
+    for sb, rb in plan.reduce_scatter:
+        lo, hi = bounds[rb]
+        buf = raw[:(hi - lo) * item]
+        r = _rcv(t, plan.left, memoryview(buf), tag | (k & 0xFF))
+        slo, shi = bounds[sb]
+        src = x if k == 0 else acc
+        yield [_snd(t, plan.right, _bytes(src[slo:shi]), tag | (k & 0xFF)), r]
+        op.combine_to(buf.view(acc.dtype), x[lo:hi], acc[lo:hi])
+        k += 1
+    SCRATCH.give(raw)
+    for sb, rb in plan.allgather:
+        lo, hi = bounds[rb]
+        r = _rcv(t, plan.left, _bytes(acc[lo:hi]), tag | (k & 0xFF))
+        slo, shi = bounds[sb]
+        yield [_snd(t, plan.right, _bytes(acc[slo:shi]), tag | (k & 0xFF)), r]
+        k += 1
+    return acc
+
+
+def allreduce_hd(t, x, op, out=None):
+    """Rabenseifner (:func:`ucxpy.schedules.halving_doubling`): recursive
+    halving reduce-scatter, then recursive doubling allgather, built in
+    ``out`` (``x`` may be ``out``: in place).  Like the ring, the first
+    round sends straight from ``x``, each received part goes to reused
+    scratch and is combined into ``out``, and the allgather receives in
+    place; a rank beyond the power of two hands over its vector and gets the
+    result back."""
+    tag = t.coll_tag()
+    plan = halving_doubling(t.rank, t.size)
+    acc = out if out is not None else np.empty_like(x)
+    if t.size == 1:
+        return _copied(x, acc)
+    whole = _bytes(acc)
+    if plan.fold is not None and plan.fold[0] == "send":
+        yield [_snd(t, plan.fold[1], _bytes(x), tag)]
+        yield [_rcv(t, plan.fold[1], whole, tag | 0xFF)]
+        return acc
+    item = acc.dtype.itemsize
+    raw = SCRATCH.take(x.nbytes)
+    src = x
+    if plan.fold is not None:
+        buf = raw[:x.nbytes]
+        yield [_rcv(t, plan.fold[1], memoryview(buf), tag)]
+        op.combine_to(buf.view(acc.dtype), x, acc)
+        src = acc
+    bounds = block_bounds(len(acc), plan.nblocks)
+    rnd = 0
+    for peer, send, keep in plan.reduce_scatter:
+        rnd += 1
+        klo, khi = bounds[keep[0]][0], bounds[keep[1] - 1][1]
+        slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
+        buf = raw[:(khi - klo) * item]
+        r = _rcv(t, peer, memoryview(buf), tag | rnd)
+        yield [_snd(t, peer, _bytes(src[slo:shi]), tag | rnd), r]
+        op.combine_to(buf.view(acc.dtype), src[klo:khi], acc[klo:khi])
+        src = acc
+    SCRATCH.give(raw)
+    for peer, send, recv in plan.allgather:
+        rnd += 1
+        rlo, rhi = bounds[recv[0]][0], bounds[recv[1] - 1][1]
+        slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
+        r = _rcv(t, peer, whole[rlo * item:rhi * item], tag | rnd)
+        yield [_snd(t, peer, whole[slo * item:shi * item], tag | rnd), r]
+    if plan.unfold is not None:
+        yield [_snd(t, plan.unfold[1], whole, tag | 0xFF)]
+    return acc
+
+
+def allreduce_rd(t, x, op, out):
+    """Recursive doubling with the result built in ``out`` (a flat array like
+    ``x``; ``x`` may be ``out`` itself): each round receives into one reused
+    scratch buffer and combines into ``out`` in place, lower ranks' values
+    first, so a medium-sized reduction allocates (and page-faults) nothing
+    per round.  Ranks beyond the largest power of two fold into a
+    neighbour first and get the result back."""
+    tag, rank = t.coll_tag(), t.rank
+    plan = recursive_doubling(rank, t.size)
+    raw = SCRATCH.take(x.nbytes)
+    buf = raw[:x.nbytes]
+    other = buf.view(x.dtype)
+    acc = x
+    if plan.fold is not None:
+        kind, peer = plan.fold
+        if kind == "send":
+            yield [_snd(t, peer, _bytes(acc), tag)]
+        else:
+            yield [_rcv(t, peer, memoryview(buf), tag)]
+            op.combine_to(other, acc, out)
+            acc = out
+    for rnd, peer in enumerate(plan.partners, 1):
+        r = _rcv(t, peer, memoryview(buf), tag | rnd)
+        yield [_snd(t, peer, _bytes(acc), tag | rnd), r]
+        if peer < rank:
+            op.combine_to(other, acc, out)
+        else:
+            op.combine_to(acc, other, out)
+        acc = out
+    if plan.unfold is not None:
+        kind, peer = plan.unfold
+        if kind == "send":
+            yield [_snd(t, peer, _bytes(acc), tag | 0xFF)]
+        else:
+            yield [_rcv(t, peer, _bytes(out), tag | 0xFF)]
+            acc = out
+    SCRATCH.give(raw)
+    if acc is not out:              # (one rank: nothing was combined)
+        out[...] = acc
+    return out
+
+
+def allgather(t, send, recv_blocks):
+    """Ring allgather: ``recv_blocks[i]`` (writable byte buffers) becomes
+    rank i's ``send``; n - 1 rounds, each passing one block to the right."""
+    tag, n, rank = t.coll_tag(), t.size, t.rank
+    mine = recv_blocks[rank]
+    if _bytes(mine).nbytes != _bytes(send).nbytes:
+        raise ValueError("allgather: this rank's block and its input differ in size")
+    if not _same(mine, send):
+        _bytes(mine)[:] = _bytes(send)
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for s in range(n - 1):
+        out = recv_blocks[(rank - s) % n]
+        into = recv_blocks[(rank - s - 1) % n]
+        yield [_snd(t, right, out, tag | (s & 0xFF)), _rcv(t, left, into, tag | (s & 0xFF))]
+    return recv_blocks
+
+
+def reduce_scatter(t, blocks, op, out):
+    """Ring reduce-scatter: ``out`` (a flat array) becomes the reduction over
+    all ranks of their ``blocks[rank]`` (``blocks``: n flat arrays of
+    ``out``'s dtype and length).  n - 1 rounds; each passes a partial sum to
+    the right and adds its own block to the one it receives."""
+    tag, n, rank = t.coll_tag(), t.size, t.rank
+    if n == 1:
+        out[...] = blocks[0]
+        return out
+    raw = SCRATCH.take(out.nbytes * 2)
+    acc = [raw[:out.nbytes].view(out.dtype), raw[out.nbytes:2 * out.nbytes].view(out.dtype)]
+    right, left = (rank + 1) % n, (rank - 1) % n
+    # step s sends the partial sum of block (rank - s - 1) and receives that of
+    # block (rank - s - 2); the last received partial is our own block's
+    cur = blocks[(rank - 1) % n]
+    for s in range(n - 1):
+        b = (rank - s - 2) % n
+        into = acc[s & 1]
+        r = _rcv(t, left, _bytes(into), tag | (s & 0xFF))
+        yield [_snd(t, right, _bytes(cur), tag | (s & 0xFF)), r]
+        dst = out if s == n - 2 else into
+        op.combine_to(into, blocks[b], dst)
+        cur = dst
+    SCRATCH.give(raw)
+    return out
+
+
+def gather(t, send, recv_blocks, root: int):
+    """Every rank's ``send`` into ``recv_blocks[rank]`` at the root (None
+    elsewhere); all messages at once."""
+    tag = t.coll_tag()
+    if t.rank != root:
+        yield [_snd(t, root, send, tag)]
+        return None
+    if not _same(recv_blocks[root], send):
+        _bytes(recv_blocks[root])[:] = _bytes(send)
+    reqs = [_rcv(t, i, recv_blocks[i], tag) for i in range(t.size) if i != root]
+    if reqs:
+        yield reqs
+    return recv_blocks
+
+
+def scatter(t, send_blocks, recv, root: int):
+    """The root's ``send_blocks[i]`` into rank i's ``recv``; all at once."""
+    tag = t.coll_tag()
+    if t.rank != root:
+        yield [_rcv(t, root, recv, tag)]
+        return recv
+    if not _same(recv, send_blocks[root]):
+        _bytes(recv)[:] = _bytes(send_blocks[root])
+    reqs = [_snd(t, i, send_blocks[i], tag) for i in range(t.size) if i != root]
+    if reqs:
+        yield reqs
+    return recv
+
+
+def alltoall(t, send_blocks, recv_blocks):
+    """Rank i's ``send_blocks[j]`` into rank j's ``recv_blocks[i]`` (byte
+    buffers of any sizes, empty ones included): every receive posted, then
+    every send, nearest peers first."""
+    tag, n, me = t.coll_tag(), t.size, t.rank
+    if _bytes(recv_blocks[me]).nbytes != _bytes(send_blocks[me]).nbytes:
+        raise ValueError("alltoall: this rank's own blocks differ in size")
+    if not _same(recv_blocks[me], send_blocks[me]):
+        _bytes(recv_blocks[me])[:] = _bytes(send_blocks[me])
+    reqs = [_rcv(t, i, recv_blocks[i], tag) for i in [(me - k) % n for k in range(1, n)]]
+    reqs += [_snd(t, i, send_blocks[i], tag) for i in [(me + k) % n for k in range(1, n)]]
+    if reqs:
+        yield reqs
+    return recv_blocks
+
+
+def alltoallv(t, send, send_counts, recv, recv_counts):
+    """:func:`alltoall` of contiguous parts: rank i sends ``send`` cut by
+    ``send_counts`` (bytes, in rank order), receives into ``recv`` cut by
+    ``recv_counts``."""
+    sv, rv = _bytes(send), _bytes(recv)
+    if sum(send_counts) > sv.nbytes or sum(recv_counts) > rv.nbytes:
+        raise ValueError("alltoallv: the counts exceed the buffers")
+    so = [0, *itertools.accumulate(send_counts)]
+    ro = [0, *itertools.accumulate(recv_counts)]
+    return (yield from alltoall(t, [sv[so[i]:so[i + 1]] for i in range(t.size)],
+                                [rv[ro[i]:ro[i + 1]] for i in range(t.size)]))
+
+
+def _copied(x, out):
+    """``out`` holding ``x`` (a group of one)."""
+    if out is not x:
+        out[...] = x
+    return out
+
+
+def _same(a, b) -> bool:
+    """Do two buffers start at the same address (in place)?"""
+    try:
+        return np.frombuffer(a, np.uint8).__array_interface__["data"][0] == \
+            np.frombuffer(b, np.uint8).__array_interface__["data"][0]
+    except (TypeError, ValueError):
+        return False
