@@ -14,7 +14,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
 
-.PHONY: install deps run test test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale bench-tcp conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
+.PHONY: install deps run test test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale bench-tcp bench-torch conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -97,6 +97,13 @@ bench: install
 	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
 	$(PY) bench/scale.py --json bench/results/scale.json
 	$(PY) bench/tcp_bench.py --json bench/results/tcp.json
+	$(PY) bench/torch_bench.py --json bench/results/torch.json
+
+## torch.distributed on ucxpy against gloo: collectives 8 B - 64 MiB at 2 and 4
+## ranks, an expert-parallel dispatch/combine, a DDP step (part of bench; alone here)
+bench-torch: install
+	mkdir -p bench/results
+	$(PY) bench/torch_bench.py --json bench/results/torch.json
 
 ## tcp, the multi-host path: ucxpy against MPICH over UCX's tcp transport and
 ## ucx_perftest over tcp (part of bench; alone here)

@@ -41,10 +41,16 @@ Rabenseifner's halving/doubling or a ring above it
 reduce-scatter; gather, scatter and all-to-all post every message at once.
 Large reductions receive into scratch buffers reused from call to call
 (:data:`SCRATCH`).
+
+Members on one host can also form a shared-memory team
+(:func:`form_shm_team`, a :class:`ucxpy.shmteam.ShmTeam`): blocking
+collectives through slots every member maps, which the layers choose up to
+the sizes of :func:`ucxpy.schedules.team_max`.
 """
 from __future__ import annotations
 
 import itertools
+import pickle
 from typing import Optional
 
 import numpy as np
@@ -55,7 +61,8 @@ from .tag import FULL_MASK, RESERVED_TAG_BASE
 
 __all__ = ["Team", "run", "CollRequest", "NUMPY_OPS", "SCRATCH", "barrier", "bcast", "reduce",
            "allreduce", "allreduce_ring", "allreduce_hd", "allreduce_rd", "allgather",
-           "reduce_scatter", "gather", "scatter", "alltoall", "alltoallv"]
+           "reduce_scatter", "gather", "scatter", "alltoall", "alltoallv", "allgather_obj",
+           "form_shm_team"]
 
 
 class Team:
@@ -540,6 +547,26 @@ def alltoallv(t, send, send_counts, recv, recv_counts):
     ro = [0, *itertools.accumulate(recv_counts)]
     return (yield from alltoall(t, [sv[so[i]:so[i + 1]] for i in range(t.size)],
                                 [rv[ro[i]:ro[i + 1]] for i in range(t.size)]))
+
+
+def allgather_obj(t, obj):
+    """Every member's picklable ``obj``, by rank: the pickles' lengths, then
+    the pickles, by :func:`allgather`."""
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    lens = [bytearray(8) for _ in range(t.size)]
+    yield from allgather(t, len(data).to_bytes(8, "little"), lens)
+    blobs = [bytearray(int.from_bytes(n, "little")) for n in lens]
+    yield from allgather(t, data, blobs)
+    return [pickle.loads(b) for b in blobs]
+
+
+def form_shm_team(t, wait=None):
+    """The team's :class:`ucxpy.shmteam.ShmTeam` (collective: every member
+    calls it, blocking), or None on every member when one cannot join (not
+    one host, no shared-memory transport, ``UCXPY_SHM_COLL=n``)."""
+    from .shmteam import ShmTeam
+    return ShmTeam.create(t.worker, t.rank, t.eps,
+                          lambda obj: run(t, allgather_obj(t, obj)), wait=wait)
 
 
 def _copied(x, out):

@@ -25,9 +25,11 @@ call and moved by the worker's progress; the call returns a
 work first, so the future is never left waiting for progress nobody drives.
 Contiguous tensors go to ucxpy as they are (a numpy view of their memory,
 no copy); others are copied to a contiguous buffer and back.  Reductions run
-in torch on the received bytes (:class:`TorchOp`), in the tensor's dtype,
-bfloat16 included: AVG is a sum divided by the group size (floor division
-for integers), PREMUL_SUM multiplies by its factor before summing.
+on the received bytes in the tensor's dtype: by numpy's ufuncs where numpy
+has the dtype (the same IEEE / two's-complement results as torch's), by
+torch otherwise (:class:`TorchOp`: bfloat16).  AVG is a sum divided by the
+group size (floor division for integers), PREMUL_SUM multiplies by its
+factor before summing.
 
 Errors: a dead peer, a timeout (the group's ``timeout``, the default of
 every wait) or a message that does not fit (mismatched collectives) raise
@@ -83,8 +85,12 @@ def _process(store, group_rank: int):
     cfg = Config.from_env()
     if not cfg.auth_key and not cfg.auth_key_file:
         cfg = Config.from_env(auth_key=key)
-    _Proc.worker = Context(cfg).create_worker()
-    return _Proc.worker
+    w = _Proc.worker = Context(cfg).create_worker()
+    # more ranks than CPUs here: waits yield the CPU (torchrun says how many)
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    if local and local.isdigit():
+        w.set_local_ranks(int(local))
+    return w
 
 
 def _launched_by_ucxpy_or_mpi(env) -> bool:
@@ -126,6 +132,15 @@ def _join_launcher_job() -> None:
 
 # -- reductions in torch ---------------------------------------------------------------
 _NP_VIEW = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64, 16: np.complex128}
+#: dtypes numpy computes as torch does (elementwise IEEE / two's complement):
+#: reduced by numpy's ufuncs on the bytes, no tensor wrapping per block
+_NP_TYPES = {torch.float64: np.float64, torch.float32: np.float32, torch.float16: np.float16,
+             torch.int64: np.int64, torch.int32: np.int32, torch.int16: np.int16,
+             torch.int8: np.int8, torch.uint8: np.uint8, torch.bool: np.bool_,
+             torch.complex64: np.complex64, torch.complex128: np.complex128}
+_UFUNCS = {_R.SUM: np.add, _R.AVG: np.add, _R.PREMUL_SUM: np.add, _R.PRODUCT: np.multiply,
+           _R.MIN: np.minimum, _R.MAX: np.maximum, _R.BAND: np.bitwise_and,
+           _R.BOR: np.bitwise_or, _R.BXOR: np.bitwise_xor}
 _FUNCS = {_R.SUM: torch.add, _R.AVG: torch.add, _R.PREMUL_SUM: torch.add,
           _R.PRODUCT: torch.mul, _R.MIN: torch.minimum, _R.MAX: torch.maximum,
           _R.BAND: torch.bitwise_and, _R.BOR: torch.bitwise_or, _R.BXOR: torch.bitwise_xor}
@@ -165,6 +180,8 @@ def _op(reduce_op, dtype):
         raise ValueError("ucxpy backend: PREMUL_SUM without a factor")
     if dtype == torch.bool and kind in (_R.SUM, _R.AVG, _R.PREMUL_SUM):
         raise ValueError(f"ucxpy backend: {kind.name} of bool tensors (use MAX/BOR)")
+    if dtype in _NP_TYPES:
+        return coll.NumpyOp(kind.name, _UFUNCS[kind]), kind, factor
     return TorchOp(_FUNCS[kind], dtype), kind, factor
 
 
@@ -188,7 +205,8 @@ class _Flat:
         item = t.element_size()
         if item not in _NP_VIEW:
             raise ValueError(f"ucxpy backend: dtype {t.dtype} (item size {item})")
-        self.np = self.tmp.detach().reshape(-1).view(torch.uint8).numpy().view(_NP_VIEW[item])
+        self.np = self.tmp.detach().reshape(-1).view(torch.uint8).numpy().view(
+            _NP_TYPES.get(t.dtype, _NP_VIEW[item]))
 
     def bytes(self) -> memoryview:
         return memoryview(self.np).cast("B")
@@ -267,9 +285,7 @@ class UcxpyWork(dist.Work):
         except dist.DistBackendError as e:
             self._exc = e
         except (UcxpyError, TimeoutError, OSError, ValueError, RuntimeError) as e:
-            self._exc = dist.DistBackendError(f"ucxpy backend (rank {self._pg.rank()} of "
-                                              f"{self._pg.size()}): {type(e).__name__}: {e}")
-            self._exc.__cause__ = e
+            self._exc = self._pg._error(e)
         self._finished = True
         self._pg._retire(self)
         if self._exc is not None:
@@ -324,6 +340,8 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         self.team = coll.Team(worker, eps, rank, _team_id(group_id))
         self.p2p_base = RESERVED_TAG_BASE | _P2P_KIND | (self.team.base & (0xFFFF << 32))
         self._inflight = set()
+        self._shm_team = None if size > 1 else False
+        self._colls = 0
 
     # -- bookkeeping --
     def getBackendName(self) -> str:
@@ -345,10 +363,49 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         try:
             req = coll.CollRequest(self.worker, gen)
         except (UcxpyError, OSError) as e:
-            raise dist.DistBackendError(f"ucxpy backend: {type(e).__name__}: {e}") from e
+            raise self._error(e) from e
         work = UcxpyWork(self, [req], outputs, finish)
         self._inflight.add(work)
         return work
+
+    def _shm(self, what: Optional[str] = None, nbytes: int = 0):
+        """The group's shared-memory team (ucxpy.shmteam) when it takes
+        collective ``what`` of ``nbytes`` (None: a collective it never
+        takes).  Every collective calls this first, so every member counts
+        the same calls: the team forms at the group's second collective
+        (collective and blocking; None everywhere when a member cannot
+        join, e.g. the group spans hosts)."""
+        t = self._shm_team
+        if t is None:
+            self._colls += 1
+            if self._colls < 2:
+                return None
+            try:
+                t = self._shm_team = coll.form_shm_team(self.team) or False
+            except (UcxpyError, TimeoutError, OSError) as e:
+                self._shm_team = False
+                raise self._error(e) from e
+        if not t or what is None or t.closed or nbytes > t.limits[what]:
+            return None
+        return t
+
+    def _now(self, fn, outputs, finish=None) -> UcxpyWork:
+        """Run a shared-memory team operation at the call (in call order on
+        every member); a completed work."""
+        try:
+            fn()
+            if finish is not None:
+                finish()
+        except (UcxpyError, TimeoutError, OSError) as e:
+            raise self._error(e) from e
+        return UcxpyWork(self, [], outputs)
+
+    def _error(self, e: BaseException) -> dist.DistBackendError:
+        """ucxpy's error as torch.distributed's (naming this rank)."""
+        err = dist.DistBackendError(f"ucxpy backend (rank {self.rank()} of {self.size()}): "
+                                    f"{type(e).__name__}: {e}")
+        err.__cause__ = e
+        return err
 
     def _one(self, tensors, what):
         if len(tensors) != 1:
@@ -382,6 +439,9 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         def finish():
             self._avg(f, kind)
             f.back()
+        shm = self._shm("allreduce", f.np.nbytes)
+        if shm is not None:
+            return self._now(lambda: shm.allreduce(f.np, f.np, op.combine_to), [t], finish)
         return self._start(coll.allreduce(self.team, f.np, op, out=f.np), [t], finish)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
@@ -401,6 +461,10 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
                 f.np[...] = scratch
                 self._avg(f, kind)
                 f.back()
+        shm = self._shm("reduce", f.np.nbytes)
+        if shm is not None:
+            return self._now(lambda: shm.reduce(f.np, scratch if me else None, op.combine_to,
+                                                root), [t], finish)
         return self._start(coll.reduce(self.team, f.np, op, root, out=scratch if me else None),
                            [t], finish)
 
@@ -427,6 +491,7 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         def finish():
             self._avg(f, kind)
             f.back()
+        self._shm()
         return self._start(coll.reduce_scatter(self.team, blocks, op, f.np), [out], finish)
 
     def reduce_scatter_single(self, output, input, opts=ReduceScatterOptions()):
@@ -454,6 +519,9 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         root = opts.rootRank
         self._check_rank(root)
         f = _Flat(t, writes=self.rank() != root)
+        shm = self._shm("bcast", f.np.nbytes)
+        if shm is not None:
+            return self._now(lambda: shm.bcast(f.bytes(), root), [t], f.back)
         return self._start(coll.bcast(self.team, f.bytes(), root), [t], f.back)
 
     def allgather(self, output_tensors, input_tensors, opts=AllgatherOptions()):
@@ -470,6 +538,16 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         def finish():
             for g in flats:
                 g.back()
+        b = src.np.nbytes
+        shm = self._shm("allgather", b * self.size())
+        if shm is not None:
+            whole = np.empty(b * self.size(), np.uint8)
+
+            def gathered():
+                shm.allgather(src.np.view(np.uint8), whole)
+                for i, g in enumerate(flats):
+                    g.np.view(np.uint8)[:] = whole[i * b:(i + 1) * b]
+            return self._now(gathered, [outs], finish)
         return self._start(coll.allgather(self.team, src.bytes(), [g.bytes() for g in flats]),
                            [outs], finish)
 
@@ -482,6 +560,10 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         src = _Flat(input, writes=False)
         whole = f.bytes()
         k = src.bytes().nbytes
+        shm = self._shm("allgather", k * n)
+        if shm is not None:
+            return self._now(lambda: shm.allgather(src.np.view(np.uint8), f.np.view(np.uint8)),
+                             [output], f.back)
         blocks = [whole[i * k:(i + 1) * k] for i in range(n)]
         return self._start(coll.allgather(self.team, src.bytes(), blocks), [output], f.back)
 
@@ -512,6 +594,7 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         def finish():
             for g in flats or ():
                 g.back()
+        self._shm()
         return self._start(coll.gather(self.team, src.bytes(),
                                        [g.bytes() for g in flats] if flats else None, root),
                            list(output_tensors), finish)
@@ -527,6 +610,7 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
             if len(ins) != self.size():
                 raise ValueError(f"ucxpy backend: scatter needs {self.size()} inputs")
             parts = [_Flat(i, writes=False).bytes() for i in ins]
+        self._shm()
         return self._start(coll.scatter(self.team, parts, f.bytes(), root), [out], f.back)
 
     def alltoall(self, output_tensors, input_tensors, opts=AllToAllOptions()):
@@ -539,6 +623,7 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         def finish():
             for g in outs:
                 g.back()
+        self._shm()
         return self._start(coll.alltoall(self.team, [i.bytes() for i in ins],
                                          [o.bytes() for o in outs]), list(output_tensors), finish)
 
@@ -553,12 +638,21 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
                     n, "output_split_sizes")
         f = _Flat(output)
         src = _Flat(input, writes=False)
+        # (the same choice on every member: splits given or not, by the call)
+        even = not input_split_sizes and not output_split_sizes
+        shm = self._shm("alltoall", src.np.nbytes if even else 1 << 62)
+        if shm is not None:
+            return self._now(lambda: shm.alltoall(src.np.view(np.uint8), f.np.view(np.uint8)),
+                             [output], f.back)
         return self._start(coll.alltoallv(self.team, src.bytes(), sc, f.bytes(), rc), [output],
                            f.back)
 
     alltoall_base = all_to_all_single
 
     def barrier(self, opts=BarrierOptions()):
+        shm = self._shm("bcast", 0)
+        if shm is not None:
+            return self._now(shm.barrier, [])
         return self._start(coll.barrier(self.team), [])
 
     # -- point to point --
@@ -574,7 +668,7 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         try:
             req = self.team.eps[dst].tag_send_nb(f.bytes(), self._p2p_tag(tag))
         except UcxpyError as e:
-            raise dist.DistBackendError(f"ucxpy backend: send to {dst}: {e}") from e
+            raise self._error(e) from e
         work = UcxpyWork(self, [req], [t])
         work._keep = f                      # (the bytes stay alive until sent)
         return work

@@ -311,6 +311,13 @@ class Worker:
         self._oversubscribed = v
         return v
 
+    def set_local_ranks(self, n: int) -> None:
+        """This host runs ``n`` ranks of the job (for a worker outside
+        ucxpy's bootstraps, such as the torch backend's under torchrun):
+        decides :meth:`oversubscribed` in "auto" mode."""
+        if self.config.oversubscribed not in ("y", "n"):
+            self._oversubscribed = n > usable_cpus()
+
     def _wait_traced(self, cond, timeout, what, lock=None, max_nap=None,
                      on_events=False) -> None:
         """:meth:`wait_until` with its busy and sleeping time recorded."""
