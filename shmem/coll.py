@@ -14,6 +14,13 @@ done (its ``target`` complete, its ``source`` reusable).  The engine's
 generators post each round; :func:`_run` waits for the round through the
 runtime (which reports failed peers) and resumes them.
 
+Members on one host form a shared-memory team (:class:`ucxpy.shmteam.ShmTeam`,
+through :func:`ucxpy.coll.form_shm_team`) at their team's second collective,
+and from then on broadcast, fcollect, alltoall and reduce go through it up to
+the sizes of :func:`ucxpy.schedules.team_max`, as mpi_shim's blocking
+collectives do (every choice depends only on what is the same on every
+member: the call, the team, the size).
+
 ==============  ===================================================  ==========
 collective      algorithm (ucxpy.coll)                               rounds
 ==============  ===================================================  ==========
@@ -91,6 +98,22 @@ def _run(ts, gen, what: str):
         return e.value
 
 
+def _shm(ts, what=None, nbytes: int = 0):
+    """``ts``'s shared-memory team when it takes collective ``what`` of
+    ``nbytes`` (None: one it never takes).  Every collective calls this, so
+    members count the same calls; the team forms at the second (collective;
+    None on every member when one cannot join)."""
+    t = ts.shm
+    if t is None:
+        ts.shm_calls += 1
+        if ts.shm_calls < 2:
+            return None
+        t = ts.shm = engine.form_shm_team(ts) or False
+    if not t or what is None or nbytes > t.limits[what]:
+        return None
+    return t
+
+
 def ring_allgather(ts, buf: np.ndarray, offsets) -> None:
     """Ring allgather: block i is ``buf[offsets[i]:offsets[i+1]]``, this PE's
     block already in place."""
@@ -133,6 +156,10 @@ def broadcast(target, source, root: int, size=None, team=None) -> None:
     buf = _u8(t)[:size * t.itemsize]
     if ts.me == root:
         buf[:] = _u8(s)[:buf.size]
+    team = _shm(ts, "bcast", buf.nbytes)
+    if team is not None:
+        team.bcast(buf, root)
+        return
     _run(ts, engine.bcast(ts, buf, root), "broadcast")
 
 
@@ -147,6 +174,10 @@ def fcollect(target, source, size=None, team=None) -> None:
     b = size * t.itemsize
     buf = _u8(t)
     buf[ts.me * b:(ts.me + 1) * b] = _u8(s)[:b]
+    team = _shm(ts, "allgather", b * ts.n)
+    if team is not None:
+        team.allgather(buf[ts.me * b:(ts.me + 1) * b], buf[:b * ts.n])
+        return
     ring_allgather(ts, buf, [i * b for i in range(ts.n + 1)])
 
 
@@ -160,6 +191,7 @@ def collect(target, source, size=None, team=None) -> None:
         raise InvalidArray(f"collect size {size} exceeds the source ({s.size})")
     sizes = np.zeros(ts.n, np.int64)
     sizes[ts.me] = size
+    _shm(ts)
     ring_allgather(ts, _u8(sizes), [i * 8 for i in range(ts.n + 1)])
     offs = np.concatenate(([0], np.cumsum(sizes))) * t.itemsize
     if offs[-1] > t.nbytes:
@@ -184,6 +216,10 @@ def _a2a_size(t, s, size, n, tst=1, sst=1):
 
 def _alltoall(ts, send, recv, block: int) -> None:
     """Block j of ``send`` goes to team PE j, block i of ``recv`` comes from PE i."""
+    team = _shm(ts, "alltoall", block * ts.n)
+    if team is not None:
+        team.alltoall(send[:block * ts.n], recv[:block * ts.n])
+        return
     cut = range(0, ts.n * block, block) if block else [0] * ts.n
     _run(ts, engine.alltoall(ts, [send[o:o + block] for o in cut],
                              [recv[o:o + block] for o in cut]), "alltoall")
@@ -224,7 +260,11 @@ def reduce(target, source, op=OP_SUM, size=None, team=None) -> None:
     elif not 0 <= size <= min(t.size, s.size):
         raise InvalidArray(f"size {size} exceeds the target ({t.size}) or source ({s.size})")
     out = np.empty(size, t.dtype)
-    _run(ts, engine.allreduce(ts, s[:size], fn, out), "reduce")
+    team = _shm(ts, "allreduce", out.nbytes)
+    if team is not None:
+        team.allreduce(np.ascontiguousarray(s[:size]), out, fn.combine_to)
+    else:
+        _run(ts, engine.allreduce(ts, s[:size], fn, out), "reduce")
     t[:size] = out
 
 

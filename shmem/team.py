@@ -54,6 +54,8 @@ class TeamState:
         self.seq = 0
         self.config = {"num_contexts": 0}
         self.config.update(config or {})
+        self.shm = None if self.n > 1 else False    # its ShmTeam (coll.py), False: none
+        self.shm_calls = 0
         self._words = np.frombuffer(rt.heap.view(slot * ROUNDS * 8, ROUNDS * 8), np.uint64)
         # the peers this member signals in each round, resolved once
         self._targets = []
@@ -130,6 +132,9 @@ class TeamState:
 
     def release(self) -> None:
         self._words[:] = 0
+        if self.shm:
+            self.shm.close()
+        self.shm = False
 
 
 class TeamRegistry:
