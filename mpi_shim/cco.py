@@ -68,11 +68,11 @@ def _operand(sendbuf, recvbuf):
     straight into.  The algorithms never write into their operand."""
     if _plain(recvbuf) and recvbuf.flags.writeable:
         if sendbuf is IN_PLACE:
-            return _view(recvbuf), recvbuf, G.Codec(recvbuf.dtype, recvbuf.size)
+            return _view(recvbuf), recvbuf, engine.Codec(recvbuf.dtype, recvbuf.size)
         if _plain(sendbuf) and sendbuf.dtype == recvbuf.dtype and sendbuf.size == recvbuf.size:
-            return _view(sendbuf), recvbuf, G.Codec(sendbuf.dtype, sendbuf.size)
+            return _view(sendbuf), recvbuf, engine.Codec(sendbuf.dtype, sendbuf.size)
     elif recvbuf is None and _plain(sendbuf):
-        return _view(sendbuf), None, G.Codec(sendbuf.dtype, sendbuf.size)
+        return _view(sendbuf), None, engine.Codec(sendbuf.dtype, sendbuf.size)
     rm = parse(recvbuf, writable=True) if recvbuf is not None else None
     if sendbuf is IN_PLACE:
         if rm is None:
@@ -83,7 +83,7 @@ def _operand(sendbuf, recvbuf):
     if rm is not None and sendbuf is not IN_PLACE:
         _same(sm, rm, sm.count)
     x = np.array(typed(sm), copy=True)
-    return x, rm, G.Codec(x.dtype, len(x))
+    return x, rm, engine.Codec(x.dtype, len(x))
 
 
 def _alltoall_parts(c, sendbuf, recvbuf, vector=False):
@@ -188,7 +188,7 @@ class Coll:
                 return S.run(t.barrier)
         if c is not None and c.remote is None and ENGINE.worker.tr is None:
             try:
-                G.barrier_now(c)         # the same rounds, straight (coll.py)
+                engine.barrier_now(c)    # the same rounds, straight (ucxpy.coll)
             except ucxpy.UcxpyError as e:
                 raise translate(e) from None
             return
@@ -228,10 +228,10 @@ class Coll:
         G.check_root(c, root)
         m = parse(buf, writable=c.rank != root)
         if c.rank == root:
-            yield from G.g_bcast(c, m.pack(), root)
+            yield from engine.bcast(c, m.pack(), root)
         else:
             d = G._Dst(m)
-            yield from G.g_bcast(c, d.buf, root)
+            yield from engine.bcast(c, d.buf, root)
             d.done()
 
     def Bcast(self, buf, root: int = 0) -> None:
@@ -264,7 +264,7 @@ class Coll:
             if mv.nbytes and mv.c_contiguous and (c.rank == root or not mv.readonly) \
                     and _PLAIN_FORMATS.get(mv.format) is not None:
                 try:
-                    G.bcast_now(c, mv, root)     # the same tree, straight (coll.py)
+                    engine.bcast_now(c, mv, root)    # the same tree, straight (ucxpy.coll)
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
                 return
@@ -285,7 +285,7 @@ class Coll:
             G.check_inter_root(c, root)
             return (yield from G.g_inter_bcast_obj(c, obj, root))
         G.check_root(c, root)
-        return (yield from G.g_bcast_obj(c, obj, root))
+        return (yield from engine.bcast_obj(c, obj, root))
 
     def bcast(self, obj, root: int = 0):
         """Broadcast a Python object from one process to all other processes."""
@@ -304,18 +304,18 @@ class Coll:
         if c.remote is not None:
             G.check_inter_root(c, root)
             if root == PROC_NULL:
-                return (yield from G.g_inter_reduce(c, None, op, root, G.Codec()))
+                return (yield from G.g_inter_reduce(c, None, op, root, engine.Codec()))
             if root == ROOT:
                 rm = parse(recvbuf, writable=True)
                 x = typed(rm)
-                res = yield from G.g_inter_reduce(c, None, op, root, G.Codec(x.dtype, len(x)))
+                res = yield from G.g_inter_reduce(c, None, op, root, engine.Codec(x.dtype, len(x)))
                 store(rm, res)
                 return
             x, _, codec = _operand(sendbuf, None)
             return (yield from G.g_inter_reduce(c, x, op, root, codec))
         G.check_root(c, root)
         x, rm, codec = _operand(sendbuf, recvbuf if c.rank == root else None)
-        res = yield from G.g_reduce(c, x, op, root, codec)
+        res = yield from engine.reduce(c, x, op, root, codec)
         if c.rank == root:
             store(rm, res)
 
@@ -352,7 +352,7 @@ class Coll:
             return
         x, rm, codec = _operand(sendbuf, recvbuf)
         out = rm.reshape(-1) if type(rm) is np.ndarray else None
-        res = yield from G.g_allreduce(c, x, op, codec, out)
+        res = yield from engine.allreduce(c, x, op, out, codec)
         if res is not out:               # (the ring builds the result in recvbuf)
             store(rm, res)
 
@@ -386,7 +386,7 @@ class Coll:
                     and x.nbytes < ALLREDUCE_RING_MIN:
                 # plain arrays, recursive doubling: the same rounds, straight (coll.py)
                 try:
-                    G.allreduce_now(c, x, op, recvbuf.reshape(-1))
+                    engine.allreduce_now(c, x, op, recvbuf.reshape(-1))
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
                 return
@@ -407,7 +407,7 @@ class Coll:
             raise Exception(ERR_COMM, "scans are not defined on intercommunicators")
         _check_op(op)
         x, rm, codec = _operand(sendbuf, recvbuf)
-        res = yield from G.g_scan(c, x, op, codec, exclusive)
+        res = yield from engine.scan(c, x, op, codec, exclusive)
         if res is not None:
             store(rm, res)
 
@@ -456,7 +456,7 @@ class Coll:
             full = np.array(typed(parse(sendbuf)), copy=True)
             if block:
                 counts = [rm.count] * n
-            yield from G.g_inter_reduce_scatter(c, full, op, G.Codec(full.dtype, len(full)),
+            yield from G.g_inter_reduce_scatter(c, full, op, engine.Codec(full.dtype, len(full)),
                                                 rm, counts)
             return
         total = sum(counts)
@@ -472,8 +472,8 @@ class Coll:
             sm = parse(sendbuf)
             _same(sm, rm, total)
             full = np.array(typed(sm), copy=True)
-        codec = G.Codec(full.dtype, len(full))
-        res = yield from G.g_allreduce(c, full, op, codec)
+        codec = engine.Codec(full.dtype, len(full))
+        res = yield from engine.allreduce(c, full, op, codec=codec)
         start = sum(counts[:c.rank])
         store(Msg(rm.view, counts[c.rank], rm.dtype, rm.offset),
               res[start:start + counts[c.rank]])
@@ -511,9 +511,9 @@ class Coll:
         c = self._impl()
         if c.remote is not None:
             G.check_inter_root(c, root)
-            return (yield from G.g_inter_reduce(c, obj, op, root, G.Codec()))
+            return (yield from G.g_inter_reduce(c, obj, op, root, engine.Codec()))
         G.check_root(c, root)
-        return (yield from G.g_reduce(c, obj, op, root, G.Codec()))
+        return (yield from engine.reduce(c, obj, op, root, engine.Codec()))
 
     def reduce(self, sendobj, op=SUM, root: int = 0):
         """Reduce Python objects to root."""
@@ -526,8 +526,8 @@ class Coll:
     def _g_allreduce(self, obj, op):
         c = self._impl()
         if c.remote is not None:
-            return G.g_inter_allreduce(c, obj, op, G.Codec())
-        return G.g_allreduce(c, obj, op, G.Codec())
+            return G.g_inter_allreduce(c, obj, op, engine.Codec())
+        return engine.allreduce(c, obj, op, codec=engine.Codec())
 
     def allreduce(self, sendobj, op=SUM):
         """Reduce Python objects to all processes."""
@@ -541,7 +541,7 @@ class Coll:
         c = self._impl()
         if c.remote is not None:
             raise Exception(ERR_COMM, "scans are not defined on intercommunicators")
-        return G.g_scan(c, obj, op, G.Codec(), exclusive)
+        return engine.scan(c, obj, op, engine.Codec(), exclusive)
 
     def scan(self, sendobj, op=SUM):
         """Inclusive scan of Python objects."""
@@ -742,7 +742,7 @@ class Coll:
                     and total // c.size <= _ALLTOALL_NOW_MAX:
                 step = total // c.size
                 try:                             # the same messages, straight (coll.py)
-                    G.alltoall_now(c, [pair[0][i * step:(i + 1) * step] for i in range(c.size)],
+                    engine.alltoall_now(c, [pair[0][i * step:(i + 1) * step] for i in range(c.size)],
                                    [pair[1][i * step:(i + 1) * step] for i in range(c.size)])
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
@@ -805,7 +805,7 @@ class Coll:
             G.check_inter_root(c, root)
             return G.g_inter_gather_obj(c, obj, root)
         G.check_root(c, root)
-        return G.g_gather_obj(c, obj, root)
+        return engine.gather_obj(c, obj, root)
 
     def _g_scatter(self, objs, root):
         c = self._impl()
@@ -813,12 +813,12 @@ class Coll:
             G.check_inter_root(c, root)
             return G.g_inter_scatter_obj(c, objs, root)
         G.check_root(c, root)
-        return G.g_scatter_obj(c, objs, root)
+        return engine.scatter_obj(c, objs, root)
 
     def _g_allgather(self, obj):
         c = self._impl()
         return G.g_inter_allgather_obj(c, obj) if c.remote is not None else \
-            G.g_allgather_obj(c, obj)
+            engine.allgather_obj(c, obj)
 
     def _g_alltoall(self, objs):
         return G.g_alltoall_obj(self._impl(), objs)

@@ -85,6 +85,10 @@ class CommImpl:
     def worker(self):
         return ENGINE.worker
 
+    @property
+    def wait_until(self):
+        return ENGINE.wait_until             # (lets other threads in: THREAD_MULTIPLE)
+
     def check(self) -> None:
         """Raise ERR_REVOKED once revoked (before every collective round)."""
         if self.revoked:

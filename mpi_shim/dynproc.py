@@ -110,14 +110,16 @@ def address_of(wid) -> bytes:
 
 
 def _next_ctx_max(c) -> int:
-    from .coll import _MAX, Codec, g_allreduce, run
+    from ucxpy import coll as engine
+    from .coll import _MAX, run
     from .comm import next_ctx_value
-    return int(run(g_allreduce(c, next_ctx_value(), _MAX, Codec())))
+    return int(run(engine.allreduce(c, next_ctx_value(), _MAX, codec=engine.Codec())))
 
 
 def _share(c, root, value):
-    from .coll import g_bcast_obj, run
-    return run(g_bcast_obj(c, value, root))
+    from ucxpy.coll import bcast_obj
+    from .coll import run
+    return run(bcast_obj(c, value, root))
 
 
 def _intercomm(comm, c, ctx, remote_addrs):

@@ -52,7 +52,6 @@ class Engine:
         self.me = 0                  # own wid
         self.eps = {}                # wid -> ucxpy Endpoint
         self.probing = []            # pickled receives waiting for a message, in post order
-        self.anysize = []            # collective receives of unknown size: [src, tag, ureq]
         self._tried = None           # the unexpected arrivals when they last were tried
         self._retry_at = 0.0         # when they are tried anyway (failed peers)
         self.hooks = []              # extra progress functions (nonblocking protocols)
@@ -79,8 +78,9 @@ class Engine:
 
     # -- progress ---------------------------------------------------------------
     def _progress_hook(self) -> int:
-        """Serve receives that wait for a message to arrive (run by every
-        ``worker.progress()``, so they advance inside any blocking call).
+        """Serve pickled receives (:class:`.ops.PickleRecvOp`) that wait for
+        their message by matched probe (run by every ``worker.progress()``,
+        so they advance inside any blocking call).
 
         They are tried again only when a message joined the unexpected
         queue since their last try (a new one is tried when it is added,
@@ -88,19 +88,13 @@ class Engine:
         ends them too).  Hundreds of outstanding pickled receives are then no
         scan per progress pass, only per message that arrives unexpected."""
         n = 0
-        if self.probing or self.anysize:
+        if self.probing:
             key = self.worker.matcher.arrivals
             if key != self._tried or time.monotonic() >= self._retry_at:
                 self._retry_at = time.monotonic() + RETRY_INTERVAL
-                if self.probing:
-                    for op in list(self.probing):
-                        if op.try_match():
-                            n += 1
-                if self.anysize:
-                    for item in list(self.anysize):
-                        if self.match_anysize(item):
-                            self.anysize.remove(item)
-                            n += 1
+                for op in list(self.probing):
+                    if op.try_match():
+                        n += 1
                 self._tried = key
         if self.hooks:
             for fn in list(self.hooks):
@@ -114,28 +108,9 @@ class Engine:
         return self._tried == self.worker.matcher.arrivals
 
     def recv_anysize(self, src: int, tag: int):
-        """A ucxpy Request completing with a bytearray holding the message
-        from wid ``src`` with exactly ``tag``, whatever its size."""
-        item = [src, tag, ucxpy.Request(self.worker)]
-        if not self.match_anysize(item):
-            self.anysize.append(item)       # (tried: only what arrives next can match)
-        return item[2]
-
-    def match_anysize(self, item) -> bool:
-        src, tag, req = item
-        w = self.worker
-        m = w.tag_peek(tag, FULL, src, remove=True)
-        if m is None:
-            ep = self.eps.get(src)
-            if ep is not None and ep.failed is not None:
-                req.complete(None, ep.failed)
-                return True
-            return False
-        n = m.info.length
-        buf = bytearray(n)
-        r = w.tag_recv_message_nb(buf, m)
-        r.add_done_callback(lambda r: req.complete(buf if r.exc is None else None, r.exc))
-        return True
+        """A ucxpy receive of the message from wid ``src`` with exactly
+        ``tag``, whatever its size (its bytes: the request's ``buf``)."""
+        return self.worker.tag_recv_any_nb(tag, FULL, src)
 
     def progress(self) -> int:
         try:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import zlib
 
-from .coll import Codec, _MAX, g_allreduce, g_bcast_obj, leader_swap, run
+from ucxpy import coll as engine
+
+from .coll import _MAX, leader_swap, run
 from .comm import Comm, CommImpl, Intracomm, claim_ctx, new_ctx, next_ctx_value, register_kind
-from .engine import CTX_SHIFT, ENGINE, KIND_CGRP, KIND_CTRL, TAG_UB
+from .engine import CTX_SHIFT, ENGINE, FULL, KIND_CGRP, KIND_CTRL, TAG_UB
 from .errhandler import Errhandler
 from .exceptions import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_RANK, ERR_TAG, Exception
 from .group import Group, UNDEFINED
@@ -28,28 +30,28 @@ def _check_leader(c: CommImpl, leader, what):
 
 def _exchange(dest_wid, tag, payload):
     """Leader to leader: send ``payload`` (any object) and receive the peer's."""
-    from .coll import obj_recv_req, obj_send_req
-    rreq = obj_recv_req(dest_wid, tag)
-    sreq = obj_send_req(dest_wid, tag, payload)
+    import pickle
+    rreq = ENGINE.worker.tag_recv_any_nb(tag, FULL, dest_wid)
+    sreq = ENGINE.ep(dest_wid).tag_send_nb(pickle.dumps(payload, pickle.HIGHEST_PROTOCOL), tag)
     return run(_wait_pair(sreq, rreq))
 
 
 def _wait_pair(sreq, rreq):
     import pickle
     yield [sreq, rreq]
-    return pickle.loads(rreq.result)
+    return pickle.loads(rreq.buf)
 
 
 def _agree_local_then_leaders(local: CommImpl, leader, talk):
     """Max of next free context ids over the local group, combined by the
     leaders through ``talk((members, maxctx)) -> (remote members, remote max)``,
     broadcast to the group.  Returns ``(remote members, ctx)``."""
-    mx = run(g_allreduce(local, next_ctx_value(), _MAX, Codec()))
+    mx = run(engine.allreduce(local, next_ctx_value(), _MAX, codec=engine.Codec()))
     out = None
     if local.rank == leader:
         remote, rmx = talk((local.group, mx))
         out = (tuple(remote), max(mx, rmx))
-    remote, ctx = run(g_bcast_obj(local, out, leader))
+    remote, ctx = run(engine.bcast_obj(local, out, leader))
     return remote, claim_ctx(ctx)
 
 

@@ -155,6 +155,12 @@ class Op(Handle):
         return self._h.commute
 
     is_commutative = property(Is_commutative, doc="Is a commutative operation.")
+
+    @property
+    def commutative(self) -> bool:
+        """Whether ucxpy's collective engine may combine in any order
+        (REPLACE and NO_OP keep rank order)."""
+        return self.Is_commutative() and self.name not in ("REPLACE", "NO_OP")
     is_predefined = property(lambda self: self._h is None or self._h.predefined,
                              doc="Is a predefined operation.")
 

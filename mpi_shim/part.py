@@ -137,7 +137,7 @@ class PrecvOp(_PartOp):
         if req.exc is not None:
             self.exc = req.exc
             return
-        data = req.result
+        data = req.buf
         j, ps = _HDR.unpack_from(data)
         self.nsend = ps
         lo, hi = self.size * j // ps, self.size * (j + 1) // ps

@@ -26,7 +26,8 @@ from typing import Optional
 import numpy as np
 
 import ucxpy
-from ucxpy.schedules import team_max
+from ucxpy import coll as engine
+from ucxpy.schedules import team_max  # noqa: F401  (cco.py reads S.team_max)
 from ucxpy.shmteam import ShmTeam
 
 from .engine import ENGINE
@@ -63,9 +64,10 @@ def usable(c) -> Optional[ShmTeam]:
 
 
 def _form(c) -> Optional[ShmTeam]:
-    from .coll import g_allgather_obj, run
-    t = ShmTeam.create(ENGINE.worker, c.rank, c.eps, lambda obj: run(g_allgather_obj(c, obj)),
-                       wait=ENGINE.wait_until)
+    try:
+        t = engine.form_shm_team(c, wait=ENGINE.wait_until)
+    except ucxpy.UcxpyError as e:
+        raise translate(e) from None
     if t is not None:
         ref = weakref.ref(c)
         t.check = lambda: _check(ref())

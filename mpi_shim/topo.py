@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from ucxpy import coll as engine
+
 from . import coll as G
 from .comm import CommImpl, Intracomm, new_ctx, register_kind
 from .datatype import parse, sub
@@ -314,11 +316,11 @@ def g_neighbor(c, sparts, rparts):
             continue
         d = G._Dst(rparts[j])
         dsts.append(d)
-        reqs.append(G._rcv(c, src, d.buf, tag | rt[j]))
+        reqs.append(engine.post_recv(c, src, d.buf, tag | rt[j]))
     for k, dst in enumerate(outs):
         if dst == PROC_NULL:
             continue
-        reqs.append(G._snd(c, dst, sparts[k].pack(), tag | st[k]))
+        reqs.append(engine.post_send(c, dst, sparts[k].pack(), tag | st[k]))
     yield reqs
     for d in dsts:
         d.done()
@@ -333,12 +335,12 @@ def g_neighbor_obj(c, objs, gather):
         objs = list(objs) if objs is not None else [None] * len(outs)
         if len(objs) != len(outs):
             raise ValueError(f"expected {len(outs)} objects, got {len(objs)}")
-    recvs = {j: G._rcv_any(c, src, tag | rt[j]) for j, src in enumerate(ins) if src != PROC_NULL}
+    recvs = {j: engine.post_recv_any(c, src, tag | rt[j]) for j, src in enumerate(ins) if src != PROC_NULL}
     data = pickle.dumps(objs, pickle.HIGHEST_PROTOCOL) if gather else None
-    sends = [G._snd(c, dst, data if gather else pickle.dumps(objs[k], pickle.HIGHEST_PROTOCOL),
+    sends = [engine.post_send(c, dst, data if gather else pickle.dumps(objs[k], pickle.HIGHEST_PROTOCOL),
                     tag | st[k]) for k, dst in enumerate(outs) if dst != PROC_NULL]
     yield list(recvs.values()) + sends
-    return [pickle.loads(recvs[j].result) if j in recvs else None for j in range(len(ins))]
+    return [pickle.loads(recvs[j].buf) if j in recvs else None for j in range(len(ins))]
 
 
 class Topocomm(Intracomm):

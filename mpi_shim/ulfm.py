@@ -85,12 +85,6 @@ def _mark_revoked(c) -> None:
         if getattr(op.comm, "_h", None) is c:
             op.exc = exc
             ENGINE.probing.remove(op)
-    for item in list(ENGINE.anysize):               # collective receives of any size
-        src, tag, req = item
-        if (tag >> CTX_SHIFT) & ((1 << 20) - 1) == c.ctx and (src in c.group or (
-                c.remote is not None and src in c.remote)):
-            ENGINE.anysize.remove(item)
-            req.complete(None, exc)
 
 
 def revoke(c) -> None:
@@ -163,7 +157,7 @@ def g_agree(c, value, combine):
                 if r.exc is not None:
                     failed.add(w)
                     continue
-                v, theirs = pickle.loads(r.result)
+                v, theirs = pickle.loads(r.buf)
                 acc = combine(acc, v)
                 failed |= set(theirs)
             result = pickle.dumps((acc, sorted(failed)))
@@ -189,7 +183,7 @@ def g_agree(c, value, combine):
         except BaseException:
             failed.add(coord)           # the coordinator died: the next live one takes over
             continue
-        acc, theirs = pickle.loads(r.result)
+        acc, theirs = pickle.loads(r.buf)
         return acc, set(theirs) | failed
 
 

@@ -299,3 +299,15 @@ def test_sole_match_of_exact_and_bucketed_receives_against_each_other():
     assert m.sole_match(bucketed)
     assert [r.tag for r in m.requests_from(1)] == [0x117, 0x107, 0x107]
     assert [r.tag for r in m.requests_matching(0x100, 0xF00)] == [0x117, 0x107, 0x107]
+
+
+def test_a_receive_of_any_size_gets_a_buffer_of_the_message_size():
+    """``buf`` None: capacity ANY_SIZE, and deliver_eager makes a bytearray
+    of exactly the payload (empty included)."""
+    from ucxpy.tag import ANY_SIZE
+    for payload in (b"", b"xyz", bytes(range(200))):
+        r = RecvRequest(None, None, 1, 9, FULL_MASK, None)
+        assert r.capacity == ANY_SIZE and r.buf is None
+        deliver_eager(r, 1, 9, memoryview(payload))
+        assert r.done and type(r.buf) is bytearray and bytes(r.buf) == payload
+        assert tuple(r.result) == (1, 9, len(payload))

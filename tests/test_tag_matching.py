@@ -326,3 +326,34 @@ def test_bucketed_receives_and_the_notify_hook(tl):
         assert not m.buckets and not m.exact and not m.wild
     finally:
         p.close()
+
+
+def test_receive_of_any_size(pair):
+    """tag_recv_any_nb: the message's bytes in a buffer of exactly its size,
+    posted before or after the message, eager or rendezvous (the pair's
+    thresholds), matched in posting order with other receives, cancellable."""
+    a, b = pair.workers
+    ep = pair.eps[0][1]
+    big = bytes(range(256)) * 400                       # 100 KiB: rendezvous on most lanes
+    r = b.tag_recv_any_nb(3, source=0)
+    assert r.buf is None and not r.done
+    ep.tag_send_nb(big, 3)
+    (info,) = pair.wait(r)
+    assert info.length == len(big) and bytes(r.buf) == big and len(r.buf) == len(big)
+    ep.tag_send_nb(b"early", 4)                          # unexpected first
+    pair.drive(lambda: bool(b.matcher.unexpected), 10)
+    r = b.tag_recv_any_nb(4, source=0)
+    pair.wait(r)
+    assert bytes(r.buf) == b"early"
+    ep.tag_send_nb(b"", 5)                               # empty
+    r = b.tag_recv_any_nb(5)
+    assert pair.wait(r)[0].length == 0 and bytes(r.buf) == b""
+    fixed, any_ = bytearray(4), None
+    first = b.tag_recv_nb(fixed, 6, source=0)            # posted first: takes the first message
+    any_ = b.tag_recv_any_nb(6, source=0)
+    ep.tag_send_nb(b"one!", 6)
+    ep.tag_send_nb(b"second", 6)
+    pair.wait(first, any_)
+    assert bytes(fixed) == b"one!" and bytes(any_.buf) == b"second"
+    late = b.tag_recv_any_nb(7, source=0)
+    assert late.cancel() and late.done and b.matcher.wild == [] and not b.matcher.exact

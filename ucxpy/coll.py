@@ -14,7 +14,10 @@ A *team* is any object with
   calls its collectives in the same order, so the members agree on it); the
   low 8 bits are left zero, for the rounds of one collective;
 * ``check()``: raises if the team may no longer communicate (a revoked MPI
-  communicator); called before every round.
+  communicator); called before every round;
+* ``wait_until(cond, timeout=None, fast=None, on_events=False)``: how a
+  blocking collective waits (the worker's, or a layer's that also lets
+  other threads in).
 
 mpi_shim's communicators are teams as they are; :class:`Team` is a plain one
 for layers that have none (the torch backend, tests).
@@ -28,10 +31,19 @@ nonblocking collective moves whenever the process progresses.
 
 Data are flat numpy arrays (any dtype numpy has; a layer with other element
 types, such as bfloat16, passes a numpy view of the same item size) or
-writable byte buffers.  Reductions call ``op.combine_to(a, b, out)``: ``out
-= a (op) b`` elementwise, ``a`` holding the lower ranks' contributions, so
-an operation that does not commute still sees rank order where the
-algorithm keeps it.  :data:`NUMPY_OPS` are the usual ones over numpy.
+writable byte buffers; the ``*_obj`` collectives move Python objects
+(pickles, received whatever their size: :meth:`ucxpy.Worker.tag_recv_any_nb`).
+Reductions call ``op.combine_to(a, b, out)``: ``out = a (op) b``
+elementwise, ``a`` holding the lower ranks' contributions, so an operation
+that does not commute (``op.commutative`` false) still sees rank order where
+the algorithm keeps it; reductions of values that may be objects take a
+:class:`Codec` and call ``op(a, b)`` on objects.  :data:`NUMPY_OPS` are the
+usual ones over numpy.
+
+Blocking collectives of small buffers also have straight-line forms
+(``*_now``: the same rounds, tags and bytes as the generators, so members on
+either path interoperate): one eager send and one receive per round, which
+the native fast paths usually take at once.
 
 The algorithms (their schedules are :mod:`ucxpy.schedules`, pure rank
 arithmetic): dissemination barrier; binomial-tree broadcast and reduce;
@@ -59,10 +71,12 @@ from .schedules import (allreduce_algorithm, binomial_tree, block_bounds, halvin
                         recursive_doubling, ring_allreduce)
 from .tag import FULL_MASK, RESERVED_TAG_BASE
 
-__all__ = ["Team", "run", "CollRequest", "NUMPY_OPS", "SCRATCH", "barrier", "bcast", "reduce",
-           "allreduce", "allreduce_ring", "allreduce_hd", "allreduce_rd", "allgather",
-           "reduce_scatter", "gather", "scatter", "alltoall", "alltoallv", "allgather_obj",
-           "form_shm_team"]
+__all__ = ["Team", "run", "CollRequest", "Codec", "post_send", "post_recv", "post_recv_any", "NUMPY_OPS", "SCRATCH", "barrier", "bcast",
+           "bcast_obj", "bcast_value", "reduce", "allreduce", "allreduce_ring", "allreduce_hd",
+           "allreduce_rd", "allreduce_values", "scan", "allgather", "reduce_scatter", "gather",
+           "scatter", "alltoall", "alltoallv", "gather_obj", "scatter_obj", "allgather_obj",
+           "alltoall_obj", "form_shm_team", "barrier_now", "bcast_now", "allreduce_now",
+           "alltoall_now"]
 
 
 class Team:
@@ -85,6 +99,7 @@ class Team:
         self.base = RESERVED_TAG_BASE | (0xFE << 48) | (team_id << 32)
         self.seq = 0
         self.failed: Optional[BaseException] = None
+        self.wait_until = worker.wait_until
 
     def coll_tag(self) -> int:
         self.seq = (self.seq + 1) & 0xFFFFFF
@@ -98,12 +113,12 @@ class Team:
 # -- drivers --------------------------------------------------------------------------
 def run(team, gen, timeout: Optional[float] = None):
     """Run a collective generator to completion, blocking; its result."""
-    wait = team.worker.wait_until
+    wait = team.wait_until
     try:
         reqs = gen.send(None)
         while True:
             if not all(r.done for r in reqs):
-                wait(lambda: all(r.done for r in reqs), timeout, "collective", on_events=True)
+                wait(lambda: all(r.done for r in reqs), timeout, on_events=True)
             exc = next((r.exc for r in reqs if r.exc is not None), None)
             reqs = gen.throw(exc) if exc is not None else gen.send(None)
     except StopIteration as e:
@@ -228,15 +243,28 @@ class ScratchPool:
 SCRATCH = ScratchPool()
 
 
-# -- one round's messages -------------------------------------------------------------
-def _snd(t, dst, data, tag):
+# -- one round's messages (also for layers composing their own algorithms) ----------
+def post_send(t, dst, data, tag):
+    """One round's send to member ``dst`` (after ``t.check()``)."""
     t.check()
     return t.eps[dst].tag_send_nb(data, tag)
 
 
-def _rcv(t, src, buf, tag):
+def post_recv(t, src, buf, tag):
+    """One round's receive from member ``src`` into ``buf`` (after ``t.check()``)."""
     t.check()                # (a failed team between two rounds: do not wait for the next)
     return t.worker.tag_recv_nb(buf, tag, FULL_MASK, t.peers[src])
+
+
+def post_recv_any(t, src, tag):
+    """One round's receive of any size from member ``src`` (the bytes: the
+    request's ``buf`` once done)."""
+    t.check()
+    return t.worker.tag_recv_any_nb(tag, FULL_MASK, t.peers[src])
+
+
+def _dumps(obj) -> bytes:
+    return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
 
 
 def _bytes(a) -> memoryview:
@@ -249,70 +277,113 @@ def barrier(t):
     tag, n = t.coll_tag(), t.size
     dist, rnd = 1, 0
     while dist < n:
-        r = _rcv(t, (t.rank - dist) % n, bytearray(0), tag | rnd)
-        yield [_snd(t, (t.rank + dist) % n, b"", tag | rnd), r]
+        r = post_recv(t, (t.rank - dist) % n, bytearray(0), tag | rnd)
+        yield [post_send(t, (t.rank + dist) % n, b"", tag | rnd), r]
         dist, rnd = dist * 2, rnd + 1
 
 
 def bcast(t, data, root: int, tag: Optional[int] = None):
     """Binomial tree: ``data`` (writable bytes at every rank but the root)
-    becomes the root's.  Returns ``data``."""
+    becomes the root's; None at the others receives the root's bytes
+    whatever their size.  Returns the bytes."""
     tag = t.coll_tag() if tag is None else tag
     parent, children = binomial_tree(t.rank, t.size, root)
     if parent is not None:
-        yield [_rcv(t, parent, data, tag)]
+        if data is None:
+            r = post_recv_any(t, parent, tag)
+            yield [r]
+            data = r.buf
+        else:
+            yield [post_recv(t, parent, data, tag)]
     if children:
-        yield [_snd(t, child, data, tag) for child in children]
+        yield [post_send(t, child, data, tag) for child in children]
     return data
 
 
-def reduce(t, x, op, root: int, out=None):
-    """Binomial-tree reduce of the flat array ``x``; the result (in ``out``
-    when given) at the root, None elsewhere.  A non-commutative ``op``
-    (``op.commutative`` false) is reduced in rank order on a tree rooted at
-    rank 0, which forwards the result to ``root``."""
+class Codec:
+    """How reduction operands travel: numpy arrays of a fixed ``dtype`` and
+    ``count``, or (``dtype`` None) pickles of any Python values."""
+
+    __slots__ = ("dtype", "count")
+
+    def __init__(self, dtype=None, count=0):
+        self.dtype, self.count = dtype, count
+
+    @classmethod
+    def of(cls, x) -> "Codec":
+        return cls(x.dtype, len(x))
+
+    def enc(self, x):
+        return _bytes(np.ascontiguousarray(x)) if self.dtype is not None else _dumps(x)
+
+    def recv(self, t, src, tag):
+        if self.dtype is None:
+            return post_recv_any(t, src, tag), None
+        buf = bytearray(self.count * self.dtype.itemsize)
+        return post_recv(t, src, buf, tag), buf
+
+    def dec(self, req, buf):
+        if self.dtype is None:
+            return pickle.loads(req.buf)
+        return np.frombuffer(buf, self.dtype)
+
+    def combine(self, op, left, right):
+        """``left (op) right``: ``op(left, right)`` on objects, a new array by
+        ``op.combine_to`` on arrays."""
+        if self.dtype is None:
+            return op(left, right)
+        out = np.empty(len(left), self.dtype)
+        op.combine_to(left, right, out)
+        return out
+
+
+def reduce(t, x, op, root: int, codec: Optional[Codec] = None, out=None):
+    """Binomial-tree reduce; the result at the root (in ``out`` when given),
+    None elsewhere.  A non-commutative ``op`` (``op.commutative`` false) is
+    reduced in rank order on a tree rooted at rank 0, which forwards the
+    result to ``root``.  ``codec``: the operands' form (default: arrays
+    like ``x``)."""
+    codec = codec or Codec.of(x)
     tag, n = t.coll_tag(), t.size
     tree_root = root if op.commutative else 0
     vr = (t.rank - tree_root) % n
     acc = x
     mask = 1
-    raw = None
     while mask < n:
         if vr & mask == 0:
             child = vr | mask
             if child < n:
-                if raw is None:
-                    raw = SCRATCH.take(x.nbytes)
-                    dst = out if out is not None else np.empty_like(x)
-                other = raw[:x.nbytes].view(x.dtype)
-                yield [_rcv(t, (child + tree_root) % n, _bytes(raw[:x.nbytes]), tag)]
-                op.combine_to(acc, other, dst)
-                acc = dst
+                r, buf = codec.recv(t, (child + tree_root) % n, tag)
+                yield [r]
+                acc = codec.combine(op, acc, codec.dec(r, buf))
         else:
-            yield [_snd(t, ((vr & ~mask) + tree_root) % n, _bytes(acc), tag)]
+            yield [post_send(t, ((vr & ~mask) + tree_root) % n, codec.enc(acc), tag)]
             acc = None
             break
         mask <<= 1
-    if raw is not None:
-        SCRATCH.give(raw)
     if tree_root != root:
         if t.rank == tree_root:
-            yield [_snd(t, root, _bytes(acc), tag | 1)]
+            yield [post_send(t, root, codec.enc(acc), tag | 1)]
             acc = None
         elif t.rank == root:
-            acc = out if out is not None else np.empty_like(x)
-            yield [_rcv(t, tree_root, _bytes(acc), tag | 1)]
-    if acc is not None and out is not None and acc is not out:
+            r, buf = codec.recv(t, tree_root, tag | 1)
+            yield [r]
+            acc = codec.dec(r, buf)
+    if acc is not None and out is not None:
         out[...] = acc
         acc = out
     return acc
 
 
-def allreduce(t, x, op, out=None):
-    """Allreduce of the flat array ``x``: recursive doubling, or Rabenseifner
-    or the ring for large arrays and commutative ops
-    (:func:`ucxpy.schedules.allreduce_algorithm` decides).  Built in ``out``
-    (which may be ``x``: in place), else in a new array; returns it."""
+def allreduce(t, x, op, out=None, codec: Optional[Codec] = None):
+    """Allreduce: for arrays (``codec`` None or of a dtype), recursive
+    doubling, or Rabenseifner or the ring for large arrays and commutative
+    ops (:func:`ucxpy.schedules.allreduce_algorithm` decides), built in
+    ``out`` (which may be ``x``: in place) or a new array; for objects
+    (``codec.dtype`` None), recursive doubling of pickles.  Returns the
+    result."""
+    if codec is not None and codec.dtype is None:
+        return (yield from allreduce_values(t, x, op, codec))
     out = out if out is not None else np.empty_like(x)
     algo = allreduce_algorithm(x.nbytes, len(x), t.size, op.commutative)
     if algo == "ring":
@@ -320,6 +391,125 @@ def allreduce(t, x, op, out=None):
     if algo == "halving_doubling":
         return (yield from allreduce_hd(t, x, op, out))
     return (yield from allreduce_rd(t, x, op, out))
+
+
+def allreduce_values(t, x, op, codec: Codec):
+    """Recursive doubling of values in ``codec``'s form (objects, or arrays
+    combined into new ones); ranks beyond the largest power of two fold
+    first.  The same rounds, tags and operand order as :func:`allreduce_rd`."""
+    tag, rank = t.coll_tag(), t.rank
+    plan = recursive_doubling(rank, t.size)
+    acc = x
+    if plan.fold is not None:
+        kind, peer = plan.fold
+        if kind == "send":
+            yield [post_send(t, peer, codec.enc(acc), tag)]
+        else:
+            r, buf = codec.recv(t, peer, tag)
+            yield [r]
+            acc = codec.combine(op, codec.dec(r, buf), acc)
+    for rnd, peer in enumerate(plan.partners, 1):
+        r, buf = codec.recv(t, peer, tag | rnd)
+        yield [post_send(t, peer, codec.enc(acc), tag | rnd), r]
+        other = codec.dec(r, buf)
+        acc = codec.combine(op, other, acc) if peer < rank else codec.combine(op, acc, other)
+    if plan.unfold is not None:
+        kind, peer = plan.unfold
+        if kind == "send":
+            yield [post_send(t, peer, codec.enc(acc), tag | 0xFF)]
+        else:
+            r, buf = codec.recv(t, peer, tag | 0xFF)
+            yield [r]
+            acc = codec.dec(r, buf)
+    return acc
+
+
+def scan(t, x, op, codec: Codec, exclusive: bool = False):
+    """Recursive-doubling (ex)scan of values in ``codec``'s form; exscan
+    returns None at rank 0."""
+    tag, n, rank = t.coll_tag(), t.size, t.rank
+    partial = x
+    result = None if exclusive else x
+    mask, rnd = 1, 0
+    while mask < n:
+        dst = rank ^ mask
+        if dst < n:
+            r, buf = codec.recv(t, dst, tag | rnd)
+            yield [post_send(t, dst, codec.enc(partial), tag | rnd), r]
+            other = codec.dec(r, buf)
+            if rank > dst:
+                partial = codec.combine(op, other, partial)
+                result = other if result is None else codec.combine(op, other, result)
+            else:
+                partial = codec.combine(op, partial, other)
+        mask, rnd = mask * 2, rnd + 1
+    return result
+
+
+def bcast_obj(t, obj, root: int):
+    """The root's ``obj`` at every member (its pickle down the tree)."""
+    data = yield from bcast(t, _dumps(obj) if t.rank == root else None, root)
+    return obj if t.rank == root else pickle.loads(data)
+
+
+def bcast_value(t, val, root: int, codec: Codec):
+    """Broadcast a reduction value (an array of ``codec``'s shape, or any
+    object)."""
+    if codec.dtype is None:
+        return (yield from bcast_obj(t, val, root))
+    if t.rank == root:
+        yield from bcast(t, codec.enc(val), root)
+        return val
+    buf = bytearray(codec.count * codec.dtype.itemsize)
+    yield from bcast(t, buf, root)
+    return np.frombuffer(buf, codec.dtype)
+
+
+def seq_of(objs, n, what):
+    """``objs`` as a list of ``n`` (None: n Nones); ValueError otherwise."""
+    if objs is None:
+        return [None] * n
+    objs = list(objs)
+    if len(objs) != n:
+        raise ValueError(f"{what}: expected a sequence of {n} objects, got {len(objs)}")
+    return objs
+
+
+def gather_obj(t, obj, root: int):
+    """Every member's ``obj``, by rank, at the root (None elsewhere)."""
+    tag = t.coll_tag()
+    if t.rank != root:
+        yield [post_send(t, root, _dumps(obj), tag)]
+        return None
+    reqs = {i: post_recv_any(t, i, tag) for i in range(t.size) if i != root}
+    if reqs:
+        yield list(reqs.values())
+    return [obj if i == root else pickle.loads(reqs[i].buf) for i in range(t.size)]
+
+
+def scatter_obj(t, objs, root: int):
+    """The root's ``objs[i]`` at member i."""
+    tag = t.coll_tag()
+    if t.rank == root:
+        objs = seq_of(objs, t.size, "scatter")
+        sends = [post_send(t, i, _dumps(objs[i]), tag) for i in range(t.size) if i != root]
+        if sends:
+            yield sends
+        return objs[root]
+    r = post_recv_any(t, root, tag)
+    yield [r]
+    return pickle.loads(r.buf)
+
+
+def alltoall_obj(t, objs):
+    """Member i's ``objs[j]`` at member j, as element i."""
+    tag, n, me = t.coll_tag(), t.size, t.rank
+    objs = seq_of(objs, n, "alltoall")
+    reqs = {i: post_recv_any(t, i, tag) for i in range(n) if i != me}
+    sends = [post_send(t, i, _dumps(objs[i]), tag) for i in range(n) if i != me]
+    if reqs:
+        yield list(reqs.values()) + sends
+    return [objs[i] if i == me else pickle.loads(reqs[i].buf) for i in range(n)]
 
 
 def allreduce_ring(t, x, op, out=None):
@@ -340,18 +530,18 @@ def allreduce_ring(t, x, op, out=None):
     for sb, rb in plan.reduce_scatter:
         lo, hi = bounds[rb]
         buf = raw[:(hi - lo) * item]
-        r = _rcv(t, plan.left, memoryview(buf), tag | (k & 0xFF))
+        r = post_recv(t, plan.left, memoryview(buf), tag | (k & 0xFF))
         slo, shi = bounds[sb]
         src = x if k == 0 else acc
-        yield [_snd(t, plan.right, _bytes(src[slo:shi]), tag | (k & 0xFF)), r]
+        yield [post_send(t, plan.right, _bytes(src[slo:shi]), tag | (k & 0xFF)), r]
         op.combine_to(buf.view(acc.dtype), x[lo:hi], acc[lo:hi])
         k += 1
     SCRATCH.give(raw)
     for sb, rb in plan.allgather:
         lo, hi = bounds[rb]
-        r = _rcv(t, plan.left, _bytes(acc[lo:hi]), tag | (k & 0xFF))
+        r = post_recv(t, plan.left, _bytes(acc[lo:hi]), tag | (k & 0xFF))
         slo, shi = bounds[sb]
-        yield [_snd(t, plan.right, _bytes(acc[slo:shi]), tag | (k & 0xFF)), r]
+        yield [post_send(t, plan.right, _bytes(acc[slo:shi]), tag | (k & 0xFF)), r]
         k += 1
     return acc
 
@@ -371,15 +561,15 @@ def allreduce_hd(t, x, op, out=None):
         return _copied(x, acc)
     whole = _bytes(acc)
     if plan.fold is not None and plan.fold[0] == "send":
-        yield [_snd(t, plan.fold[1], _bytes(x), tag)]
-        yield [_rcv(t, plan.fold[1], whole, tag | 0xFF)]
+        yield [post_send(t, plan.fold[1], _bytes(x), tag)]
+        yield [post_recv(t, plan.fold[1], whole, tag | 0xFF)]
         return acc
     item = acc.dtype.itemsize
     raw = SCRATCH.take(x.nbytes)
     src = x
     if plan.fold is not None:
         buf = raw[:x.nbytes]
-        yield [_rcv(t, plan.fold[1], memoryview(buf), tag)]
+        yield [post_recv(t, plan.fold[1], memoryview(buf), tag)]
         op.combine_to(buf.view(acc.dtype), x, acc)
         src = acc
     bounds = block_bounds(len(acc), plan.nblocks)
@@ -389,8 +579,8 @@ def allreduce_hd(t, x, op, out=None):
         klo, khi = bounds[keep[0]][0], bounds[keep[1] - 1][1]
         slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
         buf = raw[:(khi - klo) * item]
-        r = _rcv(t, peer, memoryview(buf), tag | rnd)
-        yield [_snd(t, peer, _bytes(src[slo:shi]), tag | rnd), r]
+        r = post_recv(t, peer, memoryview(buf), tag | rnd)
+        yield [post_send(t, peer, _bytes(src[slo:shi]), tag | rnd), r]
         op.combine_to(buf.view(acc.dtype), src[klo:khi], acc[klo:khi])
         src = acc
     SCRATCH.give(raw)
@@ -398,10 +588,10 @@ def allreduce_hd(t, x, op, out=None):
         rnd += 1
         rlo, rhi = bounds[recv[0]][0], bounds[recv[1] - 1][1]
         slo, shi = bounds[send[0]][0], bounds[send[1] - 1][1]
-        r = _rcv(t, peer, whole[rlo * item:rhi * item], tag | rnd)
-        yield [_snd(t, peer, whole[slo * item:shi * item], tag | rnd), r]
+        r = post_recv(t, peer, whole[rlo * item:rhi * item], tag | rnd)
+        yield [post_send(t, peer, whole[slo * item:shi * item], tag | rnd), r]
     if plan.unfold is not None:
-        yield [_snd(t, plan.unfold[1], whole, tag | 0xFF)]
+        yield [post_send(t, plan.unfold[1], whole, tag | 0xFF)]
     return acc
 
 
@@ -421,14 +611,14 @@ def allreduce_rd(t, x, op, out):
     if plan.fold is not None:
         kind, peer = plan.fold
         if kind == "send":
-            yield [_snd(t, peer, _bytes(acc), tag)]
+            yield [post_send(t, peer, _bytes(acc), tag)]
         else:
-            yield [_rcv(t, peer, memoryview(buf), tag)]
+            yield [post_recv(t, peer, memoryview(buf), tag)]
             op.combine_to(other, acc, out)
             acc = out
     for rnd, peer in enumerate(plan.partners, 1):
-        r = _rcv(t, peer, memoryview(buf), tag | rnd)
-        yield [_snd(t, peer, _bytes(acc), tag | rnd), r]
+        r = post_recv(t, peer, memoryview(buf), tag | rnd)
+        yield [post_send(t, peer, _bytes(acc), tag | rnd), r]
         if peer < rank:
             op.combine_to(other, acc, out)
         else:
@@ -437,9 +627,9 @@ def allreduce_rd(t, x, op, out):
     if plan.unfold is not None:
         kind, peer = plan.unfold
         if kind == "send":
-            yield [_snd(t, peer, _bytes(acc), tag | 0xFF)]
+            yield [post_send(t, peer, _bytes(acc), tag | 0xFF)]
         else:
-            yield [_rcv(t, peer, _bytes(out), tag | 0xFF)]
+            yield [post_recv(t, peer, _bytes(out), tag | 0xFF)]
             acc = out
     SCRATCH.give(raw)
     if acc is not out:              # (one rank: nothing was combined)
@@ -460,7 +650,7 @@ def allgather(t, send, recv_blocks):
     for s in range(n - 1):
         out = recv_blocks[(rank - s) % n]
         into = recv_blocks[(rank - s - 1) % n]
-        yield [_snd(t, right, out, tag | (s & 0xFF)), _rcv(t, left, into, tag | (s & 0xFF))]
+        yield [post_send(t, right, out, tag | (s & 0xFF)), post_recv(t, left, into, tag | (s & 0xFF))]
     return recv_blocks
 
 
@@ -482,8 +672,8 @@ def reduce_scatter(t, blocks, op, out):
     for s in range(n - 1):
         b = (rank - s - 2) % n
         into = acc[s & 1]
-        r = _rcv(t, left, _bytes(into), tag | (s & 0xFF))
-        yield [_snd(t, right, _bytes(cur), tag | (s & 0xFF)), r]
+        r = post_recv(t, left, _bytes(into), tag | (s & 0xFF))
+        yield [post_send(t, right, _bytes(cur), tag | (s & 0xFF)), r]
         dst = out if s == n - 2 else into
         op.combine_to(into, blocks[b], dst)
         cur = dst
@@ -496,11 +686,11 @@ def gather(t, send, recv_blocks, root: int):
     elsewhere); all messages at once."""
     tag = t.coll_tag()
     if t.rank != root:
-        yield [_snd(t, root, send, tag)]
+        yield [post_send(t, root, send, tag)]
         return None
     if not _same(recv_blocks[root], send):
         _bytes(recv_blocks[root])[:] = _bytes(send)
-    reqs = [_rcv(t, i, recv_blocks[i], tag) for i in range(t.size) if i != root]
+    reqs = [post_recv(t, i, recv_blocks[i], tag) for i in range(t.size) if i != root]
     if reqs:
         yield reqs
     return recv_blocks
@@ -510,11 +700,11 @@ def scatter(t, send_blocks, recv, root: int):
     """The root's ``send_blocks[i]`` into rank i's ``recv``; all at once."""
     tag = t.coll_tag()
     if t.rank != root:
-        yield [_rcv(t, root, recv, tag)]
+        yield [post_recv(t, root, recv, tag)]
         return recv
     if not _same(recv, send_blocks[root]):
         _bytes(recv)[:] = _bytes(send_blocks[root])
-    reqs = [_snd(t, i, send_blocks[i], tag) for i in range(t.size) if i != root]
+    reqs = [post_send(t, i, send_blocks[i], tag) for i in range(t.size) if i != root]
     if reqs:
         yield reqs
     return recv
@@ -529,8 +719,8 @@ def alltoall(t, send_blocks, recv_blocks):
         raise ValueError("alltoall: this rank's own blocks differ in size")
     if not _same(recv_blocks[me], send_blocks[me]):
         _bytes(recv_blocks[me])[:] = _bytes(send_blocks[me])
-    reqs = [_rcv(t, i, recv_blocks[i], tag) for i in [(me - k) % n for k in range(1, n)]]
-    reqs += [_snd(t, i, send_blocks[i], tag) for i in [(me + k) % n for k in range(1, n)]]
+    reqs = [post_recv(t, i, recv_blocks[i], tag) for i in [(me - k) % n for k in range(1, n)]]
+    reqs += [post_send(t, i, send_blocks[i], tag) for i in [(me + k) % n for k in range(1, n)]]
     if reqs:
         yield reqs
     return recv_blocks
@@ -550,14 +740,17 @@ def alltoallv(t, send, send_counts, recv, recv_counts):
 
 
 def allgather_obj(t, obj):
-    """Every member's picklable ``obj``, by rank: the pickles' lengths, then
-    the pickles, by :func:`allgather`."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    lens = [bytearray(8) for _ in range(t.size)]
-    yield from allgather(t, len(data).to_bytes(8, "little"), lens)
-    blobs = [bytearray(int.from_bytes(n, "little")) for n in lens]
-    yield from allgather(t, data, blobs)
-    return [pickle.loads(b) for b in blobs]
+    """Every member's ``obj``, by rank.  Ring: each step forwards the pickle
+    received in the step before."""
+    tag, n, rank = t.coll_tag(), t.size, t.rank
+    blocks = [None] * n
+    blocks[rank] = _dumps(obj)
+    right, left = (rank + 1) % n, (rank - 1) % n
+    for s in range(n - 1):
+        r = post_recv_any(t, left, tag | (s & 0xFF))
+        yield [post_send(t, right, blocks[(rank - s) % n], tag | (s & 0xFF)), r]
+        blocks[(rank - s - 1) % n] = r.buf
+    return [obj if i == rank else pickle.loads(b) for i, b in enumerate(blocks)]
 
 
 def form_shm_team(t, wait=None):
@@ -567,6 +760,149 @@ def form_shm_team(t, wait=None):
     from .shmteam import ShmTeam
     return ShmTeam.create(t.worker, t.rank, t.eps,
                           lambda obj: run(t, allgather_obj(t, obj)), wait=wait)
+
+
+# -- blocking small collectives, straight-line ---------------------------------------
+# A blocking collective on small plain buffers runs the same schedule as its
+# generator above (same rounds, tags and bytes, so ranks on either path
+# interoperate) as straight-line code: each round is one eager send, which the
+# shm lane pushes natively, and one blocking receive, which ucxpy's native fast
+# path usually takes at once; no generator, request list or completion scan.
+# The layers choose this only without tracing (mpi_shim's spans are the
+# generators').
+
+_PLANS = {}
+
+
+def _plan(kind, *key):
+    """A cached schedule (plans are immutable and depend on ranks only)."""
+    k = (kind,) + key
+    p = _PLANS.get(k)
+    if p is None:
+        p = _PLANS[k] = (recursive_doubling if kind == "rd" else binomial_tree)(*key)
+    return p
+
+
+def _send_now(t, dst, data, tag):
+    """One round's send: None once the transport has the bytes (an eager
+    frame), else the request to wait for before ``data`` may change."""
+    r = t.eps[dst].tag_send_nb(data, tag)
+    return None if r.done and r.exc is None else r
+
+
+def _wait_now(t, r) -> None:
+    if not r.done:
+        t.wait_until(lambda: r.done)
+    if r.exc is not None:
+        raise r.exc
+
+
+def _recv_now(t, src, buf, tag) -> None:
+    """One round's blocking receive into ``buf``: ucxpy's native fast path
+    first, else a posted receive waited for (polling the fast path)."""
+    w = t.worker
+    wid = t.peers[src]
+    if w.tag_try_recv(buf, tag, FULL_MASK, wid) is None:
+        r = w.tag_recv_nb(buf, tag, FULL_MASK, wid)
+        if not r.done:
+            t.wait_until(lambda: r.done, fast=w.recv_poller(r))
+        if r.exc is not None:
+            raise r.exc
+
+
+_EMPTY = bytearray(0)
+
+
+def barrier_now(t) -> None:
+    """:func:`barrier`, blocking."""
+    t.check()
+    tag, n, rank = t.coll_tag(), t.size, t.rank
+    dist, rnd = 1, 0
+    while dist < n:
+        s = _send_now(t, (rank + dist) % n, b"", tag | rnd)
+        _recv_now(t, (rank - dist) % n, _EMPTY, tag | rnd)
+        if s is not None:
+            _wait_now(t, s)
+        dist, rnd = dist * 2, rnd + 1
+
+
+def bcast_now(t, data, root) -> None:
+    """:func:`bcast` of a buffer (the root's bytes, or where the others
+    receive them), blocking."""
+    t.check()
+    tag = t.coll_tag()
+    parent, children = _plan("tree", t.rank, t.size, root)
+    if parent is not None:
+        _recv_now(t, parent, data, tag)
+    pending = None
+    for child in children:
+        s = _send_now(t, child, data, tag)
+        if s is not None:
+            pending = pending or []
+            pending.append(s)
+    if pending:
+        for s in pending:
+            _wait_now(t, s)
+
+
+def allreduce_now(t, x, op, out) -> None:
+    """:func:`allreduce_rd` of flat numpy ``x`` into ``out``
+    (``x`` may be ``out``: IN_PLACE), blocking; the caller checked that
+    :func:`allreduce_algorithm` picks recursive doubling for it."""
+    t.check()
+    tag, rank = t.coll_tag(), t.rank
+    plan = _plan("rd", rank, t.size)
+    other = np.empty_like(out)
+    combine = op.combine_to
+    acc = x
+    if plan.fold is not None:
+        kind, peer = plan.fold
+        if kind == "send":                # sit out; the result comes back
+            s = _send_now(t, peer, acc, tag)
+            if s is not None:
+                _wait_now(t, s)              # (out may be x itself)
+            _recv_now(t, peer, out, tag | 0xFF)
+            return
+        _recv_now(t, peer, other, tag)
+        combine(other, acc, out)
+        acc = out
+    for rnd, peer in enumerate(plan.partners, 1):
+        s = _send_now(t, peer, acc, tag | rnd)
+        _recv_now(t, peer, other, tag | rnd)
+        if s is not None:
+            _wait_now(t, s)                  # before out, which it may send, changes
+        if peer < rank:
+            combine(other, acc, out)
+        else:
+            combine(acc, other, out)
+        acc = out
+    if plan.unfold is not None:           # ("send", peer): the result to the folded rank
+        s = _send_now(t, plan.unfold[1], acc, tag | 0xFF)
+        if s is not None:
+            _wait_now(t, s)
+    elif acc is not out:                  # a group of one
+        out[...] = acc
+
+
+def alltoall_now(t, sblocks, rblocks) -> None:
+    """:func:`alltoall` on small blocks, blocking: every send first
+    (eager frames), then each receive in the generator's order."""
+    t.check()
+    tag, n, me = t.coll_tag(), t.size, t.rank
+    rblocks[me][:] = sblocks[me]
+    pending = None
+    for k in range(1, n):
+        i = (me + k) % n
+        s = _send_now(t, i, sblocks[i], tag)
+        if s is not None:
+            pending = pending or []
+            pending.append(s)
+    for k in range(1, n):
+        i = (me - k) % n
+        _recv_now(t, i, rblocks[i], tag)
+    if pending:
+        for s in pending:
+            _wait_now(t, s)
 
 
 def _copied(x, out):

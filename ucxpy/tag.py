@@ -25,6 +25,10 @@ MPI order rules, kept here:
 An unexpected message is either eager (its bytes are kept) or a rendezvous
 request-to-send (only its descriptor is kept; data moves after the match).
 
+A receive of any size (``buf`` None, :meth:`ucxpy.Worker.tag_recv_any_nb`)
+matches like any other and gets a buffer of the message's size at the match
+(:data:`ANY_SIZE` is its capacity); the native paths never take it.
+
 A layer may ask to hear of some matches: when a posted receive is matched by
 a message whose tag has bits of ``notify_mask`` where the receive's mask
 ignores them, ``notify(req)`` runs when the receive completes (mpi_shim
@@ -42,6 +46,8 @@ ANY_SOURCE = -1
 FULL_MASK = 0xFFFF_FFFF_FFFF_FFFF
 #: tags whose top byte is 0xFF are reserved for ucxpy's own collectives
 RESERVED_TAG_BASE = 0xFF << 56
+#: the capacity of a receive of any size (its buffer is made at the match)
+ANY_SIZE = 1 << 62
 
 
 class RecvRequest(Request):
@@ -58,7 +64,7 @@ class RecvRequest(Request):
         self._callbacks = None
         self._cancel = cancel
         self.buf = buf
-        self.capacity = len(buf)
+        self.capacity = len(buf) if buf is not None else ANY_SIZE
         self.source = source
         self.tag = tag
         self.mask = mask
@@ -241,6 +247,8 @@ def deliver_eager(req: RecvRequest, source: int, tag: int, payload) -> None:
             f"message of {n} bytes from {source} (tag {tag:#x}) does not fit in "
             f"receive buffer of {req.capacity} bytes", n, req.capacity))
         return
-    if n:
+    if req.buf is None:                 # a receive of any size
+        req.buf = bytearray(payload)
+    elif n:
         req.buf[:n] = payload
     req.complete(TagInfo(source, tag, n))

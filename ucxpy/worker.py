@@ -353,7 +353,8 @@ class Worker:
         wait passes ``poll`` to :meth:`wait_until`, which tries it before
         each progress pass."""
         if type(req) is not RecvRequest or self.tr is not None or not self.config.fastpath \
-                or self.lock is not None or req.done or req.source == ANY_SOURCE:
+                or self.lock is not None or req.done or req.source == ANY_SOURCE \
+                or req.buf is None:
             return None
         found = self._fast_lane(req.source)
         if found is None:
@@ -411,6 +412,8 @@ class Worker:
                         del table[key]
                     continue
             nxt = q[0]
+            if nxt.buf is None:         # a receive of any size: progress() takes it
+                return
             n, got = recv(TAG_EAGER, tag, FULL_MASK, nxt.buf, 0)
             if n < 0:
                 return
@@ -647,7 +650,7 @@ class Worker:
         if tag & self.matcher.notify_mask & ~req.mask:
             req.add_done_callback(self.matcher.notify)
         n = len(payload)
-        if n <= req.capacity:       # the common case of deliver_eager, inlined
+        if n <= req.capacity and req.buf is not None:   # deliver_eager's common case, inlined
             if n:
                 req.buf[:n] = payload
             req.complete(TagInfo(src, tag, n))
@@ -681,6 +684,10 @@ class Worker:
                 f"message of {rts.size} bytes from {src} (tag {tag:#x}) does not fit "
                 f"in receive buffer of {req.capacity} bytes", rts.size, req.capacity))
             return
+        if req.buf is None:                 # a receive of any size
+            req.buf = bytearray(rts.size)
+            self.rndv.start_recv(rts, memoryview(req.buf), req, TagInfo(src, tag, rts.size))
+            return
         self.rndv.start_recv(rts, req.buf, req, TagInfo(src, tag, rts.size))
 
     def _deliver_unexpected(self, req, m: UnexpectedMessage):
@@ -713,10 +720,23 @@ class Worker:
             req = self._post_recv(self, buf, tag, tag_mask, source)
             if req is not None:
                 return req
-        mv = recv_view(buf)
         src = source if type(source) is int else self._source_id(source)
-        tag &= FULL_MASK
-        req = RecvRequest(self, mv, src, tag, tag_mask, self._cancel_recv)
+        return self._post(RecvRequest(self, recv_view(buf), src, tag & FULL_MASK, tag_mask,
+                                      self._cancel_recv))
+
+    def tag_recv_any_nb(self, tag: int = 0, tag_mask: int = FULL_MASK,
+                        source=ANY_SOURCE) -> Request:
+        """Like :meth:`tag_recv_nb`, for a message of any size: the request's
+        ``buf`` becomes a bytearray of exactly the message's bytes when it
+        matches; its result is the :class:`TagInfo`.  Ordered with every
+        other receive (MPI's matching rules), without a probe."""
+        src = source if type(source) is int else self._source_id(source)
+        return self._post(RecvRequest(self, None, src, tag & FULL_MASK, tag_mask,
+                                      self._cancel_recv))
+
+    def _post(self, req):
+        """Match a new receive with the unexpected queue, else post it."""
+        src, tag, tag_mask = req.source, req.tag, req.mask
         if self.tr is not None:
             self.tr.recv_posted(src, tag, tag_mask, req.capacity)
         if self.matcher.unexpected:

@@ -1,8 +1,10 @@
 """ucxpy.coll against numpy, on a plain Team over the job's endpoints
 (tests/test_coll_engine.py): every collective, every root, sizes choosing
 each allreduce algorithm, in place, uneven and empty all-to-all parts, a
-non-commutative reduction in rank order, nonblocking collectives two at a
-time, and a failed team raising before its next round.  Prints COLL OK."""
+non-commutative reduction in rank order, the object collectives (pickles of
+any size), reductions and scans of values, the straight-line blocking forms,
+nonblocking collectives two at a time, and a failed team raising before its
+next round.  Prints COLL OK."""
 import sys
 
 import numpy as np
@@ -75,7 +77,7 @@ def main():
             assert got is None
         out = np.zeros(2, np.int64)
         mine = np.array([rank + 2, 3 * rank + 1], np.int64)
-        got = run(coll.reduce(t, mine, Affine(), root, out))
+        got = run(coll.reduce(t, mine, Affine(), root, out=out))
         if rank == root:
             assert got is out and list(out) == list(affine_fold(n)), (out, affine_fold(n))
     # allgather, reduce_scatter, gather, scatter
@@ -107,6 +109,49 @@ def main():
     flat = bytearray(sum(rc) + 5)
     run(coll.alltoallv(t, b"".join(send), sc, flat, rc))
     assert bytes(flat[:sum(rc)]) == b"".join(bytes([i]) * sizes(i, rank) for i in range(n))
+    # Python objects: broadcast, gather, scatter, allgather, alltoall (any size)
+    for root in range(n):
+        got = run(coll.bcast_obj(t, {"root": root, "pad": "x" * 5000 * root}
+                                 if rank == root else None, root))
+        assert got == {"root": root, "pad": "x" * 5000 * root}
+        got = run(coll.gather_obj(t, ("r", rank), root))
+        assert got == ([("r", r) for r in range(n)] if rank == root else None)
+        got = run(coll.scatter_obj(t, [[root, r] for r in range(n)] if rank == root else None, root))
+        assert got == [root, rank]
+    assert run(coll.allgather_obj(t, "y" * rank)) == ["y" * r for r in range(n)]
+    assert run(coll.alltoall_obj(t, [(rank, j) for j in range(n)])) == [(r, rank) for r in range(n)]
+    # reductions of values: objects (op called as op(a, b), rank order kept) and arrays
+    concat = lambda a, b: a + b                                       # noqa: E731
+    concat.commutative = False
+    objs = coll.Codec()
+    want = "".join(str(r) for r in range(n))
+    assert run(coll.allreduce(t, str(rank), concat, codec=objs)) == want
+    for root in range(n):
+        got = run(coll.reduce(t, str(rank), concat, root, objs))
+        assert got == (want if rank == root else None), got
+    got = run(coll.scan(t, str(rank), concat, objs))
+    assert got == "".join(str(r) for r in range(rank + 1))
+    got = run(coll.scan(t, str(rank), concat, objs, exclusive=True))
+    assert got == (None if rank == 0 else "".join(str(r) for r in range(rank)))
+    x = np.full(3, rank + 1, np.int64)
+    got = run(coll.scan(t, x, SUM, coll.Codec.of(x)))
+    assert (got == sum(range(1, rank + 2))).all()
+    got = run(coll.bcast_value(t, x if rank == 0 else None, 0, coll.Codec.of(x)))
+    assert (got == 1).all()
+    # the straight-line blocking forms, interleaved with the generators
+    coll.barrier_now(t)
+    buf = bytearray(b"z" * 9) if rank == 0 else bytearray(9)
+    coll.bcast_now(t, buf, 0)
+    assert buf == b"z" * 9
+    y = np.full(6, float(rank))
+    out = np.empty_like(y)
+    coll.allreduce_now(t, y, SUM, out)
+    assert (out == sum(range(n))).all()
+    sb = [bytes([rank, j]) for j in range(n)]
+    rb = [bytearray(2) for _ in range(n)]
+    coll.alltoall_now(t, sb, rb)
+    assert rb == [bytearray([i, rank]) for i in range(n)]
+    run(coll.barrier(t))
     # two nonblocking collectives at once, completed in the other order
     a = coll.CollRequest(w.worker, coll.allreduce(t, np.full(7, rank, np.int64), SUM))
     b = coll.CollRequest(w.worker, coll.allgather(t, bytes([rank]), [bytearray(1) for _ in range(n)]))
