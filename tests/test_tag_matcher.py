@@ -311,3 +311,11 @@ def test_a_receive_of_any_size_gets_a_buffer_of_the_message_size():
         deliver_eager(r, 1, 9, memoryview(payload))
         assert r.done and type(r.buf) is bytearray and bytes(r.buf) == payload
         assert tuple(r.result) == (1, 9, len(payload))
+
+
+def test_a_fresh_matcher_hashes_no_buckets_and_notifies_nobody():
+    """A layer opts in (mpi_shim sets these at attach): by default no mask is
+    bucketed and no match is reported."""
+    m = TagMatcher()
+    assert m.bucket_mask is None and m.buckets == {}
+    assert m.notify_mask == 0 and type(m.notify_mask) is int and m.notify is None
