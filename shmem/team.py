@@ -101,6 +101,10 @@ class TeamState:
     def worker(self):
         return self.rt.worker
 
+    @property
+    def wait_until(self):
+        return self.rt.worker.wait_until
+
     def check(self) -> None:
         """Nothing to check between rounds: a failed peer fails the requests."""
 
