@@ -203,7 +203,7 @@ def test_halving_refuses_out_of_group_ranks(rank, n):
 
 def simulate_halving(n, count):
     """Run every rank's HalvingPlan on vectors of distinct numbers the way
-    mpi_shim.coll.g_allreduce_hd moves them; check on the way that each
+    ucxpy.coll.allreduce_hd moves them; check on the way that each
     round pairs two ranks whose send and keep/recv ranges mirror, and return
     (final vectors, expected sum, plans)."""
     from ucxpy.schedules import block_bounds, halving_doubling

@@ -161,7 +161,7 @@ for dt, mtype in (("i4", MPI.INT), ("i8", MPI.INT64_T), ("f4", MPI.FLOAT),
 # Rabenseifner in every group size, the fold of ranks beyond a power of two
 # included (the layer picks it for powers of two >= 4 only, so it is forced
 # here), counts from one element per rank up, IN_PLACE too
-import mpi_shim.coll as _coll  # noqa: E402
+import ucxpy.coll as _coll  # noqa: E402  (the collective engine picks the schedule)
 _saved = _coll.allreduce_algorithm
 _coll.allreduce_algorithm = lambda nb, cnt, n, com: \
     "halving_doubling" if com and cnt >= n > 1 else _saved(nb, cnt, n, com)

@@ -1,4 +1,4 @@
-"""Blocking small collectives run straight (mpi_shim.coll's *_now) next to
+"""Blocking small collectives run straight (ucxpy.coll's *_now) next to
 the generator schedules: ranks of one job take different paths (odd ranks
 pass buffer specs the direct path leaves to the parser, even ranks plain
 arrays), so each round's messages must match exactly.  Checks Barrier,
@@ -8,7 +8,7 @@ element types, a rendezvous-sized vector) and Alltoall, then prints
 import numpy as np
 
 from mpi_shim import MPI
-from mpi_shim import coll as G
+from ucxpy import coll as G
 
 #: calls of the straight-line collectives, counted to show which path ran
 taken = {}
