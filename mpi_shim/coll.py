@@ -202,12 +202,7 @@ def g_inter_bcast(c, data, root):
     if root == PROC_NULL:
         return None
     if c.rank == 0:
-        if data is None:
-            r = _rcv_any(c, root, tag)
-            yield [r]
-            data = r.buf
-        else:
-            yield [_rcv(c, root, data, tag)]
+        data = yield from engine.recv_round(c, root, data, tag)
     return (yield from engine.bcast(c.local, data, 0))
 
 

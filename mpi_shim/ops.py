@@ -284,63 +284,39 @@ def _trace_begin(gen, blocking):
 
 
 class GenOp(_Op):
-    """A nonblocking collective: a generator yielding lists of ucxpy requests,
-    resumed from completion callbacks when all of them are done."""
-    __slots__ = ("gen", "done", "exc", "result", "left", "reqs", "span")
+    """A nonblocking collective: the engine's :class:`ucxpy.coll.CollRequest`
+    (the generator resumed from completion callbacks when all requests of
+    its round are done), with its trace span and MPI's errors."""
+    __slots__ = ("req",)
 
     def __init__(self, gen):
-        self.gen, self.done, self.exc, self.result = gen, False, None, None
-        self.left, self.reqs = 0, ()
-        self.span = _trace_begin(gen, False)
+        span = _trace_begin(gen, False)
+        traced = span is not ucxpy.trace.NO_SPAN
+        started = []
+
+        def start():                # (the first round is posted: the algorithm shows)
+            started.append(True)
+            span.set(algorithm=_algorithm(gen))
         try:
             # argument errors (raised before the first message) surface at the call
-            first = gen.send(None)
-        except StopIteration as e:
-            self.result, self.done, self.gen = e.value, True, None
-            ucxpy.trace.end(self.span, algorithm=_coll_name(gen))
-            return
+            self.req = ucxpy.coll.CollRequest(ENGINE.worker, gen, start if traced else None)
         except ucxpy.UcxpyError as e:
             raise translate(e) from None
-        if self.span is not ucxpy.trace.NO_SPAN:
-            self.span.set(algorithm=_algorithm(gen))
-        self._step(first)
-
-    def _step(self, reqs=None):
-        gen = self.gen
-        try:
-            if reqs is None:
-                exc = next((r.exc for r in self.reqs if r.exc is not None), None)
-                reqs = gen.throw(exc) if exc is not None else gen.send(None)
-            while True:
-                pending = [r for r in reqs if not r.done]
-                if pending:
-                    self.reqs, self.left = reqs, len(pending)
-                    for r in pending:
-                        r.add_done_callback(self._one)
-                    return
-                exc = next((r.exc for r in reqs if r.exc is not None), None)
-                reqs = gen.throw(exc) if exc is not None else gen.send(None)
-        except StopIteration as e:
-            self.result = e.value
-        except BaseException as e:      # reported by Wait/Test
-            self.exc = e
-        self.done, self.reqs, self.gen = True, (), None
-        ucxpy.trace.end(self.span)
-
-    def _one(self, _r):
-        self.left -= 1
-        if self.left == 0:
-            self._step()
+        if traced:
+            if started:
+                self.req.add_done_callback(lambda _r: ucxpy.trace.end(span))
+            else:                   # (done without a message)
+                ucxpy.trace.end(span, algorithm=_coll_name(gen))
 
     def is_done(self):
-        return self.done
+        return self.req.done
 
     def finish(self, status):
-        if self.exc is not None:
-            raise translate(self.exc) from None
+        if self.req.exc is not None:
+            raise translate(self.req.exc) from None
         if status is not None:
             status._clear()
-        return self.result
+        return self.req.result
 
 
 def run(gen):

@@ -71,7 +71,8 @@ from .schedules import (allreduce_algorithm, binomial_tree, block_bounds, halvin
                         recursive_doubling, ring_allreduce)
 from .tag import FULL_MASK, RESERVED_TAG_BASE
 
-__all__ = ["Team", "run", "CollRequest", "Codec", "post_send", "post_recv", "post_recv_any", "NUMPY_OPS", "SCRATCH", "barrier", "bcast",
+__all__ = ["Team", "run", "CollRequest", "Codec", "post_send", "post_recv", "post_recv_any",
+           "recv_round", "NUMPY_OPS", "SCRATCH", "barrier", "bcast",
            "bcast_obj", "bcast_value", "reduce", "allreduce", "allreduce_ring", "allreduce_hd",
            "allreduce_rd", "allreduce_values", "scan", "allgather", "reduce_scatter", "gather",
            "scatter", "alltoall", "alltoallv", "gather_obj", "scatter_obj", "allgather_obj",
@@ -130,11 +131,13 @@ class CollRequest:
     callbacks once all the requests of its round completed.  ``done``,
     ``exc``, ``result`` like a :class:`ucxpy.Request`; ``wait()`` progresses
     the worker until done.  Errors raised before the first message (bad
-    arguments) surface at construction."""
+    arguments) surface at construction.  ``on_start()``, if given, runs once
+    the first round is posted, before anything waits (a layer names the
+    algorithm then, while the generator shows which one runs)."""
 
     __slots__ = ("worker", "gen", "done", "exc", "result", "left", "reqs", "callbacks")
 
-    def __init__(self, worker, gen):
+    def __init__(self, worker, gen, on_start=None):
         self.worker, self.gen = worker, gen
         self.done, self.exc, self.result = False, None, None
         self.left, self.reqs, self.callbacks = 0, (), []
@@ -143,6 +146,8 @@ class CollRequest:
         except StopIteration as e:
             self._finish(e.value, None)
             return
+        if on_start is not None:
+            on_start()
         self._step(first)
 
     def _step(self, reqs=None):
@@ -263,6 +268,17 @@ def post_recv_any(t, src, tag):
     return t.worker.tag_recv_any_nb(tag, FULL_MASK, t.peers[src])
 
 
+def recv_round(t, src, data, tag):
+    """A round of one receive from member ``src``: into ``data``, or (None)
+    of any size; returns the bytes."""
+    if data is None:
+        r = post_recv_any(t, src, tag)
+        yield [r]
+        return r.buf
+    yield [post_recv(t, src, data, tag)]
+    return data
+
+
 def _dumps(obj) -> bytes:
     return pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
 
@@ -289,12 +305,7 @@ def bcast(t, data, root: int, tag: Optional[int] = None):
     tag = t.coll_tag() if tag is None else tag
     parent, children = binomial_tree(t.rank, t.size, root)
     if parent is not None:
-        if data is None:
-            r = post_recv_any(t, parent, tag)
-            yield [r]
-            data = r.buf
-        else:
-            yield [post_recv(t, parent, data, tag)]
+        data = yield from recv_round(t, parent, data, tag)
     if children:
         yield [post_send(t, child, data, tag) for child in children]
     return data

@@ -107,22 +107,15 @@ class TagMatcher:
     def post(self, req: RecvRequest) -> None:
         self._seq += 1
         req.seq = self._seq
-        if req.source != ANY_SOURCE and req.mask == FULL_MASK:
-            key = (req.source, req.tag)
-            q = self.exact.get(key)
-            if q is None:
-                self.exact[key] = collections.deque((req,))
-            else:
-                q.append(req)
-        elif req.mask == self.bucket_mask and req.source != ANY_SOURCE:
-            key = (req.source, req.tag & req.mask)
-            q = self.buckets.get(key)
-            if q is None:
-                self.buckets[key] = collections.deque((req,))
-            else:
-                q.append(req)
-        else:
+        table, key = self._queue_of(req)
+        if table is None:
             self.wild.append(req)
+            return
+        q = table.get(key)
+        if q is None:
+            table[key] = collections.deque((req,))
+        else:
+            q.append(req)
 
     def _queue_of(self, req: RecvRequest):
         """The hash and key ``req`` sits under, or (None, None) for the list."""
