@@ -608,7 +608,8 @@ class Worker:
         self._failing[ep] = (time.monotonic() + CLOSE_GRACE, self._tick + 2 * COLD_EVERY, exc)
 
     def _bad_frame(self, tep, e):
-        exc = e if isinstance(e, ProtocolError) else ProtocolError(f"malformed frame: {e}")
+        exc = e if isinstance(e, ProtocolError) else \
+            ProtocolError(f"malformed frame: {type(e).__name__}: {e}")
         try:
             tep.close()
         finally:

@@ -33,7 +33,7 @@ def worker(t):
         total = dups[t].allreduce(t + rank)
         assert total == size * t + size * (size - 1) // 2, total
     except BaseException as exc:  # reported by the main thread
-        errors.append((t, repr(exc)))
+        errors.append((t, repr(exc), str(exc)))
 
 
 threads = [threading.Thread(target=worker, args=(t,)) for t in range(NTHREADS)]
