@@ -68,7 +68,7 @@ def _parse_size(text: str) -> int:
 
 
 def _reps(size: int, repeat: int) -> int:
-    return max(3, min(repeat, int(200e6 // max(size, 1))))
+    return max(8, min(repeat, int(200e6 // max(size, 1))))
 
 
 # -- the jobs ---------------------------------------------------------------------------

@@ -121,6 +121,11 @@ big = pool.take(ScratchPool.MAX_KEPT + 1); pool.give(big); assert all(f is not b
 for _ in range(ScratchPool.KEEP + 3):
     pool.give(np.empty(8, np.uint8))
 assert len(pool.free) == ScratchPool.KEEP
+# a full pool of small buffers keeps a large one (in place of the smallest),
+# and a take gets the smallest buffer that fits
+large = np.empty(1 << 20, np.uint8); pool.give(large)
+assert len(pool.free) == ScratchPool.KEEP and any(f is large for f in pool.free)
+assert pool.take(8) is not large and pool.take(4096) is large
 # the parser's plain path (whole contiguous arrays, bytes) gives what the
 # general parser gives; anything else still goes through the general one
 from mpi_shim import msgspec
