@@ -3,14 +3,16 @@
 each allreduce algorithm, in place, uneven and empty all-to-all parts, a
 non-commutative reduction in rank order, the object collectives (pickles of
 any size), reductions and scans of values, the straight-line blocking forms,
-nonblocking collectives two at a time, and a failed team raising before its
-next round.  Prints COLL OK."""
+nonblocking collectives two at a time, a failed team raising before its
+next round, and (ucxpy.intercoll) every collective between the job's two
+halves.  Prints COLL OK."""
 import sys
 
 import numpy as np
 
 import ucxpy
 from ucxpy import coll
+from ucxpy import intercoll as inter
 from ucxpy.schedules import ALLREDUCE_RING_MIN
 
 
@@ -38,6 +40,71 @@ def affine_fold(n):
             Affine().combine_to(acc, f, out)
             acc = out
     return acc
+
+
+def between_halves(w, rank, n):
+    """ucxpy.intercoll between ranks [0, h) and [h, n): every collective,
+    every root convention, checked against what each side sent."""
+    h = n // 2
+    mine, other = (range(0, h), range(h, n)) if rank < h else (range(h, n), range(0, h))
+    me, left = mine.index(rank), rank < h
+    p = inter.Pair(w.worker, [w.eps[r] for r in mine], [w.eps[r] for r in other], me,
+                   pair_id=9, local_id=10 if left else 11)
+    run = lambda g: coll.run(p, g, timeout=60)          # noqa: E731
+    m = len(other)
+    run(inter.barrier(p))
+    swapped = run(inter.leader_swap(p, ("leader", mine[0])))
+    assert swapped == ("leader", other[0]), swapped
+    # rooted: the left group's member 0 is the root, then the right group's last
+    for root_side_left, root_idx in ((True, 0), (False, len(range(h, n)) - 1)):
+        if left == root_side_left:
+            root = inter.ROOT if me == root_idx else inter.IDLE
+        else:
+            root = root_idx
+        root_rank = (0 if root_side_left else h) + root_idx
+        data = b"from %d" % root_rank
+        got = run(inter.bcast(p, data if root == inter.ROOT else None, root))
+        assert got == (None if root == inter.IDLE else data), got
+        buf = bytearray(len(data))
+        got = run(inter.bcast(p, data if root == inter.ROOT else buf, root))
+        assert root == inter.IDLE or bytes(buf if root != inter.ROOT else got) == data
+        assert run(inter.bcast_obj(p, {"r": root_rank}, root)) == \
+            (None if root in (inter.ROOT, inter.IDLE) else {"r": root_rank})
+        parts = [bytearray(3) for _ in range(m)]
+        run(inter.gather(p, bytes([rank]) * 3, parts, root))
+        if root == inter.ROOT:
+            assert parts == [bytearray([r]) * 3 for r in other], parts
+        outs = bytearray(2)
+        run(inter.scatter(p, [bytes([root_rank, r]) for r in other], outs, root))
+        if root >= 0:
+            assert outs == bytearray([root_rank, rank]), outs
+        got = run(inter.gather_obj(p, rank, root))
+        assert got == (list(other) if root == inter.ROOT else None), got
+        got = run(inter.scatter_obj(p, [("s", r) for r in other], root))
+        assert got == (("s", rank) if root >= 0 else None), got
+        x = np.full(4, rank + 1, np.int64)
+        got = run(inter.reduce(p, x, coll.NUMPY_OPS["sum"], root, coll.Codec.of(x)))
+        if root == inter.ROOT:
+            assert (got == sum(r + 1 for r in other)).all(), got
+        else:
+            assert got is None
+    parts = [bytearray(1) for _ in range(m)]
+    run(inter.allgather(p, bytes([rank]), parts))
+    assert parts == [bytearray([r]) for r in other]
+    assert run(inter.allgather_obj(p, rank)) == list(other)
+    recvs = [bytearray(2) for _ in range(m)]
+    run(inter.alltoall(p, [bytes([rank, r]) for r in other], recvs))
+    assert recvs == [bytearray([r, rank]) for r in other], recvs
+    assert run(inter.alltoall_obj(p, [(rank, r) for r in other])) == [(r, rank) for r in other]
+    x = np.full(3, rank, np.int64)
+    got = run(inter.allreduce(p, x, coll.NUMPY_OPS["max"], coll.Codec.of(x)))
+    assert (got == max(other)).all(), got
+    counts = [2] * len(mine)
+    y = np.arange(2 * len(other), dtype=np.int64) + rank
+    got = run(inter.reduce_scatter(p, y, coll.NUMPY_OPS["sum"], coll.Codec.of(y), counts))
+    full = sum(np.arange(2 * len(mine), dtype=np.int64) + r for r in other)
+    assert (got == full[2 * me:2 * me + 2]).all(), (got, full)
+    run(inter.barrier(p))
 
 
 def main():
@@ -170,6 +237,8 @@ def main():
         else:
             raise AssertionError("a failed team ran a collective")
         t.failed = None
+    if n > 1:
+        between_halves(w, rank, n)
     # bad arguments
     try:
         coll.Team(w.worker, w.eps, rank, team_id=1 << 16)
