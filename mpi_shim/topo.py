@@ -305,42 +305,37 @@ def _slot_tags(c, ins, outs):
     return [0] * len(ins), [0] * len(outs)
 
 
+def _edges(lst):
+    """MPI's edge list as the engine's (PROC_NULL: no edge, None)."""
+    return [None if r == PROC_NULL else r for r in lst]
+
+
 def g_neighbor(c, sparts, rparts):
-    """Send ``sparts[k]`` to ``outedges[k]``, receive ``rparts[j]`` from ``inedges[j]``."""
+    """Send ``sparts[k]`` to ``outedges[k]``, receive ``rparts[j]`` from
+    ``inedges[j]``: the engine's sparse exchange of packed parts."""
     ins, outs = in_out_edges(c)
     rt, st = _slot_tags(c, ins, outs)
-    tag = c.coll_tag()
-    dsts, reqs = [], []
-    for j, src in enumerate(ins):
-        if src == PROC_NULL:
-            continue
-        d = G._Dst(rparts[j])
-        dsts.append(d)
-        reqs.append(engine.post_recv(c, src, d.buf, tag | rt[j]))
-    for k, dst in enumerate(outs):
-        if dst == PROC_NULL:
-            continue
-        reqs.append(engine.post_send(c, dst, sparts[k].pack(), tag | st[k]))
-    yield reqs
+    dsts = [None if src == PROC_NULL else G._Dst(rparts[j]) for j, src in enumerate(ins)]
+    sends = [None if dst == PROC_NULL else sparts[k].pack() for k, dst in enumerate(outs)]
+    yield from engine.neighbor(c, _edges(ins), _edges(outs), sends,
+                               [None if d is None else d.buf for d in dsts], rt, st)
     for d in dsts:
-        d.done()
+        if d is not None:
+            d.done()
 
 
 def g_neighbor_obj(c, objs, gather):
-    import pickle
+    """Neighbourhood allgather (``gather``: ``objs`` is this rank's object,
+    sent to every out-neighbour) or alltoall of objects."""
     ins, outs = in_out_edges(c)
     rt, st = _slot_tags(c, ins, outs)
-    tag = c.coll_tag()
-    if not gather:
+    if gather:
+        objs = [objs] * len(outs)
+    else:
         objs = list(objs) if objs is not None else [None] * len(outs)
         if len(objs) != len(outs):
             raise ValueError(f"expected {len(outs)} objects, got {len(objs)}")
-    recvs = {j: engine.post_recv_any(c, src, tag | rt[j]) for j, src in enumerate(ins) if src != PROC_NULL}
-    data = pickle.dumps(objs, pickle.HIGHEST_PROTOCOL) if gather else None
-    sends = [engine.post_send(c, dst, data if gather else pickle.dumps(objs[k], pickle.HIGHEST_PROTOCOL),
-                    tag | st[k]) for k, dst in enumerate(outs) if dst != PROC_NULL]
-    yield list(recvs.values()) + sends
-    return [pickle.loads(recvs[j].buf) if j in recvs else None for j in range(len(ins))]
+    return (yield from engine.neighbor_obj(c, _edges(ins), _edges(outs), objs, rt, st))
 
 
 class Topocomm(Intracomm):

@@ -50,7 +50,8 @@ arithmetic): dissemination barrier; binomial-tree broadcast and reduce;
 allreduce by recursive doubling below ``ALLREDUCE_RING_MIN`` bytes, by
 Rabenseifner's halving/doubling or a ring above it
 (:func:`ucxpy.schedules.allreduce_algorithm`); ring allgather and
-reduce-scatter; gather, scatter and all-to-all post every message at once.
+reduce-scatter; gather, scatter, all-to-all and the sparse (neighbourhood)
+exchanges post every message at once.
 Large reductions receive into scratch buffers reused from call to call
 (:data:`SCRATCH`).
 
@@ -75,7 +76,7 @@ __all__ = ["Team", "run", "CollRequest", "Codec", "post_send", "post_recv", "pos
            "recv_round", "NUMPY_OPS", "SCRATCH", "barrier", "bcast",
            "bcast_obj", "bcast_value", "reduce", "allreduce", "allreduce_ring", "allreduce_hd",
            "allreduce_rd", "allreduce_values", "scan", "allgather", "reduce_scatter", "gather",
-           "scatter", "alltoall", "alltoallv", "gather_obj", "scatter_obj", "allgather_obj",
+           "scatter", "alltoall", "alltoallv", "neighbor", "neighbor_obj", "gather_obj", "scatter_obj", "allgather_obj",
            "alltoall_obj", "form_shm_team", "barrier_now", "bcast_now", "allreduce_now",
            "alltoall_now"]
 
@@ -763,6 +764,33 @@ def alltoallv(t, send, send_counts, recv, recv_counts):
     ro = [0, *itertools.accumulate(recv_counts)]
     return (yield from alltoall(t, [sv[so[i]:so[i + 1]] for i in range(t.size)],
                                 [rv[ro[i]:ro[i + 1]] for i in range(t.size)]))
+
+
+def neighbor(t, ins, outs, sends, recvs, in_rounds=None, out_rounds=None):
+    """Sparse exchange (a topology's neighbourhood collective): receive
+    from member ``ins[j]`` into ``recvs[j]`` and send ``sends[k]`` to member
+    ``outs[k]``, all at once; a None member is no edge.  ``in_rounds`` and
+    ``out_rounds`` (default 0) number each edge's message in the tag's low
+    bits, so that two edges between the same members stay apart (a send's
+    round must be its receiver's)."""
+    tag = t.coll_tag()
+    reqs = [post_recv(t, src, recvs[j], tag | (in_rounds[j] if in_rounds else 0))
+            for j, src in enumerate(ins) if src is not None]
+    reqs += [post_send(t, dst, sends[k], tag | (out_rounds[k] if out_rounds else 0))
+             for k, dst in enumerate(outs) if dst is not None]
+    yield reqs
+
+
+def neighbor_obj(t, ins, outs, objs, in_rounds=None, out_rounds=None):
+    """:func:`neighbor` of Python objects (``objs[k]`` to ``outs[k]``); the
+    list of the objects received from ``ins`` (None for no edge)."""
+    tag = t.coll_tag()
+    recvs = {j: post_recv_any(t, src, tag | (in_rounds[j] if in_rounds else 0))
+             for j, src in enumerate(ins) if src is not None}
+    sends = [post_send(t, dst, _dumps(objs[k]), tag | (out_rounds[k] if out_rounds else 0))
+             for k, dst in enumerate(outs) if dst is not None]
+    yield list(recvs.values()) + sends
+    return [pickle.loads(recvs[j].buf) if j in recvs else None for j in range(len(ins))]
 
 
 def allgather_obj(t, obj):

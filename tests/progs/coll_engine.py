@@ -3,7 +3,7 @@
 each allreduce algorithm, in place, uneven and empty all-to-all parts, a
 non-commutative reduction in rank order, the object collectives (pickles of
 any size), reductions and scans of values, the straight-line blocking forms,
-nonblocking collectives two at a time, a failed team raising before its
+nonblocking collectives two at a time, the sparse exchanges, a failed team raising before its
 next round, and (ucxpy.intercoll) every collective between the job's two
 halves.  Prints COLL OK."""
 import sys
@@ -205,6 +205,16 @@ def main():
     assert (got == sum(range(1, rank + 2))).all()
     got = run(coll.bcast_value(t, x if rank == 0 else None, 0, coll.Codec.of(x)))
     assert (got == 1).all()
+    # sparse exchange on a ring (two edges between the same pair at 2
+    # ranks, apart by their rounds) plus an edge that is none
+    left, right = (rank - 1) % n, (rank + 1) % n
+    recvs = [bytearray(2), bytearray(2), None]
+    run(coll.neighbor(t, [left, right, None], [right, left, None],
+                      [bytes([rank, 0]), bytes([rank, 1]), None], recvs, [0, 1, 0], [0, 1, 0]))
+    assert recvs[:2] == [bytearray([left, 0]), bytearray([right, 1])], recvs
+    got = run(coll.neighbor_obj(t, [left, None, right], [right, left], [("r", rank), ("l", rank)],
+                                [0, 0, 1], [0, 1]))
+    assert got == [("r", left), None, ("l", right)], got
     # the straight-line blocking forms, interleaved with the generators
     coll.barrier_now(t)
     buf = bytearray(b"z" * 9) if rank == 0 else bytearray(9)
