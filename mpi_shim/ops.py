@@ -329,7 +329,7 @@ def run(gen):
         while True:
             if not all(r.done for r in reqs):
                 ENGINE.wait_until(lambda: all(r.done for r in reqs), on_events=True)
-            exc = next((r.exc for r in reqs if r.exc is not None), None)
+            exc = ucxpy.coll.round_error(reqs)
             reqs = gen.throw(exc) if exc is not None else gen.send(None)
     except StopIteration as e:
         return e.value

@@ -126,3 +126,13 @@ def test_stalled_rank_times_out():
     group's timeout (init_process_group(timeout=...)), not hang."""
     rc, out = torchrun(2, TRAIN, "ucxpy", "stall", "-", timeout=100)
     assert "TIMED OUT AS EXPECTED" in out, out[-3000:]
+
+
+@pytest.mark.timeout(120)
+def test_mismatched_sizes_fail_every_member():
+    """Two ranks all_reduce tensors of different sizes (eager and
+    rendezvous): both raise DistBackendError, neither gets a result with the
+    other's short message in it."""
+    rc, out = torchrun(2, TRAIN, "ucxpy", "mismatch", "-", timeout=100)
+    assert out.count("MISMATCH FAILED AS EXPECTED") == 4, out[-3000:]
+    assert "DistBackendError" in out and "returned" not in out, out[-3000:]

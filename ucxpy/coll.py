@@ -70,9 +70,10 @@ import numpy as np
 
 from .schedules import (allreduce_algorithm, binomial_tree, block_bounds, halving_doubling,
                         recursive_doubling, ring_allreduce)
-from .tag import FULL_MASK, RESERVED_TAG_BASE
+from .errors import TruncationError
+from .tag import ANY_SIZE, FULL_MASK, RESERVED_TAG_BASE, RecvRequest
 
-__all__ = ["Team", "run", "CollRequest", "Codec", "post_send", "post_recv", "post_recv_any",
+__all__ = ["Team", "run", "round_error", "CollRequest", "Codec", "post_send", "post_recv", "post_recv_any",
            "recv_round", "NUMPY_OPS", "SCRATCH", "barrier", "bcast",
            "bcast_obj", "bcast_value", "reduce", "allreduce", "allreduce_ring", "allreduce_hd",
            "allreduce_rd", "allreduce_values", "scan", "allgather", "reduce_scatter", "gather",
@@ -121,10 +122,32 @@ def run(team, gen, timeout: Optional[float] = None):
         while True:
             if not all(r.done for r in reqs):
                 wait(lambda: all(r.done for r in reqs), timeout, on_events=True)
-            exc = next((r.exc for r in reqs if r.exc is not None), None)
+            exc = round_error(reqs)
             reqs = gen.throw(exc) if exc is not None else gen.send(None)
     except StopIteration as e:
         return e.value
+
+
+def round_error(reqs) -> Optional[BaseException]:
+    """The error a completed round ends with: its first request's that
+    failed, or a :class:`~ucxpy.errors.TruncationError` for a receive that
+    got fewer bytes than its buffer holds.  A collective's buffers are
+    filled whole (MPI's rule: what each member sends is what its peer
+    receives), so a short message means the members called different
+    collectives or sizes, and is an error everywhere instead of a result
+    with stale bytes in it."""
+    for r in reqs:
+        if r.exc is not None:
+            return r.exc
+        if type(r) is RecvRequest and r.capacity != ANY_SIZE and r.result.length != r.capacity:
+            return _short(r.result.length, r.capacity, r.result.source)
+    return None
+
+
+def _short(n: int, capacity: int, source) -> TruncationError:
+    return TruncationError(f"collective: a message of {n} bytes from worker {source} for a "
+                           f"buffer of {capacity} (the members called different collectives "
+                           f"or sizes)", n, capacity)
 
 
 class CollRequest:
@@ -155,7 +178,7 @@ class CollRequest:
         gen = self.gen
         try:
             if reqs is None:
-                exc = next((r.exc for r in self.reqs if r.exc is not None), None)
+                exc = round_error(self.reqs)
                 reqs = gen.throw(exc) if exc is not None else gen.send(None)
             while True:
                 pending = [r for r in reqs if not r.done]
@@ -164,7 +187,7 @@ class CollRequest:
                     for r in pending:
                         r.add_done_callback(self._one)
                     return
-                exc = next((r.exc for r in reqs if r.exc is not None), None)
+                exc = round_error(reqs)
                 reqs = gen.throw(exc) if exc is not None else gen.send(None)
         except StopIteration as e:
             self._finish(e.value, None)
@@ -856,12 +879,17 @@ def _recv_now(t, src, buf, tag) -> None:
     first, else a posted receive waited for (polling the fast path)."""
     w = t.worker
     wid = t.peers[src]
-    if w.tag_try_recv(buf, tag, FULL_MASK, wid) is None:
+    info = w.tag_try_recv(buf, tag, FULL_MASK, wid)
+    if info is None:
         r = w.tag_recv_nb(buf, tag, FULL_MASK, wid)
         if not r.done:
             t.wait_until(lambda: r.done, fast=w.recv_poller(r))
         if r.exc is not None:
             raise r.exc
+        info = r.result
+    nb = buf.nbytes if type(buf) is np.ndarray or type(buf) is memoryview else len(buf)
+    if info.length != nb:
+        raise _short(info.length, nb, wid)
 
 
 _EMPTY = bytearray(0)

@@ -34,6 +34,16 @@ A member writes its slot ``k % 2`` for operation ``k`` only once every
 consistent atomics (``ucxpy.atomics``): a store publishes the data
 written before it, a load that sees it makes that data visible.
 
+Each operation also leaves its signature (its kind and byte count) beside
+``seq``, in word ``k % 4``, before raising ``seq``; a member that waited
+for the others' ``seq`` compares their signatures with its own before it
+reads their slots, so members that called different collectives or sizes
+raise :class:`~ucxpy.errors.TruncationError` instead of reducing or
+copying mismatched bytes.  Four words, because a member that only reads (a
+broadcast's non-root) may begin operation ``k + 2`` while another still
+checks ``k``: it begins ``k + 3`` only after the root of ``k + 2`` saw
+every ``seq`` at ``k + 1``.
+
 Waiting spins on the counter briefly, then goes through the worker's wait
 loop (progress, failure checks, oversubscription-aware yielding, the
 timeout), and raises if a member's endpoint has failed or the ``check``
@@ -69,7 +79,7 @@ import numpy as np
 
 from . import doorbell
 from .atomics import add64, address_of, load64, pointer, store64
-from .errors import ConnectionLost, UcxpyError
+from .errors import ConnectionLost, TruncationError, UcxpyError
 from .schedules import TEAM_MAX, WHOLE_REDUCE_MAX, block_bounds, team_max
 from .transports.base import Caps
 
@@ -77,8 +87,12 @@ from .transports.base import Caps
 #: line each and the line the adjacent-line prefetcher pairs with it), then
 #: the two slots.  SLEEP (the owner's, beside its SEQ: only the owner writes
 #: either) says what the owner sleeps on; SLEEPERS, used in member 0's
-#: segment only, counts the members asleep
-SEQ, SLEEP, RED, SLEEPERS, HEADER = 0, 64, 128, 192, 256
+#: segment only, counts the members asleep.  SIG (four words beside SEQ, by
+#: operation number mod 4) is what the owner's operation is: its kind and
+#: bytes, written before SEQ publishes it
+SEQ, SIG, SLEEP, RED, SLEEPERS, HEADER = 0, 8, 64, 128, 192, 256
+#: operation kinds in a signature (bits 56 and up; the bytes below)
+_BARRIER, _BCAST, _ALLGATHER, _ALLTOALL, _REDUCE = 1, 2, 3, 4, 5
 #: which counter a sleeper waits on (bit 16 of its SLEEP word)
 _ON_SEQ, _ON_RED = 0, 1
 #: the longest nap of a member that cannot be rung (ucxpy.worker.MAX_NAP)
@@ -119,6 +133,9 @@ class ShmTeam:
         self._red = [pointer(b + RED) for b in bases]
         self._sleep = [pointer(b + SLEEP) for b in bases]
         self._sleepers = pointer(bases[0] + SLEEPERS)
+        #: the header words (SIG's); written and read plainly, published by
+        #: SEQ's store as the slots are
+        self._hdr = [v[:HEADER].cast("Q") for v in views]
         #: every member's doorbell name, when all of them can ring each other
         self._bells = list(bells) if bells is not None and all(bells) else None
         if self._bells is not None:
@@ -287,9 +304,35 @@ class ShmTeam:
         self._await(self._seq, k, self._others)
         self._known = k
 
+    def _sign(self, k: int, kind: int, nbytes: int) -> int:
+        """Leave operation ``k``'s signature (before publishing it)."""
+        sig = (kind << 56) | nbytes
+        self._hdr[self.rank][SIG // 8 + (k & 3)] = sig
+        return sig
+
+    def _verify(self, k: int, sig: int, ranks) -> None:
+        """The signatures of ``ranks``' operation ``k`` (published: their seq
+        was seen at ``k``) are ``sig``, else raise."""
+        i = SIG // 8 + (k & 3)
+        hdr = self._hdr
+        for r in ranks:
+            theirs = hdr[r][i]
+            if theirs != sig:
+                names = {_BARRIER: "barrier", _BCAST: "bcast", _ALLGATHER: "allgather",
+                         _ALLTOALL: "alltoall", _REDUCE: "reduction"}
+                what = [f"{names.get(x >> 56, '?')} of {x & ((1 << 56) - 1)} bytes"
+                        for x in (theirs, sig)]
+                raise TruncationError(f"shm team: member {r} called a {what[0]}, member "
+                                      f"{self.rank} a {what[1]} (the members called different "
+                                      f"collectives or sizes)", theirs & ((1 << 56) - 1),
+                                      sig & ((1 << 56) - 1))
+
     # -- operations ------------------------------------------------------------------
     def barrier(self) -> None:
-        self._sync(self._begin(False))
+        k = self._begin(False)
+        sig = self._sign(k, _BARRIER, 0)
+        self._sync(k)
+        self._verify(k, sig, self._others)
 
     def bcast(self, buf, root: int) -> None:
         """``root``'s bytes into every member's ``buf`` (a byte array, or a
@@ -298,6 +341,7 @@ class ShmTeam:
         if 0 < n <= step:                           # one piece (_begin and _publish inline)
             k = self._k = self._k + 1
             seq = self._seq
+            sig = self._sign(k, _BCAST, n)
             if self.rank == root:
                 if self._known < k - 1:
                     self._await(seq, k - 1, self._others)
@@ -310,18 +354,22 @@ class ShmTeam:
                 self._raised(_ON_SEQ, k)
                 if load64(seq[root]) < k:
                     self._await(seq, k, (root,))
+                self._verify(k, sig, (root,))
                 buf[:] = self._bytes[root][k & 1][:n]
             return
         for off in range(0, n, step) if n else ():
             m = min(step, n - off)
             if self.rank == root:
                 k = self._begin(True)
+                self._sign(k, _BCAST, m)
                 self._slots[root][k & 1][:m] = buf[off:off + m]
                 self._publish(k)
             else:
                 k = self._begin(False)
+                sig = self._sign(k, _BCAST, m)
                 self._publish(k)
                 self._await(self._seq, k, (root,))
+                self._verify(k, sig, (root,))
                 buf[off:off + m] = self._slots[root][k & 1][:m]
 
     def allgather(self, send: np.ndarray, recv: np.ndarray) -> None:
@@ -330,16 +378,20 @@ class ShmTeam:
         b, step = send.nbytes, self.slot
         if 0 < b <= step:
             k = self._begin(True)
+            sig = self._sign(k, _ALLGATHER, b)
             self._bytes[self.rank][k & 1][:b] = send
             self._sync(k)
+            self._verify(k, sig, self._others)
             np.concatenate(self._blocks(k & 1, 0, b), out=recv)
             return
         for off in range(0, b, step) if b else ():
             m = min(step, b - off)
             k = self._begin(True)
+            sig = self._sign(k, _ALLGATHER, m)
             s = k & 1
             self._slots[self.rank][s][:m] = send[off:off + m]
             self._sync(k)
+            self._verify(k, sig, self._others)
             for r in range(self.size):
                 recv[r * b + off:r * b + off + m] = self._slots[r][s][:m]
 
@@ -354,6 +406,7 @@ class ShmTeam:
             seq = self._seq
             if self._known < k - 1:
                 self._await(seq, k - 1, self._others)
+            sig = self._sign(k, _ALLTOALL, b)
             self._bytes[me][k & 1][:n * b] = send
             store64(seq[me], k)
             self._raised(_ON_SEQ, k)
@@ -362,16 +415,19 @@ class ShmTeam:
                     self._await(seq, k, self._others)
                     break
             self._known = k
+            self._verify(k, sig, self._others)
             np.concatenate(self._blocks(k & 1, me * b, (me + 1) * b), out=recv)
             return
         for off in range(0, b, step) if b else ():
             m = min(step, b - off)
             k = self._begin(True)
+            sig = self._sign(k, _ALLTOALL, m)
             s = k & 1
             mine = self._slots[me][s]
             for j in range(n):
                 mine[j * m:(j + 1) * m] = send[j * b + off:j * b + off + m]
             self._sync(k)
+            self._verify(k, sig, self._others)
             for r in range(n):
                 recv[r * b + off:r * b + off + m] = self._slots[r][s][me * m:(me + 1) * m]
 
@@ -440,6 +496,7 @@ class ShmTeam:
             self._known = k - 1
         views = self._operands(k & 1, x)
         views[self.rank][...] = x
+        sig = self._sign(k, _REDUCE, x.nbytes)
         seq = self._seq
         store64(seq[self.rank], k)
         self._raised(_ON_SEQ, k)
@@ -450,6 +507,7 @@ class ShmTeam:
                 self._await(seq, k, self._others)
                 break
         self._known = k
+        self._verify(k, sig, self._others)
         combine(views[0], views[1], out)
         for r in range(2, self.size):
             combine(out, views[r], out)
@@ -462,7 +520,9 @@ class ShmTeam:
         s = k & 1
         c, me, dt = x.size, self.rank, x.dtype
         self._slots[me][s][:x.nbytes] = x.view(np.uint8)
+        sig = self._sign(k, _REDUCE, x.nbytes)
         self._sync(k)
+        self._verify(k, sig, self._others)
         bounds = block_bounds(c, self.size)
         a, b = bounds[me]
         acc = self._typed(me, s, dt, a, b)       # only this member reads this block

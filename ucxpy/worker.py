@@ -225,7 +225,11 @@ class Worker:
         something (a request completes), and costs enough to spare (a scan
         of many requests): a single-threaded wait then tests it after such
         passes and once per burst of passes, not after every pass."""
-        if cond():
+        if lock is not None and threads_alive() > 1:
+            with lock:              # (what cond reads, other threads change under it)
+                if cond():
+                    return
+        elif cond():
             return
         if self.tr is not None:
             return self._wait_traced(cond, timeout, str(what), lock, max_nap, on_events)

@@ -151,6 +151,28 @@ for b in sorted({1, 3, slot // n - 1, slot // n + 1, slot + 9}):
     assert np.array_equal(recv, np.repeat((rank * 16 + np.arange(n)).astype(np.uint8), b)), \
         ("alltoall", b)
 
+# -- members that call different sizes or collectives raise (every member that
+#    reads the others' slots), and the team goes on
+if n > 1:
+    def mismatched(call, expect=True):
+        try:
+            call()
+        except ucxpy.TruncationError as e:
+            assert expect and "different collectives or sizes" in str(e), e
+        else:
+            assert not expect, "a mismatched team operation completed"
+    m = 4 + rank
+    mismatched(lambda: t.allreduce(np.ones(m), np.zeros(m), add))
+    mismatched(lambda: t.allreduce(np.ones(m * slot // 8 + 1), np.zeros(m * slot // 8 + 1), add))
+    mismatched(lambda: t.allgather(np.ones(m, np.uint8), np.zeros(m * n, np.uint8)))
+    mismatched(lambda: t.alltoall(np.ones(m * n, np.uint8), np.zeros(m * n, np.uint8)))
+    mismatched(lambda: t.bcast(np.zeros(m, np.uint8), 0), expect=rank != 0)
+    mismatched(lambda: t.barrier() if rank == 0 else t.allreduce(np.ones(1), np.zeros(1), add))
+    t.barrier()
+    v = np.full(3, float(rank))
+    t.allreduce(v, v, add)
+    assert (v == n * (n - 1) / 2).all(), ("allreduce after the mismatches", v)
+
 # -- mixed operations with the ranks out of step: slot reuse must wait for readers
 rng = np.random.default_rng(rank)
 for i in range(300):

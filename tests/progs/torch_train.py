@@ -151,6 +151,22 @@ def stall(rank):
     os._exit(1)
 
 
+def mismatch(rank):
+    """Members that call a collective with different sizes (small: one
+    eager round; large: rendezvous rounds): every one of them fails, none
+    returns a result with stale bytes in it."""
+    for count in (4, 1 << 17):
+        x = torch.ones(count * (1 + rank))
+        try:
+            dist.all_reduce(x)
+        except Exception as e:      # noqa: BLE001  (DistBackendError)
+            print(f"MISMATCH FAILED AS EXPECTED {count} rank {rank}: {type(e).__name__}: "
+                  f"{str(e)[:200]}", flush=True)
+        else:
+            print(f"rank {rank}: a mismatched all_reduce returned {x[:4].tolist()}", flush=True)
+    os._exit(0)
+
+
 def main():
     backend, mode, out = sys.argv[1:4]
     timeout = 5 if mode == "stall" else 60
@@ -168,6 +184,8 @@ def main():
         die(rank, n)
     elif mode == "stall":
         stall(rank)
+    elif mode == "mismatch":
+        mismatch(rank)
     dist.barrier()
     print(f"TRAIN OK {rank}", flush=True)
     dist.destroy_process_group()
