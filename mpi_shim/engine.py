@@ -39,8 +39,6 @@ FULL = 0xFFFF_FFFF_FFFF_FFFF
 MASK_TAG = FULL & ~SEQ_MASK                 # exact tag, any ssend sequence
 MASK_ANY_TAG = FULL & ~SEQ_MASK & ~USER_MASK
 TAG_UB = USER_MASK
-#: receives waiting for a message are tried at least this often (seconds)
-RETRY_INTERVAL = 0.05
 
 
 class Engine:
@@ -51,9 +49,6 @@ class Engine:
         self.worker = None
         self.me = 0                  # own wid
         self.eps = {}                # wid -> ucxpy Endpoint
-        self.probing = []            # pickled receives waiting for a message, in post order
-        self._tried = None           # the unexpected arrivals when they last were tried
-        self._retry_at = 0.0         # when they are tried anyway (failed peers)
         self.hooks = []              # extra progress functions (nonblocking protocols)
         self.lock = None             # an RLock once several threads may call in
         self.comms = {}              # context id -> WeakSet of CommImpl (ULFM revoke)
@@ -78,34 +73,14 @@ class Engine:
 
     # -- progress ---------------------------------------------------------------
     def _progress_hook(self) -> int:
-        """Serve pickled receives (:class:`.ops.PickleRecvOp`) that wait for
-        their message by matched probe (run by every ``worker.progress()``,
-        so they advance inside any blocking call).
-
-        They are tried again only when a message joined the unexpected
-        queue since their last try (a new one is tried when it is added,
-        :meth:`settled`), and every :data:`RETRY_INTERVAL` (a peer's failure
-        ends them too).  Hundreds of outstanding pickled receives are then no
-        scan per progress pass, only per message that arrives unexpected."""
+        """Run the nonblocking protocols' progress functions (``hooks``; run
+        by every ``worker.progress()``, so they advance inside any blocking
+        call)."""
         n = 0
-        if self.probing:
-            key = self.worker.matcher.arrivals
-            if key != self._tried or time.monotonic() >= self._retry_at:
-                self._retry_at = time.monotonic() + RETRY_INTERVAL
-                for op in list(self.probing):
-                    if op.try_match():
-                        n += 1
-                self._tried = key
         if self.hooks:
             for fn in list(self.hooks):
                 n += fn()
         return n
-
-    def settled(self) -> bool:
-        """Whether the waiting receives were tried against every message now
-        in the unexpected queue: none of them can take any, so a new receive
-        may try the queue at once without overtaking them."""
-        return self._tried == self.worker.matcher.arrivals
 
     def recv_anysize(self, src: int, tag: int):
         """A ucxpy receive of the message from wid ``src`` with exactly

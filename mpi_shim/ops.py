@@ -10,7 +10,7 @@ the ucxpy worker until ``is_done()``.  After completion the request becomes
 ``REQUEST_NULL``; persistent requests become inactive instead.
 
 Operations that need more than one ucxpy message (synchronous sends,
-pickled receives whose size is unknown, nonblocking collectives) advance
+nonblocking collectives) advance
 from ucxpy completion callbacks or from a hook run by every
 ``worker.progress()``, so they progress while the process is blocked in any
 other call (MPI's progress rule).
@@ -162,96 +162,43 @@ class RecvOp(_Op):
 
 
 class PickleRecvOp(_Op):
-    """A pickled receive: waits (in post order) for a matching message by
-    matched probe, then receives it into a buffer of the right size."""
-    __slots__ = ("comm", "src", "tag", "mask", "buf", "ureq", "info", "exc", "cancelled")
+    """A pickled receive: a receive of any size posted in ucxpy's tag
+    matcher (:meth:`ucxpy.Worker.tag_recv_any_nb`: its buffer is made at
+    the match, in order with every other receive), unpickled at finish.  A
+    synchronous send is acknowledged by the matcher's notify hook
+    (``ENGINE.attach``); a revoke or a peer's failure fails it as it fails
+    any posted receive.  A caller's ``buf`` is not needed: the message
+    always fits."""
+    __slots__ = ("comm", "ureq")
 
     def __init__(self, comm, src, tag, mask, buf=None):
-        self.comm, self.src, self.tag, self.mask, self.buf = comm, src, tag, mask, buf
-        self.ureq = self.info = self.exc = None
-        self.cancelled = False
-        # (not before an older pickled receive that may take the same message)
-        if (not ENGINE.probing or ENGINE.settled()) and self.try_match():
-            return
-        ENGINE.probing.append(self)
-
-    def try_match(self) -> bool:
-        w = ENGINE.worker
-        msg = w.tag_peek(self.tag, self.mask, self.src, remove=True)
-        if msg is None:
-            ep = ENGINE.eps.get(self.src) if self.src >= 0 else None
-            if ep is None or ep.failed is None:
-                return False
-            self.exc = ep.failed             # the peer died: fail instead of waiting
-            self.info = msg
-            _discard(ENGINE.probing, self)
-            return True
-        n = msg.info.length
-        buf = self.buf
-        if buf is None or isinstance(buf, int) or memoryview(buf).nbytes < n:
-            buf = bytearray(n)
-        self.buf = buf
-        self.info = msg.info
-        self.ureq = w.tag_recv_message_nb(buf, msg) if n else None
-        if self.ureq is None:
-            send_ack(_FakeReq(msg.info))
-        else:
-            self.ureq.add_done_callback(send_ack)
-        _discard(ENGINE.probing, self)
-        return True
+        self.comm = comm
+        try:
+            self.ureq = ENGINE.worker.tag_recv_any_nb(tag, mask, src)
+        except ucxpy.UcxpyError as e:
+            raise translate(e) from None
 
     def is_done(self):
-        return self.cancelled or self.exc is not None or \
-            (self.info is not None and (self.ureq is None or self.ureq.done))
+        return self.ureq.done
 
     def finish(self, status):
-        if self.cancelled:
-            return _raise_recv(Canceled("cancelled"), status)
-        if self.exc is not None:
-            return _raise_recv(self.exc, status)
-        if self.ureq is not None and self.ureq.exc is not None:
-            return _raise_recv(self.ureq.exc, status)
-        info = self.info
+        r = self.ureq
+        if r.exc is not None:
+            return _raise_recv(r.exc, status)
+        info = r.result
         if status is not None:
             status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
-        return _loads(memoryview(self.buf)[:info.length]) if info.length else None
+        return _loads(memoryview(r.buf)[:info.length]) if info.length else None
 
-    def peek(self, status):
-        info = self.info
-        if self.cancelled:
-            status._set(ANY_SOURCE, -1, 0, cancelled=True)
-        elif info is None or self.exc is not None:
-            status._clear()
-        else:
-            status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
+    peek = RecvOp.peek
 
     def cancel(self):
-        if self.info is None and self.exc is None:
-            if not _discard(ENGINE.probing, self):
-                return False
-            self.cancelled = True
-            return True
-        return False
+        return self.ureq.cancel()
 
 
 def _loads(data):
     from .p2p import pickle as mpi_pickle
     return mpi_pickle.loads(data)
-
-
-def _discard(lst, item) -> bool:
-    try:
-        lst.remove(item)
-        return True
-    except ValueError:
-        return False
-
-
-class _FakeReq:
-    __slots__ = ("exc", "result")
-
-    def __init__(self, info):
-        self.exc, self.result = None, info
 
 
 def _coll_name(gen) -> str:

@@ -81,10 +81,6 @@ def _mark_revoked(c) -> None:
     for kind in range(1, 6):                                                      # coll ...
         ENGINE.worker.fail_receives((kind << 60) | (c.ctx << CTX_SHIFT), ctx_mask | (7 << 60),
                                     exc)
-    for op in list(ENGINE.probing):
-        if getattr(op.comm, "_h", None) is c:
-            op.exc = exc
-            ENGINE.probing.remove(op)
 
 
 def revoke(c) -> None:
