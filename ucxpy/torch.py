@@ -202,31 +202,41 @@ def _make_op(kind, factor, dtype):
 
 
 # -- tensors as numpy views --------------------------------------------------------
+class _Held(np.ndarray):
+    """A numpy view of a tensor's memory that keeps the tensor alive (its
+    slices and memoryviews keep it in turn): a send of an asynchronous
+    operation may read an input the caller already dropped."""
+
+    __slots__ = ("tensor",)
+
+
 def _view(t) -> np.ndarray:
     """A contiguous tensor's memory as a flat numpy array of its dtype (or of
-    its item size's unsigned type: bf16).  Made once per (address, length,
-    dtype) and kept, non-owning (a ctypes array at the address): a collective
-    on a tensor costs two cheap attribute reads instead of a chain of torch
-    calls, which run cold after every large operation (tens of microseconds
-    per call at 1 MiB).  The view is used only while ``t``, which owns that
-    memory now, is alive; a stale entry names memory no tensor uses and is
-    never read."""
+    its item size's unsigned type: bf16), holding the tensor.  The array over
+    the memory is made once per (address, length, dtype) and kept, non-owning
+    (a ctypes array at the address); each call takes a view of it that holds
+    ``t``.  A collective on a tensor then costs a few cheap reads instead of
+    a chain of torch calls, which run cold after every large operation (tens
+    of microseconds per call at 1 MiB).  A stale entry names memory no tensor
+    owns and is never read: an entry is used only for a live tensor at that
+    address."""
     n = t.numel()
     key = (t.data_ptr(), n, t.dtype)
     v = _VIEWS.get(key)
-    if v is not None:
-        return v
-    item = t.element_size()
-    if item not in _NP_VIEW:
-        raise ValueError(f"ucxpy backend: dtype {t.dtype} (item size {item})")
-    dt = _NP_TYPES.get(t.dtype, _NP_VIEW[item])
-    if not n:
-        return np.empty(0, dt)
-    v = np.frombuffer((ctypes.c_char * (n * item)).from_address(key[0]), dt)
-    if len(_VIEWS) >= _VIEWS_KEPT:
-        _VIEWS.clear()
-    _VIEWS[key] = v
-    return v
+    if v is None:
+        item = t.element_size()
+        if item not in _NP_VIEW:
+            raise ValueError(f"ucxpy backend: dtype {t.dtype} (item size {item})")
+        dt = _NP_TYPES.get(t.dtype, _NP_VIEW[item])
+        if not n:
+            return np.empty(0, dt)
+        v = np.frombuffer((ctypes.c_char * (n * item)).from_address(key[0]), dt)
+        if len(_VIEWS) >= _VIEWS_KEPT:
+            _VIEWS.clear()
+        _VIEWS[key] = v
+    h = v.view(_Held)
+    h.tensor = t
+    return h
 
 
 #: _view's arrays, and how many it keeps

@@ -1,6 +1,7 @@
 """Every torch.distributed operation on backend "ucxpy" against what it
-must give (tests/test_torch_backend.py): launched by torchrun, ucxpy-run or
-mpiexec.  Prints TORCH OK <rank>."""
+must give (tests/test_torch_backend.py), and the functional collectives and
+DTensor on it: launched by torchrun, ucxpy-run or mpiexec.  Prints TORCH OK
+<rank>."""
 import datetime
 import os
 import sys
@@ -152,6 +153,26 @@ def main():
         dist.all_reduce(x, group=tp)
         lo = rank // (n // 2) * (n // 2)
         check(float(x[0]) == sum(range(lo, lo + n // 2)), "tp group of the mesh")
+    # C++ callers through the trampoline: the functional collectives (their
+    # inputs are temporaries the caller drops while the operation runs) and
+    # DTensor's redistribution
+    import torch.distributed._functional_collectives as funcol
+    world = dist.group.WORLD
+    for _ in range(3):
+        y = funcol.wait_tensor(funcol.all_reduce(torch.full((4,), float(rank + 1)), "sum", world))
+        check(torch.equal(y, torch.full((4,), float(n * (n + 1) // 2))), f"funcol all_reduce {y}")
+        g = funcol.wait_tensor(funcol.all_gather_tensor(torch.full((3,), float(rank)), 0, world))
+        check(torch.equal(g, torch.arange(n).repeat_interleave(3).float()), f"funcol all_gather {g}")
+        rs = funcol.wait_tensor(funcol.reduce_scatter_tensor(torch.arange(4.0 * n), "sum", 0, world))
+        check(torch.equal(rs, torch.arange(4.0 * n)[4 * rank:4 * rank + 4] * n),
+              f"funcol reduce_scatter {rs}")
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    mesh1 = init_device_mesh("cpu", (n,))
+    full = torch.arange(8.0 * n).reshape(2 * n, 4)
+    dt = distribute_tensor(full, mesh1, [Shard(0)])
+    check(torch.equal(dt.redistribute(mesh1, [Replicate()]).to_local(), full), "DTensor replicate")
+    check(float((dt * 2).sum().full_tensor()) == float(full.sum() * 2), "DTensor sum")
     # errors at the call
     try:
         dist.all_reduce(torch.ones(2), R.BAND)
