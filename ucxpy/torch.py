@@ -212,14 +212,14 @@ class _Held(np.ndarray):
 
 def _view(t) -> np.ndarray:
     """A contiguous tensor's memory as a flat numpy array of its dtype (or of
-    its item size's unsigned type: bf16), holding the tensor.  The array over
-    the memory is made once per (address, length, dtype) and kept, non-owning
-    (a ctypes array at the address); each call takes a view of it that holds
-    ``t``.  A collective on a tensor then costs a few cheap reads instead of
-    a chain of torch calls, which run cold after every large operation (tens
-    of microseconds per call at 1 MiB).  A stale entry names memory no tensor
+    its item size's unsigned type: bf16), NOT holding the tensor: made once
+    per (address, length, dtype) and kept (a ctypes array at the address).
+    A collective on a tensor then costs a few cheap reads instead of a chain
+    of torch calls, which run cold after every large operation (tens of
+    microseconds per call at 1 MiB).  A stale entry names memory no tensor
     owns and is never read: an entry is used only for a live tensor at that
-    address."""
+    address.  Only what completes while the caller holds ``t`` may use it
+    bare; :attr:`_Flat.np` is the view that holds the tensor."""
     n = t.numel()
     key = (t.data_ptr(), n, t.dtype)
     v = _VIEWS.get(key)
@@ -234,9 +234,7 @@ def _view(t) -> np.ndarray:
         if len(_VIEWS) >= _VIEWS_KEPT:
             _VIEWS.clear()
         _VIEWS[key] = v
-    h = v.view(_Held)
-    h.tensor = t
-    return h
+    return v
 
 
 #: _view's arrays, and how many it keeps
@@ -247,9 +245,12 @@ _VIEWS_KEPT = 256
 class _Flat:
     """A tensor's memory as a flat numpy array of its item size: the tensor
     itself when contiguous (no copy), else a contiguous copy written back by
-    :meth:`back` (``writes``: the operation changes it)."""
+    :meth:`back` (``writes``: the operation changes it).  ``raw`` is the
+    bare array (:func:`_view`), for what completes within the call (the
+    shared-memory team's operations); ``np`` holds the tensor, for what
+    runs on after it returns."""
 
-    __slots__ = ("t", "tmp", "np", "writes")
+    __slots__ = ("t", "tmp", "raw", "_np", "writes")
 
     def __init__(self, t, writes=True):
         if not isinstance(t, torch.Tensor):
@@ -260,7 +261,16 @@ class _Flat:
             raise ValueError("ucxpy backend: sparse tensors are not supported")
         self.t, self.writes = t, writes
         self.tmp = t if t.is_contiguous() else t.contiguous()
-        self.np = _view(self.tmp)
+        self.raw = _view(self.tmp)
+        self._np = None
+
+    @property
+    def np(self) -> np.ndarray:
+        h = self._np
+        if h is None:
+            h = self._np = self.raw.view(_Held)
+            h.tensor = self.tmp
+        return h
 
     def bytes(self) -> memoryview:
         return memoryview(self.np).cast("B")
@@ -452,7 +462,9 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
                 finish()
         except (UcxpyError, TimeoutError, OSError) as e:
             raise self._error(e) from e
-        return UcxpyWork(self, [], outputs)
+        work = UcxpyWork(self, [], outputs)
+        work._finished = True               # (its wait() returns at once)
+        return work
 
     def _error(self, e: BaseException) -> dist.DistBackendError:
         """ucxpy's error as torch.distributed's (naming this rank)."""
@@ -493,9 +505,9 @@ class ProcessGroupUcxpy(dist.ProcessGroup):
         def finish():
             self._avg(f, kind)
             f.back()
-        shm = self._shm("allreduce", f.np.nbytes)
+        shm = self._shm("allreduce", f.raw.nbytes)
         if shm is not None:
-            return self._now(lambda: shm.allreduce(f.np, f.np, op.combine_to), [t], finish)
+            return self._now(lambda: shm.allreduce(f.raw, f.raw, op.combine_to), [t], finish)
         return self._start(coll.allreduce(self.team, f.np, op, out=f.np), [t], finish)
 
     def allreduce_coalesced(self, tensors, opts=AllreduceCoalescedOptions()):
