@@ -15,7 +15,10 @@ revoked.  Revoking fails every receive posted on the communicator's context
 with ``ERR_REVOKED``, and every later call on it except the fault-tolerance
 ones, queries and ``Free`` raises ``ERR_REVOKED``.
 
-*Agreement* (``Agree``, ``Shrink``): the survivors combine a value through a
+*Agreement* (``Agree``, ``Shrink``; the algorithm is the collective
+engine's :func:`ucxpy.coll.agree`, run on the communicator's participants,
+both groups of an intercommunicator in one order, with a tag of the
+communicator's own agreement sequence): the survivors combine a value through a
 coordinator, the lowest-ranked member each of them believes alive.  Every
 participant sends the coordinator its value and the failures it knows; the
 coordinator combines the values of the members it hears from (a member that
@@ -32,6 +35,8 @@ full consensus protocol would need another round).
 from __future__ import annotations
 
 import pickle
+
+from ucxpy import coll as engine
 
 from .engine import CTX_SHIFT, ENGINE, KIND_CTRL, SEQ_SHIFT
 from .exceptions import ERR_ARG, ERR_PROC_FAILED, ERR_REVOKED, Exception
@@ -124,63 +129,33 @@ def ack_failed(c, num_to_ack=None):
 
 
 # -- agreement -------------------------------------------------------------------------
+class _Members:
+    """An agreement's participants (:func:`_participants`) as a team of the
+    collective engine: their endpoints (None where there is none) and
+    worker ids by position, this process's position."""
+    __slots__ = ("worker", "eps", "peers", "rank")
+
+    def __init__(self, wids):
+        self.worker = ENGINE.worker
+        self.peers = list(wids)
+        self.eps = [ENGINE.eps.get(w) for w in wids]
+        self.rank = self.peers.index(ENGINE.me)
+
+
 def g_agree(c, value, combine):
-    """Generator: ``(combined value, failed wids)`` agreed by the survivors."""
+    """Generator: ``(combined value, failed wids)`` agreed by the survivors
+    (:func:`ucxpy.coll.agree`, on the communicator's participants)."""
     _setup()
     # its own sequence: survivors may have run different numbers of collectives
     # before they noticed a failure, but every survivor starts every agreement
     c.ft_seq += 1
     epoch = c.ft_seq & 0xFFFF
     parts = _participants(c)
-    failed = set(_failed_wids(c))
-    me = ENGINE.me
-    # one tag per agreement whatever the coordinator: a participant that first
-    # picked a coordinator it did not know dead re-sends the same contribution
-    # to the next one, which takes it from its queue of arrived messages
+    team = _Members(parts)
+    known = {parts.index(w) for w in _failed_wids(c)}
     tag = KIND_CTRL | _SEQ_AGREE | (c.ctx << CTX_SHIFT) | (epoch << 8)
-    while True:
-        alive = [w for w in parts if w not in failed]
-        coord = alive[0]
-        if me == coord:
-            acc = value
-            for w in alive[1:]:
-                r = ENGINE.recv_anysize(w, tag)
-                try:
-                    yield [r]
-                except BaseException:
-                    failed.add(w)
-                    continue
-                if r.exc is not None:
-                    failed.add(w)
-                    continue
-                v, theirs = pickle.loads(r.buf)
-                acc = combine(acc, v)
-                failed |= set(theirs)
-            result = pickle.dumps((acc, sorted(failed)))
-            sends = []
-            for w in alive[1:]:
-                if w not in failed:
-                    try:
-                        sends.append(ENGINE.ep(w).tag_send_nb(result, tag | (1 << 30)))
-                    except BaseException:
-                        failed.add(w)
-            for s in sends:
-                try:
-                    yield [s]
-                except BaseException:
-                    pass
-            return acc, failed
-        try:
-            yield [ENGINE.ep(coord).tag_send_nb(pickle.dumps((value, sorted(failed))), tag)]
-            r = ENGINE.recv_anysize(coord, tag | (1 << 30))
-            yield [r]
-            if r.exc is not None:
-                raise r.exc
-        except BaseException:
-            failed.add(coord)           # the coordinator died: the next live one takes over
-            continue
-        acc, theirs = pickle.loads(r.buf)
-        return acc, set(theirs) | failed
+    acc, failed = yield from engine.agree(team, value, combine, tag, known)
+    return acc, {parts[r] for r in failed}
 
 
 def agree(comm, flag):

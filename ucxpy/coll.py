@@ -78,7 +78,7 @@ __all__ = ["Team", "run", "round_error", "CollRequest", "Codec", "post_send", "p
            "bcast_obj", "bcast_value", "reduce", "allreduce", "allreduce_ring", "allreduce_hd",
            "allreduce_rd", "allreduce_values", "scan", "allgather", "reduce_scatter", "gather",
            "scatter", "alltoall", "alltoallv", "neighbor", "neighbor_obj", "gather_obj", "scatter_obj", "allgather_obj",
-           "alltoall_obj", "form_shm_team", "barrier_now", "bcast_now", "allreduce_now",
+           "alltoall_obj", "agree", "form_shm_team", "barrier_now", "bcast_now", "allreduce_now",
            "alltoall_now"]
 
 
@@ -1001,3 +1001,68 @@ def _same(a, b) -> bool:
             np.frombuffer(b, np.uint8).__array_interface__["data"][0]
     except (TypeError, ValueError):
         return False
+
+
+# -- fault-tolerant agreement ------------------------------------------------------------
+def agree(t, value, combine, tag: int, failed=()):
+    """Agreement among the members that survive (ULFM's ``MPIX_Comm_agree``):
+    every live member gets ``combine`` folded over the live members'
+    ``value`` and the set of members known failed (ranks of ``t``).
+
+    The coordinator is the lowest member not known failed.  Each member
+    sends it its value and the failures it knows; it combines, then sends
+    the result and every failure it learnt back.  A member whose send to or
+    receive from the coordinator fails takes the coordinator as failed and
+    goes to the next live one, with the same contribution: ``tag`` is one
+    per agreement whatever the coordinator (the layer's own sequence, not
+    ``coll_tag()``: survivors may have run different numbers of collectives
+    before they noticed a failure), so a message that reached a member
+    before it became coordinator waits in its unexpected queue.  Works on a
+    team whose ``check()`` raises (a revoked communicator): it posts its
+    messages directly.  Returns ``(combined value, failed ranks)``."""
+    failed = set(failed)
+    me, n = t.rank, len(t.eps)
+    worker = t.worker
+    while True:
+        alive = [r for r in range(n) if r not in failed]
+        coord = alive[0]
+        if me == coord:
+            acc = value
+            for r in alive[1:]:
+                req = worker.tag_recv_any_nb(tag, FULL_MASK, t.peers[r])
+                try:
+                    yield [req]
+                except BaseException:
+                    failed.add(r)
+                    continue
+                if req.exc is not None:
+                    failed.add(r)
+                    continue
+                v, theirs = pickle.loads(req.buf)
+                acc = combine(acc, v)
+                failed |= set(theirs)
+            result = _dumps((acc, sorted(failed)))
+            sends = []
+            for r in alive[1:]:
+                if r not in failed:
+                    try:
+                        sends.append(t.eps[r].tag_send_nb(result, tag | (1 << 30)))
+                    except BaseException:
+                        failed.add(r)
+            for s in sends:
+                try:
+                    yield [s]
+                except BaseException:
+                    pass
+            return acc, failed
+        try:
+            yield [t.eps[coord].tag_send_nb(_dumps((value, sorted(failed))), tag)]
+            req = worker.tag_recv_any_nb(tag | (1 << 30), FULL_MASK, t.peers[coord])
+            yield [req]
+            if req.exc is not None:
+                raise req.exc
+        except BaseException:
+            failed.add(coord)           # the coordinator died: the next live one takes over
+            continue
+        acc, theirs = pickle.loads(req.buf)
+        return acc, set(theirs) | failed

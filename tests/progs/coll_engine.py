@@ -3,7 +3,8 @@
 each allreduce algorithm, in place, uneven and empty all-to-all parts, a
 non-commutative reduction in rank order, the object collectives (pickles of
 any size), reductions and scans of values, the straight-line blocking forms,
-nonblocking collectives two at a time, the sparse exchanges, a failed team raising before its
+nonblocking collectives two at a time, the sparse exchanges, the
+fault-tolerant agreement, a failed team raising before its
 next round, and (ucxpy.intercoll) every collective between the job's two
 halves.  Prints COLL OK."""
 import sys
@@ -215,6 +216,14 @@ def main():
     got = run(coll.neighbor_obj(t, [left, None, right], [right, left], [("r", rank), ("l", rank)],
                                 [0, 0, 1], [0, 1]))
     assert got == [("r", left), None, ("l", right)], got
+    # fault-tolerant agreement: everyone, then without the last member (known
+    # failed to every other one, which does not take part)
+    acc, failed = run(coll.agree(t, rank, max, t.coll_tag()))
+    assert acc == n - 1 and failed == set(), (acc, failed)
+    tag = t.coll_tag()
+    if n > 1 and rank != n - 1:
+        acc, failed = run(coll.agree(t, 1 << rank, lambda a, b: a | b, tag, {n - 1}))
+        assert acc == (1 << (n - 1)) - 1 and failed == {n - 1}, (acc, failed)
     # the straight-line blocking forms, interleaved with the generators
     coll.barrier_now(t)
     buf = bytearray(b"z" * 9) if rank == 0 else bytearray(9)
