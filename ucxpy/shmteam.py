@@ -215,7 +215,7 @@ class ShmTeam:
         if not self.closed:
             self.closed = True
             _TEAMS.discard(self)
-            self._slots = self._views = self._bytes = ()
+            self._slots = self._views = self._bytes = self._hdr = ()
             self._cache.clear()                 # (its views hold the peers' mappings)
             self._mh.unmap()
 
