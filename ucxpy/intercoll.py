@@ -139,11 +139,9 @@ def scatter(p, parts, buf, root: int):
 
 def allgather(p, data, parts):
     """Every member sends ``data`` to every member of the other group and
-    receives member ``i``'s into ``parts[i]``."""
-    tag = p.coll_tag()
-    reqs = [post_recv(p, i, buf, tag) for i, buf in enumerate(parts)]
-    reqs += [post_send(p, i, data, tag) for i in range(len(p.eps))]
-    yield reqs
+    receives member ``i``'s into ``parts[i]``: :func:`alltoall` of one
+    buffer."""
+    yield from alltoall(p, [data] * len(p.eps), parts)
 
 
 def alltoall(p, sends, recvs):
