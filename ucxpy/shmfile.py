@@ -83,10 +83,20 @@ def unlink_quiet(path: str) -> None:
         pass
 
 
-def create(name: str, length: int, allocate: bool = False) -> mmap.mmap:
+def _map(fd: int, length: int, populate: bool) -> mmap.mmap:
+    """A shared mapping of ``fd``; ``populate`` fills its page tables now
+    (``MAP_POPULATE``), so the first touch of each page later takes no
+    fault."""
+    flags = mmap.MAP_SHARED | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
+    return mmap.mmap(fd, length, flags=flags)
+
+
+def create(name: str, length: int, allocate: bool = False,
+           populate: bool = False) -> mmap.mmap:
     """Create segment ``name`` of ``length`` bytes and map it.  ``allocate``
     reserves its pages now (``posix_fallocate``: a full /dev/shm fails here,
-    not with SIGBUS on first touch); otherwise the file is sparse."""
+    not with SIGBUS on first touch); otherwise the file is sparse.
+    ``populate``: see :func:`_map`."""
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
@@ -94,7 +104,7 @@ def create(name: str, length: int, allocate: bool = False) -> mmap.mmap:
             os.posix_fallocate(fd, 0, length)
         else:
             os.ftruncate(fd, length)
-        return mmap.mmap(fd, length)
+        return _map(fd, length, populate)
     except BaseException:
         unlink_quiet(path)
         raise
@@ -103,11 +113,12 @@ def create(name: str, length: int, allocate: bool = False) -> mmap.mmap:
 
 
 def open_private(name: str, length: int, exact: bool = False,
-                 unlink: bool = False) -> mmap.mmap:
+                 unlink: bool = False, populate: bool = False) -> mmap.mmap:
     """Map the first ``length`` bytes of an existing segment ``name`` of this
     user (PermissionError if it is not a private regular file of ours;
     OSError EINVAL if it is shorter than ``length``, or not exactly that long
-    with ``exact``).  ``unlink``: remove the name once it is open."""
+    with ``exact``).  ``unlink``: remove the name once it is open.
+    ``populate``: see :func:`_map`."""
     path = os.path.join(SHM_DIR, name)
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -120,7 +131,7 @@ def open_private(name: str, length: int, exact: bool = False,
         if st.st_size < length or exact and st.st_size != length:
             raise OSError(errno.EINVAL, f"shm segment {name} has {st.st_size} bytes, "
                                         f"expected {'' if exact else 'at least '}{length}")
-        return mmap.mmap(fd, length)
+        return _map(fd, length, populate)
     finally:
         os.close(fd)
 

@@ -96,8 +96,11 @@ class Inbox:
 
     @classmethod
     def create(cls, name: str, capacity: int) -> "Inbox":
-        # allocated now: a full /dev/shm must fail here, not SIGBUS later
-        mm = shmfile.create(name, HDR + capacity, allocate=True)
+        # allocated now: a full /dev/shm must fail here, not SIGBUS later;
+        # populated (as a peer's is by open): frames cycle through every page
+        # of an inbox, and a page's first touch in a mapping is a fault (8 a
+        # rank per all-to-all of 8 ranks, 2026-12-05, before this)
+        mm = shmfile.create(name, HDR + capacity, allocate=True, populate=True)
         inbox = cls(mm, capacity, name, owner=True)
         if lib.ucxpy_ring_init(inbox.base, HDR + capacity) != 0:
             inbox.close()
@@ -108,8 +111,8 @@ class Inbox:
     def open(cls, name: str, capacity: int) -> "Inbox":
         """Map a peer's inbox (a file that is not the job user's private
         segment of exactly that size is refused and left alone)."""
-        return cls(shmfile.open_private(name, HDR + capacity, exact=True), capacity, name,
-                   owner=False)
+        return cls(shmfile.open_private(name, HDR + capacity, exact=True, populate=True),
+                   capacity, name, owner=False)
 
     def handle(self, source: int = 0):
         """A local handle of the ring: the consumer's, or (``source``) a
