@@ -646,7 +646,8 @@ static struct {
     Py_ssize_t worker, done, exc, result, callbacks, cancel, buf, capacity, source, tag, mask,
                seq, i_source, i_tag, i_length;
     PyObject *s_popleft, *s_tr, *s_matcher, *s_unexpected, *s_endpoints, *s_failed, *s_exact,
-             *s_seq, *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask;
+             *s_seq, *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask,
+             *s_notify_mask, *s_owner_ep, *s_remote_id;
 } R;
 
 static PyObject *
@@ -688,11 +689,55 @@ recv_configure(PyObject *self, PyObject *args)
     INTERN(s_wild, "wild");
     INTERN(s_buckets, "buckets");
     INTERN(s_bucket_mask, "bucket_mask");
+    INTERN(s_notify_mask, "notify_mask");
+    INTERN(s_owner_ep, "owner_ep");
+    INTERN(s_remote_id, "remote_id");
 #undef INTERN
     Py_XSETREF(R.deque, Py_NewRef(deque));
     Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
     Py_XSETREF(R.req, (PyTypeObject *)Py_NewRef(req));
     Py_RETURN_NONE;
+}
+
+/* Complete the plain RecvRequest ``req`` (no callbacks: its slots are set as
+ * Request.complete sets them) with TagInfo(source, tag, n).  -1 with an
+ * exception set when out of memory. */
+static int
+complete_plain(PyObject *req, PyObject *source, uint64_t tag, int64_t n)
+{
+    PyObject *info, *old, *tagobj, *lenobj;
+
+    tagobj = PyLong_FromUnsignedLongLong(tag);
+    lenobj = PyLong_FromLongLong(n);
+    info = tagobj && lenobj ? R.info->tp_alloc(R.info, 0) : NULL;
+    if (info == NULL) {
+        Py_XDECREF(tagobj);
+        Py_XDECREF(lenobj);
+        return -1;
+    }
+    SLOT(info, R.i_source) = Py_NewRef(source);
+    SLOT(info, R.i_tag) = tagobj;
+    SLOT(info, R.i_length) = lenobj;
+    old = SLOT(req, R.result);
+    SLOT(req, R.result) = info;
+    Py_XDECREF(old);
+    old = SLOT(req, R.done);
+    SLOT(req, R.done) = Py_NewRef(Py_True);
+    Py_XDECREF(old);
+    old = SLOT(req, R.cancel);
+    SLOT(req, R.cancel) = Py_NewRef(Py_None);
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* Whether ``req`` is a receive the native paths may fill and complete: a
+ * plain RecvRequest, not done, without completion callbacks, with a buffer. */
+static int
+plain_recv(PyObject *req)
+{
+    return Py_TYPE(req) == R.req && SLOT(req, R.callbacks) == Py_None
+           && SLOT(req, R.done) == Py_False && SLOT(req, R.buf) != NULL
+           && SLOT(req, R.buf) != Py_None;
 }
 
 /* -- drain_tag: frames already in the ring into the receives posted for them --
@@ -715,7 +760,7 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     unsigned long long ring, conn, tag;
     long am_id;
-    PyObject *queue, *source, *req, *info, *old, *tagobj, *lenobj, *r;
+    PyObject *queue, *source, *req, *r;
     long long count = 0;
     uint64_t wake = 0, got = 0;
     int64_t n;
@@ -742,8 +787,7 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         req = PySequence_GetItem(queue, 0);
         if (req == NULL)
             return NULL;
-        if (Py_TYPE(req) != R.req || SLOT(req, R.callbacks) != Py_None
-                || SLOT(req, R.done) != Py_False || SLOT(req, R.buf) == NULL) {
+        if (!plain_recv(req)) {
             Py_DECREF(req);
             break;
         }
@@ -763,27 +807,10 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         count++;
         r = PyObject_CallMethodNoArgs(queue, R.s_popleft);
         Py_XDECREF(r);
-        tagobj = PyLong_FromUnsignedLongLong(got);
-        lenobj = PyLong_FromLongLong(n);
-        info = tagobj && lenobj ? R.info->tp_alloc(R.info, 0) : NULL;
-        if (r == NULL || info == NULL) {
-            Py_XDECREF(tagobj);
-            Py_XDECREF(lenobj);
+        if (r == NULL || complete_plain(req, source, got, n) < 0) {
             Py_DECREF(req);
             return NULL;
         }
-        SLOT(info, R.i_source) = Py_NewRef(source);
-        SLOT(info, R.i_tag) = tagobj;
-        SLOT(info, R.i_length) = lenobj;
-        old = SLOT(req, R.result);
-        SLOT(req, R.result) = info;
-        Py_XDECREF(old);
-        old = SLOT(req, R.done);
-        SLOT(req, R.done) = Py_NewRef(Py_True);
-        Py_XDECREF(old);
-        old = SLOT(req, R.cancel);
-        SLOT(req, R.cancel) = Py_NewRef(Py_None);
-        Py_XDECREF(old);
         Py_DECREF(req);
     }
     if (PyErr_Occurred())
@@ -802,6 +829,182 @@ attr(PyObject *o, PyObject *name)
     if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
         PyErr_Clear();
     return v;
+}
+
+/* -- dispatch_tag: the inbox's eager messages into the receives posted for them --
+ *
+ * dispatch_tag(ring, conns, matcher, am_id, limit) -> count (plus WAKE_BIT
+ * when a producer waits for space: the caller wakes it)
+ *   What ShmInterface.progress, Worker.recv_frame and Worker._on_tag_eager do
+ *   for the commonest frame, in one call for a run of them: while the next
+ *   frame of the inbox ``ring`` is an eager message (``am_id``, an 8-byte
+ *   tag) of a connection in ``conns`` (source -> transport endpoint) whose
+ *   endpoint is wired up and not failed, and the receive
+ *   TagMatcher.match_posted would give it is a plain RecvRequest (no
+ *   callbacks, a buffer it fits, no notification wanted) at the head of the
+ *   exact queue or bucket of ``matcher``: copies the payload into it,
+ *   consumes the frame, removes the receive as match_posted does and
+ *   completes it with TagInfo(remote id, tag, length).  At most ``limit``
+ *   frames.  Stops, consuming nothing more, at anything else (an empty
+ *   ring, another kind of frame, an unknown or failed connection, an
+ *   unexpected message, a wildcard receive posted, a receive with
+ *   callbacks, truncation): the Python path takes that frame, in order, and
+ *   reports its errors. */
+static PyObject *
+dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ucxpy_ring_t *ring;
+    PyObject *conns, *matcher, *wild = NULL, *exact = NULL, *buckets = NULL, *bmask_o = NULL,
+             *nmask_o = NULL, *src = NULL, *tep, *owner = NULL, *failed = NULL, *rid = NULL,
+             *key = NULL, *bkey = NULL, *ktag = NULL, *q, *b, *table, *req, *r;
+    uint64_t out[UCXPY_RING_PEEK_OUT], tag, bmask = 0, nmask = 0, rmask;
+    unsigned long long ring_addr;
+    long am_id;
+    long long count = 0, limit;
+    int wake = 0, have_buckets, ok;
+    Py_buffer view;
+
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "dispatch_tag(ring, conns, matcher, am_id, limit)");
+        return NULL;
+    }
+    if (R.req == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "dispatch_tag: recv_configure() first");
+        return NULL;
+    }
+    ring_addr = PyLong_AsUnsignedLongLong(args[0]);
+    am_id = PyLong_AsLong(args[3]);
+    limit = PyLong_AsLongLong(args[4]);
+    if (PyErr_Occurred())
+        return NULL;
+    ring = (ucxpy_ring_t *)(uintptr_t)ring_addr;
+    conns = args[1];
+    matcher = args[2];
+    if (!PyDict_CheckExact(conns))
+        return PyLong_FromLong(0);
+    /* the matcher's state, as match_posted reads it */
+    if ((wild = attr(matcher, R.s_wild)) == NULL || !PyList_CheckExact(wild)
+            || PyList_GET_SIZE(wild) != 0
+            || (exact = attr(matcher, R.s_exact)) == NULL || !PyDict_CheckExact(exact)
+            || (buckets = attr(matcher, R.s_buckets)) == NULL || !PyDict_CheckExact(buckets)
+            || (bmask_o = attr(matcher, R.s_bucket_mask)) == NULL
+            || (nmask_o = attr(matcher, R.s_notify_mask)) == NULL
+            || !PyLong_CheckExact(nmask_o))
+        goto done;
+    nmask = PyLong_AsUnsignedLongLong(nmask_o);
+    have_buckets = PyDict_GET_SIZE(buckets) > 0;
+    if (have_buckets) {
+        if (!PyLong_CheckExact(bmask_o))
+            goto done;
+        bmask = PyLong_AsUnsignedLongLong(bmask_o);
+    }
+    if (PyErr_Occurred())
+        goto done;
+    while (count < limit && !wake) {
+        if (ucxpy_ring_peek(ring, out) != 1 || out[0] != (uint64_t)am_id
+                || out[2] != sizeof tag)
+            break;
+        /* the connection, and its endpoint as Worker.recv_frame checks it */
+        if ((src = PyLong_FromUnsignedLongLong(out[5])) == NULL)
+            break;
+        tep = PyDict_GetItemWithError(conns, src);
+        Py_CLEAR(src);
+        if (tep == NULL || (owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
+                || (failed = attr(owner, R.s_failed)) == NULL || failed != Py_None
+                || (rid = attr(owner, R.s_remote_id)) == NULL || !PyLong_CheckExact(rid))
+            break;
+        memcpy(&tag, ring->data + out[1], sizeof tag);
+        /* match_posted: the earlier head of the exact queue and the bucket */
+        if ((ktag = PyLong_FromUnsignedLongLong(tag)) == NULL
+                || (key = PyTuple_Pack(2, rid, ktag)) == NULL)
+            break;
+        Py_CLEAR(ktag);
+        q = PyDict_GetItemWithError(exact, key);
+        table = exact;
+        if (q != NULL && PySequence_Size(q) <= 0)
+            q = NULL;
+        if (have_buckets && !PyErr_Occurred()) {
+            if ((ktag = PyLong_FromUnsignedLongLong(tag & bmask)) == NULL
+                    || (bkey = PyTuple_Pack(2, rid, ktag)) == NULL)
+                break;
+            Py_CLEAR(ktag);
+            b = PyDict_GetItemWithError(buckets, bkey);
+            if (b != NULL && PySequence_Size(b) > 0) {
+                if (q == NULL)
+                    ok = 1;
+                else {      /* the lower sequence number wins */
+                    PyObject *e0 = PySequence_GetItem(q, 0), *b0 = PySequence_GetItem(b, 0);
+                    ok = e0 && b0 && Py_TYPE(e0) == R.req && Py_TYPE(b0) == R.req
+                         && PyObject_RichCompareBool(SLOT(b0, R.seq), SLOT(e0, R.seq),
+                                                     Py_LT) == 1;
+                    Py_XDECREF(e0);
+                    Py_XDECREF(b0);
+                }
+                if (ok) {
+                    q = b;
+                    table = buckets;
+                    Py_SETREF(key, Py_NewRef(bkey));
+                }
+            }
+            Py_CLEAR(bkey);
+        }
+        if (q == NULL || PyErr_Occurred())
+            break;          /* unexpected: the Python path queues it */
+        Py_INCREF(q);
+        req = PySequence_GetItem(q, 0);
+        ok = req != NULL && plain_recv(req) && PyLong_CheckExact(SLOT(req, R.mask));
+        if (ok) {
+            rmask = PyLong_AsUnsignedLongLong(SLOT(req, R.mask));
+            ok = !PyErr_Occurred() && !(tag & nmask & ~rmask);
+        }
+        if (ok && PyObject_GetBuffer(SLOT(req, R.buf), &view, PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            ok = 0;
+        }
+        if (ok) {
+            ok = (uint64_t)view.len >= out[4];
+            if (ok)
+                memcpy(view.buf, ring->data + out[3], out[4]);
+            PyBuffer_Release(&view);
+        }
+        if (!ok) {              /* the Python path takes this one (and reports) */
+            Py_XDECREF(req);
+            Py_DECREF(q);
+            break;
+        }
+        wake = ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY;
+        count++;
+        r = PyObject_CallMethodNoArgs(q, R.s_popleft);
+        Py_XDECREF(r);
+        if (r != NULL && PySequence_Size(q) == 0 && PyDict_GetItemWithError(table, key) == q)
+            PyDict_DelItem(table, key);
+        Py_DECREF(q);
+        if (r == NULL || PyErr_Occurred() || complete_plain(req, rid, tag, (int64_t)out[4]) < 0) {
+            Py_DECREF(req);
+            goto done;
+        }
+        Py_DECREF(req);
+        Py_CLEAR(key);
+        Py_CLEAR(owner);
+        Py_CLEAR(failed);
+        Py_CLEAR(rid);
+    }
+done:
+    Py_XDECREF(wild);
+    Py_XDECREF(exact);
+    Py_XDECREF(buckets);
+    Py_XDECREF(bmask_o);
+    Py_XDECREF(nmask_o);
+    Py_XDECREF(src);
+    Py_XDECREF(owner);
+    Py_XDECREF(failed);
+    Py_XDECREF(rid);
+    Py_XDECREF(key);
+    Py_XDECREF(bkey);
+    Py_XDECREF(ktag);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromLongLong(count | (wake ? WAKE_BIT : 0));
 }
 
 /* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
@@ -966,6 +1169,8 @@ static PyMethodDef methods[] = {
      "Worker.tag_recv_nb's common case: the posted request, or None"},
     {"drain_tag", (PyCFunction)(void (*)(void))drain_tag, METH_FASTCALL,
      "frames in the ring into the posted receives of a queue: count"},
+    {"dispatch_tag", (PyCFunction)(void (*)(void))dispatch_tag, METH_FASTCALL,
+     "the inbox's eager messages into the receives posted for them: count"},
     {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,
      "a fetching atomic on mapped peer memory, or None"},
     {NULL, NULL, 0, NULL},

@@ -540,3 +540,91 @@ def test_tcp_eager_sends_take_the_native_send_and_partial_frames_queue(tcp_pair)
     p.wait(*sends, *recvs)
     for i, o in enumerate(out):
         assert (o == i % 251).all(), i
+
+
+def _shm_iface(w):
+    return next(i for i in w.ifaces if i.name == "shm")
+
+
+def test_the_native_dispatch_takes_eager_messages_for_posted_receives(shm_pair):
+    """``dispatch_tag`` (native/fastpath.c), called by shm's progress, gives
+    each eager message at the front of the inbox to the receive
+    ``TagMatcher.match_posted`` would give it (exact queue or bucket, the
+    earlier posted first) and completes it as the Python path would; what
+    it must not take (unexpected, a wildcard posted, a receive with a
+    callback, truncation) goes the Python way, in order."""
+    p, a, b, ep = shm_pair
+    iface = _shm_iface(b)
+    m = b.matcher
+    m.bucket_mask, saved = 0xFFFF_0000, m.bucket_mask
+    try:
+        # exact and bucketed receives, posted before the messages
+        bufs = [bytearray(8) for _ in range(4)]
+        exact = b.tag_recv_nb(bufs[0], 0x10001, source=0)
+        bucket = b.tag_recv_nb(bufs[1], 0x10000, 0xFFFF_0000, source=0)
+        exact2 = b.tag_recv_nb(bufs[2], 0x10001, source=0)
+        other = b.tag_recv_nb(bufs[3], 0x20005, source=0)
+        before = iface.native_rx
+        for data, tag in ((b"e1", 0x10001), (b"b", 0x10007), (b"e2", 0x10001), (b"o", 0x20005)):
+            ep.tag_send(data, tag)
+        # e1: the exact receive (posted before the bucket); 0x10007: the
+        # bucket; e2: exact2 (the bucket is gone); o: the other tag
+        p.wait(exact, bucket, exact2, other)
+        assert iface.native_rx - before == 4
+        got = [(r.result.source, r.result.tag, r.result.length) for r in
+               (exact, bucket, exact2, other)]
+        assert got == [(0, 0x10001, 2), (0, 0x10007, 1), (0, 0x10001, 2), (0, 0x20005, 1)]
+        assert [bytes(x[:n]) for x, (_, _, n) in zip(bufs, got)] == [b"e1", b"b", b"e2", b"o"]
+        assert not m.exact and not m.buckets and all(r.exc is None for r in (exact, bucket))
+
+        # a bucket posted before the exact one takes a message of the exact tag
+        bk = b.tag_recv_nb(bytearray(4), 0x30000, 0xFFFF_0000, source=0)
+        ex = b.tag_recv_nb(bytearray(4), 0x30003, source=0)
+        ep.tag_send(b"1st", 0x30003)
+        ep.tag_send(b"2nd", 0x30003)
+        p.wait(bk, ex)
+        assert (bytes(bk.buf[:3]), bytes(ex.buf[:3])) == (b"1st", b"2nd")
+
+        # unexpected first: the Python path keeps it, the next one is native
+        ep.tag_send(b"early", 41)
+        b.progress()
+        assert len(m.unexpected) == 1
+        late = b.tag_recv_nb(bytearray(8), 42, source=0)
+        before = iface.native_rx
+        ep.tag_send(b"late", 42)
+        p.wait(late)
+        assert iface.native_rx == before + 1 and late.result.length == 4
+        assert b.tag_recv(bytearray(8), 41, source=0, timeout=10).length == 5
+
+        # a wildcard posted, a callback, truncation: all the Python way
+        before = iface.native_rx
+        wild = b.tag_recv_nb(bytearray(8), 0, 0)
+        ep.tag_send(b"w", 50)
+        p.wait(wild)
+        seen = []
+        cb = b.tag_recv_nb(bytearray(8), 51, source=0)
+        cb.add_done_callback(lambda r: seen.append(r.result.length))
+        ep.tag_send(b"cb", 51)
+        p.wait(cb)
+        short = b.tag_recv_nb(bytearray(2), 52, source=0)
+        ep.tag_send(b"too long", 52)
+        with pytest.raises(ucxpy.TruncationError):
+            p.wait(short)
+        assert seen == [2] and wild.result.tag == 50 and iface.native_rx == before
+    finally:
+        m.bucket_mask = saved
+
+
+def test_no_native_dispatch_while_tracing(shm_pair):
+    p, a, b, ep = shm_pair
+    from ucxpy.trace import Recorder
+    iface = _shm_iface(b)
+    b.tr = Recorder(b, b.config)
+    try:
+        before = iface.native_rx
+        r = b.tag_recv_nb(bytearray(4), 61, source=0)
+        ep.tag_send(b"t", 61)
+        p.wait(r)
+        assert iface.native_rx == before and r.result.length == 1
+    finally:
+        b.tr = None

@@ -578,6 +578,14 @@ class Worker:
             # peer broken: conn_failed reports that; progress() must not raise.
             pass
 
+    @property
+    def native_matcher(self):
+        """The tag matcher, offered to transports that complete eager
+        receives natively (shm's ``dispatch_tag``, native/fastpath.c) when
+        the fast path is on and nothing records arrivals (tracing,
+        statistics); else None."""
+        return self.matcher if self.tr is None and self.config.fastpath else None
+
     def recv_dest(self, tep, am_id, header, length):
         try:
             if am_id == AmId.RNDV_DATA:

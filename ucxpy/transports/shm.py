@@ -87,8 +87,9 @@ from collections import deque
 from typing import Callable, Optional
 
 from .. import auth
-from .._fastpath import (WAKE_BIT as _WAKE_BIT, drain_tag as _drain_tag, recv_tag as _recv_tag,
-                         send_tag as _send_tag)
+from ..wire import AmId
+from .._fastpath import (WAKE_BIT as _WAKE_BIT, dispatch_tag as _dispatch_tag,
+                         drain_tag as _drain_tag, recv_tag as _recv_tag, send_tag as _send_tag)
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
@@ -137,7 +138,8 @@ _push = lib.ucxpy_ring_push
 _peek = lib.ucxpy_ring_peek
 _release = lib.ucxpy_ring_release
 _from_buffer = ffi.from_buffer
-_CLOSE = (-1, b"", b"", None)    # queued in place of a frame: the connection's CLOSE record
+_CLOSE = (-1, b"", b"", None)
+_TAG_EAGER = int(AmId.TAG_EAGER)     # the frames dispatch_tag takes    # queued in place of a frame: the connection's CLOSE record
 
 
 # -- host identity -------------------------------------------------------------
@@ -602,6 +604,7 @@ class ShmInterface(Interface):
         self.rejected = 0
         #: frames of unknown sources dropped (refused or closed connections)
         self.dropped_frames = 0
+        self.native_rx = 0          # frames dispatch_tag completed receives with
         now = time.monotonic()
         self._next_housekeeping = now + _HOUSEKEEPING
         self._next_liveness = now + _LIVENESS
@@ -818,13 +821,27 @@ class ShmInterface(Interface):
         return n
 
     def _poll(self, limit: int = _BATCH) -> int:
-        """Deliver up to ``limit`` frames of our inbox; returns how many."""
+        """Deliver up to ``limit`` frames of our inbox; returns how many.
+        Runs of eager messages for posted receives go through one C call
+        (``dispatch_tag``, when the owner offers its tag matcher as
+        ``native_matcher``); every other frame through ``owner.recv_frame``."""
         rx = self._rx
         out = self._peek_out
+        matcher = getattr(self.owner, "native_matcher", None)
+        n = 0
         rc = _peek(rx, out)
         if rc == 0:
             return 0
-        n = 0
+        if matcher is not None:
+            n = _dispatch_tag(self._rx_addr, self._by_src, matcher, _TAG_EAGER, limit)
+            if n:
+                if n >= _WAKE_BIT:
+                    n -= _WAKE_BIT
+                    self._wake_waiters()
+                self.native_rx += n
+                if n >= limit:
+                    return n
+                rc = _peek(rx, out)
         view = self._rx_view
         recv = self.owner.recv_frame
         by_src = self._by_src
@@ -856,6 +873,16 @@ class ShmInterface(Interface):
                 n += 1
                 if n >= limit or self._closed:      # (a callback may close us)
                     break
+                if matcher is not None:
+                    k = _dispatch_tag(self._rx_addr, by_src, matcher, _TAG_EAGER, limit - n)
+                    if k:
+                        if k >= _WAKE_BIT:
+                            k -= _WAKE_BIT
+                            wake = True
+                        self.native_rx += k
+                        n += k
+                        if n >= limit:
+                            break
                 rc = _peek(rx, out)
         finally:
             self._in_poll = False
