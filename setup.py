@@ -31,7 +31,7 @@ sys.path.pop(0)
 PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
 # The receive fast path (native/fastpath.c), with the ring code compiled in.
 FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c", "native/ring.c",
-                                          "native/atomics.c"],
+                                          "native/atomics.c", "native/cma.c"],
                      include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 
 # mpi_shim's hottest entry points in C (native/mpi_accel.c): Send, Recv, Put,

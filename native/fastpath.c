@@ -647,7 +647,10 @@ static struct {
                seq, i_source, i_tag, i_length;
     PyObject *s_popleft, *s_tr, *s_matcher, *s_unexpected, *s_endpoints, *s_failed, *s_exact,
              *s_seq, *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask,
-             *s_notify_mask, *s_owner_ep, *s_remote_id;
+             *s_notify_mask, *s_owner_ep, *s_remote_id, *s_queue, *s_held, *s_exc, *s_closing,
+             *s_tx, *s_tx_addr, *s_wake_peer, *s_peer_pid, *s_cma_ok, *s_lane_tep, *s_busy,
+             *s_req;
+    PyTypeObject *req_base;     /* Request, RecvRequest's base */
 } R;
 
 static PyObject *
@@ -692,10 +695,23 @@ recv_configure(PyObject *self, PyObject *args)
     INTERN(s_notify_mask, "notify_mask");
     INTERN(s_owner_ep, "owner_ep");
     INTERN(s_remote_id, "remote_id");
+    INTERN(s_queue, "_queue");
+    INTERN(s_held, "_held");
+    INTERN(s_exc, "_exc");
+    INTERN(s_closing, "_closing");
+    INTERN(s_tx, "_tx");
+    INTERN(s_tx_addr, "_tx_addr");
+    INTERN(s_wake_peer, "_wake_peer");
+    INTERN(s_peer_pid, "_peer_pid");
+    INTERN(s_cma_ok, "_cma_ok");
+    INTERN(s_lane_tep, "_tep");
+    INTERN(s_busy, "busy");
+    INTERN(s_req, "req");
 #undef INTERN
     Py_XSETREF(R.deque, Py_NewRef(deque));
     Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
     Py_XSETREF(R.req, (PyTypeObject *)Py_NewRef(req));
+    R.req_base = req->tp_base;      /* (held by R.req) */
     Py_RETURN_NONE;
 }
 
@@ -831,177 +847,437 @@ attr(PyObject *o, PyObject *name)
     return v;
 }
 
-/* -- dispatch_tag: the inbox's eager messages into the receives posted for them --
+/* -- dispatch_tag: the inbox's tagged messages into the receives posted for them --
  *
- * dispatch_tag(ring, conns, matcher, am_id, limit) -> count (plus WAKE_BIT
- * when a producer waits for space: the caller wakes it)
- *   What ShmInterface.progress, Worker.recv_frame and Worker._on_tag_eager do
- *   for the commonest frame, in one call for a run of them: while the next
- *   frame of the inbox ``ring`` is an eager message (``am_id``, an 8-byte
- *   tag) of a connection in ``conns`` (source -> transport endpoint) whose
- *   endpoint is wired up and not failed, and the receive
- *   TagMatcher.match_posted would give it is a plain RecvRequest (no
- *   callbacks, a buffer it fits, no notification wanted) at the head of the
- *   exact queue or bucket of ``matcher``: copies the payload into it,
- *   consumes the frame, removes the receive as match_posted does and
- *   completes it with TagInfo(remote id, tag, length).  At most ``limit``
- *   frames.  Stops, consuming nothing more, at anything else (an empty
- *   ring, another kind of frame, an unknown or failed connection, an
- *   unexpected message, a wildcard receive posted, a receive with
- *   callbacks, truncation): the Python path takes that frame, in order, and
- *   reports its errors. */
+ * dispatch_tag(ring, conns, matcher, limit, sends, split) -> count (plus
+ * WAKE_BIT when a producer waits for space: the caller wakes it)
+ *   What ShmInterface.progress, Worker.recv_frame and the worker's handlers
+ *   do for the commonest frames, in one call for a run of them.  ``conns``
+ *   maps a source to its transport endpoint (ShmEndpoint), whose ucxpy
+ *   Endpoint must be wired up and not failed.  While the next frame of the
+ *   inbox ``ring`` is one of these, it is consumed:
+ *
+ *   TAG_EAGER  the receive TagMatcher.match_posted would give it (``matcher``:
+ *              exact queue or bucket, the earlier posted first) is a plain
+ *              RecvRequest (no callbacks, a buffer it fits, no notification
+ *              wanted): the payload is copied in, the receive leaves its
+ *              queue and completes with TagInfo(remote id, tag, length).
+ *   TAG_RTS    a rendezvous offer of fewer than ``split`` bytes with a shm
+ *              key of the connection's peer, which CMA reaches, matched as
+ *              above: the receive reads the sender's buffer by
+ *              process_vm_readv, answers ATS(OK) on its Endpoint's lane
+ *              (pushed when nothing is queued there, else by the lane's
+ *              send()) and completes.
+ *   RNDV_ATS   ATS(OK) of a send in ``sends`` (RendezvousProtocol.sends)
+ *              with nothing else outstanding (busy 0) and a plain Request:
+ *              the send leaves ``sends`` and completes.
+ *
+ *   At most ``limit`` frames.  Stops, consuming nothing more, at anything
+ *   else (an empty ring, another kind of frame, an unknown or failed
+ *   connection, an unexpected message, a wildcard receive posted, callbacks,
+ *   truncation, a key or copy CMA refuses, an error status): the Python path
+ *   takes that frame, in order, and reports its errors. */
+
+#define AM_TAG_EAGER 2          /* ucxpy.wire.AmId (checked by ucxpy.worker at import) */
+#define AM_TAG_RTS 3
+#define AM_RNDV_ATS 6
+#define RTS_SIZE 32             /* wire.RTS: tag, sreq id, size, address */
+#define SHM_RKEY_SIZE 24        /* shm_md.RKEY: magic, pid, base, length */
+#define ATS_SIZE 9              /* wire.ATS: sreq id, status */
+
+/* what dispatch_tag reads of the matcher once per call */
+typedef struct {
+    PyObject *exact, *buckets;
+    uint64_t bmask, nmask;
+    int have_buckets;
+} match_state_t;
+
+/* The receive match_posted would give a message (rid, tag), left in its
+ * queue: *req (new reference), *q (borrowed) and *table and *key (key: a new
+ * reference) to remove it.  0 with *req NULL when none (or not one the
+ * native path may take: callbacks, a notification wanted, no buffer), -1
+ * on error. */
+static int
+match_head(match_state_t *ms, PyObject *rid, uint64_t tag, PyObject **req, PyObject **q,
+           PyObject **table, PyObject **key)
+{
+    PyObject *ktag, *bkey, *b, *e0, *b0, *r;
+    uint64_t rmask;
+    int earlier;
+
+    *req = NULL;
+    if ((ktag = PyLong_FromUnsignedLongLong(tag)) == NULL)
+        return -1;
+    *key = PyTuple_Pack(2, rid, ktag);
+    Py_DECREF(ktag);
+    if (*key == NULL)
+        return -1;
+    *table = ms->exact;
+    *q = PyDict_GetItemWithError(ms->exact, *key);
+    if (*q != NULL && PySequence_Size(*q) <= 0)
+        *q = NULL;
+    if (ms->have_buckets && !PyErr_Occurred()) {
+        if ((ktag = PyLong_FromUnsignedLongLong(tag & ms->bmask)) == NULL)
+            return -1;
+        bkey = PyTuple_Pack(2, rid, ktag);
+        Py_DECREF(ktag);
+        if (bkey == NULL)
+            return -1;
+        b = PyDict_GetItemWithError(ms->buckets, bkey);
+        if (b != NULL && PySequence_Size(b) > 0) {
+            earlier = 1;
+            if (*q != NULL) {           /* the lower sequence number wins */
+                e0 = PySequence_GetItem(*q, 0);
+                b0 = PySequence_GetItem(b, 0);
+                earlier = e0 && b0 && Py_TYPE(e0) == R.req && Py_TYPE(b0) == R.req
+                          && PyObject_RichCompareBool(SLOT(b0, R.seq), SLOT(e0, R.seq),
+                                                      Py_LT) == 1;
+                Py_XDECREF(e0);
+                Py_XDECREF(b0);
+            }
+            if (earlier) {
+                *q = b;
+                *table = ms->buckets;
+                Py_SETREF(*key, Py_NewRef(bkey));
+            }
+        }
+        Py_DECREF(bkey);
+    }
+    if (PyErr_Occurred())
+        return -1;
+    if (*q == NULL)
+        return 0;
+    r = PySequence_GetItem(*q, 0);
+    if (r == NULL)
+        return -1;
+    if (!plain_recv(r) || !PyLong_CheckExact(SLOT(r, R.mask))) {
+        Py_DECREF(r);
+        return 0;
+    }
+    rmask = PyLong_AsUnsignedLongLong(SLOT(r, R.mask));
+    if (PyErr_Occurred() || (tag & ms->nmask & ~rmask)) {
+        Py_DECREF(r);
+        PyErr_Clear();
+        return 0;
+    }
+    *req = r;
+    return 0;
+}
+
+/* The receive at the head of ``q`` (just filled) leaves it, and ``key`` leaves
+ * ``table`` when that emptied it, as match_posted does.  -1 on error. */
+static int
+pop_head(PyObject *q, PyObject *table, PyObject *key)
+{
+    PyObject *r = PyObject_CallMethodNoArgs(q, R.s_popleft);
+
+    if (r == NULL)
+        return -1;
+    Py_DECREF(r);
+    if (PySequence_Size(q) == 0 && PyDict_GetItemWithError(table, key) == q)
+        return PyDict_DelItem(table, key);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* The ring of a ShmEndpoint when a frame may be pushed straight into it (it
+ * is open, nothing queued or held: what ShmEndpoint.send_eager checks), or
+ * NULL (no exception set). */
+static ucxpy_ring_t *
+direct_ring(PyObject *lane)
+{
+    PyObject *v;
+    ucxpy_ring_t *ring = NULL;
+    int ok;
+
+#define CHECK(name, test) \
+    if ((v = attr(lane, R.name)) == NULL) { PyErr_Clear(); return NULL; } \
+    ok = (test); Py_DECREF(v); if (!ok) return NULL;
+    CHECK(s_queue, PyObject_Size(v) == 0)
+    CHECK(s_held, v == Py_False)
+    CHECK(s_exc, v == Py_None)
+    CHECK(s_closing, v == Py_False)
+    CHECK(s_tx, v != Py_None)
+    CHECK(s_tx_addr, PyLong_CheckExact(v)
+          && (ring = (ucxpy_ring_t *)(uintptr_t)PyLong_AsUnsignedLongLong(v)) != NULL)
+#undef CHECK
+    if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return ring;
+}
+
+/* ATS(OK) for send ``sreq_id`` on ``lane``: pushed, or given to its send()
+ * (which queues it).  A connection that broke meanwhile is not an error
+ * here (as RendezvousProtocol._ack: the sender is gone, nothing waits). */
+static void
+send_ats(PyObject *lane, uint64_t sreq_id)
+{
+    uint8_t hdr[ATS_SIZE];
+    ucxpy_ring_t *ring = direct_ring(lane);
+    PyObject *r;
+    int rc = UCXPY_RING_BUSY;
+
+    memcpy(hdr, &sreq_id, 8);   /* little-endian, as wire.ATS */
+    hdr[8] = 0;                 /* wire.ATS_OK */
+    if (ring != NULL)
+        rc = ucxpy_ring_push(ring, AM_RNDV_ATS, hdr, sizeof hdr, NULL, 0);
+    if (rc == UCXPY_RING_OK)
+        return;
+    if (rc == UCXPY_RING_NOTIFY)
+        r = PyObject_CallMethodNoArgs(lane, R.s_wake_peer);
+    else
+        r = PyObject_CallMethod(lane, "send", "iy#", AM_RNDV_ATS, (const char *)hdr,
+                                (Py_ssize_t)sizeof hdr);
+    Py_XDECREF(r);
+    PyErr_Clear();
+}
+
+/* A tag frame (eager or RTS) into the receive posted for it.  1 when done,
+ * 0 when the Python path must take it, -1 on error. */
+static int
+take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *tep,
+         PyObject *owner, PyObject *rid, long long split)
+{
+    PyObject *req = NULL, *q, *table, *key = NULL, *v, *lane = NULL;
+    uint64_t tag, hdr[RTS_SIZE / 8], size, base, length;
+    uint32_t pid = 0;
+    uint8_t *h = ring->data + out[1];
+    Py_buffer view;
+    int rc = 0, rts = out[0] == AM_TAG_RTS;
+    long long peer_pid;
+
+    memcpy(&tag, h, sizeof tag);
+    if (rts) {
+        if (out[2] != RTS_SIZE + SHM_RKEY_SIZE || out[4] != 0)
+            return 0;
+        memcpy(hdr, h, RTS_SIZE);
+        size = hdr[2];
+        if (memcmp(h + RTS_SIZE, "SHMK", 4) != 0 || size >= (uint64_t)split)
+            return 0;
+        memcpy(&pid, h + RTS_SIZE + 4, 4);
+        memcpy(&base, h + RTS_SIZE + 8, 8);
+        memcpy(&length, h + RTS_SIZE + 16, 8);
+        if (hdr[3] < base || hdr[3] + size > base + length || hdr[3] + size < hdr[3])
+            return 0;
+        /* the key must be the connection's peer's, and CMA known to work */
+        if ((v = attr(tep, R.s_peer_pid)) == NULL)
+            goto out;
+        peer_pid = PyLong_CheckExact(v) ? PyLong_AsLongLong(v) : -1;
+        Py_DECREF(v);
+        if (peer_pid != (long long)pid || (v = attr(tep, R.s_cma_ok)) == NULL)
+            goto out;
+        Py_DECREF(v);
+        if (v != Py_True || (lane = attr(owner, R.s_lane_tep)) == NULL || lane == Py_None)
+            goto out;
+    } else {
+        size = out[4];
+    }
+    if (match_head(ms, rid, tag, &req, &q, &table, &key) < 0) {
+        rc = -1;
+        goto out;
+    }
+    if (req == NULL)
+        goto out;
+    if (PyObject_GetBuffer(SLOT(req, R.buf), &view, PyBUF_WRITABLE) < 0) {
+        PyErr_Clear();
+        goto out;
+    }
+    if ((uint64_t)view.len < size) {
+        PyBuffer_Release(&view);
+        goto out;           /* truncation: the Python path reports it */
+    }
+    if (rts) {
+        if (size && ucxpy_cma_read((int)pid, view.buf, hdr[3], size) != (int64_t)size) {
+            PyBuffer_Release(&view);
+            goto out;       /* the Python path reads again and reports */
+        }
+    } else if (size) {
+        memcpy(view.buf, ring->data + out[3], size);
+    }
+    PyBuffer_Release(&view);
+    Py_INCREF(q);
+    rc = pop_head(q, table, key);
+    Py_DECREF(q);
+    if (rc == 0 && rts)
+        send_ats(lane, hdr[1]);
+    if (rc == 0)
+        rc = complete_plain(req, rid, tag, (int64_t)size) < 0 ? -1 : 1;
+out:
+    Py_XDECREF(req);
+    Py_XDECREF(key);
+    Py_XDECREF(lane);
+    if (rc == 0)
+        PyErr_Clear();
+    return rc;
+}
+
+/* ATS(OK) of a send of ``sends`` that waits for nothing else: it completes.
+ * 1 when done, 0 when the Python path must take it, -1 on error. */
+static int
+take_ats(PyObject *sends, ucxpy_ring_t *ring, const uint64_t *out)
+{
+    uint8_t *h = ring->data + out[1];
+    uint64_t sreq_id;
+    PyObject *id, *s, *req = NULL, *busy = NULL, *old;
+    int rc = 0;
+
+    if (out[2] != ATS_SIZE || h[8] != 0 || !PyDict_CheckExact(sends))
+        return 0;
+    memcpy(&sreq_id, h, 8);
+    if ((id = PyLong_FromUnsignedLongLong(sreq_id)) == NULL)
+        return -1;
+    s = PyDict_GetItemWithError(sends, id);
+    if (s == NULL || (busy = attr(s, R.s_busy)) == NULL || !PyLong_CheckExact(busy)
+            || PyLong_AsLong(busy) != 0
+            || (req = attr(s, R.s_req)) == NULL || Py_TYPE(req) != R.req_base
+            || SLOT(req, R.callbacks) != Py_None || SLOT(req, R.done) != Py_False)
+        goto out;
+    if (PyDict_DelItem(sends, id) < 0) {
+        rc = -1;
+        goto out;
+    }
+    /* Request.complete() with no result, no error and no callbacks */
+    old = SLOT(req, R.done);
+    SLOT(req, R.done) = Py_NewRef(Py_True);
+    Py_XDECREF(old);
+    old = SLOT(req, R.cancel);
+    SLOT(req, R.cancel) = Py_NewRef(Py_None);
+    Py_XDECREF(old);
+    rc = 1;
+out:
+    Py_DECREF(id);
+    Py_XDECREF(busy);
+    Py_XDECREF(req);
+    if (rc == 0)
+        PyErr_Clear();
+    return rc;
+}
+
+/* send_rts(ring address, tag, sreq id, buffer, pid) -> rc
+ *   pushes one rendezvous offer (am_id TAG_RTS, header wire.RTS(tag, sreq
+ *   id, size, address) followed by the shm key of the buffer for ``pid``,
+ *   shm_md.RKEY("SHMK", pid, address, size); no payload): what
+ *   Endpoint.send_message sends after RendezvousProtocol.post_send and
+ *   ShmEndpoint.pack_local_key.  rc as ucxpy_ring_push's. */
+static PyObject *
+send_rts(PyObject *self, PyObject *args)
+{
+    unsigned long long ring, tag, sreq_id;
+    unsigned int pid;
+    Py_buffer buf;
+    uint8_t hdr[RTS_SIZE + SHM_RKEY_SIZE];
+    uint64_t w[4], addr, size;
+    int rc;
+
+    if (!PyArg_ParseTuple(args, "KKKy*I", &ring, &tag, &sreq_id, &buf, &pid))
+        return NULL;
+    if (!PyBuffer_IsContiguous(&buf, 'A')) {
+        PyBuffer_Release(&buf);
+        PyErr_SetString(PyExc_BufferError, "send_rts needs a contiguous buffer");
+        return NULL;
+    }
+    addr = (uint64_t)(uintptr_t)buf.buf;
+    size = (uint64_t)buf.len;
+    PyBuffer_Release(&buf);        /* (the caller keeps the buffer until ATS) */
+    w[0] = tag;
+    w[1] = sreq_id;
+    w[2] = size;
+    w[3] = addr;
+    memcpy(hdr, w, RTS_SIZE);
+    memcpy(hdr + RTS_SIZE, "SHMK", 4);
+    memcpy(hdr + RTS_SIZE + 4, &pid, 4);
+    memcpy(hdr + RTS_SIZE + 8, &addr, 8);
+    memcpy(hdr + RTS_SIZE + 16, &size, 8);
+    rc = ucxpy_ring_push((ucxpy_ring_t *)(uintptr_t)ring, AM_TAG_RTS, hdr, sizeof hdr, NULL, 0);
+    return PyLong_FromLong(rc);
+}
+
 static PyObject *
 dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     ucxpy_ring_t *ring;
-    PyObject *conns, *matcher, *wild = NULL, *exact = NULL, *buckets = NULL, *bmask_o = NULL,
-             *nmask_o = NULL, *src = NULL, *tep, *owner = NULL, *failed = NULL, *rid = NULL,
-             *key = NULL, *bkey = NULL, *ktag = NULL, *q, *b, *table, *req, *r;
-    uint64_t out[UCXPY_RING_PEEK_OUT], tag, bmask = 0, nmask = 0, rmask;
-    unsigned long long ring_addr;
-    long am_id;
-    long long count = 0, limit;
-    int wake = 0, have_buckets, ok;
-    Py_buffer view;
+    PyObject *conns, *matcher, *sends, *wild = NULL, *bmask_o = NULL, *nmask_o = NULL,
+             *src, *tep, *owner = NULL, *failed = NULL, *rid = NULL;
+    match_state_t ms = {NULL, NULL, 0, 0, 0};
+    uint64_t out[UCXPY_RING_PEEK_OUT];
+    long long count = 0, limit, split;
+    int wake = 0, rc;
 
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "dispatch_tag(ring, conns, matcher, am_id, limit)");
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "dispatch_tag(ring, conns, matcher, limit, sends, split)");
         return NULL;
     }
     if (R.req == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "dispatch_tag: recv_configure() first");
         return NULL;
     }
-    ring_addr = PyLong_AsUnsignedLongLong(args[0]);
-    am_id = PyLong_AsLong(args[3]);
-    limit = PyLong_AsLongLong(args[4]);
+    ring = (ucxpy_ring_t *)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
+    limit = PyLong_AsLongLong(args[3]);
+    split = PyLong_AsLongLong(args[5]);
     if (PyErr_Occurred())
         return NULL;
-    ring = (ucxpy_ring_t *)(uintptr_t)ring_addr;
     conns = args[1];
     matcher = args[2];
+    sends = args[4];
     if (!PyDict_CheckExact(conns))
         return PyLong_FromLong(0);
     /* the matcher's state, as match_posted reads it */
     if ((wild = attr(matcher, R.s_wild)) == NULL || !PyList_CheckExact(wild)
             || PyList_GET_SIZE(wild) != 0
-            || (exact = attr(matcher, R.s_exact)) == NULL || !PyDict_CheckExact(exact)
-            || (buckets = attr(matcher, R.s_buckets)) == NULL || !PyDict_CheckExact(buckets)
+            || (ms.exact = attr(matcher, R.s_exact)) == NULL || !PyDict_CheckExact(ms.exact)
+            || (ms.buckets = attr(matcher, R.s_buckets)) == NULL
+            || !PyDict_CheckExact(ms.buckets)
             || (bmask_o = attr(matcher, R.s_bucket_mask)) == NULL
             || (nmask_o = attr(matcher, R.s_notify_mask)) == NULL
             || !PyLong_CheckExact(nmask_o))
         goto done;
-    nmask = PyLong_AsUnsignedLongLong(nmask_o);
-    have_buckets = PyDict_GET_SIZE(buckets) > 0;
-    if (have_buckets) {
+    ms.nmask = PyLong_AsUnsignedLongLong(nmask_o);
+    ms.have_buckets = PyDict_GET_SIZE(ms.buckets) > 0;
+    if (ms.have_buckets) {
         if (!PyLong_CheckExact(bmask_o))
             goto done;
-        bmask = PyLong_AsUnsignedLongLong(bmask_o);
+        ms.bmask = PyLong_AsUnsignedLongLong(bmask_o);
     }
     if (PyErr_Occurred())
         goto done;
     while (count < limit && !wake) {
-        if (ucxpy_ring_peek(ring, out) != 1 || out[0] != (uint64_t)am_id
-                || out[2] != sizeof tag)
+        if (ucxpy_ring_peek(ring, out) != 1)
             break;
-        /* the connection, and its endpoint as Worker.recv_frame checks it */
-        if ((src = PyLong_FromUnsignedLongLong(out[5])) == NULL)
-            break;
-        tep = PyDict_GetItemWithError(conns, src);
-        Py_CLEAR(src);
-        if (tep == NULL || (owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
-                || (failed = attr(owner, R.s_failed)) == NULL || failed != Py_None
-                || (rid = attr(owner, R.s_remote_id)) == NULL || !PyLong_CheckExact(rid))
-            break;
-        memcpy(&tag, ring->data + out[1], sizeof tag);
-        /* match_posted: the earlier head of the exact queue and the bucket */
-        if ((ktag = PyLong_FromUnsignedLongLong(tag)) == NULL
-                || (key = PyTuple_Pack(2, rid, ktag)) == NULL)
-            break;
-        Py_CLEAR(ktag);
-        q = PyDict_GetItemWithError(exact, key);
-        table = exact;
-        if (q != NULL && PySequence_Size(q) <= 0)
-            q = NULL;
-        if (have_buckets && !PyErr_Occurred()) {
-            if ((ktag = PyLong_FromUnsignedLongLong(tag & bmask)) == NULL
-                    || (bkey = PyTuple_Pack(2, rid, ktag)) == NULL)
+        if (out[0] == AM_RNDV_ATS) {
+            rc = take_ats(sends, ring, out);
+        } else {
+            if ((out[0] != AM_TAG_EAGER || out[2] != 8) && out[0] != AM_TAG_RTS)
                 break;
-            Py_CLEAR(ktag);
-            b = PyDict_GetItemWithError(buckets, bkey);
-            if (b != NULL && PySequence_Size(b) > 0) {
-                if (q == NULL)
-                    ok = 1;
-                else {      /* the lower sequence number wins */
-                    PyObject *e0 = PySequence_GetItem(q, 0), *b0 = PySequence_GetItem(b, 0);
-                    ok = e0 && b0 && Py_TYPE(e0) == R.req && Py_TYPE(b0) == R.req
-                         && PyObject_RichCompareBool(SLOT(b0, R.seq), SLOT(e0, R.seq),
-                                                     Py_LT) == 1;
-                    Py_XDECREF(e0);
-                    Py_XDECREF(b0);
-                }
-                if (ok) {
-                    q = b;
-                    table = buckets;
-                    Py_SETREF(key, Py_NewRef(bkey));
-                }
-            }
-            Py_CLEAR(bkey);
+            /* the connection, and its endpoint as Worker.recv_frame checks it */
+            if ((src = PyLong_FromUnsignedLongLong(out[5])) == NULL)
+                break;
+            tep = PyDict_GetItemWithError(conns, src);
+            Py_DECREF(src);
+            if (tep == NULL || (owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
+                    || (failed = attr(owner, R.s_failed)) == NULL || failed != Py_None
+                    || (rid = attr(owner, R.s_remote_id)) == NULL || !PyLong_CheckExact(rid))
+                break;
+            rc = take_tag(&ms, ring, out, tep, owner, rid, split);
+            Py_CLEAR(owner);
+            Py_CLEAR(failed);
+            Py_CLEAR(rid);
         }
-        if (q == NULL || PyErr_Occurred())
-            break;          /* unexpected: the Python path queues it */
-        Py_INCREF(q);
-        req = PySequence_GetItem(q, 0);
-        ok = req != NULL && plain_recv(req) && PyLong_CheckExact(SLOT(req, R.mask));
-        if (ok) {
-            rmask = PyLong_AsUnsignedLongLong(SLOT(req, R.mask));
-            ok = !PyErr_Occurred() && !(tag & nmask & ~rmask);
-        }
-        if (ok && PyObject_GetBuffer(SLOT(req, R.buf), &view, PyBUF_WRITABLE) < 0) {
-            PyErr_Clear();
-            ok = 0;
-        }
-        if (ok) {
-            ok = (uint64_t)view.len >= out[4];
-            if (ok)
-                memcpy(view.buf, ring->data + out[3], out[4]);
-            PyBuffer_Release(&view);
-        }
-        if (!ok) {              /* the Python path takes this one (and reports) */
-            Py_XDECREF(req);
-            Py_DECREF(q);
+        if (rc <= 0)
             break;
-        }
         wake = ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY;
         count++;
-        r = PyObject_CallMethodNoArgs(q, R.s_popleft);
-        Py_XDECREF(r);
-        if (r != NULL && PySequence_Size(q) == 0 && PyDict_GetItemWithError(table, key) == q)
-            PyDict_DelItem(table, key);
-        Py_DECREF(q);
-        if (r == NULL || PyErr_Occurred() || complete_plain(req, rid, tag, (int64_t)out[4]) < 0) {
-            Py_DECREF(req);
-            goto done;
-        }
-        Py_DECREF(req);
-        Py_CLEAR(key);
-        Py_CLEAR(owner);
-        Py_CLEAR(failed);
-        Py_CLEAR(rid);
     }
 done:
     Py_XDECREF(wild);
-    Py_XDECREF(exact);
-    Py_XDECREF(buckets);
+    Py_XDECREF(ms.exact);
+    Py_XDECREF(ms.buckets);
     Py_XDECREF(bmask_o);
     Py_XDECREF(nmask_o);
-    Py_XDECREF(src);
     Py_XDECREF(owner);
     Py_XDECREF(failed);
     Py_XDECREF(rid);
-    Py_XDECREF(key);
-    Py_XDECREF(bkey);
-    Py_XDECREF(ktag);
     if (PyErr_Occurred())
         return NULL;
     return PyLong_FromLongLong(count | (wake ? WAKE_BIT : 0));
@@ -1169,8 +1445,9 @@ static PyMethodDef methods[] = {
      "Worker.tag_recv_nb's common case: the posted request, or None"},
     {"drain_tag", (PyCFunction)(void (*)(void))drain_tag, METH_FASTCALL,
      "frames in the ring into the posted receives of a queue: count"},
+    {"send_rts", send_rts, METH_VARARGS, "push one rendezvous offer with its shm key"},
     {"dispatch_tag", (PyCFunction)(void (*)(void))dispatch_tag, METH_FASTCALL,
-     "the inbox's eager messages into the receives posted for them: count"},
+     "the inbox's tagged messages, rendezvous offers and ATS into what waits for them: count"},
     {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,
      "a fetching atomic on mapped peer memory, or None"},
     {NULL, NULL, 0, NULL},
@@ -1191,6 +1468,8 @@ PyInit__fastpath(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "WAKE_BIT", WAKE_BIT) < 0 ||
+            PyModule_AddObject(m, "DISPATCH_AM_IDS", Py_BuildValue("(iii)", AM_TAG_EAGER,
+                                                                   AM_TAG_RTS, AM_RNDV_ATS)) < 0 ||
             PyModule_AddObjectRef(m, "serialized", (PyObject *)&SerializedType) < 0 ||
             PyModule_AddObjectRef(m, "ApiLock", (PyObject *)&ApiLockType) < 0) {
         Py_DECREF(m);

@@ -628,3 +628,75 @@ def test_no_native_dispatch_while_tracing(shm_pair):
         assert iface.native_rx == before and r.result.length == 1
     finally:
         b.tr = None
+
+
+def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
+    """A tagged send of ``rndv_thresh`` bytes or more goes out by the lane's
+    ``send_rts`` (one C call packs the RTS and the shm key); the receiver's
+    ``dispatch_tag`` matches it to a posted receive, reads the sender's
+    buffer by CMA and answers ATS, and the sender's ``dispatch_tag``
+    completes the send on that ATS.  What it must not take (unexpected, a
+    split-sized offer, truncation, CMA not yet probed) goes the Python way."""
+    import numpy as np
+    p, a, b, ep = shm_pair
+    ia, ib = _shm_iface(a), _shm_iface(b)
+    size = ep.rndv_thresh
+    assert size < a.config.rndv_split_thresh
+
+    def exchange(tag, nbytes=size, post_first=True, out=None):
+        data = np.arange(nbytes, dtype=np.uint8) ^ tag
+        out = np.zeros(nbytes, np.uint8) if out is None else out
+        recv = b.tag_recv_nb(out, tag, source=0) if post_first else None
+        send = ep.tag_send_nb(data, tag)
+        if recv is None:
+            b.progress()
+            recv = b.tag_recv_nb(out, tag, source=0)
+        p.wait(send, recv)
+        assert recv.result.length == nbytes and np.array_equal(out[:nbytes], data)
+        return send, recv
+
+    exchange(1)                                # the first one probes CMA (Python)
+    offers, rx_a, rx_b = a.fast_offers, ia.native_rx, ib.native_rx
+    exchange(2)
+    assert a.fast_offers == offers + 1
+    assert ib.native_rx == rx_b + 1 and ia.native_rx == rx_a + 1     # RTS, then ATS
+    assert not a.rndv.sends and not b.rndv.recvs
+
+    # unexpected: the offer waits in the Python queue, then completes there
+    rx_b = ib.native_rx
+    exchange(3, post_first=False)
+    assert ib.native_rx == rx_b and not a.rndv.sends
+
+    # truncation: the Python path reports it, and the sender completes
+    data = np.ones(size, np.uint8)
+    short = b.tag_recv_nb(np.zeros(size // 2, np.uint8), 4, source=0)
+    send = ep.tag_send_nb(data, 4)
+    with pytest.raises(ucxpy.TruncationError):
+        p.wait(short)
+    p.wait(send)
+    assert not a.rndv.sends
+
+    # an offer of the split size goes the Python way (split or get)
+    big = a.config.rndv_split_thresh
+    rx_b = ib.native_rx
+    exchange(5, nbytes=big)
+    if ib._splits:
+        assert ib.native_rx == rx_b
+    assert not a.rndv.sends and not b.rndv.recvs
+
+
+def test_native_rendezvous_with_cma_refused_falls_back_to_frames(shm_pair):
+    """A peer CMA cannot reach (``cma_ok`` False) gets data frames: the
+    native dispatch leaves that offer to the Python path."""
+    import numpy as np
+    p, a, b, ep = shm_pair
+    iface = _shm_iface(b)
+    for tep in iface._by_src.values():
+        tep._cma_ok = False
+    rx = iface.native_rx
+    data = np.arange(ep.rndv_thresh, dtype=np.uint8)
+    out = np.zeros_like(data)
+    recv = b.tag_recv_nb(out, 9, source=0)
+    send = ep.tag_send_nb(data, 9)
+    p.wait(send, recv)
+    assert np.array_equal(out, data) and iface.native_rx == rx

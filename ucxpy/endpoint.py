@@ -37,6 +37,7 @@ class Endpoint:
         self.short_thresh = 0
         #: the lane's native eager send (``send_eager``) under UCXPY_FASTPATH
         self._fast_send = None
+        self._fast_rts = None       # the lane's native rendezvous offer (send_rts)
 
     def __repr__(self) -> str:
         lane = self.lane.name if self.lane else "unconnected"
@@ -62,6 +63,8 @@ class Endpoint:
         self._tep = tep
         if self.worker.config.fastpath:
             self._fast_send = tep.send_eager
+            if iface.attrs.caps & Caps.GET_ZCOPY:
+                self._fast_rts = tep.send_rts       # (None where not offered)
         tr = self.worker.tr
         if tr is not None:
             tr.event("wireup", "wireup_connect", iface.name, peer=self.remote_id,
@@ -89,7 +92,8 @@ class Endpoint:
 
         An eager message goes by the lane's native ``send_eager`` when it
         offers one (UCXPY_FASTPATH; without tracing, statistics or a progress
-        thread): the same frame, pushed by one C call."""
+        thread): the same frame, pushed by one C call; so does a rendezvous
+        offer by its ``send_rts`` (shm)."""
         tag &= 0xFFFF_FFFF_FFFF_FFFF
         fast = self._fast_send
         if fast is not None:
@@ -101,6 +105,16 @@ class Endpoint:
                         return COMPLETED
                 except (TypeError, ValueError, BufferError):
                     pass            # not a contiguous buffer: send_view reports it
+                rts = self._fast_rts
+                if rts is not None:
+                    mv = send_view(buf)
+                    if mv.nbytes >= self.rndv_thresh:
+                        req = w.rndv.offer(self, mv, tag, rts)
+                        if req is not None:
+                            w.fast_offers += 1
+                            return req
+                    return self.send_message(mv, wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
+                                             wire.AmId.TAG_RTS, wire.RTS, (tag,))
         return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
                                  wire.AmId.TAG_RTS, wire.RTS, (tag,))
 

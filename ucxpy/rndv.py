@@ -43,6 +43,7 @@ import itertools
 
 from . import wire
 from .errors import ConnectionLost, ProtocolError, RemoteAccessError
+from .request import Request
 from .transports.base import Caps
 
 
@@ -123,6 +124,19 @@ class RendezvousProtocol:
         if tep.iface.attrs.caps & Caps.GET_ZCOPY and mv.nbytes:
             raddr, rkey = tep.pack_local_key(mv)
         return sreq_id, raddr, rkey
+
+    def offer(self, ep, mv, tag, push):
+        """:meth:`post_send` and the RTS of a tagged send in one, through the
+        lane's native ``send_rts`` (``push(tag, sreq_id, mv)``, which packs the
+        key itself): the send's request, or None with nothing registered when
+        ``push`` could not send now (the caller then takes the Python path)."""
+        sreq_id = next(self._ids)
+        req = Request(self.worker)
+        self.sends[sreq_id] = _Send(ep, mv, req)
+        if push(tag, sreq_id, mv):
+            return req
+        del self.sends[sreq_id]
+        return None
 
     def _send_of(self, sreq_id):
         """The send a reply is about, or None: a send already completed with

@@ -22,7 +22,7 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo
-from ._fastpath import post_recv, recv_configure
+from ._fastpath import DISPATCH_AM_IDS, post_recv, recv_configure
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
 
@@ -31,6 +31,8 @@ TAG_EAGER = int(AmId.TAG_EAGER)
 # the classes whose objects the lanes' native drain_eager fills, and that
 # Worker.tag_recv_nb's native post makes (native/fastpath.c)
 recv_configure(RecvRequest, TagInfo, collections.deque)
+if DISPATCH_AM_IDS != (AmId.TAG_EAGER, AmId.TAG_RTS, AmId.RNDV_ATS):   # pragma: no cover
+    raise ImportError("ucxpy._fastpath was built for other active-message ids than ucxpy.wire's")
 COLD_EVERY = 16     # power of two
 #: polls of one fast-path C call (``Worker.recv_poller``) between progress passes
 FAST_SPINS = 256
@@ -89,6 +91,7 @@ class Worker:
         #: receives completed by the native fast path (recv_poller)
         self.fast_recvs = 0
         self.fast_sends = 0     # eager sends by a lane's native send_eager
+        self.fast_offers = 0    # rendezvous offers by a lane's native send_rts
         #: tag_recv_nb's common case in one C call (UCXPY_FASTPATH)
         self._post_recv = post_recv if self.config.fastpath else None
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
@@ -579,12 +582,15 @@ class Worker:
             pass
 
     @property
-    def native_matcher(self):
-        """The tag matcher, offered to transports that complete eager
-        receives natively (shm's ``dispatch_tag``, native/fastpath.c) when
-        the fast path is on and nothing records arrivals (tracing,
-        statistics); else None."""
-        return self.matcher if self.tr is None and self.config.fastpath else None
+    def native_dispatch(self):
+        """``(matcher, rndv sends, split threshold)``: what a transport that
+        handles tagged frames natively (shm's ``dispatch_tag``,
+        native/fastpath.c) completes receives and rendezvous sends with,
+        offered when the fast path is on and nothing records arrivals
+        (tracing, statistics); else None."""
+        if self.tr is None and self.config.fastpath:
+            return self.matcher, self.rndv.sends, self.config.rndv_split_thresh
+        return None
 
     def recv_dest(self, tep, am_id, header, length):
         try:

@@ -203,6 +203,14 @@ class TransportEndpoint(abc.ABC):
     #: (the caller then takes :meth:`send`, which also reports errors).
     send_eager = None
 
+    #: Optional native rendezvous offer (None: not offered; only on a lane
+    #: with ``Caps.GET_ZCOPY``): ``send_rts(tag, sreq_id, mv) -> bool`` sends
+    #: the TAG_RTS frame of tagged send ``sreq_id`` of the bytes ``mv``, with
+    #: the key :meth:`pack_local_key` would make for ``mv``, exactly as
+    #: ``Endpoint.send_message`` would have, when nothing is queued before
+    #: it; else sends nothing and returns False.
+    send_rts = None
+
     @property
     def pending(self) -> int:
         """Frames queued but not yet handed to the wire."""

@@ -87,9 +87,9 @@ from collections import deque
 from typing import Callable, Optional
 
 from .. import auth
-from ..wire import AmId
 from .._fastpath import (WAKE_BIT as _WAKE_BIT, dispatch_tag as _dispatch_tag,
-                         drain_tag as _drain_tag, recv_tag as _recv_tag, send_tag as _send_tag)
+                         drain_tag as _drain_tag, recv_tag as _recv_tag, send_rts as _send_rts,
+                         send_tag as _send_tag)
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
@@ -139,7 +139,7 @@ _peek = lib.ucxpy_ring_peek
 _release = lib.ucxpy_ring_release
 _from_buffer = ffi.from_buffer
 _CLOSE = (-1, b"", b"", None)
-_TAG_EAGER = int(AmId.TAG_EAGER)     # the frames dispatch_tag takes    # queued in place of a frame: the connection's CLOSE record
+_NO_SPLIT = 1 << 62     # dispatch_tag's split threshold where rendezvous never splits    # queued in place of a frame: the connection's CLOSE record
 
 
 # -- host identity -------------------------------------------------------------
@@ -437,6 +437,25 @@ class ShmEndpoint(TransportEndpoint):
             return True
         return False
 
+    def send_rts(self, tag: int, sreq_id: int, mv) -> bool:
+        """The contract's fast rendezvous offer: one C call pushes the RTS of
+        send ``sreq_id`` with the shm key of ``mv`` (what ``pack_local_key``
+        makes) when nothing is queued before it."""
+        if self._queue or self._held or self._exc is not None or self._closing or \
+                self._tx is None:
+            return False
+        rc = _send_rts(self._tx_addr, tag, sreq_id, mv, os.getpid())
+        if rc == 0:
+            return True
+        if rc == 1:
+            self.iface._wake(self._peer_sock)
+            return True
+        return False
+
+    def _wake_peer(self) -> None:
+        """A native push found the peer asleep: wake it."""
+        self.iface._wake(self._peer_sock)
+
     # -- one-sided ---------------------------------------------------------------
     def pack_local_key(self, buf) -> tuple:
         try:
@@ -604,7 +623,8 @@ class ShmInterface(Interface):
         self.rejected = 0
         #: frames of unknown sources dropped (refused or closed connections)
         self.dropped_frames = 0
-        self.native_rx = 0          # frames dispatch_tag completed receives with
+        self.native_rx = 0          # frames dispatch_tag took
+        self._splits = bool(self.attrs.caps & Caps.PUT_ZCOPY)     # (rndv_variant's split)
         now = time.monotonic()
         self._next_housekeeping = now + _HOUSEKEEPING
         self._next_liveness = now + _LIVENESS
@@ -822,18 +842,22 @@ class ShmInterface(Interface):
 
     def _poll(self, limit: int = _BATCH) -> int:
         """Deliver up to ``limit`` frames of our inbox; returns how many.
-        Runs of eager messages for posted receives go through one C call
-        (``dispatch_tag``, when the owner offers its tag matcher as
-        ``native_matcher``); every other frame through ``owner.recv_frame``."""
+        Runs of eager messages and rendezvous offers for posted receives,
+        and of ATS for rendezvous sends, go through one C call
+        (``dispatch_tag``, when the owner offers what it needs as
+        ``native_dispatch``); every other frame through ``owner.recv_frame``."""
         rx = self._rx
         out = self._peek_out
-        matcher = getattr(self.owner, "native_matcher", None)
         n = 0
         rc = _peek(rx, out)
         if rc == 0:
             return 0
-        if matcher is not None:
-            n = _dispatch_tag(self._rx_addr, self._by_src, matcher, _TAG_EAGER, limit)
+        native = getattr(self.owner, "native_dispatch", None)
+        if native is not None:
+            matcher, sends, split = native
+            if not self._splits:
+                split = _NO_SPLIT
+            n = _dispatch_tag(self._rx_addr, self._by_src, matcher, limit, sends, split)
             if n:
                 if n >= _WAKE_BIT:
                     n -= _WAKE_BIT
@@ -873,8 +897,8 @@ class ShmInterface(Interface):
                 n += 1
                 if n >= limit or self._closed:      # (a callback may close us)
                     break
-                if matcher is not None:
-                    k = _dispatch_tag(self._rx_addr, by_src, matcher, _TAG_EAGER, limit - n)
+                if native is not None:
+                    k = _dispatch_tag(self._rx_addr, by_src, matcher, limit - n, sends, split)
                     if k:
                         if k >= _WAKE_BIT:
                             k -= _WAKE_BIT
