@@ -349,7 +349,11 @@ class Worker:
         It applies to a receive from one source (exact, or masked while it
         is the only posted receive) whose frames all arrive on one transport
         endpoint offering ``recv_eager`` (shm), with tracing and statistics
-        off and no progress thread (which would poll the same ring).  The
+        off and no progress thread (which would poll the same ring), and not
+        with more ranks than CPUs on a lane whose ``progress()`` dispatches
+        natively (shm's ``dispatch_tag``): there the spin is off, the ring's
+        head is as often another source's frame as not, and the poll would
+        only double the progress pass's work.  The
         returned ``poll()`` acts only while ``req`` is the one receive such a
         message could match (``TagMatcher.sole_match``); then one C call
         spins briefly on the peer's ring and, if the next frame is an eager
@@ -366,9 +370,13 @@ class Worker:
         found = self._fast_lane(req.source)
         if found is None:
             return None
-        ep, recv, drain = found
+        ep, recv, drain, dispatches = found
         matcher, src, tag, mask, buf = self.matcher, req.source, req.tag, req.mask, req.buf
-        spins = 0 if self.oversubscribed() else FAST_SPINS
+        spins = FAST_SPINS
+        if self.oversubscribed():
+            if dispatches:
+                return None         # progress() takes the frame as cheaply, from any source
+            spins = 0
         queued = mask == FULL_MASK or mask == matcher.bucket_mask
         # a queued (exact or bucketed) receive takes only frames with exactly
         # its tag here: the ones its mask lets differ go through progress()
@@ -431,15 +439,15 @@ class Worker:
             nxt.complete(TagInfo(src, got, n))
 
     def _fast_lane(self, src: int):
-        """``(endpoint, its transport endpoint's recv_eager, drain_eager)``
-        for frames from worker ``src``, when they all arrive on one transport
+        """``(endpoint, its transport endpoint's recv_eager, drain_eager,
+        dispatches)`` for frames from worker ``src``, when they all arrive on one transport
         endpoint that offers the fast path; else None."""
         ep = self.endpoints.get(src)
         if ep is None or ep.failed is not None or len(ep.incoming) != 1:
             return None
         for tep in ep.incoming:
             recv = tep.recv_eager
-            return None if recv is None else (ep, recv, tep.drain_eager)
+            return None if recv is None else (ep, recv, tep.drain_eager, tep.dispatches)
 
     def add_wake_source(self, source) -> None:
         """Sleep on ``source`` too (an object with ``fileno()`` and

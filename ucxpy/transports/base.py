@@ -203,6 +203,10 @@ class TransportEndpoint(abc.ABC):
     #: (the caller then takes :meth:`send`, which also reports errors).
     send_eager = None
 
+    #: True when the interface's ``progress()`` itself completes posted
+    #: receives natively, from any source (shm's ``dispatch_tag``)
+    dispatches = False
+
     #: Optional native rendezvous offer (None: not offered; only on a lane
     #: with ``Caps.GET_ZCOPY``): ``send_rts(tag, sreq_id, mv) -> bool`` sends
     #: the TAG_RTS frame of tagged send ``sreq_id`` of the bytes ``mv``, with

@@ -237,6 +237,8 @@ class ShmEndpoint(TransportEndpoint):
     """One connection: we push frames marked ``_out`` into the peer's inbox;
     its frames, marked ``_in``, arrive in ours."""
 
+    dispatches = True           # ShmInterface._poll: dispatch_tag
+
     def __init__(self, iface: "ShmInterface", peer: Optional[Inbox], out_src: int, in_src: int,
                  peer_pid: int, peer_sock: bytes, peer_probe: int, accepted: bool):
         self.iface = iface
