@@ -507,3 +507,25 @@ def test_connection_made_while_the_inbox_is_being_read(local):
     drive(b, lambda: len(ob.frames) == 2)
     assert [bytes(f[2]) for f in ob.frames] == [b"first", b"late"]
     assert b.dropped_frames == 0
+
+
+def test_the_eager_limit_shares_the_receive_queue_among_local_peers():
+    """``protocol_thresholds``: on a lane whose receive queue every same-host
+    peer writes to and whose rendezvous reads one-sidedly, the eager limit is
+    at most the queue over twice the peers (floor MIN_SHARED_EAGER); other
+    lanes, and a job of one rank per host, keep the transport's limit."""
+    from ucxpy.endpoint import MIN_SHARED_EAGER, protocol_thresholds
+    from ucxpy.transports.base import Caps, TransportAttrs
+    import ucxpy
+    cfg = ucxpy.Config.from_env({})
+    attrs = TransportAttrs(caps=Caps.GET_ZCOPY, max_short=256, max_bcopy=64 << 10,
+                           max_frame=512 << 10, latency=1e-6, bandwidth=1e9,
+                           rx_shared=2 << 20)
+    rndv = lambda peers, a=attrs: protocol_thresholds(a, cfg, peers)[1]     # noqa: E731
+    assert rndv(0) == rndv(7) == rndv(15) == (64 << 10) + 1
+    assert rndv(31) == (2 << 20) // 62 + 1
+    assert rndv(1000) == MIN_SHARED_EAGER + 1
+    import dataclasses
+    no_get = dataclasses.replace(attrs, caps=Caps(0))
+    unshared = dataclasses.replace(attrs, rx_shared=0)
+    assert rndv(31, no_get) == rndv(31, unshared) == (64 << 10) + 1

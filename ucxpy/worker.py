@@ -318,12 +318,23 @@ class Worker:
         self._oversubscribed = v
         return v
 
+    _local_ranks = None
+
     def set_local_ranks(self, n: int) -> None:
         """This host runs ``n`` ranks of the job (for a worker outside
         ucxpy's bootstraps, such as the torch backend's under torchrun):
-        decides :meth:`oversubscribed` in "auto" mode."""
+        decides :meth:`oversubscribed` in "auto" mode, and :meth:`local_ranks`."""
+        self._local_ranks = n
         if self.config.oversubscribed not in ("y", "n"):
             self._oversubscribed = n > usable_cpus()
+
+    def local_ranks(self) -> int:
+        """The job's ranks on this host, as far as known (1 outside a job):
+        how many peers share a transport's receive queue (protocol
+        thresholds)."""
+        if self._local_ranks is not None:
+            return self._local_ranks
+        return max(1, getattr(self.bootstrap, "local_size", 1) or 1)
 
     def _wait_traced(self, cond, timeout, what, lock=None, max_nap=None,
                      on_events=False) -> None:

@@ -98,6 +98,7 @@ class TransportAttrs:
     overhead: float = 1e-6    # seconds of CPU per frame (estimate)
     max_get: int = 0          # largest one-sided get, 0 if none
     priority: int = 0         # tie-breaker; higher wins
+    rx_shared: int = 0        # bytes of a receive queue all same-host peers write to (0: none)
 
     def estimate(self, size: int) -> float:
         """Estimated time to move ``size`` bytes: the cost model lanes are ranked by."""

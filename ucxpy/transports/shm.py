@@ -580,7 +580,8 @@ class ShmInterface(Interface):
             caps=caps, max_short=256,
             max_bcopy=min(EAGER_LIMIT, self.ring_size // RING_EAGER_SHARE, max_frame),
             max_frame=max_frame, latency=0.5e-6, bandwidth=8e9, overhead=0.5e-6,
-            max_get=(1 << 40) if caps & Caps.GET_ZCOPY else 0, priority=2)
+            max_get=(1 << 40) if caps & Caps.GET_ZCOPY else 0, priority=2,
+            rx_shared=self.ring_size)
         self.md = ShmMemoryDomain(self.name, cma=bool(caps & Caps.GET_ZCOPY))
         reap_stale_segments()
         token = secrets.token_hex(8)
