@@ -890,3 +890,30 @@ def test_offer_without_a_key_is_streamed():
                      rreq, "r")
     assert net.wire == [("S", "RNDV_RTR", 4, 1, 0, 9000)]
     assert net.rtr.calls == [("recv", 4, 1, "rtr", 9000)]
+
+
+# -- offer: the RTS through a lane's native push ------------------------------------------
+def test_an_offer_registers_the_send_and_pushes_its_rts():
+    net = Net(tr=False)
+    pushed = []
+    mv = memoryview(bytearray(100))
+    req = net.S.offer(net.sep, mv, 7, lambda *a: pushed.append(a) or True)
+    (tag, sid, view), = pushed
+    assert (tag, view) == (7, mv) and not req.done and req.worker is net.S.worker
+    s = net.S.sends[sid]
+    assert (s.ep, s.mv, s.req, s.reading, s.busy) == (net.sep, mv, req, True, 0)
+    net.S.on_ats(None, wire.ATS.pack(sid, wire.ATS_OK), b"")    # completes as any send
+    assert req.done and req.exc is None and not net.S.sends
+    again = net.S.offer(net.sep, mv, 8, lambda *a: pushed.append(a) or True)
+    assert pushed[1][1] == sid + 1 and not again.done
+
+
+def test_an_offer_the_lane_cannot_push_leaves_nothing_registered():
+    net = Net(tr=False)
+    seen = []
+
+    def refuse(tag, sid, mv):
+        seen.append(sid in net.S.sends)        # registered while the push runs
+        return False
+    assert net.S.offer(net.sep, memoryview(b"x"), 1, refuse) is None
+    assert seen == [True] and not net.S.sends

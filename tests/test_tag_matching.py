@@ -357,3 +357,51 @@ def test_receive_of_any_size(pair):
     assert bytes(fixed) == b"one!" and bytes(any_.buf) == b"second"
     late = b.tag_recv_any_nb(7, source=0)
     assert late.cancel() and late.done and b.matcher.wild == [] and not b.matcher.exact
+
+
+def test_the_payload_pool_reuses_buffers_of_delivered_messages():
+    """``PayloadPool``: unexpected payloads of 4 KiB and more are copied into
+    reused power-of-two buffers (a view of the payload's length); smaller
+    ones are bytes; a buffer still exported elsewhere is not reused."""
+    from ucxpy.buffers import PayloadPool
+    pool = PayloadPool()
+    small = pool.copy(memoryview(b"abc"))
+    assert type(small) is bytes and small == b"abc"
+    pool.give(small)                                  # (nothing to keep)
+    a = pool.copy(memoryview(bytes(range(256)) * 20))  # 5120 B: the 8 KiB class
+    assert type(a) is memoryview and len(a) == 5120 and len(a.obj) == 8192
+    assert bytes(a) == bytes(range(256)) * 20
+    buf = a.obj
+    pool.give(a)
+    b = pool.copy(memoryview(b"\x07" * 8000))
+    assert b.obj is buf and bytes(b) == b"\x07" * 8000
+    held = memoryview(b)[:10]                         # exported further
+    pool.give(b)
+    assert pool.copy(memoryview(b"y" * 4096)).obj is not buf and bytes(held) == b"\x07" * 10
+    for _ in range(PayloadPool.KEEP + 4):
+        pool.give(pool.copy(memoryview(b"z" * 4096)))
+    views = [pool.copy(memoryview(b"z" * 4096)) for _ in range(PayloadPool.KEEP + 4)]
+    for v in views:
+        pool.give(v)
+    assert len(pool._free[4096]) == PayloadPool.KEEP
+
+
+def test_unexpected_eager_messages_of_pooled_sizes_arrive_intact(pair):
+    """Messages that arrive before their receive, of sizes the payload pool
+    holds, are delivered whole and in order, also when their buffers are
+    reused by the next ones."""
+    import numpy as np
+    a, b = pair.workers
+    ep = pair.eps[0][1]
+    sizes = [4096, 5000, 8192, 3, 16000, 4097]
+    sent = [np.full(n, i + 1, np.uint8) for i, n in enumerate(sizes)]
+    for rnd in range(2):
+        sends = [ep.tag_send_nb(x, 900 + rnd) for x in sent]
+        for _ in range(50):
+            a.progress()
+            b.progress()
+        outs = [np.zeros(n, np.uint8) for n in sizes]
+        recvs = [b.tag_recv_nb(o, 900 + rnd, source=0) for o in outs]
+        pair.wait(*sends, *recvs)
+        assert [r.result.length for r in recvs] == sizes
+        assert all(np.array_equal(o, x) for o, x in zip(outs, sent))

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 from . import wire
 from .address import WorkerAddress
 from .am import ActiveMessages
-from .buffers import recv_view  # noqa: F401  (re-exported)
+from .buffers import PayloadPool, recv_view  # noqa: F401  (recv_view re-exported)
 from .endpoint import Endpoint
 from .netaddr import host_id
 from .progress_thread import threads_alive
@@ -96,6 +96,7 @@ class Worker:
         self._post_recv = post_recv if self.config.fastpath else None
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
         self.matcher = TagMatcher()
+        self._payloads = PayloadPool()       # unexpected eager payloads
         self.rndv = RendezvousProtocol(self)
         self.am = ActiveMessages(self)
         self.rma = RmaEngine(self)
@@ -677,7 +678,7 @@ class Worker:
         src = tep.owner_ep.remote_id
         req = self.matcher.match_posted(src, tag)
         if req is None:
-            m = UnexpectedMessage(src, tag, len(payload), bytes(payload))
+            m = UnexpectedMessage(src, tag, len(payload), self._payloads.copy(payload))
             self.matcher.unexpected.append(m)
             self.matcher.arrivals += 1
             if self.tr is not None:
@@ -732,7 +733,9 @@ class Worker:
         if self.tr is not None:
             self.tr.match_unexpected(m)
         if m.rts is None:
-            deliver_eager(req, m.source, m.tag, m.data)
+            data, m.data = m.data, None
+            deliver_eager(req, m.source, m.tag, data)
+            self._payloads.give(data)
         else:
             self._recv_rndv(req, m.source, m.tag, m.rts)
 
