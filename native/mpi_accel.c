@@ -69,7 +69,7 @@ static struct {
     long long any_tag;
     unsigned long flush_every, flushes;
     PyObject *s_tag_send_nb, *s_wait, *s_worker, *s_tag_try_recv, *s_tag, *s_length, *s_set,
-             *s_native, *s_tag_recv_nb, *s_lock, *s_finish, *s_wait_for;
+             *s_native, *s_tag_recv_nb, *s_lock, *s_finish, *s_wait_for, *s_wait_all;
 } S;
 
 /* -- helpers ---------------------------------------------------------------------- */
@@ -640,6 +640,50 @@ wait_op(PyObject *op)
     return r;
 }
 
+/* With no other thread and more than one op to wait for, every one of them a
+ * posted receive or a standard send: ucxpy's Worker.wait_all on their ucxpy
+ * requests, one wait for them all (where that pays: ucxpy decides).  0 when
+ * done or not applicable (the per-op waits follow and find what is done),
+ * -1 on error (translated). */
+static int
+wait_ops(PyObject *reqs)
+{
+    PyObject *pending, *op, *u, *ack = NULL, *worker, *r;
+    Py_ssize_t i;
+    int rc = 0;
+
+    if (!only_thread() || (pending = PyList_New(0)) == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    for (i = 0; i < PyList_GET_SIZE(reqs) && rc == 0; i++) {
+        op = slot(PyList_GET_ITEM(reqs, i), S.h_off);
+        if (op == NULL || op == Py_None || op_done(op))
+            continue;
+        if (Py_TYPE(op) == S.recv_op) {
+            u = slot(op, S.ro_ureq);
+            ack = Py_None;
+        } else if (Py_TYPE(op) == S.send_op) {
+            u = slot(op, S.so_ureq);
+            ack = slot(op, S.so_ack);
+        } else {
+            u = NULL;
+        }
+        if (u == NULL || ack == NULL)
+            rc = 1;                         /* not one of these: the per-op waits */
+        else if (PyList_Append(pending, u) < 0 || (ack != Py_None && PyList_Append(pending, ack) < 0))
+            rc = -1;
+    }
+    if (rc == 0 && PyList_GET_SIZE(pending) > 1) {
+        worker = PyObject_GetAttr(S.engine, S.s_worker);
+        r = worker == NULL ? NULL : PyObject_CallMethodOneArg(worker, S.s_wait_all, pending);
+        Py_XDECREF(worker);
+        if (r == NULL)
+            rc = failed();
+        Py_XDECREF(r);
+    }
+    Py_DECREF(pending);
+    return rc < 0 ? -1 : 0;
+}
+
 static int
 fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
@@ -660,6 +704,10 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
             return DECLINED;
     }
     Py_INCREF(reqs);                        /* (callbacks may change the list) */
+    if (wait_ops(reqs) < 0) {
+        Py_DECREF(reqs);
+        return FAILED;
+    }
     for (i = 0; i < PyList_GET_SIZE(reqs); i++) {
         r = PyList_GET_ITEM(reqs, i);
         op = slot(r, S.h_off);
@@ -1372,6 +1420,7 @@ PyInit__accel(void)
     INTERN(s_lock, "lock");
     INTERN(s_finish, "finish");
     INTERN(s_wait_for, "wait_for");
+    INTERN(s_wait_all, "wait_all");
 #undef INTERN
     m = PyModule_Create(&module);
     if (m == NULL)

@@ -405,3 +405,33 @@ def test_unexpected_eager_messages_of_pooled_sizes_arrive_intact(pair):
         pair.wait(*sends, *recvs)
         assert [r.result.length for r in recvs] == sizes
         assert all(np.array_equal(o, x) for o, x in zip(outs, sent))
+
+
+@pytest.mark.parametrize("over", ["y", "n"])
+def test_wait_all_waits_for_every_request_and_raises_none_of_theirs(over):
+    """``Worker.wait_all``: one wait loop for all (more ranks than CPUs) or
+    one wait after the other; a request that fails is done with its error,
+    which is its own to raise."""
+    from conftest import transport_available
+    p = Pair("shm" if transport_available("shm") else "tcp", oversubscribed=over)
+    try:
+        a, b = p.workers
+        ep = p.eps[0][1]
+        outs = [bytearray(4) for _ in range(3)]
+        recvs = [b.tag_recv_nb(o, 40 + i, source=0) for i, o in enumerate(outs)]
+        short = b.tag_recv_nb(bytearray(1), 43, source=0)
+        for i in range(3):
+            ep.tag_send_nb(b"m%03d" % i, 42 - i)       # in the opposite order
+        ep.tag_send_nb(b"long", 43)
+        reqs = recvs + [short]
+
+        def drive_a():
+            a.progress()
+            return 0
+        b.add_progress_callback(drive_a)               # (the sender's side, in-process)
+        b.wait_all(reqs, timeout=10)
+        assert all(r.done for r in reqs) and [bytes(o) for o in outs] == [b"m002", b"m001", b"m000"]
+        assert isinstance(short.exc, ucxpy.TruncationError)
+        b.wait_all([], timeout=1)
+    finally:
+        p.close()

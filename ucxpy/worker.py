@@ -354,6 +354,28 @@ class Worker:
             return                      # (the message was there: no wait loop)
         self.wait_until(lambda: req.done, timeout, req, fast=poll)
 
+    def wait_all(self, reqs: list, timeout: Optional[float] = None) -> None:
+        """Progress until every request of ``reqs`` is done (their errors are
+        theirs: nothing is raised for them here).  With more ranks than CPUs,
+        in one wait loop for them all: a wait's set-up per request, and the
+        native receive poll it would try, cost more than they save when the
+        ring's head is as often another peer's frame (an 8-rank all-to-all);
+        else one after the other (:meth:`wait_for`: each receive first tries
+        the native fast path, which also completes those posted behind it)."""
+        if not self.oversubscribed():
+            for r in reqs:
+                if not r.done:
+                    self.wait_for(r, timeout)
+            return
+        i, n = 0, len(reqs)
+
+        def cond() -> bool:
+            nonlocal i
+            while i < n and reqs[i].done:
+                i += 1
+            return i == n
+        self.wait_until(cond, timeout, "requests")
+
     def recv_poller(self, req) -> Optional[Callable[[], bool]]:
         """The native fast path for waiting on the posted receive ``req``
         (``UCXPY_FASTPATH``), or None where it does not apply.
