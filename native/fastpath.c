@@ -1033,19 +1033,83 @@ send_ats(PyObject *lane, uint64_t sreq_id)
     PyErr_Clear();
 }
 
+/* The pid a shm remote key ``key`` (shm_md.RKEY: "SHMK", pid, base, length)
+ * lets CMA read [addr, addr + size) of, when that pid is the peer of the
+ * ShmEndpoint ``tep`` and CMA to it is known to work (its _cma_ok True), or
+ * 0 (no exception set). */
+static uint32_t
+cma_key(PyObject *tep, const uint8_t *key, uint64_t addr, uint64_t size)
+{
+    uint64_t base, length;
+    uint32_t pid;
+    long long peer_pid;
+    PyObject *v;
+    int ok;
+
+    if (memcmp(key, "SHMK", 4) != 0)
+        return 0;
+    memcpy(&pid, key + 4, 4);
+    memcpy(&base, key + 8, 8);
+    memcpy(&length, key + 16, 8);
+    if (addr < base || addr + size > base + length || addr + size < addr)
+        return 0;
+    if ((v = attr(tep, R.s_peer_pid)) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    peer_pid = PyLong_CheckExact(v) ? PyLong_AsLongLong(v) : -1;
+    Py_DECREF(v);
+    if (peer_pid != (long long)pid || (v = attr(tep, R.s_cma_ok)) == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    ok = v == Py_True;
+    Py_DECREF(v);
+    return ok ? pid : 0;
+}
+
+/* get_and_ack(tep, lane, key, address, buffer, sreq id) -> bool
+ *   a rendezvous offer matched from the unexpected queue, taken as
+ *   dispatch_tag takes one from the inbox: reads len(buffer) bytes at
+ *   ``address`` of the peer of ShmEndpoint ``tep`` (``key``: the offer's shm
+ *   key) into ``buffer`` by CMA, then answers ATS(OK) for ``sreq id`` on
+ *   ``lane`` (the Endpoint's); False, with nothing answered, when the key
+ *   is not the peer's, CMA is not known to work or the read fell short
+ *   (RendezvousProtocol.start_recv then does it all and reports). */
+static PyObject *
+get_and_ack(PyObject *self, PyObject *args)
+{
+    PyObject *tep, *lane;
+    Py_buffer key, buf;
+    unsigned long long addr, sreq_id;
+    uint32_t pid = 0;
+    int ok;
+
+    if (!PyArg_ParseTuple(args, "OOy*Kw*K", &tep, &lane, &key, &addr, &buf, &sreq_id))
+        return NULL;
+    ok = key.len == SHM_RKEY_SIZE && PyBuffer_IsContiguous(&buf, 'C')
+         && (pid = cma_key(tep, key.buf, addr, (uint64_t)buf.len)) != 0
+         && (buf.len == 0 || ucxpy_cma_read((int)pid, buf.buf, addr, (size_t)buf.len)
+                             == (int64_t)buf.len);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&buf);
+    if (ok)
+        send_ats(lane, sreq_id);
+    return PyBool_FromLong(ok);
+}
+
 /* A tag frame (eager or RTS) into the receive posted for it.  1 when done,
  * 0 when the Python path must take it, -1 on error. */
 static int
 take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *tep,
          PyObject *owner, PyObject *rid, long long split)
 {
-    PyObject *req = NULL, *q, *table, *key = NULL, *v, *lane = NULL;
-    uint64_t tag, hdr[RTS_SIZE / 8], size, base, length;
+    PyObject *req = NULL, *q, *table, *key = NULL, *lane = NULL;
+    uint64_t tag, hdr[RTS_SIZE / 8], size;
     uint32_t pid = 0;
     uint8_t *h = ring->data + out[1];
     Py_buffer view;
     int rc = 0, rts = out[0] == AM_TAG_RTS;
-    long long peer_pid;
 
     memcpy(&tag, h, sizeof tag);
     if (rts) {
@@ -1053,22 +1117,8 @@ take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *t
             return 0;
         memcpy(hdr, h, RTS_SIZE);
         size = hdr[2];
-        if (memcmp(h + RTS_SIZE, "SHMK", 4) != 0 || size >= (uint64_t)split)
-            return 0;
-        memcpy(&pid, h + RTS_SIZE + 4, 4);
-        memcpy(&base, h + RTS_SIZE + 8, 8);
-        memcpy(&length, h + RTS_SIZE + 16, 8);
-        if (hdr[3] < base || hdr[3] + size > base + length || hdr[3] + size < hdr[3])
-            return 0;
-        /* the key must be the connection's peer's, and CMA known to work */
-        if ((v = attr(tep, R.s_peer_pid)) == NULL)
-            goto out;
-        peer_pid = PyLong_CheckExact(v) ? PyLong_AsLongLong(v) : -1;
-        Py_DECREF(v);
-        if (peer_pid != (long long)pid || (v = attr(tep, R.s_cma_ok)) == NULL)
-            goto out;
-        Py_DECREF(v);
-        if (v != Py_True || (lane = attr(owner, R.s_lane_tep)) == NULL || lane == Py_None)
+        if (size >= (uint64_t)split || !(pid = cma_key(tep, h + RTS_SIZE, hdr[3], size))
+                || (lane = attr(owner, R.s_lane_tep)) == NULL || lane == Py_None)
             goto out;
     } else {
         size = out[4];
@@ -1446,6 +1496,8 @@ static PyMethodDef methods[] = {
     {"drain_tag", (PyCFunction)(void (*)(void))drain_tag, METH_FASTCALL,
      "frames in the ring into the posted receives of a queue: count"},
     {"send_rts", send_rts, METH_VARARGS, "push one rendezvous offer with its shm key"},
+    {"get_and_ack", get_and_ack, METH_VARARGS,
+     "a matched rendezvous offer read by CMA and answered ATS: True, or False"},
     {"dispatch_tag", (PyCFunction)(void (*)(void))dispatch_tag, METH_FASTCALL,
      "the inbox's tagged messages, rendezvous offers and ATS into what waits for them: count"},
     {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,

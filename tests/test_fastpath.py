@@ -662,10 +662,14 @@ def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
     assert ib.native_rx == rx_b + 1 and ia.native_rx == rx_a + 1     # RTS, then ATS
     assert not a.rndv.sends and not b.rndv.recvs
 
-    # unexpected: the offer waits in the Python queue, then completes there
+    # unexpected: the offer waits in the Python queue; the receive that
+    # matches it there takes it by the lane's get_and_ack (CMA + ATS in C)
+    started = []
+    start_recv = b.rndv.start_recv
+    b.rndv.start_recv = lambda *args: started.append(args[0].size) or start_recv(*args)
     rx_b = ib.native_rx
     exchange(3, post_first=False)
-    assert ib.native_rx == rx_b and not a.rndv.sends
+    assert ib.native_rx == rx_b and not a.rndv.sends and started == []
 
     # truncation: the Python path reports it, and the sender completes
     data = np.ones(size, np.uint8)
@@ -676,12 +680,14 @@ def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
     p.wait(send)
     assert not a.rndv.sends
 
-    # an offer of the split size goes the Python way (split or get)
+    # an offer of the split size goes the Python way (split or get), from
+    # the inbox and from the unexpected queue
     big = a.config.rndv_split_thresh
     rx_b = ib.native_rx
     exchange(5, nbytes=big)
+    exchange(6, nbytes=big, post_first=False)
     if ib._splits:
-        assert ib.native_rx == rx_b
+        assert ib.native_rx == rx_b and started == [big, big]
     assert not a.rndv.sends and not b.rndv.recvs
 
 
@@ -700,3 +706,9 @@ def test_native_rendezvous_with_cma_refused_falls_back_to_frames(shm_pair):
     send = ep.tag_send_nb(data, 9)
     p.wait(send, recv)
     assert np.array_equal(out, data) and iface.native_rx == rx
+    send = ep.tag_send_nb(data[::-1].copy(), 10)          # unexpected, then matched
+    for _ in range(20):
+        b.progress()
+    recv = b.tag_recv_nb(out, 10, source=0)
+    p.wait(send, recv)
+    assert np.array_equal(out, data[::-1])

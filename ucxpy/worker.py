@@ -749,6 +749,11 @@ class Worker:
             req.buf = bytearray(rts.size)
             self.rndv.start_recv(rts, memoryview(req.buf), req, TagInfo(src, tag, rts.size))
             return
+        get = rts.tep.get_and_ack
+        if get is not None and self.tr is None and self.config.fastpath and rts.rkey \
+                and get(rts, req.buf, self.config.rndv_split_thresh):
+            req.complete(TagInfo(src, tag, rts.size))
+            return
         self.rndv.start_recv(rts, req.buf, req, TagInfo(src, tag, rts.size))
 
     def _deliver_unexpected(self, req, m: UnexpectedMessage):

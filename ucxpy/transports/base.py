@@ -204,6 +204,15 @@ class TransportEndpoint(abc.ABC):
     #: (the caller then takes :meth:`send`, which also reports errors).
     send_eager = None
 
+    #: Optional native rendezvous get (None: not offered):
+    #: ``get_and_ack(rts, buf, split_thresh) -> bool`` takes a matched offer
+    #: of this connection's peer (``ucxpy.rndv.RtsInfo``) whose data the
+    #: receiver reads whole (``rndv_variant`` "get"): reads its ``rts.size``
+    #: bytes into ``buf`` and answers ATS(OK) on the peer's Endpoint's lane,
+    #: as RendezvousProtocol.start_recv would; False with nothing done where
+    #: it does not apply (start_recv then does it all and reports errors).
+    get_and_ack = None
+
     #: True when the interface's ``progress()`` itself completes posted
     #: receives natively, from any source (shm's ``dispatch_tag``)
     dispatches = False

@@ -88,7 +88,8 @@ from typing import Callable, Optional
 
 from .. import auth
 from .._fastpath import (WAKE_BIT as _WAKE_BIT, dispatch_tag as _dispatch_tag,
-                         drain_tag as _drain_tag, recv_tag as _recv_tag, send_rts as _send_rts,
+                         drain_tag as _drain_tag, get_and_ack as _get_and_ack,
+                         recv_tag as _recv_tag, send_rts as _send_rts,
                          send_tag as _send_tag)
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
@@ -453,6 +454,16 @@ class ShmEndpoint(TransportEndpoint):
             self.iface._wake(self._peer_sock)
             return True
         return False
+
+    def get_and_ack(self, rts, buf, split_thresh: int) -> bool:
+        """The contract's native rendezvous get: one C call reads the offer
+        by CMA and answers ATS on the owner's lane, as ``dispatch_tag`` does
+        for an offer it matches in the inbox (not one the receiver splits)."""
+        owner = self.owner_ep
+        lane = owner._tep if owner is not None else None
+        if lane is None or (self.iface._splits and rts.size >= split_thresh):
+            return False
+        return _get_and_ack(self, lane, rts.rkey, rts.raddr, buf[:rts.size], rts.sreq_id)
 
     def _wake_peer(self) -> None:
         """A native push found the peer asleep: wake it."""
