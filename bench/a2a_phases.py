@@ -10,9 +10,12 @@ on mpi4py + MPICH under ``mpiexec`` in one go::
     python bench/a2a_phases.py [--ranks 8] [--size 65536] [--reps 300]
 
 Per implementation it prints the CPU per rank and repeat of each phase (the
-mean over ranks), the minor page faults per repeat, and two times: the
-median over repeats of rank 0's, and of the slowest rank's (what
-``make bench-scale`` reports).  With more ranks than CPUs, the wall time
+mean over ranks), the minor page faults per repeat, two times: the median
+over repeats of rank 0's, and of the slowest rank's (what ``make
+bench-scale`` reports); and when the ranks leave the Barrier before each
+repeat, the k-th of them microseconds after the last one arrived (medians):
+with more ranks than CPUs they leave as they get a CPU, each after the one
+before it on that CPU has posted its sends and receives and waits.  With more ranks than CPUs, the wall time
 follows the CPU the ranks need: halving a phase's CPU is what shortens the
 all-to-all.
 """
@@ -45,10 +48,14 @@ def rank_main(impl: str, size: int, reps: int) -> None:
     dsts = [(rank + k) % n for k in range(1, n)]
     cpu = time.thread_time_ns
     phases = [0, 0, 0]
-    walls = []
+    walls, arrivals, exits = [], [], []
 
     def once(timed: bool) -> None:
+        arrived = time.time()
         comm.Barrier()
+        if timed:
+            arrivals.append(arrived)
+            exits.append(time.time())
         t0, a = time.perf_counter(), cpu()
         reqs = [comm.Irecv(rbuf[s], s, 7) for s in srcs]
         b = cpu()
@@ -72,13 +79,21 @@ def rank_main(impl: str, size: int, reps: int) -> None:
     if bad:
         raise SystemExit(f"rank {rank}: wrong data from {bad[:8]}")
     got = comm.gather((walls, phases, faults), root=0)
+    marks = comm.gather((arrivals, exits), root=0)
     if rank == 0:
         slowest = [max(w[i] for w, _, _ in got) for i in range(reps)]
         per = [sum(p[i] for _, p, _ in got) / n / reps / 1e3 for i in range(3)]
+        # the ranks leave the Barrier that follows an all-to-all one after
+        # another: the k-th to leave, microseconds after the last arrived
+        order = [sorted(e[i] - max(a[i] for a, _ in marks) for _, e in marks)
+                 for i in range(reps)]
+        cascade = [round(statistics.median(o[k] for o in order) * 1e6) for k in range(n)]
         print(f"{impl:6} {n} ranks, {size} B to every peer: rank 0 {statistics.median(walls) * 1e3:.3f}"
               f" ms, slowest rank {statistics.median(slowest) * 1e3:.3f} ms; CPU per rank: "
               f"Irecv {per[0]:.1f} us, Isend {per[1]:.1f} us, Waitall {per[2]:.1f} us, "
               f"all {sum(per):.1f} us; minor faults {sum(f for _, _, f in got) / n / reps:.2f}",
+              flush=True)
+        print(f"{impl:6} leaving the Barrier after the last arrival (us, by order): {cascade}",
               flush=True)
 
 
