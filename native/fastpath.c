@@ -715,6 +715,37 @@ recv_configure(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* Whether a call that fills the classes recv_configure() names may go on:
+ * it got ``want`` arguments (else TypeError naming ``usage``) and
+ * recv_configure() ran (else RuntimeError). */
+static int
+receive_call(Py_ssize_t nargs, Py_ssize_t want, const char *usage)
+{
+    if (nargs != want) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return 0;
+    }
+    if (R.req == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "%s: recv_configure() first", usage);
+        return 0;
+    }
+    return 1;
+}
+
+/* The rest of Request.complete() for a request without callbacks: done,
+ * nothing left to cancel (result and error as they are). */
+static void
+mark_done(PyObject *req)
+{
+    PyObject *old = SLOT(req, R.done);
+
+    SLOT(req, R.done) = Py_NewRef(Py_True);
+    Py_XDECREF(old);
+    old = SLOT(req, R.cancel);
+    SLOT(req, R.cancel) = Py_NewRef(Py_None);
+    Py_XDECREF(old);
+}
+
 /* Complete the plain RecvRequest ``req`` (no callbacks: its slots are set as
  * Request.complete sets them) with TagInfo(source, tag, n).  -1 with an
  * exception set when out of memory. */
@@ -737,12 +768,7 @@ complete_plain(PyObject *req, PyObject *source, uint64_t tag, int64_t n)
     old = SLOT(req, R.result);
     SLOT(req, R.result) = info;
     Py_XDECREF(old);
-    old = SLOT(req, R.done);
-    SLOT(req, R.done) = Py_NewRef(Py_True);
-    Py_XDECREF(old);
-    old = SLOT(req, R.cancel);
-    SLOT(req, R.cancel) = Py_NewRef(Py_None);
-    Py_XDECREF(old);
+    mark_done(req);
     return 0;
 }
 
@@ -782,15 +808,8 @@ drain_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int64_t n;
     Py_buffer view;
 
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "drain_tag(ring, connection, am_id, tag, queue, source)");
+    if (!receive_call(nargs, 6, "drain_tag(ring, connection, am_id, tag, queue, source)"))
         return NULL;
-    }
-    if (R.req == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "drain_tag: recv_configure() first");
-        return NULL;
-    }
     ring = PyLong_AsUnsignedLongLong(args[0]);
     conn = PyLong_AsUnsignedLongLong(args[1]);
     am_id = PyLong_AsLong(args[2]);
@@ -1169,7 +1188,7 @@ take_ats(PyObject *sends, ucxpy_ring_t *ring, const uint64_t *out)
 {
     uint8_t *h = ring->data + out[1];
     uint64_t sreq_id;
-    PyObject *id, *s, *req = NULL, *busy = NULL, *old;
+    PyObject *id, *s, *req = NULL, *busy = NULL;
     int rc = 0;
 
     if (out[2] != ATS_SIZE || h[8] != 0 || !PyDict_CheckExact(sends))
@@ -1187,13 +1206,7 @@ take_ats(PyObject *sends, ucxpy_ring_t *ring, const uint64_t *out)
         rc = -1;
         goto out;
     }
-    /* Request.complete() with no result, no error and no callbacks */
-    old = SLOT(req, R.done);
-    SLOT(req, R.done) = Py_NewRef(Py_True);
-    Py_XDECREF(old);
-    old = SLOT(req, R.cancel);
-    SLOT(req, R.cancel) = Py_NewRef(Py_None);
-    Py_XDECREF(old);
+    mark_done(req);             /* Request.complete(): no result, no error, no callbacks */
     rc = 1;
 out:
     Py_DECREF(id);
@@ -1254,15 +1267,8 @@ dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     long long count = 0, limit, split;
     int wake = 0, rc;
 
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "dispatch_tag(ring, conns, matcher, limit, sends, split)");
+    if (!receive_call(nargs, 6, "dispatch_tag(ring, conns, matcher, limit, sends, split)"))
         return NULL;
-    }
-    if (R.req == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "dispatch_tag: recv_configure() first");
-        return NULL;
-    }
     ring = (ucxpy_ring_t *)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
     limit = PyLong_AsLongLong(args[3]);
     split = PyLong_AsLongLong(args[5]);

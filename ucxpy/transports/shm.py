@@ -429,6 +429,7 @@ class ShmEndpoint(TransportEndpoint):
     def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
         """The contract's fast send: one C call (native/fastpath.c) pushes the
         frame into the peer's inbox when nothing is queued before it."""
+        # (_push_now, inlined: the hottest send)
         if self._queue or self._held or self._exc is not None or self._closing or \
                 self._tx is None:
             return False
@@ -444,10 +445,17 @@ class ShmEndpoint(TransportEndpoint):
         """The contract's fast rendezvous offer: one C call pushes the RTS of
         send ``sreq_id`` with the shm key of ``mv`` (what ``pack_local_key``
         makes) when nothing is queued before it."""
+        return self._push_now(_send_rts, tag, sreq_id, mv, os.getpid())
+
+    def _push_now(self, push, *args) -> bool:
+        """``push(peer inbox handle address, *args)``, a native push returning
+        ucxpy_ring_push's code, when nothing is queued before it: True when
+        the frame went in (the peer woken if it sleeps), else False with
+        nothing sent."""
         if self._queue or self._held or self._exc is not None or self._closing or \
                 self._tx is None:
             return False
-        rc = _send_rts(self._tx_addr, tag, sreq_id, mv, os.getpid())
+        rc = push(self._tx_addr, *args)
         if rc == 0:
             return True
         if rc == 1:
