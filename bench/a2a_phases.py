@@ -1,5 +1,5 @@
 """Where an all-to-all's CPU goes, per rank and phase (docs/performance.md,
-"The all-to-all in C").
+"The all-to-all: the receive side in C, CMA rendezvous").
 
 The all-to-all of ``make bench-scale`` (each rank posts an ``Irecv`` from and
 an ``Isend`` to every other rank, then ``Waitall``), run many times, with
@@ -15,9 +15,9 @@ over repeats of rank 0's, and of the slowest rank's (what ``make
 bench-scale`` reports); and when the ranks leave the Barrier before each
 repeat, the k-th of them microseconds after the last one arrived (medians):
 with more ranks than CPUs they leave as they get a CPU, each after the one
-before it on that CPU has posted its sends and receives and waits.  With more ranks than CPUs, the wall time
-follows the CPU the ranks need: halving a phase's CPU is what shortens the
-all-to-all.
+before it on that CPU has posted its sends and receives and waits.  With
+more ranks than CPUs the wall time follows the CPU the ranks need: halving
+a phase's CPU is what shortens the all-to-all.
 """
 from __future__ import annotations
 
@@ -88,8 +88,9 @@ def rank_main(impl: str, size: int, reps: int) -> None:
         order = [sorted(e[i] - max(a[i] for a, _ in marks) for _, e in marks)
                  for i in range(reps)]
         cascade = [round(statistics.median(o[k] for o in order) * 1e6) for k in range(n)]
-        print(f"{impl:6} {n} ranks, {size} B to every peer: rank 0 {statistics.median(walls) * 1e3:.3f}"
-              f" ms, slowest rank {statistics.median(slowest) * 1e3:.3f} ms; CPU per rank: "
+        print(f"{impl:6} {n} ranks, {size} B to every peer: rank 0 "
+              f"{statistics.median(walls) * 1e3:.3f} ms, slowest rank "
+              f"{statistics.median(slowest) * 1e3:.3f} ms; CPU per rank: "
               f"Irecv {per[0]:.1f} us, Isend {per[1]:.1f} us, Waitall {per[2]:.1f} us, "
               f"all {sum(per):.1f} us; minor faults {sum(f for _, _, f in got) / n / reps:.2f}",
               flush=True)

@@ -669,7 +669,8 @@ wait_ops(PyObject *reqs)
         }
         if (u == NULL || ack == NULL)
             rc = 1;                         /* not one of these: the per-op waits */
-        else if (PyList_Append(pending, u) < 0 || (ack != Py_None && PyList_Append(pending, ack) < 0))
+        else if (PyList_Append(pending, u) < 0
+                 || (ack != Py_None && PyList_Append(pending, ack) < 0))
             rc = -1;
     }
     if (rc == 0 && PyList_GET_SIZE(pending) > 1) {

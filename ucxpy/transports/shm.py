@@ -139,8 +139,8 @@ _push = lib.ucxpy_ring_push
 _peek = lib.ucxpy_ring_peek
 _release = lib.ucxpy_ring_release
 _from_buffer = ffi.from_buffer
-_CLOSE = (-1, b"", b"", None)
-_NO_SPLIT = 1 << 62     # dispatch_tag's split threshold where rendezvous never splits    # queued in place of a frame: the connection's CLOSE record
+_CLOSE = (-1, b"", b"", None)    # queued in place of a frame: the connection's CLOSE record
+_NO_SPLIT = 1 << 62     # dispatch_tag's split threshold where rendezvous never splits
 
 
 # -- host identity -------------------------------------------------------------
