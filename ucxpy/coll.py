@@ -73,13 +73,13 @@ from .schedules import (allreduce_algorithm, binomial_tree, block_bounds, halvin
 from .errors import TruncationError
 from .tag import ANY_SIZE, FULL_MASK, RESERVED_TAG_BASE, RecvRequest
 
-__all__ = ["Team", "run", "round_error", "CollRequest", "Codec", "post_send", "post_recv", "post_recv_any",
-           "recv_round", "NUMPY_OPS", "SCRATCH", "barrier", "bcast",
+__all__ = ["Team", "run", "round_error", "CollRequest", "Codec", "post_send", "post_recv",
+           "post_recv_any", "recv_round", "NUMPY_OPS", "SCRATCH", "barrier", "bcast",
            "bcast_obj", "bcast_value", "reduce", "allreduce", "allreduce_ring", "allreduce_hd",
            "allreduce_rd", "allreduce_values", "scan", "allgather", "reduce_scatter", "gather",
-           "scatter", "alltoall", "alltoallv", "neighbor", "neighbor_obj", "gather_obj", "scatter_obj", "allgather_obj",
-           "alltoall_obj", "agree", "form_shm_team", "barrier_now", "bcast_now", "allreduce_now",
-           "alltoall_now"]
+           "scatter", "alltoall", "alltoallv", "neighbor", "neighbor_obj", "gather_obj",
+           "scatter_obj", "allgather_obj", "alltoall_obj", "agree", "form_shm_team",
+           "barrier_now", "bcast_now", "allreduce_now", "alltoall_now"]
 
 
 class Team:

@@ -96,6 +96,7 @@ class Endpoint:
         thread): the same frame, pushed by one C call; so does a rendezvous
         offer by its ``send_rts`` (shm)."""
         tag &= 0xFFFF_FFFF_FFFF_FFFF
+        mv = None
         fast = self._fast_send
         if fast is not None:
             w = self.worker
@@ -114,10 +115,8 @@ class Endpoint:
                         if req is not None:
                             w.fast_offers += 1
                             return req
-                    return self.send_message(mv, wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
-                                             wire.AmId.TAG_RTS, wire.RTS, (tag,))
-        return self.send_message(send_view(buf), wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
-                                 wire.AmId.TAG_RTS, wire.RTS, (tag,))
+        return self.send_message(send_view(buf) if mv is None else mv, wire.AmId.TAG_EAGER,
+                                 wire.EAGER.pack(tag), wire.AmId.TAG_RTS, wire.RTS, (tag,))
 
     def tag_send_sync_nb(self, buf, tag: int) -> Request:
         """Like :meth:`tag_send_nb`, but the request completes only once the
