@@ -140,6 +140,30 @@ def test_launcher_runs_a_command():
 
 
 @pytest.mark.timeout(60)
+def test_launcher_leaves_no_stale_sigchld():
+    """A SIGCHLD caught by the interpreter's C handler just before the
+    launcher restores SIG_DFL used to surface later as "Signal 17 ignored
+    due to race condition" (a traceback on ucxpy-run's stderr, seen in CI
+    when a killed host's children exited during teardown).  The launcher
+    now leaves its no-op Python handler in place of SIG_DFL; the children
+    here keep SIGCHLD coming while the jobs end."""
+    code = (
+        "import signal, sys\n"
+        "from ucxpy.bootstrap import launcher\n"
+        "bad = []\n"
+        "sys.unraisablehook = lambda u: bad.append(str(u.exc_value))\n"
+        "before = signal.getsignal(signal.SIGCHLD)\n"
+        "for _ in range(5):\n"
+        "    assert launcher.main(['-n', '3', sys.executable, '-c', 'pass']) == 0\n"
+        "after = signal.getsignal(signal.SIGCHLD)\n"
+        "print('BEFORE', before == signal.SIG_DFL, 'AFTER', callable(after), 'BAD', len(bad))\n")
+    r = run([sys.executable, "-c", code], 50, env=clean_env())
+    assert r.returncode == 0, r.stderr
+    assert "BEFORE True AFTER True BAD 0" in r.stdout, (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(60)
 def test_rank_exit_code_3_is_peer_failure():
     t0 = time.monotonic()
     r = launch(3, "boot_fail.py", timeout=50)

@@ -664,6 +664,14 @@ class Job:
         finally:
             signal.set_wakeup_fd(old_wakeup)
             for sig, h in old_handlers.items():
+                if sig == signal.SIGCHLD and h in (signal.SIG_DFL, None):
+                    # Keep the no-op handler: a SIGCHLD (a reader's or a
+                    # spawner's child) caught by the C handler but not yet
+                    # run would otherwise find SIG_DFL and be reported as
+                    # "Signal 17 ignored due to race condition" from
+                    # whatever Python code runs next.  The no-op is what
+                    # SIG_DFL does for SIGCHLD.
+                    continue
                 signal.signal(sig, h)
             os.close(wake_r)
             os.close(wake_w)
