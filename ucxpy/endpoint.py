@@ -38,6 +38,7 @@ class Endpoint:
         #: the lane's native eager send (``send_eager``) under UCXPY_FASTPATH
         self._fast_send = None
         self._fast_rts = None       # the lane's native rendezvous offer (send_rts)
+        self._move_seen = False     # the peer's LANE_MOVE came before its WIREUP(MOVED)
 
     def __repr__(self) -> str:
         lane = self.lane.name if self.lane else "unconnected"
@@ -54,23 +55,56 @@ class Endpoint:
         if self.closed:
             raise ConnectionLost("endpoint is closed", peer=self.remote_id)
         iface, raddr = select_lane(self.worker, self.remote)
-        tep = iface.connect(raddr)
+        tep = self._duplex_on(iface) or iface.connect(raddr)
         tep.owner_ep = self
         self.lane = iface
         self.worker._mark_hot(iface)
         self.short_thresh, self.rndv_thresh = protocol_thresholds(
             iface.attrs, self.worker.config, self.worker.local_ranks() - 1)
         tep.send(wire.AmId.WIREUP, b"", self.worker.address_bytes)
-        self._tep = tep
-        if self.worker.config.fastpath:
-            self._fast_send = tep.send_eager
-            if iface.attrs.caps & Caps.GET_ZCOPY:
-                self._fast_rts = tep.send_rts       # (None where not offered)
+        self._bind(tep)
         tr = self.worker.tr
         if tr is not None:
             tr.event("wireup", "wireup_connect", iface.name, peer=self.remote_id,
                      short_thresh=self.short_thresh, rndv_thresh=self.rndv_thresh)
         return tep
+
+    def _bind(self, tep) -> None:
+        """Send on ``tep`` from now on (and by its native fast paths)."""
+        self._tep = tep
+        if self.worker.config.fastpath:
+            self._fast_send = tep.send_eager
+            if tep.iface.attrs.caps & Caps.GET_ZCOPY:
+                self._fast_rts = tep.send_rts       # (None where not offered)
+
+    def _move_to(self, tep) -> None:
+        """Leave our own connection for ``tep``, the one the peer opened to
+        us: both sides connected at once on a ``duplex`` lane, and the side
+        whose worker uuid is larger moves (``Worker._on_wireup``), so that
+        one connection carries the pair's frames both ways.  LANE_MOVE is
+        our last frame on the old connection, WIREUP(MOVED) our first on the
+        new one; the peer holds what arrives on the new one until the old
+        one's LANE_MOVE, so our frames stay in order.  The old connection is
+        closed once its queue has left."""
+        old = self._tep
+        old.send(wire.AmId.LANE_MOVE, b"")
+        tep.send(wire.AmId.WIREUP, wire.MOVED, self.worker.address_bytes)
+        self._bind(tep)
+        old.close()
+        tr = self.worker.tr
+        if tr is not None:
+            tr.event("wireup", "lane_move", tep.iface.name, peer=self.remote_id)
+
+    def _duplex_on(self, iface):
+        """A connection the peer opened to ``iface`` that can carry our frames
+        back (``TransportEndpoint.duplex``), or None.  The WIREUP then sent
+        on it names us to the peer's side of it as usual.  When both sides
+        connect before either's WIREUP arrives, one of them moves later
+        (:meth:`_move_to`)."""
+        for t in self.incoming:
+            if t.iface is iface and t.duplex and t.can_send():
+                return t
+        return None
 
     # -- sending -------------------------------------------------------------
     def send_frame(self, am_id, header, payload=b"", on_complete=None) -> bool:

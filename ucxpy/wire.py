@@ -29,8 +29,14 @@ class AmId(enum.IntEnum):
     RMA_AMO_REP = 15  # header: RMA_AMO_REP
     RNDV_RTP = 16     # header: RTP + rkey of the receive buffer (sender puts a part)
     RNDV_FIN = 17     # header: FIN (the sender's part has landed)
+    LANE_MOVE = 18    # header: empty (the sender's last frame on this connection:
+                      # it goes on on the one this side opened, see Endpoint._move_to)
     USER = 32         # first id available to active-message users
 
+
+#: WIREUP's header when the sender moved to this connection from its own
+#: (LANE_MOVE ends its frames there); empty otherwise
+MOVED = b"M"
 
 #: ``tag``
 EAGER = struct.Struct("<Q")

@@ -104,6 +104,7 @@ class Worker:
         self._by_uuid = {}                   # remote worker uuid -> Endpoint
         self._aliases = 0
         self._failing = {}                   # Endpoint -> (deadline, tick, exc): see conn_failed
+        self._holding = {}                   # Endpoint -> (its held connection, deadline): _peer_moved
         self.bootstrap = None                # set by ucxpy.spmd: reports dead ranks
         self._handlers: list = [None] * 256
         for am_id, h in ((AmId.WIREUP, self._on_wireup), (AmId.TAG_EAGER, self._on_tag_eager),
@@ -111,7 +112,7 @@ class Worker:
                          (AmId.RNDV_DATA, self.rndv.on_data), (AmId.RNDV_ATS, self.rndv.on_ats),
                          (AmId.CLOSE, self._on_close), (AmId.AM_EAGER, self.am.on_eager),
                          (AmId.AM_RTS, self.am.on_rts), (AmId.RNDV_RTP, self.rndv.on_rtp),
-                         (AmId.RNDV_FIN, self.rndv.on_fin)):
+                         (AmId.RNDV_FIN, self.rndv.on_fin), (AmId.LANE_MOVE, self._on_lane_move)):
             self._handlers[am_id] = h
         for am_id, h in self.rma.handlers.items():
             self._handlers[am_id] = h
@@ -162,7 +163,7 @@ class Worker:
         if not self._tick & (COLD_EVERY - 1):
             for fn in self._cold:
                 n += fn()
-        if self._failing:
+        if self._failing or self._holding:
             n += self._fail_closed_peers()
         if self._callbacks:
             for cb in self._callbacks:
@@ -188,6 +189,15 @@ class Worker:
         """Fail the endpoints whose grace (see conn_failed) is over, unless a
         connection from the peer turned up meanwhile."""
         now, n = time.monotonic(), 0
+        for ep, (tep, deadline) in list(self._holding.items()):
+            if now >= deadline:
+                del self._holding[ep]
+                tep.held = None
+                ep.fail(ConnectionLost(
+                    f"worker {ep.remote_id} moved to our connection but its own never "
+                    f"delivered the move within {self.config.peer_timeout} s",
+                    peer=ep.remote_id))
+                n += 1
         for ep, (deadline, tick, exc) in list(self._failing.items()):
             if ep.incoming or ep.failed is not None:
                 del self._failing[ep]
@@ -597,6 +607,41 @@ class Worker:
         tr = self.tr
         if tr is not None:
             tr.event("wireup", "wireup_accept", tep.iface.name, peer=ep.remote_id)
+        if header:
+            self._peer_moved(ep, tep)
+            return
+        own = ep._tep
+        if own is not None and own is not tep and tep.duplex and own.duplex and \
+                own.iface is tep.iface and self.uuid > addr.uuid and own.can_send() \
+                and tep.can_send():
+            ep._move_to(tep)       # both sides connected: the larger uuid moves
+
+    def _peer_moved(self, ep, tep) -> None:
+        """The peer now sends on ``tep`` (our own connection), having ended
+        its frames on its own one with LANE_MOVE (``Endpoint._move_to``).
+        Until that LANE_MOVE is read, what arrives on ``tep`` is held: it was
+        sent after everything on the old connection."""
+        if ep._move_seen:
+            ep._move_seen = False
+            return
+        tep.held = []
+        self._holding[ep] = (tep, time.monotonic() + self.config.peer_timeout)
+
+    def _on_lane_move(self, tep, header, payload):
+        """The peer's last frame on ``tep``: release what it sent since on
+        the connection it moved to."""
+        ep = tep.owner_ep
+        ep.incoming.discard(tep)
+        held = self._holding.pop(ep, None)
+        if held is None:
+            ep._move_seen = True
+        else:
+            self._release(held[0])
+
+    def _release(self, tep) -> None:
+        frames, tep.held = tep.held, None
+        for f in frames:
+            self.recv_frame(tep, *f)
 
     def _on_close(self, tep, header, payload):
         ep = tep.owner_ep
@@ -605,6 +650,11 @@ class Worker:
 
     # -- transport callbacks (TransportOwner) ----------------------------------
     def recv_frame(self, tep, am_id, header, payload):
+        held = tep.held
+        if held is not None:            # (a payload read into its destination stays there)
+            held.append((am_id, bytes(header),
+                         payload if am_id in self.direct_am_ids else bytes(payload)))
+            return
         h = self._handlers[am_id]
         try:
             if h is None:
@@ -661,6 +711,10 @@ class Worker:
         if isinstance(exc, ConnectionLost) and exc.peer is None:
             exc.peer = ep.remote_id
         ep.incoming.discard(tep)
+        held = self._holding.get(ep)
+        if held is not None and held[0] is not tep:
+            del self._holding[ep]       # the old connection died before its LANE_MOVE
+            self._release(held[0])
         if ep.incoming or ep.failed is not None or ep in self._failing:
             return
         if ep.peer_closed:
@@ -1000,6 +1054,7 @@ class Worker:
         self.stop_progress_thread()
         self.closed = True
         self._failing.clear()
+        self._holding.clear()
         for ep in list(self.endpoints.values()):
             try:
                 ep.close(timeout=5.0)

@@ -133,6 +133,9 @@ class TransportEndpoint(abc.ABC):
 
     #: set by the core after wire-up: the owning ``ucxpy.Endpoint`` (or None)
     owner_ep = None
+    #: the core's: frames that arrived on this connection and wait for the
+    #: peer's LANE_MOVE on another one (a list), else None
+    held = None
     #: the interface that created or accepted this endpoint
     iface: "Interface"
 
@@ -224,6 +227,21 @@ class TransportEndpoint(abc.ABC):
     #: ``Endpoint.send_message`` would have, when nothing is queued before
     #: it; else sends nothing and returns False.
     send_rts = None
+
+    #: True when frames can go back over this connection to the peer that
+    #: opened it (a byte stream both ways: tcp).  The core then answers a
+    #: peer on the connection it came in on instead of opening a second one
+    #: (UCX's tcp shares one connection per pair likewise): one socket per
+    #: pair, and on tcp the replies carry the acknowledgements that a
+    #: one-way connection sends as packets of their own.  Such a connection
+    #: must deliver the peer's frames until the peer's end of stream, even
+    #: after :meth:`close` (which ends only our direction).
+    duplex = False
+
+    def can_send(self) -> bool:
+        """Whether :meth:`send` takes frames (at once, or queued while the
+        connection is being made): not closing, not broken."""
+        return True
 
     @property
     def pending(self) -> int:
