@@ -10,10 +10,11 @@
  * Python, the next bytes of the socket are the next frame, so this C call
  * can look at it in the socket itself:
  *
- *   1. FIONREAD: are the 24 bytes of a prefix and an eager header there?
- *   2. recv(MSG_PEEK) of those 24 bytes: is it an eager tag frame of
- *      ``am_id`` whose tag matches and whose payload fits the buffer?
- *   3. FIONREAD again: has all of it arrived?  Only then one recvmsg takes
+ *   1. recv(MSG_PEEK) of up to 1056 bytes (the poll): is it an eager tag
+ *      frame of ``am_id`` whose tag matches and whose payload fits the
+ *      buffer?
+ *   2. has all of it arrived?  The peek says so for a payload of up to 1 KiB
+ *      (and a bit); FIONREAD for a larger one.  Only then one recvmsg takes
  *      prefix and header into a scratch array and the payload straight into
  *      the receive buffer.
  *
@@ -50,6 +51,7 @@
 #define TCP_FRAME_MAGIC 0xC5A7
 #define TCP_PREFIX      16
 #define TCP_EAGER_HEAD  (TCP_PREFIX + 8)
+#define TCP_PEEK        1056    /* bytes a poll peeks at: a 1 KiB payload and its head */
 
 typedef struct tcp_eager_head {
     uint16_t magic;
@@ -70,40 +72,45 @@ static long readable(int fd)
     return ioctl(fd, FIONREAD, &n) < 0 ? -1 : n;
 }
 
-/* One attempt: >= 0 payload taken, -1 not (yet) there, -2 another frame. */
+/* One attempt: >= 0 payload taken, -1 not (yet) there, -2 another frame.
+ * The poll is a peek of up to TCP_PEEK bytes: it shows the frame's head
+ * and, for a payload of at most TCP_PEEK - 24 bytes, whether all of it has
+ * arrived, so a small message costs two system calls once it is there (the
+ * peek and the read); a larger one asks FIONREAD in between. */
 static int64_t try_frame(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
                          void *buf, uint64_t capacity, uint64_t *got_tag)
 {
-    tcp_eager_head_t h;
+    union {
+        tcp_eager_head_t h;
+        uint8_t bytes[TCP_PEEK];
+    } peek;
     struct iovec iov[2];
     struct msghdr msg;
-    long avail = readable(fd);
-    ssize_t n;
+    uint64_t plen, frame;
+    ssize_t n = recv(fd, peek.bytes, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
 
-    if (avail < TCP_EAGER_HEAD)
+    if (n < TCP_EAGER_HEAD)
         return -1;
-    n = recv(fd, &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
-    if (n != (ssize_t)sizeof h)
-        return -1;
-    if (h.magic != TCP_FRAME_MAGIC || h.am_id != am_id || h.flags != 0 || h.hlen != 8 ||
-            h.plen > capacity || ((h.tag ^ tag) & mask))
+    plen = peek.h.plen;
+    if (peek.h.magic != TCP_FRAME_MAGIC || peek.h.am_id != am_id || peek.h.flags != 0 ||
+            peek.h.hlen != 8 || plen > capacity || ((peek.h.tag ^ tag) & mask))
         return -2;
-    if ((uint64_t)avail < TCP_EAGER_HEAD + h.plen &&
-            (uint64_t)readable(fd) < TCP_EAGER_HEAD + h.plen)
+    frame = TCP_EAGER_HEAD + plen;
+    if ((uint64_t)n < frame && (n < (ssize_t)sizeof peek || (uint64_t)readable(fd) < frame))
         return -1;
-    iov[0].iov_base = &h;
-    iov[0].iov_len = sizeof h;
+    *got_tag = peek.h.tag;
+    iov[0].iov_base = peek.bytes;
+    iov[0].iov_len = TCP_EAGER_HEAD;
     iov[1].iov_base = buf;
-    iov[1].iov_len = (size_t)h.plen;
+    iov[1].iov_len = (size_t)plen;
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = iov;
-    msg.msg_iovlen = h.plen ? 2 : 1;
+    msg.msg_iovlen = plen ? 2 : 1;
     /* all of it is queued: a stream socket hands it over in one call */
     n = recvmsg(fd, &msg, MSG_DONTWAIT);
-    if (n != (ssize_t)(TCP_EAGER_HEAD + h.plen))
+    if (n != (ssize_t)frame)
         return n < 0 ? -1 : -3;
-    *got_tag = h.tag;
-    return (int64_t)h.plen;
+    return (int64_t)plen;
 }
 
 PyObject *

@@ -480,26 +480,29 @@ def test_tcp_another_frame_first_stays_in_the_socket_in_order(tcp_pair):
     assert b.fast_recvs == before                   # "one" came first: the Python way
 
 
-def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair):
-    """Only the prefix and tag of a frame are in the socket: the fast path
-    consumes nothing; once the rest arrives the receive completes with every
-    byte."""
+@pytest.mark.parametrize("size,cut", [(200, 24), (200, 100), (3000, 24), (3000, 1500)])
+def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
+    """Only part of a frame is in the socket: the fast path consumes
+    nothing; once the rest arrives the receive completes with every byte.
+    A payload of up to 1 KiB is seen whole or not by the poll's peek, a
+    larger one by FIONREAD (native/tcp_fast.c)."""
     import struct
     p, a, b, ep = tcp_pair
     tep_a = ep.transport_endpoint()
-    payload = bytes(range(200))
+    payload = bytes(i % 251 for i in range(size))
     from ucxpy.wire import AmId
     am = int(AmId.TAG_EAGER)
     frame = struct.pack("<HBBHxxQQ", 0xC5A7, am, 0, 8, len(payload), 6) + payload
-    tep_a.sock.send(frame[:24])
-    tep_b, n = _arrived(p, b, ep, 24)
-    assert n == 24
-    buf = bytearray(256)
+    tep_a.sock.send(frame[:cut])
+    tep_b, n = _arrived(p, b, ep, cut)
+    assert n == cut
+    buf = bytearray(size + 56)
     assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 100) == (-1, 0)
-    tep_a.sock.send(frame[24:])
+    assert buf == bytearray(size + 56)
+    tep_a.sock.send(frame[cut:])
     _arrived(p, b, ep, len(frame))
-    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 0) == (200, 6)
-    assert bytes(buf[:200]) == payload and buf[200:] == bytes(56)
+    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 0) == (size, 6)
+    assert bytes(buf[:size]) == payload and buf[size:] == bytes(56)
 
 
 def test_tcp_with_tls_takes_the_python_path():
