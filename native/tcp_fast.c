@@ -33,10 +33,11 @@
  * eager frame (prefix, tag, payload) goes out with one sendmsg from a
  * 24-byte stack header and the caller's buffer, no bytes object built.
  *
- * tcp_send_tag(fd, am_id, tag, buffer, max_payload) -> n
- *   the bytes the socket took (the whole frame is 24 + len(buffer); the
- *   caller queues the rest of a partial one); -1: none (full socket, or an
- *   error the Python path reports); -100: payload over ``max_payload``.
+ * tcp_send_tag(fd, am_id, tag, buffer, max_payload) -> left
+ *   the bytes of the frame (24 + len(buffer)) the socket did not take: 0
+ *   when it took all of it, else the caller queues that tail; -1: none
+ *   taken (full socket, or an error the Python path reports); -100:
+ *   payload over ``max_payload``.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -157,7 +158,7 @@ ucxpy_tcp_send_tag(PyObject *self, PyObject *args)
     tcp_eager_head_t h;
     struct iovec iov[2];
     struct msghdr msg;
-    ssize_t n;
+    ssize_t n, frame;
 
     if (!PyArg_ParseTuple(args, "iiKy*L", &fd, &am_id, &tag, &buf, &max_payload))
         return NULL;
@@ -178,7 +179,8 @@ ucxpy_tcp_send_tag(PyObject *self, PyObject *args)
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = iov;
     msg.msg_iovlen = buf.len ? 2 : 1;
+    frame = (ssize_t)(sizeof h + buf.len);
     n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     PyBuffer_Release(&buf);
-    return PyLong_FromSsize_t(n < 0 ? -1 : n);
+    return PyLong_FromSsize_t(n <= 0 ? -1 : frame - n);
 }

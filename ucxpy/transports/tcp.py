@@ -213,6 +213,8 @@ class TcpEndpoint(TransportEndpoint):
         self._hs_step = 0              # 0: expecting the peer's hello, 1: its proof
         self._challenge = self._peer_challenge = self._binding = b""
         self._tls_pending = False      # TLS handshake still running
+        if iface.tls is not None:      # the native paths write and read the socket itself
+            self.send_eager = self.recv_eager = None
 
     def __repr__(self):
         peer = "?"
@@ -373,16 +375,16 @@ class TcpEndpoint(TransportEndpoint):
         queued, one C call (native/tcp_fast.c) writes the eager frame with one
         sendmsg; the rest of a frame the socket took only part of is queued.
         False (nothing sent): the Python path sends it (and reports errors)."""
-        if not self._open or self._sendq or self.iface.tls is not None:
+        if not self._open or self._sendq:
             return False
-        n = _tcp_send_tag(self.fd, am_id, tag, buf, min(max_payload, EAGER_LIMIT))
-        if n < 0:
+        left = _tcp_send_tag(self.fd, am_id, tag, buf, min(max_payload, EAGER_LIMIT))
+        if left == 0:
+            return True
+        if left < 0:
             return False
-        frame_len = _EAGER_HEAD + memoryview(buf).nbytes
-        if n < frame_len:
-            head = PREFIX.pack(FRAME_MAGIC, am_id, 0, 8, frame_len - _EAGER_HEAD) + \
-                tag.to_bytes(8, "little")
-            self._queue_copy((head + bytes(buf))[n:], 1)
+        plen = memoryview(buf).nbytes
+        head = PREFIX.pack(FRAME_MAGIC, am_id, 0, 8, plen) + tag.to_bytes(8, "little")
+        self._queue_copy((head + bytes(buf))[_EAGER_HEAD + plen - left:], 1)
         return True
 
     # ---- receiving
@@ -392,8 +394,7 @@ class TcpEndpoint(TransportEndpoint):
         frame in the socket itself and, if it is a whole eager message for
         this receive, reads its payload straight into ``buf``."""
         reader = self._reader
-        if not self._open or not self._verified or self.iface.tls is not None \
-                or reader.start != reader.end or reader.pending is not None \
+        if not self._open or reader.start != reader.end or reader.pending is not None \
                 or self.iface._in_progress:
             return -1, 0
         try:
