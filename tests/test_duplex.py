@@ -166,3 +166,42 @@ def test_barriers_and_streams_across_processes():
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert out.count("DUPLEX OK") == 4, out[-3000:]
+
+
+def test_a_side_that_cannot_reach_the_other_answers_on_its_connection(tcp_pair):
+    """The mover's own connection never gets through its handshake (it
+    reached something that never answers): what it queued there moves whole
+    to the peer's connection (``hand_over``) once the peer's WIREUP arrives
+    on it, and nothing waits for a LANE_MOVE."""
+    import socket
+    from ucxpy.transports import tcp as tcp_mod
+    p = tcp_pair
+    big, small = sorted(p.workers, key=lambda w: w.uuid, reverse=True)
+    ib, i_s = p.workers.index(big), p.workers.index(small)
+    iface = next(i for i in big.ifaces if i.name == "tcp")
+    real_connect = iface.connect
+    mute = socket.socket()
+    mute.bind(("127.0.0.1", 0))
+    mute.listen(4)              # the kernel completes the connect; nobody answers
+
+    def unreachable(raddr):
+        ips, port, nonce = tcp_mod.unpack_address(raddr)
+        return real_connect(tcp_mod.pack_address(["127.0.0.1"], mute.getsockname()[1], nonce))
+    iface.connect = unreachable
+    first = np.arange(16, dtype=np.uint8)
+    sent = p.eps[ib][i_s].tag_send_nb(first, 3)        # queued on a connection going nowhere
+    drive(p.workers, lambda: True)
+    stuck = p.eps[ib][i_s]._tep
+    assert stuck._state in (tcp_mod.CONNECTING, tcp_mod.HANDSHAKE)
+    got = np.zeros(16, np.uint8)
+    r = small.tag_recv_nb(got, 3)
+    wait_all(p.workers, [p.eps[i_s][ib].tag_send_nb(b"ping", 4)])
+    wait_all(p.workers, [r, sent])
+    assert (got == first).all()
+    assert stuck._state == tcp_mod.CLOSED and not small._holding
+    assert p.eps[ib][i_s]._tep in p.eps[ib][i_s].incoming
+    buf = bytearray(4)
+    r = small.tag_recv_nb(buf, 5)
+    wait_all(p.workers, [p.eps[ib][i_s].tag_send_nb(b"more", 5), r])
+    assert bytes(buf) == b"more" and p.eps[ib][i_s].failed is None
+    mute.close()

@@ -254,6 +254,32 @@ def test_graceful_close_flushes_queue(pair):
     drive([a, b], lambda: not a._by_fd)                  # the draining socket goes away
 
 
+@pytest.mark.timeout(10)
+def test_hand_over_moves_queued_frames_to_the_peers_connection(pair):
+    """A connection still being made gives its queue, in order, to the
+    connection the peer opened (one that has carried our frames cannot)."""
+    a, oa, b, ob = pair
+    x = a.connect(b.address())
+    x.send(1, b"hi")
+    drive([a, b], lambda: ob.frames)
+    xb = ob.frames[0][0]                    # b's side of a's connection
+    y = b.connect(a.address())              # still connecting: frames queue
+    done = []
+    for i in range(5):
+        y.send(2, b"%d" % i, b"p")
+    y.send(2, b"big", rand(1 << 20), done.append)
+    assert y.hand_over(xb) and not y.can_send()
+    drive([a, b], lambda: len(oa.frames) == 6 and done)
+    assert [(f[0], f[2]) for f in oa.frames] == [(x, b"%d" % i) for i in range(5)] + [(x, b"big")]
+    assert np.array_equal(np.frombuffer(oa.frames[-1][3], np.uint8), rand(1 << 20))
+    assert done == [None] and not oa.failed and not ob.failed
+    assert not y.hand_over(xb)              # (closed)
+    z = b.connect(a.address())
+    z.send(3, b"z")
+    drive([a, b], lambda: len(oa.frames) == 7)
+    assert not z.hand_over(xb)              # it carried a frame
+
+
 @pytest.mark.timeout(20)
 def test_peer_interface_close_is_connection_lost(pair):
     a, oa, b, ob = pair

@@ -85,12 +85,15 @@ class Endpoint:
         our last frame on the old connection, WIREUP(MOVED) our first on the
         new one; the peer holds what arrives on the new one until the old
         one's LANE_MOVE, so our frames stay in order.  The old connection is
-        closed once its queue has left."""
+        closed once its queue has left.  While the old connection is still
+        being made, nothing of ours has left yet: its queue, WIREUP first,
+        moves to ``tep`` whole (``hand_over``) and the peer never sees it."""
         old = self._tep
-        old.send(wire.AmId.LANE_MOVE, b"")
-        tep.send(wire.AmId.WIREUP, wire.MOVED, self.worker.address_bytes)
+        if not old.hand_over(tep):
+            old.send(wire.AmId.LANE_MOVE, b"")
+            tep.send(wire.AmId.WIREUP, wire.MOVED, self.worker.address_bytes)
+            old.close()
         self._bind(tep)
-        old.close()
         tr = self.worker.tr
         if tr is not None:
             tr.event("wireup", "lane_move", tep.iface.name, peer=self.remote_id)

@@ -238,6 +238,14 @@ class TransportEndpoint(abc.ABC):
     #: after :meth:`close` (which ends only our direction).
     duplex = False
 
+    def hand_over(self, other: "TransportEndpoint") -> bool:
+        """Give the frames queued here to ``other`` (a ``duplex`` connection
+        to the same peer that we have sent nothing on) and drop this
+        connection, when none of them has reached the wire yet (it is still
+        being made): the peer then sees them, in order, on ``other`` only.
+        False, nothing done, where that does not hold."""
+        return False
+
     def can_send(self) -> bool:
         """Whether :meth:`send` takes frames (at once, or queued while the
         connection is being made): not closing, not broken."""

@@ -404,6 +404,19 @@ class TcpEndpoint(TransportEndpoint):
             self._fail(exc)
             return -1, 0
 
+    def hand_over(self, other) -> bool:
+        if self._state not in (CONNECTING, HANDSHAKE) or self._closing or other is self \
+                or type(other) is not TcpEndpoint or other._sendq or not other.can_send():
+            return False
+        q, n = self._sendq, self._qframes
+        self._sendq, self._qframes = collections.deque(), 0
+        self._closing = True            # dropped on purpose: no failure to report
+        self._finish(None)
+        other._sendq, other._qframes = q, n
+        if other._state == ESTABLISHED:
+            other._flush()
+        return True
+
     # ---- closing and failure
     def close(self) -> None:
         """Flush what the socket takes now; shut down once the queue is empty."""
