@@ -347,6 +347,31 @@ def test_a_window_of_receives_completes_in_one_wait(shm_pair):
     assert reqs[4].wait(10).length == 4 and bytes(bufs[4]) == b"last"
 
 
+def test_a_wait_on_an_exact_receive_polls_inline(shm_pair):
+    """Worker._wait_exact: the first poll of a wait on an exact receive is
+    made without recv_poller's closure; its queue key goes with its last
+    receive; what it does not cover (here a masked receive posted) takes
+    the general wait, which still completes it."""
+    p, a, b, ep = shm_pair
+    made = []
+    real = b.recv_poller
+    b.recv_poller = lambda req: made.append(req) or real(req)
+    try:
+        r = b.tag_recv_nb(bytearray(3), 21, source=0)
+        ep.tag_send(b"one", 21)
+        before = b.fast_recvs
+        r.wait(10)
+        assert not made and b.fast_recvs == before + 1 and (0, 21) not in b.matcher.exact
+        masked = b.tag_recv_nb(bytearray(3), 0x100, tag_mask=0xFF00, source=0)   # not for 21
+        r = b.tag_recv_nb(bytearray(3), 21, source=0)
+        ep.tag_send(b"two", 21)
+        r.wait(10)
+        assert made == [r]                      # the masked receive: the general wait
+        masked.cancel()
+    finally:
+        b.recv_poller = real
+
+
 def test_the_native_drain_completes_a_window_and_stops_where_python_must_go_on(shm_pair):
     """``drain_eager`` (one C call, native/fastpath.c) completes the posted
     receives of a window as the Python loop would (result, state, queue);

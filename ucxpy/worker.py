@@ -359,6 +359,8 @@ class Worker:
     _slept_ns = 0
 
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
+        if type(req) is RecvRequest and req.mask == FULL_MASK and self._wait_exact(req):
+            return
         poll = self.recv_poller(req)
         if poll is not None and poll():
             return                      # (the message was there: no wait loop)
@@ -385,6 +387,43 @@ class Worker:
                 i += 1
             return i == n
         self.wait_until(cond, timeout, "requests")
+
+    def _wait_exact(self, req) -> bool:
+        """The first poll of :meth:`recv_poller` for an exact receive (the
+        common wait: a receive from one source with one tag), inline, with
+        no closure made: True when the native fast path completed ``req``.
+        Where it does not apply or finds nothing, the general wait follows."""
+        if self.tr is not None or self.lock is not None or not self.config.fastpath \
+                or req.done or req.buf is None:
+            return False
+        src, tag, m = req.source, req.tag, self.matcher
+        if src < 0 or m.wild:
+            return False
+        key = (src, tag)
+        q = m.exact.get(key)
+        if q is None or q[0] is not req or m.buckets:
+            return False
+        ep = self.endpoints.get(src)
+        if ep is None or ep.failed is not None or len(ep.incoming) != 1:
+            return False
+        for tep in ep.incoming:
+            recv = tep.recv_eager
+        over = self._oversubscribed
+        if over is None:
+            over = self.oversubscribed()
+        if recv is None or (over and tep.dispatches):
+            return False
+        n, got = recv(TAG_EAGER, tag, FULL_MASK, req.buf, 0 if over else FAST_SPINS)
+        if n < 0:
+            return False
+        q.popleft()
+        self.fast_recvs += 1
+        req.complete(TagInfo(src, got, n))
+        if q:
+            self._fast_drain(recv, tep.drain_eager, src, tag, FULL_MASK)
+        elif m.exact.get(key) is q:
+            del m.exact[key]
+        return True
 
     def recv_poller(self, req) -> Optional[Callable[[], bool]]:
         """The native fast path for waiting on the posted receive ``req``
