@@ -137,22 +137,26 @@ def test_move_read_before_the_new_wireup_holds_nothing(tcp_pair):
     assert r.done and bytes(buf) == b"ok"
 
 
-def test_old_connection_dying_releases_the_held(tcp_pair):
-    w, ep, new, old = hold_setup(tcp_pair)
+def held_late(p: Pair):
+    """hold_setup, a receive posted, and a message held on the new
+    connection: (worker, endpoint, new, old, the receive, its buffer)."""
+    w, ep, new, old = hold_setup(p)
     buf = bytearray(4)
     r = w.tag_recv_nb(buf, 4, source=ep.remote_id)
-    w.recv_frame(new, wire.AmId.WIREUP, wire.MOVED, tcp_pair.workers[1].address_bytes)
+    w.recv_frame(new, wire.AmId.WIREUP, wire.MOVED, p.workers[1].address_bytes)
     eager(w, new, 4, b"late")
+    assert not r.done
+    return w, ep, new, old, r, buf
+
+
+def test_old_connection_dying_releases_the_held(tcp_pair):
+    w, ep, new, old, r, buf = held_late(tcp_pair)
     w.conn_failed(old, ConnectionLost("gone"))
     assert r.done and bytes(buf) == b"late" and ep.failed is None
 
 
 def test_a_move_that_never_completes_fails_the_endpoint(tcp_pair):
-    w, ep, new, old = hold_setup(tcp_pair)
-    buf = bytearray(4)
-    r = w.tag_recv_nb(buf, 4, source=ep.remote_id)
-    w.recv_frame(new, wire.AmId.WIREUP, wire.MOVED, tcp_pair.workers[1].address_bytes)
-    eager(w, new, 4, b"late")
+    w, ep, new, old, r, buf = held_late(tcp_pair)
     w._holding[ep] = (new, time.monotonic() - 1)         # its peer_timeout is over
     w.progress()
     assert isinstance(ep.failed, ConnectionLost) and "never delivered the move" in str(ep.failed)
