@@ -209,3 +209,13 @@ def test_a_side_that_cannot_reach_the_other_answers_on_its_connection(tcp_pair):
     wait_all(p.workers, [p.eps[ib][i_s].tag_send_nb(b"more", 5), r])
     assert bytes(buf) == b"more" and p.eps[ib][i_s].failed is None
     mute.close()
+
+
+def test_a_wireup_with_an_unknown_header_closes_the_connection(tcp_pair):
+    w, peer = tcp_pair.workers
+    iface = next(i for i in w.ifaces if i.name == "tcp")
+    conn = FakeConn(iface)
+    closed = []
+    conn.close = lambda: closed.append(True)
+    w.recv_frame(conn, wire.AmId.WIREUP, b"X", peer.address_bytes)
+    assert closed and conn.owner_ep is None and not w._holding

@@ -636,6 +636,8 @@ class Worker:
         return ep
 
     def _on_wireup(self, tep, header, payload):
+        if header and header != wire.MOVED:
+            raise ProtocolError(f"WIREUP with an unknown header {bytes(header[:8])!r}")
         addr = WorkerAddress.unpack(payload)
         ep = self._by_uuid.get(addr.uuid)
         if ep is None or ep.closed:
