@@ -392,7 +392,13 @@ class Worker:
         """The first poll of :meth:`recv_poller` for an exact receive (the
         common wait: a receive from one source with one tag), inline, with
         no closure made: True when the native fast path completed ``req``.
-        Where it does not apply or finds nothing, the general wait follows."""
+        Where it does not apply or finds nothing, the general wait follows.
+
+        It inlines, for an exact receive, :meth:`_fast_lane`,
+        ``TagMatcher.sole_match`` (it bails on any bucketed receive rather
+        than compare sequence numbers) and ``TagMatcher.take``: a change to
+        their rules changes it too.  Calling them instead cost 0.2-0.4 us
+        per wait (non-blocking ping-pong 1.9 -> 2.1-2.4 us, 2026-12-05)."""
         if self.tr is not None or self.lock is not None or not self.config.fastpath \
                 or req.done or req.buf is None:
             return False
