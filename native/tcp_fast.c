@@ -8,26 +8,32 @@
  * (ucxpy/transports/tcp_frames.py), the frame cut out and dispatched through
  * the core's matcher.  When nothing of that connection is buffered in
  * Python, the next bytes of the socket are the next frame, so this C call
- * can look at it in the socket itself:
+ * can take it from the socket itself.  Two ways, by the receive's size:
  *
- *   1. recv(MSG_PEEK) of up to 1056 bytes (the poll): is it an eager tag
- *      frame of ``am_id`` whose tag matches and whose payload fits the
- *      buffer?
- *   2. has all of it arrived?  The peek says so for a payload of up to 1 KiB
- *      (and a bit); FIONREAD for a larger one.  Only then one recvmsg takes
- *      prefix and header into a scratch array and the payload straight into
- *      the receive buffer.
+ *   small (24 + capacity <= 1056 bytes, the common ping-pong): one plain
+ *   recv of at most 24 + capacity bytes into a stack buffer.  A whole
+ *   matching frame is copied into the receive buffer: one system call per
+ *   message.  Whatever else was read (another frame, part of one, or bytes
+ *   behind a frame shorter than the buffer) is the head of the stream and
+ *   goes back to Python as ``spill``, which the caller puts in front of the
+ *   connection's FrameReader (TcpEndpoint._spill), in order.
  *
- * Nothing is consumed unless a whole matching frame is: any other case
- * leaves the stream untouched for the Python path, in order.  The frame
- * layout is tcp_frames.PREFIX (little-endian: magic u16, am_id u8, flags u8,
- * header length u16, pad u16, payload length u64) followed by the 8-byte
- * little-endian tag (wire.EAGER).
+ *   large: recv(MSG_PEEK) of up to 1056 bytes (the poll) shows the frame's
+ *   head; FIONREAD says whether all of it has arrived; only then one
+ *   recvmsg takes prefix and header into a scratch array and the payload
+ *   straight into the receive buffer.  Nothing is consumed unless a whole
+ *   matching frame is.
  *
- * tcp_recv_tag(fd, am_id, tag, mask, buffer, spins) -> (n, tag)
+ * The frame layout is tcp_frames.PREFIX (little-endian: magic u16, am_id
+ * u8, flags u8, header length u16, pad u16, payload length u64) followed by
+ * the 8-byte little-endian tag (wire.EAGER).
+ *
+ * tcp_recv_tag(fd, am_id, tag, mask, buffer, spins) -> (n, tag, spill)
  *   n >= 0: the frame's payload length, its tag; -1: no whole frame within
  *   ``spins`` polls (or an error or end of stream on the socket, which the
- *   Python path reports); -2: the next frame is another one.
+ *   Python path reports); -2: the next frame is another one (or only part
+ *   of it had arrived).  ``spill``: None, or the bytes read past what was
+ *   taken, to be parsed before anything else of this connection.
  *
  * The send side is the mirror image: when nothing is queued before it, an
  * eager frame (prefix, tag, payload) goes out with one sendmsg from a
@@ -73,13 +79,47 @@ static long readable(int fd)
     return ioctl(fd, FIONREAD, &n) < 0 ? -1 : n;
 }
 
-/* One attempt: >= 0 payload taken, -1 not (yet) there, -2 another frame.
- * The poll is a peek of up to TCP_PEEK bytes: it shows the frame's head
- * and, for a payload of at most TCP_PEEK - 24 bytes, whether all of it has
- * arrived, so a small message costs two system calls once it is there (the
- * peek and the read); a larger one asks FIONREAD in between. */
-static int64_t try_frame(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
-                         void *buf, uint64_t capacity, uint64_t *got_tag)
+/* the frame head at ``h`` is an eager frame of ``am_id`` whose tag matches
+ * and whose payload fits ``capacity`` */
+static int head_matches(const tcp_eager_head_t *h, uint8_t am_id, uint64_t tag, uint64_t mask,
+                        uint64_t capacity)
+{
+    return h->magic == TCP_FRAME_MAGIC && h->am_id == am_id && h->flags == 0 && h->hlen == 8
+        && h->plen <= capacity && !((h->tag ^ tag) & mask);
+}
+
+/* The small way (see the top): >= 0 payload taken, -1 nothing there, -2
+ * another frame or part of one; ``*spill`` gets what was read and not taken. */
+static int64_t take_small(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
+                          void *buf, uint64_t capacity, uint64_t *got_tag, PyObject **spill)
+{
+    union {
+        tcp_eager_head_t h;
+        uint8_t bytes[TCP_PEEK];
+    } in;
+    uint64_t frame;
+    ssize_t n = recv(fd, in.bytes, TCP_EAGER_HEAD + capacity, MSG_DONTWAIT);
+
+    if (n <= 0)
+        return -1;          /* (end of stream and errors: the Python path reports them) */
+    if (n < TCP_EAGER_HEAD || !head_matches(&in.h, am_id, tag, mask, capacity)
+            || (uint64_t)n < (frame = TCP_EAGER_HEAD + in.h.plen)) {
+        *spill = PyBytes_FromStringAndSize((const char *)in.bytes, n);
+        return *spill == NULL ? -4 : -2;
+    }
+    memcpy(buf, in.bytes + TCP_EAGER_HEAD, (size_t)in.h.plen);
+    *got_tag = in.h.tag;
+    if ((uint64_t)n > frame &&
+            (*spill = PyBytes_FromStringAndSize((const char *)in.bytes + frame,
+                                                n - (ssize_t)frame)) == NULL)
+        return -4;
+    return (int64_t)in.h.plen;
+}
+
+/* The large way (see the top): >= 0 payload taken, -1 not (yet) there, -2
+ * another frame; nothing consumed unless a whole matching frame is. */
+static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
+                          void *buf, uint64_t capacity, uint64_t *got_tag)
 {
     union {
         tcp_eager_head_t h;
@@ -92,10 +132,9 @@ static int64_t try_frame(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
 
     if (n < TCP_EAGER_HEAD)
         return -1;
-    plen = peek.h.plen;
-    if (peek.h.magic != TCP_FRAME_MAGIC || peek.h.am_id != am_id || peek.h.flags != 0 ||
-            peek.h.hlen != 8 || plen > capacity || ((peek.h.tag ^ tag) & mask))
+    if (!head_matches(&peek.h, am_id, tag, mask, capacity))
         return -2;
+    plen = peek.h.plen;
     frame = TCP_EAGER_HEAD + plen;
     if ((uint64_t)n < frame && (n < (ssize_t)sizeof peek || (uint64_t)readable(fd) < frame))
         return -1;
@@ -120,7 +159,8 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
     unsigned long long tag, mask;
     int fd, am_id, spins;
     Py_buffer buf;
-    uint64_t got = 0;
+    uint64_t got = 0, capacity;
+    PyObject *spill = NULL, *out;
     int64_t n;
 
     if (!PyArg_ParseTuple(args, "iiKKw*i", &fd, &am_id, &tag, &mask, &buf, &spins))
@@ -130,8 +170,11 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_BufferError, "tcp_recv_tag needs a contiguous buffer");
         return NULL;
     }
+    capacity = (uint64_t)buf.len;
     for (;;) {
-        n = try_frame(fd, (uint8_t)am_id, tag, mask, buf.buf, (uint64_t)buf.len, &got);
+        n = capacity <= TCP_PEEK - TCP_EAGER_HEAD
+            ? take_small(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got, &spill)
+            : take_large(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got);
         if (n != -1 || spins-- <= 0)
             break;
 #if defined(__x86_64__) || defined(__i386__)
@@ -139,13 +182,18 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
 #endif
     }
     PyBuffer_Release(&buf);
+    if (n == -4)
+        return NULL;        /* (no memory for the spill: bytes read are lost, so raise) */
     if (n == -3) {
         /* a short read of a frame FIONREAD said was whole: the stream is
          * now out of step with the Python reader, which must not go on */
         PyErr_SetString(PyExc_OSError, "tcp fast path: short read of a queued frame");
         return NULL;
     }
-    return Py_BuildValue("(LK)", (long long)n, (unsigned long long)got);
+    out = Py_BuildValue("(LKO)", (long long)n, (unsigned long long)got,
+                        spill != NULL ? spill : Py_None);
+    Py_XDECREF(spill);
+    return out;
 }
 
 PyObject *

@@ -492,7 +492,10 @@ def test_tcp_an_exact_eager_receive_is_read_from_the_socket(tcp_pair):
     assert buf[5:] == bytes(3)                      # nothing past the message written
 
 
-def test_tcp_another_frame_first_stays_in_the_socket_in_order(tcp_pair):
+def test_tcp_another_frame_first_is_delivered_in_order(tcp_pair):
+    """A small receive reads the socket with one plain recv: a frame for
+    another receive read first goes to the Python path (the spill, parsed at
+    once), and the receives still match in order."""
     p, a, b, ep = tcp_pair
     before = b.fast_recvs
     ep.tag_send(b"one", 1)
@@ -500,17 +503,48 @@ def test_tcp_another_frame_first_stays_in_the_socket_in_order(tcp_pair):
     _arrived(p, b, ep, 2 * (24 + 3))
     y = bytearray(3)
     assert b.tag_recv(y, 2, source=0, timeout=10).length == 3 and bytes(y) == b"two"
+    assert len(b.matcher.unexpected) == 1           # "one", read first, spilled
     x = bytearray(3)
     assert b.tag_recv(x, 1, source=0, timeout=10).length == 3 and bytes(x) == b"one"
-    assert b.fast_recvs == before                   # "one" came first: the Python way
+    assert b.fast_recvs == before + 1               # "two", read from the socket
+
+
+def test_tcp_bytes_read_behind_a_message_wait_for_the_next_progress(tcp_pair):
+    """A receive whose buffer is larger than its message reads the frames
+    behind it too: they wait in the connection's reader (not matched to the
+    receive that is finishing) and the next progress pass delivers them, in
+    order; a sleep in between ends at once (wait_fds)."""
+    import select
+    p, a, b, ep = tcp_pair
+    for i in range(3):
+        ep.tag_send(bytes([65 + i]) * 4, 7)
+    _arrived(p, b, ep, 3 * (24 + 4))
+    tep_b = next(iter(b.endpoints[0].incoming))
+    from ucxpy.wire import AmId
+    buf = bytearray(100)
+    n, got = tep_b.recv_eager(int(AmId.TAG_EAGER), 7, (1 << 64) - 1, buf, 0)
+    assert (n, got, bytes(buf[:4])) == (4, 7, b"AAAA")
+    assert not b.matcher.unexpected                 # the rest waits, unparsed
+    iface = tep_b.iface
+    assert tep_b in iface._spilled
+    assert select.select(iface.wait_fds(), (), (), 0)[0], "a sleep must end at once"
+    assert tep_b.recv_eager(int(AmId.TAG_EAGER), 7, (1 << 64) - 1, buf, 0) == (-1, 0)
+    rest = []
+    for _ in range(2):
+        r = bytearray(4)
+        b.tag_recv(r, 7, source=0, timeout=10)
+        rest.append(bytes(r))
+    assert rest == [b"BBBB", b"CCCC"] and not iface._spilled
 
 
 @pytest.mark.parametrize("size,cut", [(200, 24), (200, 100), (3000, 24), (3000, 1500)])
 def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
-    """Only part of a frame is in the socket: the fast path consumes
-    nothing; once the rest arrives the receive completes with every byte.
-    A payload of up to 1 KiB is seen whole or not by the poll's peek, a
-    larger one by FIONREAD (native/tcp_fast.c)."""
+    """Only part of a frame is in the socket: the fast path takes nothing
+    into the buffer; once the rest arrives the receive completes with every
+    byte.  A small receive (24 + buffer <= 1056 B) has read the part with its
+    one recv and handed it to the connection's reader (the spill), so the
+    Python path finishes the frame; a larger one peeks and asks FIONREAD,
+    consuming nothing until the frame is whole (native/tcp_fast.c)."""
     import struct
     p, a, b, ep = tcp_pair
     tep_a = ep.transport_endpoint()
@@ -522,11 +556,15 @@ def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
     tep_b, n = _arrived(p, b, ep, cut)
     assert n == cut
     buf = bytearray(size + 56)
-    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 100) == (-1, 0)
+    small = 24 + len(buf) <= 1056
+    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 100) == ((-2, 0) if small else (-1, 0))
     assert buf == bytearray(size + 56)
     tep_a.sock.send(frame[cut:])
-    _arrived(p, b, ep, len(frame))
-    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 0) == (size, 6)
+    if small:
+        assert b.tag_recv(buf, 6, source=0, timeout=10).length == size
+    else:
+        _arrived(p, b, ep, len(frame))
+        assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 0) == (size, 6)
     assert bytes(buf[:size]) == payload and buf[size:] == bytes(56)
 
 

@@ -390,19 +390,49 @@ class TcpEndpoint(TransportEndpoint):
     # ---- receiving
     def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:
         """The contract's fast path: when nothing of this connection is
-        buffered in Python, one C call (native/tcp_fast.c) looks at the next
-        frame in the socket itself and, if it is a whole eager message for
-        this receive, reads its payload straight into ``buf``."""
+        buffered in Python, one C call (native/tcp_fast.c) takes the next
+        frame from the socket itself if it is a whole eager message for this
+        receive; for a small receive it reads with one plain recv, and what
+        it read past that message (or instead of it) comes back as ``spill``,
+        the head of the stream (:meth:`_spill`)."""
         reader = self._reader
         if not self._open or reader.start != reader.end or reader.pending is not None \
                 or self.iface._in_progress:
             return -1, 0
         try:
-            return _tcp_recv_tag(self.fd, am_id, tag, mask, buf, min(spins, TCP_SPINS))
-        except OSError as e:
-            exc = ProtocolError(str(e))
-            self._fail(exc)
+            n, got, spill = _tcp_recv_tag(self.fd, am_id, tag, mask, buf, min(spins, TCP_SPINS))
+        except (OSError, MemoryError) as e:
+            self._fail(ProtocolError(f"tcp fast path: {e}"))
             return -1, 0
+        if spill is not None:
+            self._spill(spill, n < 0)
+        return n, got
+
+    def _spill(self, data: bytes, parse: bool) -> None:
+        """Put ``data``, read from the socket by the fast path but not taken
+        by it, in front of the (empty) reader.  With no message taken
+        (``parse``) its frames are delivered now, as a progress pass would;
+        behind a message taken they wait for the interface's next progress
+        (``_spilled``): the caller has yet to finish that receive, which a
+        frame behind it could otherwise match too."""
+        reader = self._reader
+        k = len(data)
+        reader.buf[:k] = data
+        reader.start, reader.end = 0, k
+        if not parse:
+            self.iface._spilled.add(self)
+            return
+        self.iface._in_progress = True
+        try:
+            self._parse_spill()
+        finally:
+            self.iface._in_progress = False
+
+    def _parse_spill(self) -> int:
+        try:
+            return self._reader.parse()
+        except FrameError as e:
+            return self._protocol_error(str(e))
 
     def hand_over(self, other) -> bool:
         if self._state not in (CONNECTING, HANDSHAKE) or self._closing or other is self \
@@ -740,6 +770,10 @@ class TcpInterface(Interface):
         self._by_fd: dict = {}
         self._timed: set = set()
         self._notify = collections.deque()
+        #: connections whose reader holds bytes the fast path read behind a
+        #: message it took (TcpEndpoint._spill): parsed by the next progress
+        self._spilled: set = set()
+        self._ready_fd = None
         self._in_progress = False
         self._closed = False
         lsock = self._new_socket()
@@ -856,11 +890,15 @@ class TcpInterface(Interface):
         if self._in_progress or self._closed:
             return 0
         ready = self._poller.poll(0)
-        if not ready and not self._notify and not self._timed:
+        if not ready and not self._notify and not self._timed and not self._spilled:
             return 0
         self._in_progress = True
         events = 0
         try:
+            while self._spilled:
+                ep = self._spilled.pop()
+                if ep._state in _READING and not self._closed:
+                    events += ep._parse_spill()
             for fd, ev in ready:
                 if self._closed:      # an owner callback closed us
                     return events
@@ -915,12 +953,21 @@ class TcpInterface(Interface):
 
     def wait_fds(self) -> list:
         """The epoll descriptor: readable when any socket of ours has work
-        (incoming data, a connect completing, room for queued sends)."""
+        (incoming data, a connect completing, room for queued sends).  While
+        a reader holds spilled bytes (``_spilled``), which no socket shows,
+        also a descriptor that is always readable: the sleep ends at once."""
         if self._closed:
             return []
-        if isinstance(self._poller, select.epoll):
-            return [self._poller.fileno()]
-        return [self._lfd] + list(self._by_fd)
+        fds = [self._poller.fileno()] if isinstance(self._poller, select.epoll) \
+            else [self._lfd] + list(self._by_fd)
+        if self._spilled:
+            if self._ready_fd is None:
+                r, w = os.pipe()
+                os.write(w, b"!")
+                os.close(w)
+                self._ready_fd = r
+            fds.append(self._ready_fd)
+        return fds
 
     def close(self) -> None:
         """Close every connection and the listener; queued sends fail."""
@@ -937,5 +984,9 @@ class TcpInterface(Interface):
         for cb in cbs:
             cb(ConnectionLost("tcp interface closed"))
         self._listener.close()
+        self._spilled.clear()
+        if self._ready_fd is not None:
+            os.close(self._ready_fd)
+            self._ready_fd = None
         if isinstance(self._poller, select.epoll):
             self._poller.close()
