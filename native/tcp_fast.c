@@ -19,10 +19,13 @@
  *   connection's FrameReader (TcpEndpoint._spill), in order.
  *
  *   large: recv(MSG_PEEK) of up to 1056 bytes (the poll) shows the frame's
- *   head; FIONREAD says whether all of it has arrived; only then one
- *   recvmsg takes prefix and header into a scratch array and the payload
- *   straight into the receive buffer.  Nothing is consumed unless a whole
- *   matching frame is.
+ *   head; a matching frame is then read with one recvmsg of exactly its
+ *   bytes, prefix and header into a scratch array and the payload straight
+ *   into the receive buffer: two system calls.  A frame of up to 32 KiB is
+ *   read as soon as its head is there; if only part of it was, the rest is
+ *   polled for, and when it is late (its sender may be waiting for us) what
+ *   was read goes back as ``spill``, which fits the reader.  A larger frame
+ *   is read only once FIONREAD says all of it has arrived.
  *
  * The frame layout is tcp_frames.PREFIX (little-endian: magic u16, am_id
  * u8, flags u8, header length u16, pad u16, payload length u64) followed by
@@ -59,6 +62,9 @@
 #define TCP_PREFIX      16
 #define TCP_EAGER_HEAD  (TCP_PREFIX + 8)
 #define TCP_PEEK        1056    /* bytes a poll peeks at: a 1 KiB payload and its head */
+#define TCP_READ_MAX    (32 * 1024 + TCP_EAGER_HEAD)  /* a frame read before it is whole:
+                                   the spill of its part fits the reader (64 KiB) */
+#define TCP_REST_SPINS  256     /* polls for the rest of a frame read in part */
 
 typedef struct tcp_eager_head {
     uint16_t magic;
@@ -117,9 +123,10 @@ static int64_t take_small(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
 }
 
 /* The large way (see the top): >= 0 payload taken, -1 not (yet) there, -2
- * another frame; nothing consumed unless a whole matching frame is. */
+ * another frame (nothing consumed), or a frame of ours that did not arrive
+ * whole in time (what was read of it in ``*spill``). */
 static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
-                          void *buf, uint64_t capacity, uint64_t *got_tag)
+                          void *buf, uint64_t capacity, uint64_t *got_tag, PyObject **spill)
 {
     union {
         tcp_eager_head_t h;
@@ -128,7 +135,8 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
     struct iovec iov[2];
     struct msghdr msg;
     uint64_t plen, frame;
-    ssize_t n = recv(fd, peek.bytes, sizeof peek, MSG_PEEK | MSG_DONTWAIT);
+    int spins = TCP_REST_SPINS;
+    ssize_t n = recv(fd, peek.bytes, sizeof peek, MSG_PEEK | MSG_DONTWAIT), got, r;
 
     if (n < TCP_EAGER_HEAD)
         return -1;
@@ -136,9 +144,10 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
         return -2;
     plen = peek.h.plen;
     frame = TCP_EAGER_HEAD + plen;
-    if ((uint64_t)n < frame && (n < (ssize_t)sizeof peek || (uint64_t)readable(fd) < frame))
+    /* a frame the reader could not hold whole waits until FIONREAD says all
+     * of it is there: nothing of it is consumed before */
+    if (frame > TCP_READ_MAX && (uint64_t)n < frame && (uint64_t)readable(fd) < frame)
         return -1;
-    *got_tag = peek.h.tag;
     iov[0].iov_base = peek.bytes;
     iov[0].iov_len = TCP_EAGER_HEAD;
     iov[1].iov_base = buf;
@@ -146,11 +155,40 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = iov;
     msg.msg_iovlen = plen ? 2 : 1;
-    /* all of it is queued: a stream socket hands it over in one call */
-    n = recvmsg(fd, &msg, MSG_DONTWAIT);
-    if (n != (ssize_t)frame)
-        return n < 0 ? -1 : -3;
-    return (int64_t)plen;
+    /* exactly this frame: nothing past it is read, nothing past its
+     * payload written */
+    got = recvmsg(fd, &msg, MSG_DONTWAIT);
+    if (got < TCP_EAGER_HEAD)
+        return got < 0 ? -1 : -3;   /* (the peek saw the head queued) */
+    /* part of it: the rest follows (its sender wrote it with one call) */
+    while ((uint64_t)got < frame) {
+        r = recv(fd, (char *)buf + (got - TCP_EAGER_HEAD), frame - (uint64_t)got, MSG_DONTWAIT);
+        if (r > 0) {
+            got += r;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                || spins-- <= 0)
+            break;
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+    }
+    if ((uint64_t)got == frame) {
+        *got_tag = peek.h.tag;
+        return (int64_t)plen;
+    }
+    /* the rest is late (its sender may be waiting for us): what was read
+     * goes to the reader, which finishes the frame the Python way (the
+     * payload bytes already in ``buf`` are its own, rewritten alike) */
+    if (frame > TCP_READ_MAX)
+        return -3;                  /* (FIONREAD said it was all there) */
+    *spill = PyBytes_FromStringAndSize(NULL, got);
+    if (*spill == NULL)
+        return -4;
+    memcpy(PyBytes_AS_STRING(*spill), peek.bytes, TCP_EAGER_HEAD);
+    memcpy(PyBytes_AS_STRING(*spill) + TCP_EAGER_HEAD, buf, (size_t)got - TCP_EAGER_HEAD);
+    return -2;
 }
 
 PyObject *
@@ -174,7 +212,7 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
     for (;;) {
         n = capacity <= TCP_PEEK - TCP_EAGER_HEAD
             ? take_small(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got, &spill)
-            : take_large(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got);
+            : take_large(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got, &spill);
         if (n != -1 || spins-- <= 0)
             break;
 #if defined(__x86_64__) || defined(__i386__)

@@ -537,14 +537,16 @@ def test_tcp_bytes_read_behind_a_message_wait_for_the_next_progress(tcp_pair):
     assert rest == [b"BBBB", b"CCCC"] and not iface._spilled
 
 
-@pytest.mark.parametrize("size,cut", [(200, 24), (200, 100), (3000, 24), (3000, 1500)])
+@pytest.mark.parametrize("size,cut", [(200, 24), (200, 100), (3000, 24), (3000, 1500),
+                                      (40000, 24), (40000, 1500)])
 def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
-    """Only part of a frame is in the socket: the fast path takes nothing
-    into the buffer; once the rest arrives the receive completes with every
-    byte.  A small receive (24 + buffer <= 1056 B) has read the part with its
-    one recv and handed it to the connection's reader (the spill), so the
-    Python path finishes the frame; a larger one peeks and asks FIONREAD,
-    consuming nothing until the frame is whole (native/tcp_fast.c)."""
+    """Only part of a frame is in the socket: the fast path completes
+    nothing and writes nothing into the buffer past what is the message's
+    own; once the rest arrives the receive completes with every byte.  A
+    frame of up to 32 KiB is read as soon as its head is there and, the rest
+    being late, what was read goes to the connection's reader (the spill),
+    so the Python path finishes it; a larger one is left in the socket until
+    FIONREAD says it is whole (native/tcp_fast.c)."""
     import struct
     p, a, b, ep = tcp_pair
     tep_a = ep.transport_endpoint()
@@ -552,15 +554,18 @@ def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
     from ucxpy.wire import AmId
     am = int(AmId.TAG_EAGER)
     frame = struct.pack("<HBBHxxQQ", 0xC5A7, am, 0, 8, len(payload), 6) + payload
-    tep_a.sock.send(frame[:cut])
+    assert tep_a.sock.send(frame[:cut]) == cut
     tep_b, n = _arrived(p, b, ep, cut)
     assert n == cut
     buf = bytearray(size + 56)
-    small = 24 + len(buf) <= 1056
-    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 100) == ((-2, 0) if small else (-1, 0))
-    assert buf == bytearray(size + 56)
-    tep_a.sock.send(frame[cut:])
-    if small:
+    read_early = 24 + size <= 32 * 1024 + 24
+    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 100) == \
+        ((-2, 0) if read_early else (-1, 0))
+    assert all(x in (0, payload[i]) for i, x in enumerate(buf[:size])) and buf[size:] == bytes(56)
+    sent = cut
+    while sent < len(frame):
+        sent += tep_a.sock.send(frame[sent:])
+    if read_early:
         assert b.tag_recv(buf, 6, source=0, timeout=10).length == size
     else:
         _arrived(p, b, ep, len(frame))
