@@ -64,7 +64,8 @@
 #define TCP_PEEK        1056    /* bytes a poll peeks at: a 1 KiB payload and its head */
 #define TCP_READ_MAX    (32 * 1024 + TCP_EAGER_HEAD)  /* a frame read before it is whole:
                                    the spill of its part fits the reader (64 KiB) */
-#define TCP_REST_SPINS  256     /* polls for the rest of a frame read in part */
+#define TCP_REST_SPINS  256     /* polls for the rest of a frame read in part
+                                   (none when the caller does not spin) */
 
 typedef struct tcp_eager_head {
     uint16_t magic;
@@ -126,7 +127,8 @@ static int64_t take_small(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
  * another frame (nothing consumed), or a frame of ours that did not arrive
  * whole in time (what was read of it in ``*spill``). */
 static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
-                          void *buf, uint64_t capacity, uint64_t *got_tag, PyObject **spill)
+                          void *buf, uint64_t capacity, uint64_t *got_tag, PyObject **spill,
+                          int spins)
 {
     union {
         tcp_eager_head_t h;
@@ -135,7 +137,6 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
     struct iovec iov[2];
     struct msghdr msg;
     uint64_t plen, frame;
-    int spins = TCP_REST_SPINS;
     ssize_t n = recv(fd, peek.bytes, sizeof peek, MSG_PEEK | MSG_DONTWAIT), got, r;
 
     if (n < TCP_EAGER_HEAD)
@@ -160,7 +161,8 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
     got = recvmsg(fd, &msg, MSG_DONTWAIT);
     if (got < TCP_EAGER_HEAD)
         return got < 0 ? -1 : -3;   /* (the peek saw the head queued) */
-    /* part of it: the rest follows (its sender wrote it with one call) */
+    /* part of it: the rest follows (its sender wrote it with one call);
+     * polled for only by a caller that spins (one with a CPU to itself) */
     while ((uint64_t)got < frame) {
         r = recv(fd, (char *)buf + (got - TCP_EAGER_HEAD), frame - (uint64_t)got, MSG_DONTWAIT);
         if (r > 0) {
@@ -200,6 +202,7 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
     uint64_t got = 0, capacity;
     PyObject *spill = NULL, *out;
     int64_t n;
+    int rest;
 
     if (!PyArg_ParseTuple(args, "iiKKw*i", &fd, &am_id, &tag, &mask, &buf, &spins))
         return NULL;
@@ -209,10 +212,12 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
         return NULL;
     }
     capacity = (uint64_t)buf.len;
+    rest = spins > 0 ? TCP_REST_SPINS : 0;
     for (;;) {
         n = capacity <= TCP_PEEK - TCP_EAGER_HEAD
             ? take_small(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got, &spill)
-            : take_large(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got, &spill);
+            : take_large(fd, (uint8_t)am_id, tag, mask, buf.buf, capacity, &got, &spill,
+                         rest);
         if (n != -1 || spins-- <= 0)
             break;
 #if defined(__x86_64__) || defined(__i386__)
