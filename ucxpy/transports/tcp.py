@@ -392,9 +392,9 @@ class TcpEndpoint(TransportEndpoint):
         """The contract's fast path: when nothing of this connection is
         buffered in Python, one C call (native/tcp_fast.c) takes the next
         frame from the socket itself if it is a whole eager message for this
-        receive; for a small receive it reads with one plain recv, and what
-        it read past that message (or instead of it) comes back as ``spill``,
-        the head of the stream (:meth:`_spill`)."""
+        receive (a small receive with one plain recv).  What it read and did
+        not take (past that message, or instead of it) comes back as
+        ``spill``, the head of the stream (:meth:`_spill`)."""
         reader = self._reader
         if not self._open or reader.start != reader.end or reader.pending is not None \
                 or self.iface._in_progress:
