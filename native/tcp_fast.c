@@ -79,6 +79,14 @@ typedef struct tcp_eager_head {
 
 _Static_assert(sizeof(tcp_eager_head_t) == TCP_EAGER_HEAD, "tcp eager frame head");
 
+/* a spin-wait's pause between two polls */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* bytes readable on ``fd`` now, or -1 on error */
 static long readable(int fd)
 {
@@ -172,9 +180,7 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
         if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 || spins-- <= 0)
             break;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
     }
     if ((uint64_t)got == frame) {
         *got_tag = peek.h.tag;
@@ -220,9 +226,7 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
                          rest);
         if (n != -1 || spins-- <= 0)
             break;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        cpu_relax();
     }
     PyBuffer_Release(&buf);
     if (n == -4)

@@ -65,7 +65,6 @@ def test_receives_posted_while_the_thread_delivers_all_complete(tl, post):
         while not all(r.done for r in reqs) and time.monotonic() < deadline:
             a.progress()
             time.sleep(0.001)
-        sys.setswitchinterval(old)
         lost = [i for i, r in enumerate(reqs) if not r.done]
         assert not lost, f"{len(lost)} receives never completed (first: tag {lost[0]}); " \
                          f"{len(b.matcher.unexpected)} messages unexpected"

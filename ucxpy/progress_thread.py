@@ -48,10 +48,11 @@ ENDPOINT_API = ("tag_send_nb", "tag_send_sync_nb", "tag_send", "send_message", "
                 "am_send", "unpack_rkey", "put_nb", "get_nb", "put", "get", "atomic_post",
                 "atomic_fetch_nb", "atomic_fetch", "atomic_fetch_now", "fence", "flush",
                 "flushed", "close", "abort", "fail", "send_frame", "transport_endpoint")
-#: Worker's public methods that stay unlocked, and why (all of Endpoint's lock).  Every other public method
-#: touches state the progress thread changes (the matcher, endpoints, queues,
-#: the callback list) and is in the lists above; tests/test_progress_thread.py
-#: holds the classes to this split, so a new method must choose.
+#: Worker's public methods that stay unlocked, and why (all of Endpoint's
+#: lock).  Every other public method touches state the progress thread
+#: changes (the matcher, endpoints, queues, the callback list) and is in the
+#: lists above; tests/test_progress_thread.py holds the classes to this
+#: split, so a new method must choose.
 WORKER_LOCK_FREE = {
     # they call wait_until (locked) and take their native fast paths only
     # without a lock (_wait_exact, recv_poller and tag_try_recv check it)
