@@ -69,6 +69,8 @@ SHM_RATE_FACTOR = 0.8    # ucxpy-shm 8 B message rate (tag_bw, window 64) >= 0.8
 SHM_BW_FACTOR = 1.2      # ucxpy-shm bandwidth from 1 MiB >= 1.2x mpi4py
 SHIM_FACTOR = 1.2        # mpi_shim tag and put latency <= 1.2x ucxpy's own
 SHIM_AMO_FACTOR = 1.5    # mpi_shim Fetch_and_op <= 1.5x the ucxpy atomic
+SHIM_RATE_FACTOR = 0.9   # mpi_shim 8 B message rate >= 0.9x ucxpy-shm's (issue 32)
+NB_LAT_FACTOR = 1.0      # ucxpy-shm 8 B Irecv+Isend+Waitall ping-pong <= 1.0x mpi4py (issue 32)
 COLL_LAT_FACTOR = {2: 2.0, 4: 3.0}   # 8 B collectives <= this x mpi4py, per rank count
 TCP_LAT_FACTOR = 1.5     # ucxpy-tcp small-message latency <= 1.5x raw socket
 BIG = 1 << 20            # bandwidth target applies from this size up
@@ -491,6 +493,9 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
                  [16 << 10, 64 << 10], SHM_LAT_FACTOR)
     ratio_target(f"shm {SMALL} B message rate >= {SHM_RATE_FACTOR:g}x mpi4py", shm_bw, mpi_bw,
                  [SMALL], SHM_RATE_FACTOR, higher=True, unit="GB/s")
+    ratio_target(f"shm {SMALL} B non-blocking ping-pong <= {NB_LAT_FACTOR:g}x mpi4py",
+                 _col(impls.get("ucxpy-shm"), "tag_lat_nb", "latency_us"),
+                 _col(impls.get("mpi4py"), "tag_lat_nb", "latency_us"), [SMALL], NB_LAT_FACTOR)
     ratio_target(f"shm bandwidth >= {SHM_BW_FACTOR:g}x mpi4py for sizes >= {BIG >> 20} MiB",
                  shm_bw, mpi_bw, sorted(z for z in shm_bw if z >= BIG), SHM_BW_FACTOR,
                  higher=True, unit="GB/s")
@@ -501,6 +506,9 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
                  "non-blocking ping-pong",
                  _col(shim, "tag_lat_nb", "latency_us"),
                  _col(impls.get("ucxpy-shm"), "tag_lat_nb", "latency_us"), [SMALL], SHIM_FACTOR)
+    ratio_target(f"mpi_shim {SMALL} B message rate >= {SHIM_RATE_FACTOR:g}x ucxpy's",
+                 _col(shim, "tag_bw", "bandwidth_GBps"), shm_bw, [SMALL], SHIM_RATE_FACTOR,
+                 higher=True, unit="GB/s")
     shm_rma = impls.get("ucxpy-shm")
     ratio_target(f"mpi_shim Win Put+Flush {SMALL} B <= {SHIM_FACTOR:g}x ucxpy's put",
                  _col(shim, "put_lat", "latency_us"), _col(shm_rma, "put_lat", "latency_us"),

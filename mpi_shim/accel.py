@@ -62,7 +62,7 @@ def configure(worker) -> None:
     from .exceptions import translate
     from .handle import Handle
     from .op import SUM, Op
-    from .ops import RecvOp, SendOp
+    from .ops import PostedRecv, RecvOp, SendOp
     from .p2p import _SENT, _isend_pending, _recv_ack, _recv_wait
     from .request import Request
     from .status import ANY_TAG
@@ -72,10 +72,11 @@ def configure(worker) -> None:
     _CONFIG.update({
         "enabled": on, "handle": Handle, "comm_impl": CommImpl, "op_type": Op,
         "ndarray": np.ndarray, "completed": COMPLETED, "ucxpy_error": ucxpy.UcxpyError,
-        "translate": translate, "engine": E.ENGINE, "recv_wait": _recv_wait,
+        "translate": translate, "worker": worker, "recv_wait": _recv_wait,
         "recv_ack": _recv_ack, "flush_progress": flush_progress, "request": Request,
-        "recv_op": RecvOp, "sent_op": _SENT, "isend_pending": _isend_pending,
-        "send_op": SendOp, "post_recv": worker._post_recv, "ucxpy_request": ucxpy.Request,
+        "recv_op": RecvOp, "posted_recv": PostedRecv, "sent_op": _SENT,
+        "isend_pending": _isend_pending, "send_op": SendOp, "post_recv": worker._post_recv,
+        "ucxpy_request": ucxpy.Request,
         "wait_op": E.ENGINE.wait,
         "op_codes": atomic_op_codes(_accel.NOOP_BIT), "sum_op": SUM,
         "tag_ub": E.TAG_UB, "mask_tag": E.MASK_TAG, "mask_any_tag": E.MASK_ANY_TAG,

@@ -22,6 +22,7 @@ import pickle
 import ucxpy
 import ucxpy.coll
 from ucxpy.errors import Canceled, TruncationError
+from ucxpy.tag import RecvRequest
 
 from .exceptions import ERR_REQUEST, ERR_TRUNCATE, Exception, translate
 from .status import ANY_SOURCE, PROC_NULL, Status
@@ -126,8 +127,32 @@ class SendOp(_Op):
         return False
 
 
+def _finish_recv(r, comm, status):
+    """Finish the receive of ucxpy request ``r`` on ``comm``: raise its
+    error, or fill ``status``."""
+    if r.exc is not None:
+        return _raise_recv(r.exc, status)
+    if status is not None:
+        info = r.result
+        status._set(comm._source_rank(info.source), info.tag & USER_MASK, info.length)
+    return None
+
+
+def _peek_recv(r, comm, status):
+    """The status of the receive of ucxpy request ``r`` on ``comm``, left as it is."""
+    if r.exc is not None or r.result is None:
+        status._clear()
+        if isinstance(r.exc, Canceled):
+            status._set(ANY_SOURCE, -1, 0, cancelled=True)
+        return
+    info = r.result
+    status._set(comm._source_rank(info.source), info.tag & USER_MASK, info.length)
+
+
 class RecvOp(_Op):
-    """A buffer receive posted in ucxpy's tag matcher."""
+    """A buffer receive posted in ucxpy's tag matcher, of any datatype:
+    ``staging`` (a contiguous copy, unpacked into ``msg`` at finish) or the
+    buffer itself."""
     __slots__ = ("ureq", "comm", "msg", "staging")
 
     def __init__(self, ureq, comm, msg=None, staging=None):
@@ -137,28 +162,38 @@ class RecvOp(_Op):
         return self.ureq.done
 
     def finish(self, status):
-        r = self.ureq
-        if r.exc is not None:
-            return _raise_recv(r.exc, status)
-        info = r.result
-        if self.staging is not None:
-            self.msg.unpack(self.staging, info.length)
-        if status is not None:
-            status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
-        return None
+        if self.staging is not None and self.ureq.exc is None:
+            self.msg.unpack(self.staging, self.ureq.result.length)
+        return _finish_recv(self.ureq, self.comm, status)
 
     def peek(self, status):
-        r = self.ureq
-        if r.exc is not None or r.result is None:
-            status._clear()
-            if isinstance(r.exc, Canceled):
-                status._set(ANY_SOURCE, -1, 0, cancelled=True)
-            return
-        info = r.result
-        status._set(self.comm._source_rank(info.source), info.tag & USER_MASK, info.length)
+        _peek_recv(self.ureq, self.comm, status)
 
     def cancel(self):
         return self.ureq.cancel()
+
+
+class PostedRecv(RecvRequest):
+    """``Irecv``'s common case (a whole contiguous buffer of a predefined
+    type): the operation is ucxpy's receive request itself, posted with
+    ``request_class=PostedRecv``, with the communicator in a slot of its own
+    (as UCP's ``request_size`` lets an MPI library keep its fields in UCP's
+    request).  One object per receive instead of a RecvOp and its request;
+    ``cancel()`` is the request's."""
+    __slots__ = ("comm", "_hid")
+
+    @property
+    def ureq(self):
+        return self
+
+    def is_done(self):
+        return self.done
+
+    def finish(self, status):
+        return _finish_recv(self, self.comm, status)
+
+    def peek(self, status):
+        _peek_recv(self, self.comm, status)
 
 
 class PickleRecvOp(_Op):

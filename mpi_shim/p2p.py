@@ -23,7 +23,7 @@ from .engine import (CTX_MASK, ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, S
 from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
 from .handle import Handle, register_family
 from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
-from .ops import DoneOp, PickleRecvOp, RecvOp, SendOp, send_ack
+from .ops import DoneOp, PickleRecvOp, PostedRecv, RecvOp, SendOp, send_ack
 from .request import Request
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
@@ -414,10 +414,12 @@ class P2P:
             if mv.nbytes and mv.c_contiguous and not mv.readonly \
                     and _PLAIN_FORMATS.get(mv.format) is not None:
                 try:
-                    ureq = ENGINE.worker.tag_recv_nb(mv, c.p2p | tag, MASK_TAG, c.peers[source])
+                    op = ENGINE.worker.tag_recv_nb(mv, c.p2p | tag, MASK_TAG, c.peers[source],
+                                                   PostedRecv)
                 except ucxpy.UcxpyError as e:
                     raise translate(e) from None
-                return Request._wrap(RecvOp(ureq, self))
+                op.comm = self
+                return Request._wrap(op)
         return Request._from(self._irecv_op(buf, source, tag))
 
     def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None,

@@ -772,12 +772,23 @@ complete_plain(PyObject *req, PyObject *source, uint64_t tag, int64_t n)
     return 0;
 }
 
+/* Whether ``req`` is a RecvRequest: the class recv_configure() names, or a
+ * subclass of it a layer above posts (post_recv's ``cls``), which adds slots
+ * of its own and leaves completion to the base class's (the native paths
+ * fill the base's slots and do what Request.complete does). */
+static inline int
+is_recv_request(PyObject *req)
+{
+    return Py_TYPE(req) == R.req || PyType_IsSubtype(Py_TYPE(req), R.req);
+}
+
 /* Whether ``req`` is a receive the native paths may fill and complete: a
- * plain RecvRequest, not done, without completion callbacks, with a buffer. */
+ * RecvRequest (is_recv_request), not done, without completion callbacks,
+ * with a buffer. */
 static int
 plain_recv(PyObject *req)
 {
-    return Py_TYPE(req) == R.req && SLOT(req, R.callbacks) == Py_None
+    return is_recv_request(req) && SLOT(req, R.callbacks) == Py_None
            && SLOT(req, R.done) == Py_False && SLOT(req, R.buf) != NULL
            && SLOT(req, R.buf) != Py_None;
 }
@@ -948,7 +959,7 @@ match_head(match_state_t *ms, PyObject *rid, uint64_t tag, PyObject **req, PyObj
             if (*q != NULL) {           /* the lower sequence number wins */
                 e0 = PySequence_GetItem(*q, 0);
                 b0 = PySequence_GetItem(b, 0);
-                earlier = e0 && b0 && Py_TYPE(e0) == R.req && Py_TYPE(b0) == R.req
+                earlier = e0 && b0 && is_recv_request(e0) && is_recv_request(b0)
                           && PyObject_RichCompareBool(SLOT(b0, R.seq), SLOT(e0, R.seq),
                                                       Py_LT) == 1;
                 Py_XDECREF(e0);
@@ -1343,8 +1354,11 @@ done:
  *
  * recv_configure(RecvRequest, TagInfo, deque) (above) names the classes.
  *
- * post_recv(worker, buf, tag, mask, source) -> the posted RecvRequest, or
- * None having done nothing (the Python method then does it all)
+ * post_recv(worker, buf, tag, mask, source[, cls]) -> the posted RecvRequest
+ * (of class ``cls`` when given: a subclass of RecvRequest whose own slots the
+ * caller fills, as Worker.tag_recv_nb's ``request_class``; TypeError for
+ * another class), or None having done nothing (the Python method then does
+ * it all)
  *   for a receive from a worker id (a tag and mask of 64 bits), into a
  *   writable 1-D C-contiguous byte buffer (format "B"), with tracing off,
  *   the unexpected queue empty and the source's endpoint not failed: makes
@@ -1361,12 +1375,20 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
              *key = NULL, *q, *req = NULL, *cap = NULL, *tup, *r, *out = NULL, *bmask = NULL,
              *ktag = NULL;
     Py_buffer *v;
+    PyTypeObject *cls = R.req;
     long long source;
     unsigned long long mask, tag;
     int overflow, empty, queued;
 
-    if (nargs != 5 || R.req == NULL)
+    if ((nargs != 5 && nargs != 6) || R.req == NULL)
         Py_RETURN_NONE;
+    if (nargs == 6 && args[5] != Py_None) {
+        if (!PyType_Check(args[5]) || !PyType_IsSubtype((PyTypeObject *)args[5], R.req)) {
+            PyErr_SetString(PyExc_TypeError, "post_recv: cls must be a subclass of RecvRequest");
+            return NULL;
+        }
+        cls = (PyTypeObject *)args[5];
+    }
     worker = args[0];
     buf = args[1];
     if (!PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
@@ -1424,7 +1446,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             || (ktag = PyLong_FromUnsignedLongLong(tag & mask)) == NULL
             || (key = PyTuple_Pack(2, args[4], ktag)) == NULL)
         goto done;
-    req = R.req->tp_alloc(R.req, 0);
+    req = cls->tp_alloc(cls, 0);
     if (req == NULL)
         goto done;
     SLOT(req, R.worker) = Py_NewRef(worker);

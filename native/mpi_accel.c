@@ -58,18 +58,19 @@ enum { DECLINED = 0, HANDLED = 1, FAILED = -1 };
 static struct {
     int enabled, np_fields;
     PyTypeObject *handle, *comm_impl, *op_type, *ndarray, *request, *recv_op, *send_op,
-                 *ucxpy_request;
+                 *ucxpy_request, *posted_recv;
     Py_ssize_t h_off, const_off, revoked_off, eps_off, peers_off, p2p_off;
-    Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, ur_done, ur_exc;
-    PyObject *completed, *ucxpy_error, *translate, *engine, *recv_wait, *recv_ack,
+    Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, ur_done, ur_exc, pr_comm;
+    PyObject *completed, *ucxpy_error, *translate, *worker, *recv_wait, *recv_ack,
              *flush_progress, *op_codes, *sum_op, *sent_op, *isend_pending, *post_recv,
              *wait_op, *mask_tag_obj, *mask_any_tag_obj;
     unsigned long long handled[K_COUNT];
     unsigned long long tag_ub, mask_tag, mask_any_tag, seq_mask, user_mask;
     long long any_tag;
     unsigned long flush_every, flushes;
-    PyObject *s_tag_send_nb, *s_wait, *s_worker, *s_tag_try_recv, *s_tag, *s_length, *s_set,
-             *s_native, *s_tag_recv_nb, *s_lock, *s_finish, *s_wait_for, *s_wait_all;
+    PyObject *s_tag_send_nb, *s_wait, *s_tag_try_recv, *s_tag, *s_length, *s_set,
+             *s_native, *s_tag_recv_nb, *s_lock, *s_finish, *s_wait_for, *s_wait_all,
+             *s_oversubscribed;
 } S;
 
 /* -- helpers ---------------------------------------------------------------------- */
@@ -387,8 +388,9 @@ fast_isend(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     return *result != NULL ? HANDLED : FAILED;
 }
 
-/* Recv's and Irecv's common case: ``ENGINE.worker.<method>(buf, tag, mask,
- * source's worker id)`` for the Comm ``args[0]``, buffer ``args[1]``, source
+/* Recv's and Irecv's common case: ``worker.<method>(buf, tag, mask,
+ * source's worker id)`` (tag_recv_nb: with request_class PostedRecv) for the
+ * Comm ``args[0]``, buffer ``args[1]``, source
  * rank ``args[2]`` and tag ``tagarg`` (NULL: ANY_TAG, which only ``any_ok``
  * takes).  Its result (new reference), NULL with the error as raised, or
  * NULL with ``*declined`` set; ``*comm`` (unless NULL): the communicator
@@ -397,7 +399,8 @@ static PyObject *
 call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
           PyObject **comm, int *declined)
 {
-    PyObject *c, *peers, *worker, *tagobj, *r, *call[5];
+    PyObject *c, *peers, *tagobj, *r, *call[6];
+    Py_ssize_t n = method == S.s_tag_recv_nb ? 6 : 5;
     long long source, tag = S.any_tag;
     unsigned long long wire;
     Py_buffer v;
@@ -423,51 +426,45 @@ call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
     *declined = 0;
     if (comm != NULL)
         *comm = c;
-    worker = PyObject_GetAttr(S.engine, S.s_worker);
-    if (worker == NULL)
-        return NULL;
     tagobj = PyLong_FromUnsignedLongLong(wire);
-    if (tagobj == NULL) {
-        Py_DECREF(worker);
+    if (tagobj == NULL)
         return NULL;
-    }
-    call[0] = worker;
+    call[0] = S.worker;
     call[1] = args[1];
     call[2] = tagobj;
     call[3] = any ? S.mask_any_tag_obj : S.mask_tag_obj;
     call[4] = PyTuple_GET_ITEM(peers, source);
+    call[5] = (PyObject *)S.posted_recv;    /* (tag_recv_nb's request_class) */
     r = NULL;
     if (method == S.s_tag_recv_nb && S.post_recv != Py_None) {
         /* tag_recv_nb's first step, without its Python frame: ucxpy's C
          * post_recv (None: it declined; the method does it all).  Not when
          * the worker's calls are serialized by a progress thread's lock. */
-        PyObject *lock = PyObject_GetAttr(worker, S.s_lock);
+        PyObject *lock = PyObject_GetAttr(S.worker, S.s_lock);
 
         if (lock == NULL) {
-            Py_DECREF(worker);
             Py_DECREF(tagobj);
             return NULL;
         }
         if (lock == Py_None)
-            r = PyObject_Vectorcall(S.post_recv, call, 5, NULL);
+            r = PyObject_Vectorcall(S.post_recv, call, 6, NULL);
         Py_DECREF(lock);
         if (r == Py_None)
             Py_CLEAR(r);
         else if (r == NULL && PyErr_Occurred()) {
-            Py_DECREF(worker);
             Py_DECREF(tagobj);
             return NULL;
         }
     }
     if (r == NULL)
-        r = PyObject_VectorcallMethod(method, call, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    Py_DECREF(worker);
+        r = PyObject_VectorcallMethod(method, call, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(tagobj);
     return r;
 }
 
 /* Irecv(buf, source, tag) with a tag (not ANY_TAG): the receive posted in
- * ucxpy's matcher, a RecvOp, its Request */
+ * ucxpy's matcher as a PostedRecv (its comm set here), its Request; a
+ * request of another class (a wrapped method's) goes in a RecvOp */
 static int
 fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
@@ -481,6 +478,12 @@ fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     ureq = call_recv(args, args[3], 0, S.s_tag_recv_nb, NULL, &declined);
     if (ureq == NULL)
         return declined ? DECLINED : failed();
+    if (Py_TYPE(ureq) == S.posted_recv) {
+        Py_XSETREF(SLOT(ureq, S.pr_comm), Py_NewRef(args[0]));
+        *result = request_of(ureq);
+        Py_DECREF(ureq);
+        return *result != NULL ? HANDLED : FAILED;
+    }
     /* RecvOp(ureq, comm): its slots (a synchronous send's acknowledgement
      * is the tag matcher's: ENGINE.attach) */
     offsets[0] = S.ro_ureq;
@@ -575,6 +578,24 @@ fast_recv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
  * receive with a staging buffer, finishes in Python); the first error is
  * raised once all are completed, as Waitall does. */
 
+/* the op types fast_waitall takes: a send done at once, a SendOp, a
+ * PostedRecv, a RecvOp */
+static inline int
+plain_op(PyObject *op)
+{
+    return op == S.sent_op || Py_TYPE(op) == S.posted_recv || Py_TYPE(op) == S.recv_op
+        || Py_TYPE(op) == S.send_op;
+}
+
+/* the ucxpy request of a receive op (borrowed; NULL for another op) */
+static inline PyObject *
+recv_ureq(PyObject *op)
+{
+    if (Py_TYPE(op) == S.posted_recv)
+        return op;
+    return Py_TYPE(op) == S.recv_op ? slot(op, S.ro_ureq) : NULL;
+}
+
 /* 1 the op is done, 0 not yet; for the op types fast_waitall takes */
 static int
 op_done(PyObject *op)
@@ -583,6 +604,8 @@ op_done(PyObject *op)
 
     if (op == S.sent_op)
         return 1;
+    if (Py_TYPE(op) == S.posted_recv)
+        return slot(op, S.ur_done) == Py_True;
     if (Py_TYPE(op) == S.recv_op)
         return (u = slot(op, S.ro_ureq)) != NULL && slot(u, S.ur_done) == Py_True;
     u = slot(op, S.so_ureq);
@@ -599,6 +622,8 @@ op_clean(PyObject *op)
 
     if (op == S.sent_op)
         return 1;
+    if (Py_TYPE(op) == S.posted_recv)
+        return slot(op, S.ur_exc) == Py_None;
     if (Py_TYPE(op) == S.recv_op)
         return slot(op, S.ro_staging) == Py_None
             && (u = slot(op, S.ro_ureq)) != NULL && slot(u, S.ur_exc) == Py_None;
@@ -626,40 +651,41 @@ only_thread(void)
 static PyObject *
 wait_op(PyObject *op)
 {
-    PyObject *ureq, *worker, *r;
+    PyObject *ureq, *r;
 
-    if (Py_TYPE(op) != S.recv_op || (ureq = slot(op, S.ro_ureq)) == NULL || !only_thread())
+    if ((ureq = recv_ureq(op)) == NULL || !only_thread())
         return PyObject_CallOneArg(S.wait_op, op);
-    worker = PyObject_GetAttr(S.engine, S.s_worker);
-    if (worker == NULL)
-        return NULL;
-    r = PyObject_CallMethodOneArg(worker, S.s_wait_for, ureq);
-    Py_DECREF(worker);
+    r = PyObject_CallMethodOneArg(S.worker, S.s_wait_for, ureq);
     if (r == NULL)
         failed();
     return r;
 }
 
-/* With no other thread and more than one op to wait for, every one of them a
- * posted receive or a standard send: ucxpy's Worker.wait_all on their ucxpy
- * requests, one wait for them all (where that pays: ucxpy decides).  0 when
- * done or not applicable (the per-op waits follow and find what is done),
- * -1 on error (translated). */
+/* With no other thread, more ranks than CPUs (Worker.oversubscribed) and
+ * more than one op to wait for, every one of them a posted receive or a
+ * standard send: ucxpy's Worker.wait_all on their ucxpy requests, one wait
+ * for them all.  0 when done or not applicable (the per-op waits follow and
+ * find what is done: with a CPU of its own, the first receive's wait
+ * completes those behind it), -1 on error (translated). */
 static int
 wait_ops(PyObject *reqs)
 {
-    PyObject *pending, *op, *u, *ack = NULL, *worker, *r;
+    PyObject *pending, *op, *u, *ack = NULL, *r;
     Py_ssize_t i;
-    int rc = 0;
+    int rc = 0, share;
 
-    if (!only_thread() || (pending = PyList_New(0)) == NULL)
-        return PyErr_Occurred() ? -1 : 0;
+    if (!only_thread())
+        return 0;
+    r = PyObject_CallMethodNoArgs(S.worker, S.s_oversubscribed);
+    share = r == NULL ? -1 : PyObject_IsTrue(r);
+    Py_XDECREF(r);
+    if (share <= 0 || (pending = PyList_New(0)) == NULL)
+        return share < 0 || PyErr_Occurred() ? -1 : 0;
     for (i = 0; i < PyList_GET_SIZE(reqs) && rc == 0; i++) {
         op = slot(PyList_GET_ITEM(reqs, i), S.h_off);
         if (op == NULL || op == Py_None || op_done(op))
             continue;
-        if (Py_TYPE(op) == S.recv_op) {
-            u = slot(op, S.ro_ureq);
+        if ((u = recv_ureq(op)) != NULL) {
             ack = Py_None;
         } else if (Py_TYPE(op) == S.send_op) {
             u = slot(op, S.so_ureq);
@@ -674,9 +700,7 @@ wait_ops(PyObject *reqs)
             rc = -1;
     }
     if (rc == 0 && PyList_GET_SIZE(pending) > 1) {
-        worker = PyObject_GetAttr(S.engine, S.s_worker);
-        r = worker == NULL ? NULL : PyObject_CallMethodOneArg(worker, S.s_wait_all, pending);
-        Py_XDECREF(worker);
+        r = PyObject_CallMethodOneArg(S.worker, S.s_wait_all, pending);
         if (r == NULL)
             rc = failed();
         Py_XDECREF(r);
@@ -700,8 +724,7 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
         if (Py_TYPE(r) != S.request)
             return DECLINED;
         op = slot(r, S.h_off);
-        if (op != NULL && op != Py_None && op != S.sent_op && Py_TYPE(op) != S.recv_op
-                && Py_TYPE(op) != S.send_op)
+        if (op != NULL && op != Py_None && !plain_op(op))
             return DECLINED;
     }
     Py_INCREF(reqs);                        /* (callbacks may change the list) */
@@ -728,8 +751,7 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
         op = slot(r, S.h_off);
         if (op == NULL || op == Py_None)
             continue;
-        if (Py_TYPE(r) != S.request || (op != S.sent_op && Py_TYPE(op) != S.recv_op
-                                        && Py_TYPE(op) != S.send_op)) {
+        if (Py_TYPE(r) != S.request || !plain_op(op)) {
             done = PyObject_CallMethod(r, "_complete", "O", Py_None);   /* (changed meanwhile) */
         } else {
             /* the handle becomes null, then the op finishes (Request._complete) */
@@ -1308,6 +1330,7 @@ configure(PyObject *module, PyObject *cfg)
             || take_type(cfg, "ndarray", &S.ndarray) < 0
             || take_type(cfg, "request", &S.request) < 0
             || take_type(cfg, "recv_op", &S.recv_op) < 0
+            || take_type(cfg, "posted_recv", &S.posted_recv) < 0
             || take_type(cfg, "send_op", &S.send_op) < 0
             || take_type(cfg, "ucxpy_request", &S.ucxpy_request) < 0
             || take(cfg, "wait_op", &S.wait_op) < 0
@@ -1316,7 +1339,7 @@ configure(PyObject *module, PyObject *cfg)
             || take(cfg, "post_recv", &S.post_recv) < 0
             || take(cfg, "completed", &S.completed) < 0
             || take(cfg, "ucxpy_error", &S.ucxpy_error) < 0
-            || take(cfg, "translate", &S.translate) < 0 || take(cfg, "engine", &S.engine) < 0
+            || take(cfg, "translate", &S.translate) < 0 || take(cfg, "worker", &S.worker) < 0
             || take(cfg, "recv_wait", &S.recv_wait) < 0 || take(cfg, "recv_ack", &S.recv_ack) < 0
             || take(cfg, "flush_progress", &S.flush_progress) < 0
             || take(cfg, "op_codes", &S.op_codes) < 0 || take(cfg, "sum_op", &S.sum_op) < 0
@@ -1345,6 +1368,7 @@ configure(PyObject *module, PyObject *cfg)
             || (S.ro_comm = slot_offset(S.recv_op, "comm")) < 0
             || (S.ro_msg = slot_offset(S.recv_op, "msg")) < 0
             || (S.ro_staging = slot_offset(S.recv_op, "staging")) < 0
+            || (S.pr_comm = slot_offset(S.posted_recv, "comm")) < 0
             || (S.so_ureq = slot_offset(S.send_op, "ureq")) < 0
             || (S.so_ack = slot_offset(S.send_op, "ack")) < 0
             || (S.ur_done = slot_offset(S.ucxpy_request, "done")) < 0
@@ -1411,7 +1435,6 @@ PyInit__accel(void)
 #define INTERN(field, text) if ((S.field = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_tag_send_nb, "tag_send_nb");
     INTERN(s_wait, "wait");
-    INTERN(s_worker, "worker");
     INTERN(s_tag_try_recv, "tag_try_recv");
     INTERN(s_tag, "tag");
     INTERN(s_length, "length");
@@ -1422,6 +1445,7 @@ PyInit__accel(void)
     INTERN(s_finish, "finish");
     INTERN(s_wait_for, "wait_for");
     INTERN(s_wait_all, "wait_all");
+    INTERN(s_oversubscribed, "oversubscribed");
 #undef INTERN
     m = PyModule_Create(&module);
     if (m == NULL)

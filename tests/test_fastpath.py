@@ -451,6 +451,45 @@ def test_the_native_post_makes_what_the_python_post_makes(shm_pair):
     assert r.done and r.result.length == 5 and bytes(got) == b"early"
 
 
+def test_a_request_class_keeps_a_layer_s_fields_in_the_request(shm_pair):
+    """``tag_recv_nb(..., request_class=C)`` (mpi_shim's PostedRecv, UCP's
+    request_size) posts a C, natively or by the Python lines, and the native
+    receive and drain complete it as a RecvRequest; a class that is not a
+    RecvRequest is refused."""
+    from ucxpy.tag import FULL_MASK, RecvRequest
+
+    class Mine(RecvRequest):
+        __slots__ = ("mine",)
+
+    p, a, b, ep = shm_pair
+    before = b.fast_recvs
+    bufs = [bytearray(4) for _ in range(3)]
+    reqs = [b.tag_recv_nb(x, 41, FULL_MASK, 0, Mine) for x in bufs]
+    b._post_recv, saved = None, b._post_recv       # the Python lines alone
+    try:
+        python = b.tag_recv_nb(bytearray(4), 41, FULL_MASK, 0, Mine)
+    finally:
+        b._post_recv = saved
+    assert all(type(r) is Mine for r in reqs + [python])
+    for k, r in enumerate(reqs + [python]):
+        r.mine = k
+    for i in range(4):
+        ep.tag_send(b"m%03d" % i, 41)
+    reqs[0].wait(10)                               # the native receive, then the drain
+    assert all(r.done for r in reqs) and b.fast_recvs >= before + 3
+    assert python.wait(10).length == 4 and [r.mine for r in reqs + [python]] == [0, 1, 2, 3]
+    assert [bytes(x) for x in bufs] == [b"m000", b"m001", b"m002"]
+    ep.tag_send(b"late", 42)                       # an unexpected message first
+    while not b.matcher.unexpected:
+        b.progress()
+    r = b.tag_recv_nb(bytearray(4), 42, FULL_MASK, 0, Mine)
+    assert type(r) is Mine and r.done and r.result.length == 4
+    for cls in (dict, ucxpy.Request):
+        with pytest.raises(TypeError):
+            b.tag_recv_nb(bytearray(4), 43, FULL_MASK, 0, cls)
+    assert (0, 43) not in b.matcher.exact
+
+
 # -- tcp: the frame is read from the socket itself (native/tcp_recv.c) ------------
 
 @pytest.fixture

@@ -359,7 +359,7 @@ class Worker:
     _slept_ns = 0
 
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
-        if type(req) is RecvRequest and req.mask == FULL_MASK and self._wait_exact(req):
+        if isinstance(req, RecvRequest) and req.mask == FULL_MASK and self._wait_exact(req):
             return
         poll = self.recv_poller(req)
         if poll is not None and poll():
@@ -452,7 +452,7 @@ class Worker:
         matching and ordering rules hold exactly as on the Python path.  A
         wait passes ``poll`` to :meth:`wait_until`, which tries it before
         each progress pass."""
-        if type(req) is not RecvRequest or self.tr is not None or not self.config.fastpath \
+        if not isinstance(req, RecvRequest) or self.tr is not None or not self.config.fastpath \
                 or self.lock is not None or req.done or req.source == ANY_SOURCE \
                 or req.buf is None:
             return None
@@ -876,22 +876,29 @@ class Worker:
         return ANY_SOURCE if source is None else int(source)
 
     def tag_recv_nb(self, buf, tag: int = 0, tag_mask: int = FULL_MASK,
-                    source=ANY_SOURCE) -> Request:
+                    source=ANY_SOURCE, request_class=None) -> Request:
         """Post a receive for a message whose tag matches ``tag`` under
         ``tag_mask`` from ``source`` (worker id, Endpoint or ANY_SOURCE).
         The request's result is a :class:`TagInfo`; a message larger than
         ``buf`` completes it with :class:`TruncationError`.
 
+        ``request_class``: a subclass of :class:`~ucxpy.tag.RecvRequest`
+        with slots of its own, which the caller fills once this returns (a
+        layer above keeps its fields in the core's request, as UCP's
+        ``request_size`` lets MPI libraries do: one object per receive).  It
+        must leave completion to RecvRequest: the native paths complete
+        receives without calling ``complete``.
+
         A receive from a worker id into a plain byte buffer, with nothing
         unexpected queued, is posted by one C call (``post_recv``,
         native/fastpath.c) that does what the lines below do for it."""
         if self._post_recv is not None:
-            req = self._post_recv(self, buf, tag, tag_mask, source)
+            req = self._post_recv(self, buf, tag, tag_mask, source, request_class)
             if req is not None:
                 return req
         src = source if type(source) is int else self._source_id(source)
-        return self._post(RecvRequest(self, recv_view(buf), src, tag & FULL_MASK, tag_mask,
-                                      self._cancel_recv))
+        return self._post((request_class or RecvRequest)(
+            self, recv_view(buf), src, tag & FULL_MASK, tag_mask, self._cancel_recv))
 
     def tag_recv_any_nb(self, tag: int = 0, tag_mask: int = FULL_MASK,
                         source=ANY_SOURCE) -> Request:

@@ -95,6 +95,27 @@ else:
     r = comm.Irecv(np.zeros(2, "i8"), 0, 63)
     assert error_class(lambda: MPI.Request.Waitall([r])) == MPI.ERR_TRUNCATE
     assert error_class(lambda: comm.Recv(np.zeros(2, "i8"), 0, 64)) == MPI.ERR_TRUNCATE
+# an Irecv's request in the other calls (its op is ucxpy's receive request
+# itself, mpi_shim.ops.PostedRecv): Wait with a status, Get_status, Test,
+# Cancel
+if rank == 0:
+    comm.Send(np.full(2, 7, "i8"), 1, 65)
+    comm.Send(np.full(2, 8, "i8"), 1, 66)
+else:
+    a, b = np.zeros(2, "i8"), np.zeros(2, "i8")
+    ra, rb = comm.Irecv(a, 0, 65), comm.Irecv(b, 0, 66)
+    st = MPI.Status()
+    ra.Wait(st)
+    assert (st.Get_source(), st.Get_tag(), st.Get_count(MPI.BYTE)) == (0, 65, 16), st
+    assert (a == 7).all() and ra == MPI.REQUEST_NULL
+    while not rb.Get_status(st):
+        pass
+    assert st.Get_tag() == 66 and rb != MPI.REQUEST_NULL
+    assert rb.Test() and rb == MPI.REQUEST_NULL and (b == 8).all()
+    rc = comm.Irecv(np.zeros(1, "i8"), 0, 67)          # never sent
+    rc.Cancel()
+    rc.Wait(st)
+    assert st.Is_cancelled()
 # what the C calls hand to Python raises as before
 assert error_class(lambda: comm.Send(np.zeros(1), 5, 0)) == MPI.ERR_RANK
 assert error_class(lambda: comm.Send(np.zeros(1), peer, -5)) == MPI.ERR_TAG
