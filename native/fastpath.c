@@ -651,6 +651,9 @@ static struct {
              *s_tx, *s_tx_addr, *s_wake_peer, *s_peer_pid, *s_cma_ok, *s_lane_tep, *s_busy,
              *s_req;
     PyTypeObject *req_base;     /* Request, RecvRequest's base */
+    PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
+    PyObject *mask_obj;         /* the last mask post_recv converted, and its value */
+    unsigned long long mask_val;
 } R;
 
 static PyObject *
@@ -779,7 +782,14 @@ complete_plain(PyObject *req, PyObject *source, uint64_t tag, int64_t n)
 static inline int
 is_recv_request(PyObject *req)
 {
-    return Py_TYPE(req) == R.req || PyType_IsSubtype(Py_TYPE(req), R.req);
+    PyTypeObject *t = Py_TYPE(req);
+
+    if (t == R.req || t == R.req_sub)
+        return 1;
+    if (!PyType_IsSubtype(t, R.req))
+        return 0;
+    Py_XSETREF(R.req_sub, (PyTypeObject *)Py_NewRef(t));     /* (held: its address stays its) */
+    return 1;
 }
 
 /* Whether ``req`` is a receive the native paths may fill and complete: a
@@ -1393,7 +1403,15 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     buf = args[1];
     if (!PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
         Py_RETURN_NONE;
-    mask = PyLong_AsUnsignedLongLong(args[3]);
+    /* a layer posts with one or two masks, and a mask of 64 bits converts
+     * slowly (CPython's byte-array path above 30 bits): the last one's value */
+    if (args[3] == R.mask_obj) {
+        mask = R.mask_val;
+    } else if ((mask = PyLong_AsUnsignedLongLong(args[3])) != (unsigned long long)-1
+               || !PyErr_Occurred()) {
+        Py_XSETREF(R.mask_obj, Py_NewRef(args[3]));
+        R.mask_val = mask;
+    }
     tag = PyLong_AsUnsignedLongLong(args[2]);       /* (a tag of 64 bits at most) */
     source = PyLong_AsLongLongAndOverflow(args[4], &overflow);
     if (PyErr_Occurred()) {
@@ -1418,7 +1436,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* where TagMatcher.post puts it: the exact queues, a bucket, or the masked list */
     if (PyErr_Occurred() || (bmask = attr(m, R.s_bucket_mask)) == NULL)
         goto done;
-    queued = mask == ~0ULL;
+    queued = mask == ~0ULL || bmask == args[3];
     if (!queued && PyLong_CheckExact(bmask)) {
         queued = PyLong_AsUnsignedLongLong(bmask) == mask;
         if (PyErr_Occurred())

@@ -94,6 +94,9 @@ class Worker:
         self.fast_offers = 0    # rendezvous offers by a lane's native send_rts
         #: tag_recv_nb's common case in one C call (UCXPY_FASTPATH)
         self._post_recv = post_recv if self.config.fastpath else None
+        # every posted receive keeps it as its cancel function: bound once,
+        # not once per receive (a progress thread shadows it the same way)
+        self._cancel_recv = self._cancel_recv
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
         self.matcher = TagMatcher()
         self._payloads = PayloadPool()       # unexpected eager payloads
