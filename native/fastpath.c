@@ -58,6 +58,7 @@
 
 #include "ucxpy_native.h"
 #include "mapped.h"
+#include "pyfastcall.h"
 #include "pyslots.h"
 #include "tcp_fast.h"
 
@@ -68,7 +69,7 @@
 #endif
 
 static PyObject *
-recv_tag(PyObject *self, PyObject *args)
+recv_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     unsigned long long ring, source, tag, mask;
     int am_id, spins;
@@ -76,13 +77,10 @@ recv_tag(PyObject *self, PyObject *args)
     uint64_t wake = 0, got = 0;
     int64_t n;
 
-    if (!PyArg_ParseTuple(args, "KKiKKw*i", &ring, &source, &am_id, &tag, &mask, &buf, &spins))
+    if (!fc_nargs("recv_tag", nargs, 7) || !fc_ull(args[0], &ring) || !fc_ull(args[1], &source)
+            || !fc_int(args[2], &am_id) || !fc_ull(args[3], &tag) || !fc_ull(args[4], &mask)
+            || !fc_int(args[6], &spins) || !fc_buffer(args[5], &buf, 1))
         return NULL;
-    if (!PyBuffer_IsContiguous(&buf, 'A')) {
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_BufferError, "recv_tag needs a contiguous buffer");
-        return NULL;
-    }
     n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, source, (uint8_t)am_id, tag,
                             mask, buf.buf, (uint64_t)buf.len, spins, &wake, &got);
     PyBuffer_Release(&buf);
@@ -92,7 +90,7 @@ recv_tag(PyObject *self, PyObject *args)
 }
 
 static PyObject *
-send_tag(PyObject *self, PyObject *args)
+send_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     unsigned long long ring, tag;
     long long max_payload;
@@ -100,7 +98,9 @@ send_tag(PyObject *self, PyObject *args)
     Py_buffer buf;
     uint64_t hdr;
 
-    if (!PyArg_ParseTuple(args, "KiKy*L", &ring, &am_id, &tag, &buf, &max_payload))
+    if (!fc_nargs("send_tag", nargs, 5) || !fc_ull(args[0], &ring) || !fc_int(args[1], &am_id)
+            || !fc_ull(args[2], &tag) || !fc_ll(args[4], &max_payload)
+            || !fc_buffer(args[3], &buf, 0))
         return NULL;
     if (buf.len > max_payload) {
         PyBuffer_Release(&buf);
@@ -1527,11 +1527,13 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"send_tag", send_tag, METH_VARARGS, "push one eager frame into a ring"},
-    {"recv_tag", recv_tag, METH_VARARGS, "the next eager frame of a ring, if it is the one"},
-    {"tcp_recv_tag", ucxpy_tcp_recv_tag, METH_VARARGS,
+    {"send_tag", (PyCFunction)(void (*)(void))send_tag, METH_FASTCALL,
+     "push one eager frame into a ring"},
+    {"recv_tag", (PyCFunction)(void (*)(void))recv_tag, METH_FASTCALL,
+     "the next eager frame of a ring, if it is the one"},
+    {"tcp_recv_tag", (PyCFunction)(void (*)(void))ucxpy_tcp_recv_tag, METH_FASTCALL,
      "the next eager frame of a tcp socket, if it is the one and all there (native/tcp_fast.c)"},
-    {"tcp_send_tag", ucxpy_tcp_send_tag, METH_VARARGS,
+    {"tcp_send_tag", (PyCFunction)(void (*)(void))ucxpy_tcp_send_tag, METH_FASTCALL,
      "one eager frame into a tcp socket with one sendmsg: bytes taken (native/tcp_fast.c)"},
     {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
      "a put or get on mapped peer memory, or False"},

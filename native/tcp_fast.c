@@ -56,6 +56,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include "pyfastcall.h"
 #include "tcp_fast.h"
 
 #define TCP_FRAME_MAGIC 0xC5A7
@@ -200,7 +201,7 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
 }
 
 PyObject *
-ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
+ucxpy_tcp_recv_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     unsigned long long tag, mask;
     int fd, am_id, spins;
@@ -210,13 +211,10 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
     int64_t n;
     int rest;
 
-    if (!PyArg_ParseTuple(args, "iiKKw*i", &fd, &am_id, &tag, &mask, &buf, &spins))
+    if (!fc_nargs("tcp_recv_tag", nargs, 6) || !fc_int(args[0], &fd) || !fc_int(args[1], &am_id)
+            || !fc_ull(args[2], &tag) || !fc_ull(args[3], &mask) || !fc_int(args[5], &spins)
+            || !fc_buffer(args[4], &buf, 1))
         return NULL;
-    if (!PyBuffer_IsContiguous(&buf, 'A')) {
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_BufferError, "tcp_recv_tag needs a contiguous buffer");
-        return NULL;
-    }
     capacity = (uint64_t)buf.len;
     rest = spins > 0 ? TCP_REST_SPINS : 0;
     for (;;) {
@@ -244,7 +242,7 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *args)
 }
 
 PyObject *
-ucxpy_tcp_send_tag(PyObject *self, PyObject *args)
+ucxpy_tcp_send_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     unsigned long long tag;
     long long max_payload;
@@ -255,7 +253,9 @@ ucxpy_tcp_send_tag(PyObject *self, PyObject *args)
     struct msghdr msg;
     ssize_t n, frame;
 
-    if (!PyArg_ParseTuple(args, "iiKy*L", &fd, &am_id, &tag, &buf, &max_payload))
+    if (!fc_nargs("tcp_send_tag", nargs, 5) || !fc_int(args[0], &fd) || !fc_int(args[1], &am_id)
+            || !fc_ull(args[2], &tag) || !fc_ll(args[4], &max_payload)
+            || !fc_buffer(args[3], &buf, 0))
         return NULL;
     if (buf.len > max_payload || am_id < 0 || am_id > 255) {
         PyBuffer_Release(&buf);

@@ -4,7 +4,7 @@
 
 #include <Python.h>
 
-PyObject *ucxpy_tcp_recv_tag(PyObject *self, PyObject *args);
-PyObject *ucxpy_tcp_send_tag(PyObject *self, PyObject *args);
+PyObject *ucxpy_tcp_recv_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *ucxpy_tcp_send_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

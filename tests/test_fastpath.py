@@ -451,6 +451,27 @@ def test_the_native_post_makes_what_the_python_post_makes(shm_pair):
     assert r.done and r.result.length == 5 and bytes(got) == b"early"
 
 
+def test_the_native_frame_calls_check_their_arguments():
+    """send_tag, recv_tag, tcp_send_tag and tcp_recv_tag take their arguments
+    without an argument tuple (METH_FASTCALL, native/pyfastcall.h) and refuse
+    a wrong count, a wrong type, an int out of range, a read-only or
+    non-contiguous buffer as PyArg_ParseTuple would, before touching a ring
+    or a socket (ring 0 and fd -1 here)."""
+    from ucxpy import _fastpath as f
+    with pytest.raises(TypeError):
+        f.recv_tag(0, 0, 1, 0, 0, bytearray(8))                 # 6 of 7
+    with pytest.raises(TypeError):
+        f.send_tag("ring", 1, 0, b"x", 8)
+    with pytest.raises(BufferError):
+        f.recv_tag(0, 0, 1, 0, 0, b"read-only", 0)
+    with pytest.raises(OverflowError):
+        f.tcp_send_tag(1 << 40, 1, 0, b"x", 8)
+    with pytest.raises(BufferError):
+        f.tcp_recv_tag(-1, 1, 0, 0, memoryview(bytearray(8))[::2], 0)
+    with pytest.raises(TypeError):
+        f.tcp_recv_tag(-1, 1, 0, 0, bytearray(8), 0, 0)         # 7 of 6
+
+
 def test_a_request_class_keeps_a_layer_s_fields_in_the_request(shm_pair):
     """``tag_recv_nb(..., request_class=C)`` (mpi_shim's PostedRecv, UCP's
     request_size) posts a C, natively or by the Python lines, and the native

@@ -433,7 +433,9 @@ class ShmEndpoint(TransportEndpoint):
         if self._queue or self._held or self._exc is not None or self._closing or \
                 self._tx is None:
             return False
-        rc = _send_tag(self._tx_addr, am_id, tag, buf, min(max_payload, self._max_frame))
+        limit = self._max_frame
+        rc = _send_tag(self._tx_addr, am_id, tag, buf,
+                       max_payload if max_payload < limit else limit)
         if rc == 0:
             return True
         if rc == 1:

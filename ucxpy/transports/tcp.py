@@ -377,7 +377,8 @@ class TcpEndpoint(TransportEndpoint):
         False (nothing sent): the Python path sends it (and reports errors)."""
         if not self._open or self._sendq:
             return False
-        left = _tcp_send_tag(self.fd, am_id, tag, buf, min(max_payload, EAGER_LIMIT))
+        left = _tcp_send_tag(self.fd, am_id, tag, buf,
+                             max_payload if max_payload < EAGER_LIMIT else EAGER_LIMIT)
         if left == 0:
             return True
         if left < 0:
@@ -400,7 +401,8 @@ class TcpEndpoint(TransportEndpoint):
                 or self.iface._in_progress:
             return -1, 0
         try:
-            n, got, spill = _tcp_recv_tag(self.fd, am_id, tag, mask, buf, min(spins, TCP_SPINS))
+            n, got, spill = _tcp_recv_tag(self.fd, am_id, tag, mask, buf,
+                                          spins if spins < TCP_SPINS else TCP_SPINS)
         except (OSError, MemoryError) as e:
             self._fail(ProtocolError(f"tcp fast path: {e}"))
             return -1, 0
