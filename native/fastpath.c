@@ -649,7 +649,7 @@ static struct {
              *s_seq, *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask,
              *s_notify_mask, *s_owner_ep, *s_remote_id, *s_queue, *s_held, *s_exc, *s_closing,
              *s_tx, *s_tx_addr, *s_wake_peer, *s_peer_pid, *s_cma_ok, *s_lane_tep, *s_busy,
-             *s_req;
+             *s_req, *s_complete;
     PyTypeObject *req_base;     /* Request, RecvRequest's base */
     PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
     PyObject *mask_obj;         /* the last mask post_recv converted, and its value */
@@ -710,6 +710,7 @@ recv_configure(PyObject *self, PyObject *args)
     INTERN(s_lane_tep, "_tep");
     INTERN(s_busy, "busy");
     INTERN(s_req, "req");
+    INTERN(s_complete, "complete");
 #undef INTERN
     Py_XSETREF(R.deque, Py_NewRef(deque));
     Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
@@ -749,6 +750,21 @@ mark_done(PyObject *req)
     Py_XDECREF(old);
 }
 
+/* A new TagInfo(source, tag, n) (its slots set as __init__ sets them), or
+ * NULL with an exception set */
+static PyObject *
+new_tag_info(PyObject *source, PyObject *tagobj, PyObject *lenobj)
+{
+    PyObject *info = R.info->tp_alloc(R.info, 0);
+
+    if (info == NULL)
+        return NULL;
+    SLOT(info, R.i_source) = Py_NewRef(source);
+    SLOT(info, R.i_tag) = Py_NewRef(tagobj);
+    SLOT(info, R.i_length) = Py_NewRef(lenobj);
+    return info;
+}
+
 /* Complete the plain RecvRequest ``req`` (no callbacks: its slots are set as
  * Request.complete sets them) with TagInfo(source, tag, n).  -1 with an
  * exception set when out of memory. */
@@ -759,15 +775,11 @@ complete_plain(PyObject *req, PyObject *source, uint64_t tag, int64_t n)
 
     tagobj = PyLong_FromUnsignedLongLong(tag);
     lenobj = PyLong_FromLongLong(n);
-    info = tagobj && lenobj ? R.info->tp_alloc(R.info, 0) : NULL;
-    if (info == NULL) {
-        Py_XDECREF(tagobj);
-        Py_XDECREF(lenobj);
+    info = tagobj && lenobj ? new_tag_info(source, tagobj, lenobj) : NULL;
+    Py_XDECREF(tagobj);
+    Py_XDECREF(lenobj);
+    if (info == NULL)
         return -1;
-    }
-    SLOT(info, R.i_source) = Py_NewRef(source);
-    SLOT(info, R.i_tag) = tagobj;
-    SLOT(info, R.i_length) = lenobj;
     old = SLOT(req, R.result);
     SLOT(req, R.result) = info;
     Py_XDECREF(old);
@@ -1360,6 +1372,47 @@ done:
     return PyLong_FromLongLong(count | (wake ? WAKE_BIT : 0));
 }
 
+/* -- TagInfo and completion from Python's fast paths -------------------------------
+ *
+ * tag_info(source, tag, length) -> TagInfo(source, tag, length), without
+ *   its __init__'s frame.
+ * complete_recv(req, source, tag, length) -> None: req.complete(TagInfo(...))
+ *   for the receive a fast path took a message for (Worker._wait_exact, the
+ *   poll of recv_poller, _fast_drain, tag.deliver_eager); a RecvRequest
+ *   without callbacks, not done, gets its slots set here as complete() sets
+ *   them, anything else has its complete() called. */
+static PyObject *
+tag_info(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!receive_call(nargs, 3, "tag_info(source, tag, length)"))
+        return NULL;
+    return new_tag_info(args[0], args[1], args[2]);
+}
+
+static PyObject *
+complete_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *req, *info, *old, *r;
+
+    if (!receive_call(nargs, 4, "complete_recv(req, source, tag, length)"))
+        return NULL;
+    req = args[0];
+    info = new_tag_info(args[1], args[2], args[3]);
+    if (info == NULL)
+        return NULL;
+    if (is_recv_request(req) && SLOT(req, R.callbacks) == Py_None
+            && SLOT(req, R.done) == Py_False) {
+        old = SLOT(req, R.result);
+        SLOT(req, R.result) = info;
+        Py_XDECREF(old);
+        mark_done(req);
+        Py_RETURN_NONE;
+    }
+    r = PyObject_CallMethodOneArg(req, R.s_complete, info);
+    Py_DECREF(info);
+    return r;
+}
+
 /* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
  *
  * recv_configure(RecvRequest, TagInfo, deque) (above) names the classes.
@@ -1539,6 +1592,10 @@ static PyMethodDef methods[] = {
      "a put or get on mapped peer memory, or False"},
     {"recv_configure", recv_configure, METH_VARARGS,
      "recv_configure(RecvRequest, TagInfo, deque): the classes drain_tag and post_recv fill"},
+    {"tag_info", (PyCFunction)(void (*)(void))tag_info, METH_FASTCALL,
+     "TagInfo(source, tag, length), made in C"},
+    {"complete_recv", (PyCFunction)(void (*)(void))complete_recv, METH_FASTCALL,
+     "req.complete(TagInfo(source, tag, length)), in C for a plain RecvRequest"},
     {"post_recv", (PyCFunction)(void (*)(void))post_recv, METH_FASTCALL,
      "Worker.tag_recv_nb's common case: the posted request, or None"},
     {"drain_tag", (PyCFunction)(void (*)(void))drain_tag, METH_FASTCALL,

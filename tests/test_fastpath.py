@@ -472,6 +472,32 @@ def test_the_native_frame_calls_check_their_arguments():
         f.tcp_recv_tag(-1, 1, 0, 0, bytearray(8), 0, 0)         # 7 of 6
 
 
+def test_completing_in_c_is_request_complete(shm_pair):
+    """complete_recv (the fast paths' req.complete(TagInfo(...)) in one C
+    call) sets a plain receive's slots as complete() does; a receive with a
+    callback, or any other request, goes through its complete(); a done one
+    stays as it was.  tag_info makes the TagInfo __init__ makes."""
+    from ucxpy import _fastpath as f
+    from ucxpy.request import TagInfo
+    from ucxpy.tag import FULL_MASK
+    p, a, b, ep = shm_pair
+    assert f.tag_info(3, 1 << 63, 8) == TagInfo(3, 1 << 63, 8)
+    assert type(f.tag_info(3, 4, 5)) is TagInfo
+    plain = b.tag_recv_nb(bytearray(8), 51, FULL_MASK, 0)
+    seen = []
+    called = b.tag_recv_nb(bytearray(8), 52, FULL_MASK, 0)
+    called.add_done_callback(lambda r: seen.append(r.result))
+    other = ucxpy.Request(b)
+    for r in (plain, called, other):
+        f.complete_recv(r, 0, 7, 8)
+        assert (r.done, r.exc, r._cancel, tuple(r.result)) == (True, None, None, (0, 7, 8))
+    assert seen == [TagInfo(0, 7, 8)] and called._callbacks is None
+    f.complete_recv(plain, 1, 2, 3)                     # done: nothing changes
+    assert tuple(plain.result) == (0, 7, 8)
+    for q in ((0, 51), (0, 52)):                        # (out of the matcher by hand)
+        b.matcher.exact.pop(q, None)
+
+
 def test_a_request_class_keeps_a_layer_s_fields_in_the_request(shm_pair):
     """``tag_recv_nb(..., request_class=C)`` (mpi_shim's PostedRecv, UCP's
     request_size) posts a C, natively or by the Python lines, and the native

@@ -22,7 +22,7 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo
-from ._fastpath import DISPATCH_AM_IDS, post_recv, recv_configure
+from ._fastpath import DISPATCH_AM_IDS, complete_recv, post_recv, recv_configure, tag_info
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
 
@@ -427,7 +427,7 @@ class Worker:
             return False
         q.popleft()
         self.fast_recvs += 1
-        req.complete(TagInfo(src, got, n))
+        complete_recv(req, src, got, n)
         if q:
             self._fast_drain(recv, tep.drain_eager, src, tag, FULL_MASK)
         elif m.exact.get(key) is q:
@@ -482,7 +482,7 @@ class Worker:
                 return False
             matcher.take(req)
             self.fast_recvs += 1
-            req.complete(TagInfo(src, got, n))
+            complete_recv(req, src, got, n)
             if got & matcher.notify_mask & ~mask:
                 matcher.notify(req)
             if queued:
@@ -528,7 +528,7 @@ class Worker:
             if not q:
                 del table[key]
             self.fast_recvs += 1
-            nxt.complete(TagInfo(src, got, n))
+            complete_recv(nxt, src, got, n)
 
     def _fast_lane(self, src: int):
         """``(endpoint, its transport endpoint's recv_eager, drain_eager,
@@ -997,7 +997,7 @@ class Worker:
         if n < 0:
             return None
         self.fast_recvs += 1
-        return TagInfo(source, got, n)
+        return tag_info(source, got, n)
 
     def tag_probe_nb(self, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
                      remove: bool = False):
