@@ -637,21 +637,24 @@ static PyTypeObject SerializedType = {
 
 /* -- the receive classes drain_tag and post_recv fill ------------------------------
  *
- * recv_configure(RecvRequest, TagInfo, deque): the classes whose slots they
- * fill as the classes' __init__ and Request.complete would, and
- * collections.deque (the tag matcher's queues). */
+ * recv_configure(RecvRequest, TagInfo, deque, TagMatcher): the classes whose
+ * slots they fill as the classes' __init__ and Request.complete would,
+ * collections.deque (the tag matcher's queues) and the tag matcher's class
+ * (post_recv reads and sets its slots). */
 static struct {
     PyTypeObject *req, *info;
     PyObject *deque;
     Py_ssize_t worker, done, exc, result, callbacks, cancel, buf, capacity, source, tag, mask,
                seq, i_source, i_tag, i_length;
-    PyObject *s_popleft, *s_tr, *s_matcher, *s_unexpected, *s_endpoints, *s_failed, *s_exact,
-             *s_seq, *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask,
+    PyObject *s_popleft, *s_tr, *s_matcher, *s_endpoints, *s_failed, *s_exact,
+             *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask,
              *s_notify_mask, *s_owner_ep, *s_remote_id, *s_queue, *s_held, *s_exc, *s_closing,
              *s_tx, *s_tx_addr, *s_wake_peer, *s_peer_pid, *s_cma_ok, *s_lane_tep, *s_busy,
              *s_req, *s_complete;
     PyTypeObject *req_base;     /* Request, RecvRequest's base */
     PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
+    PyTypeObject *matcher;      /* TagMatcher, whose slots post_recv reads and sets */
+    Py_ssize_t m_exact, m_buckets, m_bucket_mask, m_wild, m_unexpected, m_seq;
     PyObject *mask_obj;         /* the last mask post_recv converted, and its value */
     unsigned long long mask_val;
 } R;
@@ -659,11 +662,11 @@ static struct {
 static PyObject *
 recv_configure(PyObject *self, PyObject *args)
 {
-    PyTypeObject *req, *info;
+    PyTypeObject *req, *info, *matcher;
     PyObject *deque;
 
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyType_Type, &req, &PyType_Type, &info,
-                          &PyType_Type, &deque))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &req, &PyType_Type, &info,
+                          &PyType_Type, &deque, &PyType_Type, &matcher))
         return NULL;
     R.req = NULL;
     if ((R.worker = slot_offset(req, "worker")) < 0 || (R.done = slot_offset(req, "done")) < 0
@@ -678,18 +681,22 @@ recv_configure(PyObject *self, PyObject *args)
             || (R.seq = slot_offset(req, "seq")) < 0
             || (R.i_source = slot_offset(info, "source")) < 0
             || (R.i_tag = slot_offset(info, "tag")) < 0
-            || (R.i_length = slot_offset(info, "length")) < 0)
+            || (R.i_length = slot_offset(info, "length")) < 0
+            || (R.m_exact = slot_offset(matcher, "exact")) < 0
+            || (R.m_buckets = slot_offset(matcher, "buckets")) < 0
+            || (R.m_bucket_mask = slot_offset(matcher, "bucket_mask")) < 0
+            || (R.m_wild = slot_offset(matcher, "wild")) < 0
+            || (R.m_unexpected = slot_offset(matcher, "unexpected")) < 0
+            || (R.m_seq = slot_offset(matcher, "_seq")) < 0)
         return NULL;
 #define INTERN(field, text) \
     if (R.field == NULL && (R.field = PyUnicode_InternFromString(text)) == NULL) return NULL
     INTERN(s_popleft, "popleft");
     INTERN(s_tr, "tr");
     INTERN(s_matcher, "matcher");
-    INTERN(s_unexpected, "unexpected");
     INTERN(s_endpoints, "endpoints");
     INTERN(s_failed, "failed");
     INTERN(s_exact, "exact");
-    INTERN(s_seq, "_seq");
     INTERN(s_cancel_recv, "_cancel_recv");
     INTERN(s_append, "append");
     INTERN(s_wild, "wild");
@@ -715,6 +722,7 @@ recv_configure(PyObject *self, PyObject *args)
     Py_XSETREF(R.deque, Py_NewRef(deque));
     Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
     Py_XSETREF(R.req, (PyTypeObject *)Py_NewRef(req));
+    Py_XSETREF(R.matcher, (PyTypeObject *)Py_NewRef(matcher));
     R.req_base = req->tp_base;      /* (held by R.req) */
     Py_RETURN_NONE;
 }
@@ -897,6 +905,16 @@ attr(PyObject *o, PyObject *name)
     if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError))
         PyErr_Clear();
     return v;
+}
+
+/* a new reference to the object in slot ``off`` of ``o``; NULL, with no
+ * error set, when the slot is empty (as attr() for an absent attribute) */
+static inline PyObject *
+slot_ref(PyObject *o, Py_ssize_t off)
+{
+    PyObject *v = SLOT(o, off);
+
+    return v == NULL ? NULL : Py_NewRef(v);
 }
 
 /* -- dispatch_tag: the inbox's tagged messages into the receives posted for them --
@@ -1476,7 +1494,8 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     /* the state the Python method looks at */
     if ((tr = attr(worker, R.s_tr)) == NULL || tr != Py_None)
         goto done;
-    if ((m = attr(worker, R.s_matcher)) == NULL || (unexp = attr(m, R.s_unexpected)) == NULL)
+    if ((m = attr(worker, R.s_matcher)) == NULL || Py_TYPE(m) != R.matcher
+            || (unexp = slot_ref(m, R.m_unexpected)) == NULL)
         goto done;
     empty = PyObject_Not(unexp);
     if (empty <= 0)
@@ -1487,7 +1506,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (ep != NULL && ((failed = attr(ep, R.s_failed)) == NULL || failed != Py_None))
         goto done;
     /* where TagMatcher.post puts it: the exact queues, a bucket, or the masked list */
-    if (PyErr_Occurred() || (bmask = attr(m, R.s_bucket_mask)) == NULL)
+    if (PyErr_Occurred() || (bmask = slot_ref(m, R.m_bucket_mask)) == NULL)
         goto done;
     queued = mask == ~0ULL || bmask == args[3];
     if (!queued && PyLong_CheckExact(bmask)) {
@@ -1495,7 +1514,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         if (PyErr_Occurred())
             goto done;
     }
-    if ((posted = attr(m, mask == ~0ULL ? R.s_exact : queued ? R.s_buckets : R.s_wild)) == NULL
+    if ((posted = slot_ref(m, mask == ~0ULL ? R.m_exact : queued ? R.m_buckets : R.m_wild)) == NULL
             || (queued ? !PyDict_CheckExact(posted) : !PyList_CheckExact(posted)))
         goto done;
     /* the buffer: what recv_view returns as is */
@@ -1509,7 +1528,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (v->readonly || v->ndim != 1 || (v->format != NULL && strcmp(v->format, "B"))
             || !PyBuffer_IsContiguous(v, 'C'))
         goto done;
-    if ((seq = attr(m, R.s_seq)) == NULL || !PyLong_CheckExact(seq)
+    if ((seq = slot_ref(m, R.m_seq)) == NULL || !PyLong_CheckExact(seq)
             || (next = PyLong_FromLongLong(PyLong_AsLongLong(seq) + 1)) == NULL
             || PyErr_Occurred()
             || (cancel = attr(worker, R.s_cancel_recv)) == NULL
@@ -1532,8 +1551,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     SLOT(req, R.tag) = Py_NewRef(args[2]);
     SLOT(req, R.mask) = Py_NewRef(args[3]);
     SLOT(req, R.seq) = Py_NewRef(next);
-    if (PyObject_SetAttr(m, R.s_seq, next) < 0)
-        goto done;
+    Py_XSETREF(SLOT(m, R.m_seq), Py_NewRef(next));
     if (!queued) {                           /* masked: the list, in posting order */
         if (PyList_Append(posted, req) < 0)
             goto done;
@@ -1591,7 +1609,8 @@ static PyMethodDef methods[] = {
     {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
      "a put or get on mapped peer memory, or False"},
     {"recv_configure", recv_configure, METH_VARARGS,
-     "recv_configure(RecvRequest, TagInfo, deque): the classes drain_tag and post_recv fill"},
+     "recv_configure(RecvRequest, TagInfo, deque, TagMatcher): the classes drain_tag and "
+     "post_recv fill"},
     {"tag_info", (PyCFunction)(void (*)(void))tag_info, METH_FASTCALL,
      "TagInfo(source, tag, length), made in C"},
     {"complete_recv", (PyCFunction)(void (*)(void))complete_recv, METH_FASTCALL,

@@ -92,6 +92,10 @@ class UnexpectedMessage:
 class TagMatcher:
     """Posted-receive structures plus the unexpected queue of one worker."""
 
+    # (slots: the native post_recv reads and sets them in place)
+    __slots__ = ("exact", "buckets", "bucket_mask", "notify_mask", "notify", "wild",
+                 "unexpected", "arrivals", "_seq")
+
     def __init__(self):
         self.exact = {}                       # (source, tag) -> deque[RecvRequest]
         self.buckets = {}                     # (source, tag & bucket_mask) -> deque

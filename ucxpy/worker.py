@@ -30,7 +30,7 @@ AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
 # the classes whose objects the lanes' native drain_eager fills, and that
 # Worker.tag_recv_nb's native post makes (native/fastpath.c)
-recv_configure(RecvRequest, TagInfo, collections.deque)
+recv_configure(RecvRequest, TagInfo, collections.deque, TagMatcher)
 if DISPATCH_AM_IDS != (AmId.TAG_EAGER, AmId.TAG_RTS, AmId.RNDV_ATS):   # pragma: no cover
     raise ImportError("ucxpy._fastpath was built for other active-message ids than ucxpy.wire's")
 COLD_EVERY = 16     # power of two
