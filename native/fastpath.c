@@ -654,7 +654,7 @@ static struct {
     PyTypeObject *req_base;     /* Request, RecvRequest's base */
     PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
     PyTypeObject *matcher;      /* TagMatcher, whose slots post_recv reads and sets */
-    Py_ssize_t m_exact, m_buckets, m_bucket_mask, m_wild, m_unexpected, m_seq;
+    Py_ssize_t m_exact, m_buckets, m_bucket_mask, m_wild, m_unexpected, m_seq, m_spare;
     PyObject *mask_obj;         /* the last mask post_recv converted, and its value */
     unsigned long long mask_val;
 } R;
@@ -687,7 +687,8 @@ recv_configure(PyObject *self, PyObject *args)
             || (R.m_bucket_mask = slot_offset(matcher, "bucket_mask")) < 0
             || (R.m_wild = slot_offset(matcher, "wild")) < 0
             || (R.m_unexpected = slot_offset(matcher, "unexpected")) < 0
-            || (R.m_seq = slot_offset(matcher, "_seq")) < 0)
+            || (R.m_seq = slot_offset(matcher, "_seq")) < 0
+            || (R.m_spare = slot_offset(matcher, "spare")) < 0)
         return NULL;
 #define INTERN(field, text) \
     if (R.field == NULL && (R.field = PyUnicode_InternFromString(text)) == NULL) return NULL
@@ -1453,8 +1454,8 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *worker, *buf, *mv = NULL, *tr = NULL, *m = NULL, *unexp = NULL, *eps = NULL,
              *ep, *failed = NULL, *posted = NULL, *seq = NULL, *next = NULL, *cancel = NULL,
-             *key = NULL, *q, *req = NULL, *cap = NULL, *tup, *r, *out = NULL, *bmask = NULL,
-             *ktag = NULL;
+             *key = NULL, *q, *sp, *req = NULL, *cap = NULL, *tup, *r, *out = NULL,
+             *bmask = NULL, *ktag = NULL;
     Py_buffer *v;
     PyTypeObject *cls = R.req;
     long long source;
@@ -1559,17 +1560,26 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     q = PyDict_GetItemWithError(posted, key);
-    if (q == NULL) {
-        if (PyErr_Occurred() || (tup = PyTuple_Pack(1, req)) == NULL)
-            goto done;
-        q = PyObject_CallOneArg(R.deque, tup);
-        Py_DECREF(tup);
-        if (q == NULL)
-            goto done;
-        r = PyDict_SetItem(posted, key, q) < 0 ? NULL : Py_NewRef(Py_None);
-        Py_DECREF(q);
-    } else {
+    if (q != NULL) {
         r = PyObject_CallMethodOneArg(q, R.s_append, req);
+    } else if (PyErr_Occurred()) {
+        goto done;
+    } else {
+        /* a new queue: the matcher's spare one (emptied, TagMatcher.post), else a deque */
+        sp = SLOT(m, R.m_spare);
+        if (sp != NULL && Py_TYPE(sp) == (PyTypeObject *)R.deque && PySequence_Size(sp) == 0) {
+            q = Py_NewRef(sp);
+            Py_XSETREF(SLOT(m, R.m_spare), Py_NewRef(Py_None));
+            r = PyObject_CallMethodOneArg(q, R.s_append, req);
+        } else {
+            tup = PyTuple_Pack(1, req);
+            q = tup != NULL ? PyObject_CallOneArg(R.deque, tup) : NULL;
+            Py_XDECREF(tup);
+            r = q != NULL ? Py_NewRef(Py_None) : NULL;
+        }
+        if (r != NULL && PyDict_SetItem(posted, key, q) < 0)
+            Py_CLEAR(r);
+        Py_XDECREF(q);
     }
     if (r == NULL)
         goto done;

@@ -472,6 +472,38 @@ def test_the_native_frame_calls_check_their_arguments():
         f.tcp_recv_tag(-1, 1, 0, 0, bytearray(8), 0, 0)         # 7 of 6
 
 
+def test_an_emptied_queue_is_reused(shm_pair):
+    """A wait that empties its receive queue keeps the deque as the
+    matcher's spare; the next queue posted, for any (source, tag), natively
+    or by the Python lines, is that deque instead of a new one."""
+    import collections
+    from ucxpy.tag import FULL_MASK
+    p, a, b, ep = shm_pair
+    m = b.matcher
+    r = b.tag_recv_nb(bytearray(4), 61, FULL_MASK, 0)
+    q = m.exact[(0, 61)]
+    ep.tag_send(b"ping", 61)
+    assert r.wait(10).length == 4
+    assert (0, 61) not in m.exact and m.spare is q and not q
+    r2 = b.tag_recv_nb(bytearray(4), 62, FULL_MASK, 0)          # the native post
+    assert m.exact[(0, 62)] is q and list(q) == [r2] and m.spare is None
+    r3 = b.tag_recv_nb(bytearray(4), 63, FULL_MASK, 0)          # no spare: a new one
+    assert m.exact[(0, 63)] is not q
+    spare = m.spare = collections.deque()
+    b._post_recv, saved = None, b._post_recv                   # the Python lines
+    try:
+        r4 = b.tag_recv_nb(bytearray(4), 64, FULL_MASK, 0)
+    finally:
+        b._post_recv = saved
+    assert m.exact[(0, 64)] is spare and list(spare) == [r4] and m.spare is None
+    m.spare = collections.deque([r2])                          # not empty: not taken
+    r5 = b.tag_recv_nb(bytearray(4), 65, FULL_MASK, 0)
+    assert list(m.exact[(0, 65)]) == [r5] and list(m.spare) == [r2]
+    m.spare = None
+    for x in (r2, r3, r4, r5):
+        assert x.cancel()
+
+
 def test_completing_in_c_is_request_complete(shm_pair):
     """complete_recv (the fast paths' req.complete(TagInfo(...)) in one C
     call) sets a plain receive's slots as complete() does; a receive with a

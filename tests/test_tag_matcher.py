@@ -319,3 +319,20 @@ def test_a_fresh_matcher_hashes_no_buckets_and_notifies_nobody():
     m = TagMatcher()
     assert m.bucket_mask is None and m.buckets == {}
     assert m.notify_mask == 0 and type(m.notify_mask) is int and m.notify is None
+
+
+def test_a_new_queue_is_the_spare_one():
+    """post() files a new (source, tag) queue as the matcher's spare deque
+    when it holds one (an emptied queue a fast wait kept): the spare is used
+    once, then the next new queue is a new deque; receives then append."""
+    import collections
+    m = TagMatcher()
+    assert m.spare is None
+    spare = m.spare = collections.deque()
+    a, b, c = req(0, 1), req(0, 1), req(0, 2)
+    m.post(a)
+    assert m.exact[(0, 1)] is spare and list(spare) == [a] and m.spare is None
+    m.post(b)
+    m.post(c)
+    assert list(m.exact[(0, 1)]) == [a, b] and m.exact[(0, 2)] is not spare
+    assert list(m.exact[(0, 2)]) == [c]

@@ -94,7 +94,7 @@ class TagMatcher:
 
     # (slots: the native post_recv reads and sets them in place)
     __slots__ = ("exact", "buckets", "bucket_mask", "notify_mask", "notify", "wild",
-                 "unexpected", "arrivals", "_seq")
+                 "unexpected", "arrivals", "_seq", "spare")
 
     def __init__(self):
         self.exact = {}                       # (source, tag) -> deque[RecvRequest]
@@ -106,6 +106,9 @@ class TagMatcher:
         self.unexpected = collections.deque()  # UnexpectedMessage, arrival order
         self.arrivals = 0                   # messages ever queued there (layers that peek)
         self._seq = 0
+        #: an emptied queue kept for the next (source, tag) posted (a
+        #: ping-pong empties and refills one queue per message), or None
+        self.spare = None
 
     # -- posted receives --------------------------------------------------
     def post(self, req: RecvRequest) -> None:
@@ -117,9 +120,12 @@ class TagMatcher:
             return
         q = table.get(key)
         if q is None:
-            table[key] = collections.deque((req,))
-        else:
-            q.append(req)
+            q, self.spare = self.spare, None
+            if q is None:
+                table[key] = collections.deque((req,))
+                return
+            table[key] = q
+        q.append(req)
 
     def _queue_of(self, req: RecvRequest):
         """The hash and key ``req`` sits under, or (None, None) for the list."""

@@ -432,6 +432,7 @@ class Worker:
             self._fast_drain(recv, tep.drain_eager, src, tag, FULL_MASK)
         elif m.exact.get(key) is q:
             del m.exact[key]
+            m.spare = q                 # (empty: the next queue posted reuses it)
         return True
 
     def recv_poller(self, req) -> Optional[Callable[[], bool]]:
