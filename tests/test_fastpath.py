@@ -472,6 +472,36 @@ def test_the_native_frame_calls_check_their_arguments():
         f.tcp_recv_tag(-1, 1, 0, 0, bytearray(8), 0, 0)         # 7 of 6
 
 
+def test_a_bucketed_wait_takes_its_frame_inline(shm_pair):
+    """_wait_exact serves a bucketed receive (mpi_shim's) as it serves an
+    exact one: the frame with exactly its tag taken inline and the window
+    behind drained; a frame whose tag differs in the masked-off bits (a
+    synchronous send's sequence) goes the general way, where the matcher's
+    notify sees it."""
+    from ucxpy.tag import FULL_MASK
+    p, a, b, ep = shm_pair
+    m = b.matcher
+    saved = (m.bucket_mask, m.notify_mask, m.notify)
+    seen = []
+    mask = FULL_MASK ^ 0xFF00
+    m.bucket_mask, m.notify_mask, m.notify = mask, 0xFF00, seen.append
+    try:
+        before = b.fast_recvs
+        bufs = [bytearray(4) for _ in range(3)]
+        reqs = [b.tag_recv_nb(x, 0x71, mask, 0) for x in bufs]
+        for i in range(3):
+            ep.tag_send(b"b%03d" % i, 0x71)
+        reqs[0].wait(10)
+        assert all(r.done for r in reqs) and b.fast_recvs == before + 3 and not seen
+        assert [bytes(x) for x in bufs] == [b"b000", b"b001", b"b002"]
+        assert (0, 0x71) not in m.buckets
+        r = b.tag_recv_nb(bytearray(4), 0x72, mask, 0)
+        ep.tag_send(b"sync", 0x72 | 0x0300)              # sequence bits: not inline
+        assert r.wait(10).tag == 0x0372 and seen == [r] and b.fast_recvs == before + 3
+    finally:
+        m.bucket_mask, m.notify_mask, m.notify = saved
+
+
 def test_an_emptied_queue_is_reused(shm_pair):
     """A wait that empties its receive queue keeps the deque as the
     matcher's spare; the next queue posted, for any (source, tag), natively

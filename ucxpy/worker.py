@@ -362,7 +362,7 @@ class Worker:
     _slept_ns = 0
 
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
-        if isinstance(req, RecvRequest) and req.mask == FULL_MASK and self._wait_exact(req):
+        if isinstance(req, RecvRequest) and self._wait_exact(req):
             return
         poll = self.recv_poller(req)
         if poll is not None and poll():
@@ -392,25 +392,32 @@ class Worker:
         self.wait_until(cond, timeout, "requests")
 
     def _wait_exact(self, req) -> bool:
-        """The first poll of :meth:`recv_poller` for an exact receive (the
-        common wait: a receive from one source with one tag), inline, with
-        no closure made: True when the native fast path completed ``req``.
-        Where it does not apply or finds nothing, the general wait follows.
+        """The first poll of :meth:`recv_poller` for a queued receive (the
+        common wait: a receive from one source with one tag, exact or
+        bucketed, as mpi_shim's are), inline, with no closure made: True
+        when the native fast path completed ``req``.  Where it does not
+        apply or finds nothing, the general wait follows.
 
-        It inlines, for an exact receive, :meth:`_fast_lane`,
-        ``TagMatcher.sole_match`` (it bails on any bucketed receive rather
-        than compare sequence numbers) and ``TagMatcher.take``: a change to
-        their rules changes it too.  Calling them instead cost 0.2-0.4 us
-        per wait (non-blocking ping-pong 1.9 -> 2.1-2.4 us, 2026-12-05)."""
+        It inlines :meth:`_fast_lane`, ``TagMatcher.sole_match`` (it bails
+        on any receive in the other hash rather than compare sequence
+        numbers) and ``TagMatcher.take``: a change to their rules changes it
+        too.  Calling them instead cost 0.2-0.4 us per wait (non-blocking
+        ping-pong 1.9 -> 2.1-2.4 us, 2026-12-05).  Like the poll, it takes
+        only a frame with exactly ``req.tag``."""
         if self.tr is not None or self.lock is not None or not self.config.fastpath \
                 or req.done or req.buf is None:
             return False
-        src, tag, m = req.source, req.tag, self.matcher
+        src, tag, mask, m = req.source, req.tag, req.mask, self.matcher
         if src < 0 or m.wild:
             return False
-        key = (src, tag)
-        q = m.exact.get(key)
-        if q is None or q[0] is not req or m.buckets:
+        if mask == FULL_MASK:
+            table, key, rival = m.exact, (src, tag), m.buckets
+        elif mask == m.bucket_mask:
+            table, key, rival = m.buckets, (src, tag & mask), m.exact
+        else:
+            return False
+        q = table.get(key)
+        if q is None or q[0] is not req or rival:
             return False
         ep = self.endpoints.get(src)
         if ep is None or ep.failed is not None or len(ep.incoming) != 1:
@@ -428,10 +435,12 @@ class Worker:
         q.popleft()
         self.fast_recvs += 1
         complete_recv(req, src, got, n)
+        if mask != FULL_MASK and got & m.notify_mask & ~mask:
+            m.notify(req)
         if q:
-            self._fast_drain(recv, tep.drain_eager, src, tag, FULL_MASK)
-        elif m.exact.get(key) is q:
-            del m.exact[key]
+            self._fast_drain(recv, tep.drain_eager, src, tag, mask)
+        elif table.get(key) is q:
+            del table[key]
             m.spare = q                 # (empty: the next queue posted reuses it)
         return True
 
