@@ -1276,22 +1276,20 @@ out:
  *   Endpoint.send_message sends after RendezvousProtocol.post_send and
  *   ShmEndpoint.pack_local_key.  rc as ucxpy_ring_push's. */
 static PyObject *
-send_rts(PyObject *self, PyObject *args)
+send_rts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    unsigned long long ring, tag, sreq_id;
+    unsigned long long ring, tag, sreq_id, pid_arg;
     unsigned int pid;
     Py_buffer buf;
     uint8_t hdr[RTS_SIZE + SHM_RKEY_SIZE];
     uint64_t w[4], addr, size;
     int rc;
 
-    if (!PyArg_ParseTuple(args, "KKKy*I", &ring, &tag, &sreq_id, &buf, &pid))
+    if (!fc_nargs("send_rts", nargs, 5) || !fc_ull(args[0], &ring) || !fc_ull(args[1], &tag)
+            || !fc_ull(args[2], &sreq_id) || !fc_ull(args[4], &pid_arg)
+            || !fc_buffer(args[3], &buf, 0))
         return NULL;
-    if (!PyBuffer_IsContiguous(&buf, 'A')) {
-        PyBuffer_Release(&buf);
-        PyErr_SetString(PyExc_BufferError, "send_rts needs a contiguous buffer");
-        return NULL;
-    }
+    pid = (unsigned int)pid_arg;
     addr = (uint64_t)(uintptr_t)buf.buf;
     size = (uint64_t)buf.len;
     PyBuffer_Release(&buf);        /* (the caller keeps the buffer until ATS) */
@@ -1629,7 +1627,8 @@ static PyMethodDef methods[] = {
      "Worker.tag_recv_nb's common case: the posted request, or None"},
     {"drain_tag", (PyCFunction)(void (*)(void))drain_tag, METH_FASTCALL,
      "frames in the ring into the posted receives of a queue: count"},
-    {"send_rts", send_rts, METH_VARARGS, "push one rendezvous offer with its shm key"},
+    {"send_rts", (PyCFunction)(void (*)(void))send_rts, METH_FASTCALL,
+     "push one rendezvous offer with its shm key"},
     {"get_and_ack", get_and_ack, METH_VARARGS,
      "a matched rendezvous offer read by CMA and answered ATS: True, or False"},
     {"dispatch_tag", (PyCFunction)(void (*)(void))dispatch_tag, METH_FASTCALL,

@@ -452,8 +452,8 @@ def test_the_native_post_makes_what_the_python_post_makes(shm_pair):
 
 
 def test_the_native_frame_calls_check_their_arguments():
-    """send_tag, recv_tag, tcp_send_tag and tcp_recv_tag take their arguments
-    without an argument tuple (METH_FASTCALL, native/pyfastcall.h) and refuse
+    """send_tag, recv_tag, tcp_send_tag, tcp_recv_tag and send_rts take their
+    arguments without an argument tuple (METH_FASTCALL, native/pyfastcall.h) and refuse
     a wrong count, a wrong type, an int out of range, a read-only or
     non-contiguous buffer as PyArg_ParseTuple would, before touching a ring
     or a socket (ring 0 and fd -1 here)."""
@@ -470,6 +470,10 @@ def test_the_native_frame_calls_check_their_arguments():
         f.tcp_recv_tag(-1, 1, 0, 0, memoryview(bytearray(8))[::2], 0)
     with pytest.raises(TypeError):
         f.tcp_recv_tag(-1, 1, 0, 0, bytearray(8), 0, 0)         # 7 of 6
+    with pytest.raises(BufferError):
+        f.send_rts(0, 1, 2, memoryview(bytearray(8))[::2], 1)
+    with pytest.raises(TypeError):
+        f.send_rts(0, 1, 2, b"x")                                # 4 of 5
 
 
 def test_a_bucketed_wait_takes_its_frame_inline(shm_pair):

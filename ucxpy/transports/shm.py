@@ -447,7 +447,7 @@ class ShmEndpoint(TransportEndpoint):
         """The contract's fast rendezvous offer: one C call pushes the RTS of
         send ``sreq_id`` with the shm key of ``mv`` (what ``pack_local_key``
         makes) when nothing is queued before it."""
-        return self._push_now(_send_rts, tag, sreq_id, mv, os.getpid())
+        return self._push_now(_send_rts, tag, sreq_id, mv, self.iface.pid)
 
     def _push_now(self, push, *args) -> bool:
         """``push(peer inbox handle address, *args)``, a native push returning
@@ -486,7 +486,7 @@ class ShmEndpoint(TransportEndpoint):
         except TypeError as e:
             raise InvalidBuffer(f"cannot describe buffer for get: {e}") from None
         addr = int(ffi.cast("uintptr_t", c))
-        return addr, _RKEY.pack(_RKEY_MAGIC, os.getpid(), addr, len(c))
+        return addr, _RKEY.pack(_RKEY_MAGIC, self.iface.pid, addr, len(c))
 
     def get(self, local, remote_addr: int, rkey: bytes,
             on_complete: Callable[[Optional[BaseException]], None]) -> bool:
@@ -606,7 +606,8 @@ class ShmInterface(Interface):
         self.md = ShmMemoryDomain(self.name, cma=bool(caps & Caps.GET_ZCOPY))
         reap_stale_segments()
         token = secrets.token_hex(8)
-        self._sock_name = f"ucxpy-{os.getpid()}-{token}".encode()
+        self.pid = os.getpid()          # (what every offer and key names: no syscall per send)
+        self._sock_name = f"ucxpy-{self.pid}-{token}".encode()
         try:
             self._inbox = Inbox.create(f"{SEG_PREFIX}{os.getpid()}-{token}", self.ring_size)
         except OSError as e:
