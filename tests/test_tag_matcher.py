@@ -232,14 +232,6 @@ def test_sole_match_of_a_masked_receive_only_when_it_is_alone():
     assert m.wild == [] and not m.sole_match(r)
 
 
-def test_the_arrivals_count_starts_at_zero():
-    """``arrivals`` counts messages ever queued as unexpected (the worker
-    adds to it; mpi_shim's waiting receives compare it with the count they
-    last tried): a fresh matcher has seen none."""
-    m = TagMatcher()
-    assert m.arrivals == 0 and type(m.arrivals) is int
-
-
 def test_bucketed_receives_hash_by_source_and_masked_tag():
     """With a bucket_mask, receives from one source with exactly that mask
     sit in ``buckets`` under (source, tag & mask), not in the wildcard list;

@@ -94,7 +94,7 @@ class TagMatcher:
 
     # (slots: the native post_recv reads and sets them in place)
     __slots__ = ("exact", "buckets", "bucket_mask", "notify_mask", "notify", "wild",
-                 "unexpected", "arrivals", "_seq", "spare")
+                 "unexpected", "_seq", "spare")
 
     def __init__(self):
         self.exact = {}                       # (source, tag) -> deque[RecvRequest]
@@ -104,7 +104,6 @@ class TagMatcher:
         self.notify = None
         self.wild = []                        # RecvRequest, in posting order
         self.unexpected = collections.deque()  # UnexpectedMessage, arrival order
-        self.arrivals = 0                   # messages ever queued there (layers that peek)
         self._seq = 0
         #: an emptied queue kept for the next (source, tag) posted (a
         #: ping-pong empties and refills one queue per message), or None

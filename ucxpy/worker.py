@@ -816,7 +816,6 @@ class Worker:
         if req is None:
             m = UnexpectedMessage(src, tag, len(payload), self._payloads.copy(payload))
             self.matcher.unexpected.append(m)
-            self.matcher.arrivals += 1
             if self.tr is not None:
                 self.tr.arrive(tep, "tag", src, tag, len(payload), False, m)
             return
@@ -841,7 +840,6 @@ class Worker:
         if req is None:
             m = UnexpectedMessage(src, tag, size, rts=rts)
             self.matcher.unexpected.append(m)
-            self.matcher.arrivals += 1
             if self.tr is not None:
                 self.tr.arrive(tep, "tag", src, tag, size, False, m, rts)
         else:
