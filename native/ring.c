@@ -416,9 +416,7 @@ int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint64_t source, uint8_t am_id, uin
             break;
         if (rc < 0 || spins-- <= 0)
             return -1;
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_ia32_pause();
-#endif
+        ucxpy_cpu_relax();
     }
     if (rc != 1 || out[5] != source || out[0] != am_id || out[2] != sizeof t ||
             out[4] > capacity)

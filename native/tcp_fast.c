@@ -61,6 +61,7 @@
 
 #include "pyfastcall.h"
 #include "tcp_fast.h"
+#include "ucxpy_native.h"
 
 #define TCP_FRAME_MAGIC 0xC5A7
 #define TCP_PREFIX      16
@@ -85,14 +86,6 @@ typedef struct tcp_eager_head {
 } tcp_eager_head_t;
 
 _Static_assert(sizeof(tcp_eager_head_t) == TCP_EAGER_HEAD, "tcp eager frame head");
-
-/* a spin-wait's pause between two polls */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-}
 
 /* bytes readable on ``fd`` now, or -1 on error */
 static long readable(int fd)
@@ -138,7 +131,7 @@ static int64_t take_small(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
             else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
                 break;
             else
-                cpu_relax();
+                ucxpy_cpu_relax();
         }
     }
     if (frame == 0 || (uint64_t)n < frame) {
@@ -203,7 +196,7 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
         if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
                 || spins-- <= 0)
             break;
-        cpu_relax();
+        ucxpy_cpu_relax();
     }
     if ((uint64_t)got == frame) {
         *got_tag = peek.h.tag;
@@ -246,7 +239,7 @@ ucxpy_tcp_recv_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                          rest);
         if (n != -1 || spins-- <= 0)
             break;
-        cpu_relax();
+        ucxpy_cpu_relax();
     }
     PyBuffer_Release(&buf);
     if (n == -4)

@@ -12,6 +12,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* a spin-wait's pause between two polls (the ring's receive, the tcp fast path) */
+static inline void ucxpy_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
 /* ------------------------------------------------------------------ ring */
 
 /* Bytes of ring control block placed before the data area. */
