@@ -668,27 +668,23 @@ recv_configure(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &req, &PyType_Type, &info,
                           &PyType_Type, &deque, &PyType_Type, &matcher))
         return NULL;
+    const slot_spec_t slots[] = {
+        {&req, &R.worker, "worker"}, {&req, &R.done, "done"}, {&req, &R.exc, "exc"},
+        {&req, &R.result, "result"}, {&req, &R.callbacks, "_callbacks"},
+        {&req, &R.cancel, "_cancel"}, {&req, &R.buf, "buf"}, {&req, &R.capacity, "capacity"},
+        {&req, &R.source, "source"}, {&req, &R.tag, "tag"}, {&req, &R.mask, "mask"},
+        {&req, &R.seq, "seq"},
+        {&info, &R.i_source, "source"}, {&info, &R.i_tag, "tag"},
+        {&info, &R.i_length, "length"},
+        {&matcher, &R.m_exact, "exact"}, {&matcher, &R.m_buckets, "buckets"},
+        {&matcher, &R.m_bucket_mask, "bucket_mask"}, {&matcher, &R.m_wild, "wild"},
+        {&matcher, &R.m_unexpected, "unexpected"}, {&matcher, &R.m_seq, "_seq"},
+        {&matcher, &R.m_spare, "spare"},
+        {NULL, NULL, NULL},
+    };
+
     R.req = NULL;
-    if ((R.worker = slot_offset(req, "worker")) < 0 || (R.done = slot_offset(req, "done")) < 0
-            || (R.exc = slot_offset(req, "exc")) < 0
-            || (R.result = slot_offset(req, "result")) < 0
-            || (R.callbacks = slot_offset(req, "_callbacks")) < 0
-            || (R.cancel = slot_offset(req, "_cancel")) < 0
-            || (R.buf = slot_offset(req, "buf")) < 0
-            || (R.capacity = slot_offset(req, "capacity")) < 0
-            || (R.source = slot_offset(req, "source")) < 0
-            || (R.tag = slot_offset(req, "tag")) < 0 || (R.mask = slot_offset(req, "mask")) < 0
-            || (R.seq = slot_offset(req, "seq")) < 0
-            || (R.i_source = slot_offset(info, "source")) < 0
-            || (R.i_tag = slot_offset(info, "tag")) < 0
-            || (R.i_length = slot_offset(info, "length")) < 0
-            || (R.m_exact = slot_offset(matcher, "exact")) < 0
-            || (R.m_buckets = slot_offset(matcher, "buckets")) < 0
-            || (R.m_bucket_mask = slot_offset(matcher, "bucket_mask")) < 0
-            || (R.m_wild = slot_offset(matcher, "wild")) < 0
-            || (R.m_unexpected = slot_offset(matcher, "unexpected")) < 0
-            || (R.m_seq = slot_offset(matcher, "_seq")) < 0
-            || (R.m_spare = slot_offset(matcher, "spare")) < 0)
+    if (slot_offsets(slots) < 0)
         return NULL;
 #define INTERN(field, text) \
     if (R.field == NULL && (R.field = PyUnicode_InternFromString(text)) == NULL) return NULL

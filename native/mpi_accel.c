@@ -1315,6 +1315,17 @@ configure(PyObject *module, PyObject *cfg)
     PyObject *v;
     unsigned long long every = 0;
     long long any_tag;
+    const slot_spec_t slots[] = {
+        {&S.handle, &S.h_off, "_h"}, {&S.handle, &S.const_off, "_const"},
+        {&S.recv_op, &S.ro_ureq, "ureq"}, {&S.recv_op, &S.ro_comm, "comm"},
+        {&S.recv_op, &S.ro_msg, "msg"}, {&S.recv_op, &S.ro_staging, "staging"},
+        {&S.posted_recv, &S.pr_comm, "comm"},
+        {&S.send_op, &S.so_ureq, "ureq"}, {&S.send_op, &S.so_ack, "ack"},
+        {&S.ucxpy_request, &S.ur_done, "done"}, {&S.ucxpy_request, &S.ur_exc, "exc"},
+        {&S.comm_impl, &S.revoked_off, "revoked"}, {&S.comm_impl, &S.eps_off, "eps"},
+        {&S.comm_impl, &S.peers_off, "peers"}, {&S.comm_impl, &S.p2p_off, "p2p"},
+        {NULL, NULL, NULL},
+    };
 
     if (!PyDict_Check(cfg)) {
         PyErr_SetString(PyExc_TypeError, "configure(dict)");
@@ -1362,21 +1373,7 @@ configure(PyObject *module, PyObject *cfg)
     if (S.mask_tag_obj == NULL || S.mask_any_tag_obj == NULL)
         goto bad;
     S.flush_every = (unsigned long)every;
-    if ((S.h_off = slot_offset(S.handle, "_h")) < 0
-            || (S.const_off = slot_offset(S.handle, "_const")) < 0
-            || (S.ro_ureq = slot_offset(S.recv_op, "ureq")) < 0
-            || (S.ro_comm = slot_offset(S.recv_op, "comm")) < 0
-            || (S.ro_msg = slot_offset(S.recv_op, "msg")) < 0
-            || (S.ro_staging = slot_offset(S.recv_op, "staging")) < 0
-            || (S.pr_comm = slot_offset(S.posted_recv, "comm")) < 0
-            || (S.so_ureq = slot_offset(S.send_op, "ureq")) < 0
-            || (S.so_ack = slot_offset(S.send_op, "ack")) < 0
-            || (S.ur_done = slot_offset(S.ucxpy_request, "done")) < 0
-            || (S.ur_exc = slot_offset(S.ucxpy_request, "exc")) < 0
-            || (S.revoked_off = slot_offset(S.comm_impl, "revoked")) < 0
-            || (S.eps_off = slot_offset(S.comm_impl, "eps")) < 0
-            || (S.peers_off = slot_offset(S.comm_impl, "peers")) < 0
-            || (S.p2p_off = slot_offset(S.comm_impl, "p2p")) < 0)
+    if (slot_offsets(slots) < 0)
         goto bad;
     S.np_fields = (v = PyDict_GetItemString(cfg, "ndarray_fields")) != NULL
         && PyObject_IsTrue(v) > 0;

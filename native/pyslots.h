@@ -30,4 +30,22 @@ slot_offset(PyTypeObject *type, const char *name)
 /* the field of slot offset ``off`` of ``o`` (an lvalue; NULL when unset) */
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
+/* one offset to look up: ``*off`` becomes that of slot ``name`` of ``*type`` */
+typedef struct {
+    PyTypeObject **type;
+    Py_ssize_t *off;
+    const char *name;
+} slot_spec_t;
+
+/* the offsets of ``specs`` (a NULL name ends them): 0, or -1 with the
+ * error of the first slot_offset that failed */
+static inline int
+slot_offsets(const slot_spec_t *specs)
+{
+    for (; specs->name != NULL; specs++)
+        if ((*specs->off = slot_offset(*specs->type, specs->name)) < 0)
+            return -1;
+    return 0;
+}
+
 #endif
