@@ -822,7 +822,7 @@ plain_recv(PyObject *req)
 
 /* -- drain_tag: frames already in the ring into the receives posted for them --
  *
- * recv_configure(RecvRequest, TagInfo, deque) (above) names the classes.
+ * recv_configure(RecvRequest, TagInfo, deque, TagMatcher) (above) names the classes.
  *
  * drain_tag(ring, connection, am_id, tag, queue, source) -> count (plus
  * WAKE_BIT when a producer waits for space: the caller wakes it)
@@ -1391,7 +1391,7 @@ done:
  *   its __init__'s frame.
  * complete_recv(req, source, tag, length) -> None: req.complete(TagInfo(...))
  *   for the receive a fast path took a message for (Worker._wait_exact, the
- *   poll of recv_poller, _fast_drain, tag.deliver_eager); a RecvRequest
+ *   poll of recv_poller, _fast_drain); a RecvRequest
  *   without callbacks, not done, gets its slots set here as complete() sets
  *   them, anything else has its complete() called. */
 static PyObject *
@@ -1428,7 +1428,7 @@ complete_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
  *
- * recv_configure(RecvRequest, TagInfo, deque) (above) names the classes.
+ * recv_configure(RecvRequest, TagInfo, deque, TagMatcher) (above) names the classes.
  *
  * post_recv(worker, buf, tag, mask, source[, cls]) -> the posted RecvRequest
  * (of class ``cls`` when given: a subclass of RecvRequest whose own slots the
