@@ -63,7 +63,7 @@ def configure(worker) -> None:
     from .handle import Handle
     from .op import SUM, Op
     from .ops import PostedRecv, RecvOp, SendOp
-    from .p2p import _SENT, _isend_pending, _recv_ack, _recv_wait
+    from .p2p import _SENT, _recv_ack, _recv_wait
     from .request import Request
     from .status import ANY_TAG
     from .win import FLUSH_PROGRESS_EVERY, atomic_op_codes, flush_progress
@@ -75,8 +75,7 @@ def configure(worker) -> None:
         "translate": translate, "worker": worker, "recv_wait": _recv_wait,
         "recv_ack": _recv_ack, "flush_progress": flush_progress, "request": Request,
         "recv_op": RecvOp, "posted_recv": PostedRecv, "sent_op": _SENT,
-        "isend_pending": _isend_pending, "send_op": SendOp, "post_recv": worker._post_recv,
-        "ucxpy_request": ucxpy.Request,
+        "send_op": SendOp, "post_recv": worker._post_recv, "ucxpy_request": ucxpy.Request,
         "wait_op": E.ENGINE.wait,
         "op_codes": atomic_op_codes(_accel.NOOP_BIT), "sum_op": SUM,
         "tag_ub": E.TAG_UB, "mask_tag": E.MASK_TAG, "mask_any_tag": E.MASK_ANY_TAG,

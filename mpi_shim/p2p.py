@@ -701,11 +701,6 @@ def _recv_wait(comm, buf, source, tag=ANY_TAG, status=None) -> None:
     op.finish(status)
 
 
-def _isend_pending(ureq, buf):
-    """Isend's request for a send still in flight (keeping its buffer)."""
-    return Request._wrap(SendOp(ureq, None, buf))
-
-
 # the common case of these in C (mpi_shim.accel), the methods above for the rest
 accel.wrap(P2P, {"Send": accel.SEND, "Recv": accel.RECV, "Isend": accel.ISEND,
                  "Irecv": accel.IRECV})

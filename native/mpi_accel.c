@@ -60,9 +60,10 @@ static struct {
     PyTypeObject *handle, *comm_impl, *op_type, *ndarray, *request, *recv_op, *send_op,
                  *ucxpy_request, *posted_recv;
     Py_ssize_t h_off, const_off, revoked_off, eps_off, peers_off, p2p_off;
-    Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, ur_done, ur_exc, pr_comm;
+    Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, so_keep, ur_done, ur_exc,
+               pr_comm;
     PyObject *completed, *ucxpy_error, *translate, *worker, *recv_wait, *recv_ack,
-             *flush_progress, *op_codes, *sum_op, *sent_op, *isend_pending, *post_recv,
+             *flush_progress, *op_codes, *sum_op, *sent_op, *post_recv,
              *wait_op, *mask_tag_obj, *mask_any_tag_obj;
     unsigned long long handled[K_COUNT];
     unsigned long long tag_ub, mask_tag, mask_any_tag, seq_mask, user_mask;
@@ -376,14 +377,26 @@ static int
 fast_isend(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
     int declined;
-    PyObject *req = post_send(args, nargs, &declined);
+    PyObject *req = post_send(args, nargs, &declined), *op;
+    Py_ssize_t offsets[3];
+    PyObject *values[3];
 
     if (req == NULL)
         return declined ? DECLINED : FAILED;
-    if (req == S.completed)
+    if (req == S.completed) {
         *result = request_of(S.sent_op);
-    else                                    /* in flight: its op keeps the buffer */
-        *result = PyObject_CallFunctionObjArgs(S.isend_pending, req, args[1], NULL);
+    } else {
+        /* in flight: SendOp(req, None, buf), which keeps the buffer */
+        offsets[0] = S.so_ureq;
+        offsets[1] = S.so_ack;
+        offsets[2] = S.so_keep;
+        values[0] = req;
+        values[1] = Py_None;
+        values[2] = args[1];
+        op = new_slotted(S.send_op, 3, offsets, values);
+        *result = op != NULL ? request_of(op) : NULL;
+        Py_XDECREF(op);
+    }
     Py_DECREF(req);
     return *result != NULL ? HANDLED : FAILED;
 }
@@ -1321,6 +1334,7 @@ configure(PyObject *module, PyObject *cfg)
         {&S.recv_op, &S.ro_msg, "msg"}, {&S.recv_op, &S.ro_staging, "staging"},
         {&S.posted_recv, &S.pr_comm, "comm"},
         {&S.send_op, &S.so_ureq, "ureq"}, {&S.send_op, &S.so_ack, "ack"},
+        {&S.send_op, &S.so_keep, "keep"},
         {&S.ucxpy_request, &S.ur_done, "done"}, {&S.ucxpy_request, &S.ur_exc, "exc"},
         {&S.comm_impl, &S.revoked_off, "revoked"}, {&S.comm_impl, &S.eps_off, "eps"},
         {&S.comm_impl, &S.peers_off, "peers"}, {&S.comm_impl, &S.p2p_off, "p2p"},
@@ -1346,7 +1360,6 @@ configure(PyObject *module, PyObject *cfg)
             || take_type(cfg, "ucxpy_request", &S.ucxpy_request) < 0
             || take(cfg, "wait_op", &S.wait_op) < 0
             || take(cfg, "sent_op", &S.sent_op) < 0
-            || take(cfg, "isend_pending", &S.isend_pending) < 0
             || take(cfg, "post_recv", &S.post_recv) < 0
             || take(cfg, "completed", &S.completed) < 0
             || take(cfg, "ucxpy_error", &S.ucxpy_error) < 0
