@@ -655,7 +655,7 @@ static struct {
     PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
     PyTypeObject *matcher;      /* TagMatcher, whose slots post_recv reads and sets */
     Py_ssize_t m_exact, m_buckets, m_bucket_mask, m_wild, m_unexpected, m_seq, m_spare;
-    PyObject *mask_obj;         /* the last mask post_recv converted, and its value */
+    PyObject *mask_obj;         /* the last mask mask_value() converted, and its value */
     unsigned long long mask_val;
 } R;
 
@@ -914,6 +914,26 @@ slot_ref(PyObject *o, Py_ssize_t off)
     return v == NULL ? NULL : Py_NewRef(v);
 }
 
+/* The tag mask int ``o`` as PyLong_AsUnsignedLongLong converts it.  A layer
+ * posts its receives with one or two mask objects, and a mask of 64 bits
+ * converts slowly (CPython's byte-array path above 30 bits): the value of
+ * the last one converted is kept (post_recv, and match_head for every
+ * frame it matches to a posted receive). */
+static unsigned long long
+mask_value(PyObject *o)
+{
+    unsigned long long v;
+
+    if (o == R.mask_obj)
+        return R.mask_val;
+    v = PyLong_AsUnsignedLongLong(o);
+    if (v != (unsigned long long)-1 || !PyErr_Occurred()) {
+        Py_XSETREF(R.mask_obj, Py_NewRef(o));
+        R.mask_val = v;
+    }
+    return v;
+}
+
 /* -- dispatch_tag: the inbox's tagged messages into the receives posted for them --
  *
  * dispatch_tag(ring, conns, matcher, limit, sends, split) -> count (plus
@@ -1021,7 +1041,7 @@ match_head(match_state_t *ms, PyObject *rid, uint64_t tag, PyObject **req, PyObj
         Py_DECREF(r);
         return 0;
     }
-    rmask = PyLong_AsUnsignedLongLong(SLOT(r, R.mask));
+    rmask = mask_value(SLOT(r, R.mask));
     if (PyErr_Occurred() || (tag & ms->nmask & ~rmask)) {
         Py_DECREF(r);
         PyErr_Clear();
@@ -1469,15 +1489,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     buf = args[1];
     if (!PyLong_CheckExact(args[2]) || !PyLong_CheckExact(args[3]) || !PyLong_CheckExact(args[4]))
         Py_RETURN_NONE;
-    /* a layer posts with one or two masks, and a mask of 64 bits converts
-     * slowly (CPython's byte-array path above 30 bits): the last one's value */
-    if (args[3] == R.mask_obj) {
-        mask = R.mask_val;
-    } else if ((mask = PyLong_AsUnsignedLongLong(args[3])) != (unsigned long long)-1
-               || !PyErr_Occurred()) {
-        Py_XSETREF(R.mask_obj, Py_NewRef(args[3]));
-        R.mask_val = mask;
-    }
+    mask = mask_value(args[3]);
     tag = PyLong_AsUnsignedLongLong(args[2]);       /* (a tag of 64 bits at most) */
     source = PyLong_AsLongLongAndOverflow(args[4], &overflow);
     if (PyErr_Occurred()) {

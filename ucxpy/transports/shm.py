@@ -609,7 +609,7 @@ class ShmInterface(Interface):
         self.pid = os.getpid()          # (what every offer and key names: no syscall per send)
         self._sock_name = f"ucxpy-{self.pid}-{token}".encode()
         try:
-            self._inbox = Inbox.create(f"{SEG_PREFIX}{os.getpid()}-{token}", self.ring_size)
+            self._inbox = Inbox.create(f"{SEG_PREFIX}{self.pid}-{token}", self.ring_size)
         except OSError as e:
             self.md.close()
             raise ConnectionLost(f"cannot create a shm inbox of {HDR + self.ring_size} "
@@ -625,7 +625,7 @@ class ShmInterface(Interface):
         self._sock.setblocking(False)
         self._probe = lib.ucxpy_cma_probe_addr()
         self._address = _ADDR.pack(_ADDR_MAGIC, _VERSION,
-                                   _F_CMA if caps & Caps.GET_ZCOPY else 0, os.getpid(),
+                                   _F_CMA if caps & Caps.GET_ZCOPY else 0, self.pid,
                                    self.ring_size, self._probe, _ns_inode("pid"),
                                    _shm_dev()) + self._sock_name
         self._eps: set = set()              # live endpoints
@@ -704,7 +704,7 @@ class ShmInterface(Interface):
         ep = ShmEndpoint(self, self._map_peer(name, ring), _new_source(), _new_source(),
                          pid, peer_sock, probe, accepted=False)
         self._add(ep)
-        req = _REQ.pack(_REQ_MAGIC, _VERSION, 0, os.getpid(), self.ring_size, self._probe,
+        req = _REQ.pack(_REQ_MAGIC, _VERSION, 0, self.pid, self.ring_size, self._probe,
                         ep._out, ep._in) + self._sock_name
         self._send_ctl(peer_sock, req, ep)
         return ep
@@ -949,13 +949,13 @@ class ShmInterface(Interface):
         producers whose frames that lost learn it and fail their connection,
         and we ask every peer to check now.  Retried from progress() while a
         producer holds the lock."""
-        if lib.ucxpy_ring_reset(self._rx, os.getpid()) == 0:
+        if lib.ucxpy_ring_reset(self._rx, self.pid) == 0:
             now = time.monotonic()
             self._corrupt_since = self._corrupt_since or now
             holder = lib.ucxpy_ring_lock_owner(self._rx)
             if not (_free_stuck_lock(self._rx, holder, self._inbox.name,
                                      now - self._corrupt_since)
-                    and lib.ucxpy_ring_reset(self._rx, os.getpid())):
+                    and lib.ucxpy_ring_reset(self._rx, self.pid)):
                 return
         self._corrupt_since = 0.0
         self._corrupt = False
