@@ -635,12 +635,14 @@ static PyTypeObject SerializedType = {
 };
 
 
-/* -- the receive classes drain_tag and post_recv fill ------------------------------
+/* -- the receive classes drain_tag, dispatch_tag and post_recv fill ------------------
  *
- * recv_configure(RecvRequest, TagInfo, deque, TagMatcher): the classes whose
- * slots they fill as the classes' __init__ and Request.complete would,
- * collections.deque (the tag matcher's queues) and the tag matcher's class
- * (post_recv reads and sets its slots). */
+ * recv_configure(RecvRequest, TagInfo, deque, TagMatcher, UnexpectedMessage,
+ * RtsInfo): the classes whose slots they fill as the classes' __init__ and
+ * Request.complete would, collections.deque (the tag matcher's queues), the
+ * tag matcher's class (post_recv reads and sets its slots) and those of the
+ * unexpected queue's messages and of the rendezvous offers among them
+ * (dispatch_tag queues them, post_recv takes them). */
 static struct {
     PyTypeObject *req, *info;
     PyObject *deque;
@@ -650,11 +652,17 @@ static struct {
              *s_cancel_recv, *s_append, *s_wild, *s_buckets, *s_bucket_mask,
              *s_notify_mask, *s_owner_ep, *s_remote_id, *s_queue, *s_held, *s_exc, *s_closing,
              *s_tx, *s_tx_addr, *s_wake_peer, *s_peer_pid, *s_cma_ok, *s_lane_tep, *s_busy,
-             *s_req, *s_complete;
+             *s_req, *s_complete, *s_give, *s_copy, *s_payloads, *s_tep_held, *s_min, *s_iface,
+             *s_splits, *s_config, *s_split_thresh;
     PyTypeObject *req_base;     /* Request, RecvRequest's base */
     PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
     PyTypeObject *matcher;      /* TagMatcher, whose slots post_recv reads and sets */
-    Py_ssize_t m_exact, m_buckets, m_bucket_mask, m_wild, m_unexpected, m_seq, m_spare;
+    Py_ssize_t m_exact, m_buckets, m_bucket_mask, m_wild, m_unexpected, m_seq, m_spare,
+               m_notify_mask;
+    PyTypeObject *unexp;        /* UnexpectedMessage, and its slots */
+    Py_ssize_t u_source, u_tag, u_length, u_data, u_rts;
+    PyTypeObject *rts;          /* RtsInfo (rendezvous offers queued unexpected), and its slots */
+    Py_ssize_t r_tep, r_sreq_id, r_size, r_raddr, r_rkey;
     PyObject *mask_obj;         /* the last mask mask_value() converted, and its value */
     unsigned long long mask_val;
 } R;
@@ -662,11 +670,12 @@ static struct {
 static PyObject *
 recv_configure(PyObject *self, PyObject *args)
 {
-    PyTypeObject *req, *info, *matcher;
+    PyTypeObject *req, *info, *matcher, *unexp, *rts;
     PyObject *deque;
 
-    if (!PyArg_ParseTuple(args, "O!O!O!O!", &PyType_Type, &req, &PyType_Type, &info,
-                          &PyType_Type, &deque, &PyType_Type, &matcher))
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!O!", &PyType_Type, &req, &PyType_Type, &info,
+                          &PyType_Type, &deque, &PyType_Type, &matcher, &PyType_Type, &unexp,
+                          &PyType_Type, &rts))
         return NULL;
     const slot_spec_t slots[] = {
         {&req, &R.worker, "worker"}, {&req, &R.done, "done"}, {&req, &R.exc, "exc"},
@@ -679,7 +688,12 @@ recv_configure(PyObject *self, PyObject *args)
         {&matcher, &R.m_exact, "exact"}, {&matcher, &R.m_buckets, "buckets"},
         {&matcher, &R.m_bucket_mask, "bucket_mask"}, {&matcher, &R.m_wild, "wild"},
         {&matcher, &R.m_unexpected, "unexpected"}, {&matcher, &R.m_seq, "_seq"},
-        {&matcher, &R.m_spare, "spare"},
+        {&matcher, &R.m_spare, "spare"}, {&matcher, &R.m_notify_mask, "notify_mask"},
+        {&unexp, &R.u_source, "source"}, {&unexp, &R.u_tag, "tag"},
+        {&unexp, &R.u_length, "length"}, {&unexp, &R.u_data, "data"},
+        {&unexp, &R.u_rts, "rts"},
+        {&rts, &R.r_tep, "tep"}, {&rts, &R.r_sreq_id, "sreq_id"}, {&rts, &R.r_size, "size"},
+        {&rts, &R.r_raddr, "raddr"}, {&rts, &R.r_rkey, "rkey"},
         {NULL, NULL, NULL},
     };
 
@@ -715,11 +729,22 @@ recv_configure(PyObject *self, PyObject *args)
     INTERN(s_busy, "busy");
     INTERN(s_req, "req");
     INTERN(s_complete, "complete");
+    INTERN(s_give, "give");
+    INTERN(s_copy, "copy");
+    INTERN(s_payloads, "_payloads");
+    INTERN(s_tep_held, "held");
+    INTERN(s_min, "MIN");
+    INTERN(s_iface, "iface");
+    INTERN(s_splits, "_splits");
+    INTERN(s_config, "config");
+    INTERN(s_split_thresh, "rndv_split_thresh");
 #undef INTERN
     Py_XSETREF(R.deque, Py_NewRef(deque));
     Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
     Py_XSETREF(R.req, (PyTypeObject *)Py_NewRef(req));
     Py_XSETREF(R.matcher, (PyTypeObject *)Py_NewRef(matcher));
+    Py_XSETREF(R.unexp, (PyTypeObject *)Py_NewRef(unexp));
+    Py_XSETREF(R.rts, (PyTypeObject *)Py_NewRef(rts));
     R.req_base = req->tp_base;      /* (held by R.req) */
     Py_RETURN_NONE;
 }
@@ -822,7 +847,7 @@ plain_recv(PyObject *req)
 
 /* -- drain_tag: frames already in the ring into the receives posted for them --
  *
- * recv_configure(RecvRequest, TagInfo, deque, TagMatcher) (above) names the classes.
+ * recv_configure() (above) names the classes.
  *
  * drain_tag(ring, connection, am_id, tag, queue, source) -> count (plus
  * WAKE_BIT when a producer waits for space: the caller wakes it)
@@ -936,7 +961,7 @@ mask_value(PyObject *o)
 
 /* -- dispatch_tag: the inbox's tagged messages into the receives posted for them --
  *
- * dispatch_tag(ring, conns, matcher, limit, sends, split) -> count (plus
+ * dispatch_tag(ring, conns, matcher, limit, sends, split, pool) -> count (plus
  * WAKE_BIT when a producer waits for space: the caller wakes it)
  *   What ShmInterface.progress, Worker.recv_frame and the worker's handlers
  *   do for the commonest frames, in one call for a run of them.  ``conns``
@@ -949,19 +974,24 @@ mask_value(PyObject *o)
  *              RecvRequest (no callbacks, a buffer it fits, no notification
  *              wanted): the payload is copied in, the receive leaves its
  *              queue and completes with TagInfo(remote id, tag, length).
+ *              When no receive is posted for it at all, it joins the
+ *              unexpected queue (its payload copied by ``pool``, the
+ *              worker's PayloadPool; not when ``pool`` is None).
  *   TAG_RTS    a rendezvous offer of fewer than ``split`` bytes with a shm
  *              key of the connection's peer, which CMA reaches, matched as
  *              above: the receive reads the sender's buffer by
  *              process_vm_readv, answers ATS(OK) on its Endpoint's lane
  *              (pushed when nothing is queued there, else by the lane's
- *              send()) and completes.
+ *              send()) and completes.  One with no receive posted for it
+ *              joins the unexpected queue, as an eager message does
+ *              (post_recv reads it so when a receive comes).
  *   RNDV_ATS   ATS(OK) of a send in ``sends`` (RendezvousProtocol.sends)
  *              with nothing else outstanding (busy 0) and a plain Request:
  *              the send leaves ``sends`` and completes.
  *
  *   At most ``limit`` frames.  Stops, consuming nothing more, at anything
- *   else (an empty ring, another kind of frame, an unknown or failed
- *   connection, an unexpected message, a wildcard receive posted, callbacks,
+ *   else (an empty ring, another kind of frame, an unknown, failed or held
+ *   connection, an unexpected offer, a wildcard receive posted, callbacks,
  *   truncation, a key or copy CMA refuses, an error status): the Python path
  *   takes that frame, in order, and reports its errors. */
 
@@ -977,6 +1007,7 @@ typedef struct {
     PyObject *exact, *buckets;
     uint64_t bmask, nmask;
     int have_buckets;
+    PyObject *unexp, *pool;     /* the unexpected queue and its PayloadPool, or NULL */
 } match_state_t;
 
 /* The receive match_posted would give a message (rid, tag), left in its
@@ -1185,8 +1216,68 @@ get_and_ack(PyObject *self, PyObject *args)
     return PyBool_FromLong(ok);
 }
 
-/* A tag frame (eager or RTS) into the receive posted for it.  1 when done,
- * 0 when the Python path must take it, -1 on error. */
+/* A tag frame that no receive is posted for into the unexpected queue, as
+ * Worker._on_tag_eager and _on_tag_rts queue one: an UnexpectedMessage of
+ * ``size`` bytes whose data is its eager payload's copy by the PayloadPool
+ * (``payload``: in the inbox; ``bytes`` below the pool's MIN, without a
+ * call), or, when ``payload`` is NULL, whose rts is the RtsInfo of an offer
+ * on ``tep`` (``hdr``: its wire.RTS words, ``key``: its shm key).  1 when
+ * queued, -1 on error. */
+static int
+keep_unexpected(match_state_t *ms, PyObject *rid, uint64_t tag, uint64_t size,
+                const uint8_t *payload, PyObject *tep, const uint64_t *hdr, const uint8_t *key)
+{
+    PyObject *data = NULL, *rts = NULL, *mv, *min, *msg = NULL, *r = NULL;
+    long long pool_min;
+
+    if (payload == NULL) {
+        data = Py_NewRef(Py_None);
+        if ((rts = R.rts->tp_alloc(R.rts, 0)) == NULL)
+            goto out;
+        SLOT(rts, R.r_tep) = Py_NewRef(tep);
+        if ((SLOT(rts, R.r_sreq_id) = PyLong_FromUnsignedLongLong(hdr[1])) == NULL
+                || (SLOT(rts, R.r_size) = PyLong_FromUnsignedLongLong(size)) == NULL
+                || (SLOT(rts, R.r_raddr) = PyLong_FromUnsignedLongLong(hdr[3])) == NULL
+                || (SLOT(rts, R.r_rkey) = PyBytes_FromStringAndSize((const char *)key,
+                                                                    SHM_RKEY_SIZE)) == NULL)
+            goto out;
+    } else {
+        rts = Py_NewRef(Py_None);
+        if ((min = attr(ms->pool, R.s_min)) == NULL)
+            goto out;
+        pool_min = PyLong_AsLongLong(min);
+        Py_DECREF(min);
+        if (pool_min == -1 && PyErr_Occurred())
+            goto out;
+        if ((long long)size < pool_min) {
+            data = PyBytes_FromStringAndSize((const char *)payload, (Py_ssize_t)size);
+        } else if ((mv = PyMemoryView_FromMemory((char *)payload, (Py_ssize_t)size,
+                                                 PyBUF_READ)) != NULL) {
+            data = PyObject_CallMethodOneArg(ms->pool, R.s_copy, mv);
+            Py_DECREF(mv);
+        }
+    }
+    if (data == NULL || (msg = R.unexp->tp_alloc(R.unexp, 0)) == NULL)
+        goto out;
+    SLOT(msg, R.u_source) = Py_NewRef(rid);
+    SLOT(msg, R.u_data) = Py_NewRef(data);
+    SLOT(msg, R.u_rts) = Py_NewRef(rts);
+    if ((SLOT(msg, R.u_tag) = PyLong_FromUnsignedLongLong(tag)) == NULL
+            || (SLOT(msg, R.u_length) = PyLong_FromUnsignedLongLong(size)) == NULL)
+        goto out;
+    r = PyObject_CallMethodOneArg(ms->unexp, R.s_append, msg);
+out:
+    Py_XDECREF(data);
+    Py_XDECREF(rts);
+    Py_XDECREF(msg);
+    Py_XDECREF(r);
+    return r == NULL ? -1 : 1;
+}
+
+/* A tag frame (eager or RTS) into the receive posted for it, or into the
+ * unexpected queue when no receive is posted for it (keep_unexpected, when
+ * ``ms`` names the queue).  1 when done, 0 when the Python path must take it,
+ * -1 on error. */
 static int
 take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *tep,
          PyObject *owner, PyObject *rid, long long split)
@@ -1204,9 +1295,6 @@ take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *t
             return 0;
         memcpy(hdr, h, RTS_SIZE);
         size = hdr[2];
-        if (size >= (uint64_t)split || !(pid = cma_key(tep, h + RTS_SIZE, hdr[3], size))
-                || (lane = attr(owner, R.s_lane_tep)) == NULL || lane == Py_None)
-            goto out;
     } else {
         size = out[4];
     }
@@ -1214,7 +1302,14 @@ take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *t
         rc = -1;
         goto out;
     }
-    if (req == NULL)
+    if (req == NULL) {
+        if (q == NULL && ms->unexp != NULL)     /* nothing posted for it */
+            rc = keep_unexpected(ms, rid, tag, size, rts ? NULL : ring->data + out[3], tep, hdr,
+                                 h + RTS_SIZE);
+        goto out;
+    }
+    if (rts && (size >= (uint64_t)split || !(pid = cma_key(tep, h + RTS_SIZE, hdr[3], size))
+                || (lane = attr(owner, R.s_lane_tep)) == NULL || lane == Py_None))
         goto out;
     if (PyObject_GetBuffer(SLOT(req, R.buf), &view, PyBUF_WRITABLE) < 0) {
         PyErr_Clear();
@@ -1327,13 +1422,13 @@ dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     ucxpy_ring_t *ring;
     PyObject *conns, *matcher, *sends, *wild = NULL, *bmask_o = NULL, *nmask_o = NULL,
-             *src, *tep, *owner = NULL, *failed = NULL, *rid = NULL;
-    match_state_t ms = {NULL, NULL, 0, 0, 0};
+             *src, *tep, *held = NULL, *owner = NULL, *failed = NULL, *rid = NULL;
+    match_state_t ms = {NULL, NULL, 0, 0, 0, NULL, NULL};
     uint64_t out[UCXPY_RING_PEEK_OUT];
     long long count = 0, limit, split;
     int wake = 0, rc;
 
-    if (!receive_call(nargs, 6, "dispatch_tag(ring, conns, matcher, limit, sends, split)"))
+    if (!receive_call(nargs, 7, "dispatch_tag(ring, conns, matcher, limit, sends, split, pool)"))
         return NULL;
     ring = (ucxpy_ring_t *)(uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
     limit = PyLong_AsLongLong(args[3]);
@@ -1364,6 +1459,13 @@ dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     }
     if (PyErr_Occurred())
         goto done;
+    if (args[6] != Py_None && Py_TYPE(matcher) == R.matcher
+            && (ms.unexp = slot_ref(matcher, R.m_unexpected)) != NULL) {
+        if (Py_TYPE(ms.unexp) == (PyTypeObject *)R.deque)
+            ms.pool = args[6];
+        else
+            Py_CLEAR(ms.unexp);
+    }
     while (count < limit && !wake) {
         if (ucxpy_ring_peek(ring, out) != 1)
             break;
@@ -1377,11 +1479,13 @@ dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                 break;
             tep = PyDict_GetItemWithError(conns, src);
             Py_DECREF(src);
-            if (tep == NULL || (owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
+            if (tep == NULL || (held = attr(tep, R.s_tep_held)) == NULL || held != Py_None
+                    || (owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
                     || (failed = attr(owner, R.s_failed)) == NULL || failed != Py_None
                     || (rid = attr(owner, R.s_remote_id)) == NULL || !PyLong_CheckExact(rid))
                 break;
             rc = take_tag(&ms, ring, out, tep, owner, rid, split);
+            Py_CLEAR(held);
             Py_CLEAR(owner);
             Py_CLEAR(failed);
             Py_CLEAR(rid);
@@ -1397,6 +1501,8 @@ done:
     Py_XDECREF(ms.buckets);
     Py_XDECREF(bmask_o);
     Py_XDECREF(nmask_o);
+    Py_XDECREF(ms.unexp);
+    Py_XDECREF(held);
     Py_XDECREF(owner);
     Py_XDECREF(failed);
     Py_XDECREF(rid);
@@ -1448,7 +1554,211 @@ complete_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 
 /* -- post_recv: Worker.tag_recv_nb's common case ---------------------------------
  *
- * recv_configure(RecvRequest, TagInfo, deque, TagMatcher) (above) names the classes.
+ * Helpers first: the request, and the unexpected queue as Worker._post
+ * looks at it. */
+
+/* A new request of class ``cls`` (RecvRequest or a subclass) for the buffer
+ * ``mv`` of ``len`` bytes, with its slots set as RecvRequest.__init__ sets
+ * them and numbered ``seq``; NULL with an exception set. */
+static PyObject *
+new_recv(PyTypeObject *cls, PyObject *worker, PyObject *mv, Py_ssize_t len, PyObject *source,
+         PyObject *tag, PyObject *mask, PyObject *seq, PyObject *cancel)
+{
+    PyObject *cap = PyLong_FromSsize_t(len), *req = cap != NULL ? cls->tp_alloc(cls, 0) : NULL;
+
+    if (req == NULL) {
+        Py_XDECREF(cap);
+        return NULL;
+    }
+    SLOT(req, R.worker) = Py_NewRef(worker);
+    SLOT(req, R.done) = Py_NewRef(Py_False);
+    SLOT(req, R.exc) = Py_NewRef(Py_None);
+    SLOT(req, R.result) = Py_NewRef(Py_None);
+    SLOT(req, R.callbacks) = Py_NewRef(Py_None);
+    SLOT(req, R.cancel) = Py_NewRef(cancel);
+    SLOT(req, R.buf) = Py_NewRef(mv);
+    SLOT(req, R.capacity) = cap;
+    SLOT(req, R.source) = Py_NewRef(source);
+    SLOT(req, R.tag) = Py_NewRef(tag);
+    SLOT(req, R.mask) = Py_NewRef(mask);
+    SLOT(req, R.seq) = Py_NewRef(seq);
+    return req;
+}
+
+/* The oldest message of the unexpected queue ``unexp`` (a deque, in arrival
+ * order) from worker ``source`` whose tag matches ``tag`` under ``mask``, as
+ * TagMatcher.find_unexpected finds it: its index, *msg a new reference to
+ * it; -1 when there is none; -2 when the Python path must look (an entry
+ * that is not a plain UnexpectedMessage, or an error, left set).  A loop in
+ * C: the queue an all-to-all leaves (a message of every peer that ran
+ * first) costs nanoseconds per entry here. */
+static Py_ssize_t
+find_unexpected(PyObject *unexp, long long source, uint64_t tag, uint64_t mask, PyObject **msg)
+{
+    PyObject *it = PyObject_GetIter(unexp), *m, *s, *t;
+    Py_ssize_t i = 0, found = -1;
+    unsigned long long mt;
+
+    if (it == NULL)
+        return -2;
+    while (found == -1 && (m = PyIter_Next(it)) != NULL) {
+        s = SLOT(m, R.u_source);
+        t = SLOT(m, R.u_tag);
+        if (Py_TYPE(m) != R.unexp || s == NULL || t == NULL || !PyLong_CheckExact(s)
+                || !PyLong_CheckExact(t)) {
+            found = -2;
+        } else if (PyLong_AsLongLong(s) == source) {
+            mt = PyLong_AsUnsignedLongLong(t);
+            if (PyErr_Occurred())
+                found = -2;
+            else if (((mt ^ tag) & mask) == 0) {
+                *msg = Py_NewRef(m);
+                found = i;
+            }
+        } else if (PyErr_Occurred()) {
+            found = -2;
+        }
+        Py_DECREF(m);
+        i++;
+    }
+    Py_DECREF(it);
+    return PyErr_Occurred() ? -2 : found;
+}
+
+/* Whether a receive may read the rendezvous offer ``rts`` (an RtsInfo) of
+ * the unexpected queue into ``v`` natively, as Worker._recv_rndv lets
+ * ShmEndpoint.get_and_ack: it fits, its key is the shm key of the peer of a
+ * ShmEndpoint whose Endpoint has a lane (*lane, a new reference, for the
+ * ATS) and CMA reaches (*pid), and it is not one the receiver splits (of
+ * the worker's rndv_split_thresh or more, on an interface that splits).
+ * The offer's size and ids go to *size, *addr and *sreq_id.  0 when not,
+ * with no exception set. */
+static int
+rts_readable(PyObject *worker, PyObject *rts, Py_buffer *v, PyObject **lane, uint32_t *pid,
+             uint64_t *size, uint64_t *addr, uint64_t *sreq_id)
+{
+    PyObject *tep, *key, *owner = NULL, *iface = NULL, *splits = NULL, *config = NULL,
+             *thresh = NULL;
+    long long split = -1;
+    int ok = 0;
+
+    *lane = NULL;
+    if (Py_TYPE(rts) != R.rts)
+        return 0;
+    tep = SLOT(rts, R.r_tep);
+    key = SLOT(rts, R.r_rkey);
+    if (tep == NULL || key == NULL || !PyBytes_CheckExact(key)
+            || PyBytes_GET_SIZE(key) != SHM_RKEY_SIZE)
+        return 0;
+    *size = PyLong_AsUnsignedLongLong(SLOT(rts, R.r_size));
+    *addr = PyLong_AsUnsignedLongLong(SLOT(rts, R.r_raddr));
+    *sreq_id = PyLong_AsUnsignedLongLong(SLOT(rts, R.r_sreq_id));
+    if (PyErr_Occurred() || *size > (uint64_t)v->len)
+        goto out;
+    if ((iface = attr(tep, R.s_iface)) == NULL || (splits = attr(iface, R.s_splits)) == NULL)
+        goto out;
+    if (PyObject_IsTrue(splits)) {
+        if ((config = attr(worker, R.s_config)) == NULL
+                || (thresh = attr(config, R.s_split_thresh)) == NULL
+                || ((split = PyLong_AsLongLong(thresh)) == -1 && PyErr_Occurred())
+                || *size >= (uint64_t)split)
+            goto out;
+    }
+    if ((owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
+            || (*lane = attr(owner, R.s_lane_tep)) == NULL || *lane == Py_None)
+        goto out;
+    *pid = cma_key(tep, (const uint8_t *)PyBytes_AS_STRING(key), *addr, *size);
+    ok = *pid != 0;
+out:
+    Py_XDECREF(owner);
+    Py_XDECREF(iface);
+    Py_XDECREF(splits);
+    Py_XDECREF(config);
+    Py_XDECREF(thresh);
+    if (!ok)
+        Py_CLEAR(*lane);
+    PyErr_Clear();
+    return ok;
+}
+
+/* A new receive (for the buffer ``mv``, ``v``: post_recv's arguments ``args``)
+ * given ``msg``, the message at index ``k`` of the unexpected queue
+ * ``unexp`` of matcher ``m`` that it matches, as Worker._post and
+ * _deliver_unexpected give it one: an eager payload copied in (its buffer
+ * back to the worker's PayloadPool), or a rendezvous offer read by CMA and
+ * answered ATS (rts_readable); the message out of the queue, the request
+ * completed.  NULL with no error set when the Python path must do it (a
+ * notification wanted, a message larger than the buffer: it reports the
+ * truncation, an offer not readable so). */
+static PyObject *
+recv_unexpected(PyObject *worker, PyObject *m, PyObject *unexp, Py_ssize_t k, PyObject *msg,
+                PyObject *mv, Py_buffer *v, PyTypeObject *cls, PyObject *const *args,
+                uint64_t mask)
+{
+    PyObject *data = SLOT(msg, R.u_data), *rts = SLOT(msg, R.u_rts), *nm = SLOT(m, R.m_notify_mask),
+             *t = SLOT(msg, R.u_tag), *lane = NULL, *pool, *r, *req, *zero;
+    unsigned long long mt, nmask;
+    uint64_t size, addr, sreq_id;
+    uint32_t pid;
+    Py_ssize_t n;
+    Py_buffer dv;
+
+    if (data == NULL || rts == NULL || (data == Py_None) == (rts == Py_None) || nm == NULL
+            || !PyLong_CheckExact(nm))
+        return NULL;
+    mt = PyLong_AsUnsignedLongLong(t);
+    nmask = PyLong_AsUnsignedLongLong(nm);
+    if (PyErr_Occurred() || (mt & nmask & ~mask)) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (rts != Py_None) {               /* an offer: read by CMA, answered ATS */
+        if (!rts_readable(worker, rts, v, &lane, &pid, &size, &addr, &sreq_id))
+            return NULL;
+        if (size && ucxpy_cma_read((int)pid, v->buf, addr, (size_t)size) != (int64_t)size) {
+            Py_DECREF(lane);
+            return NULL;                /* the Python path reads again and reports */
+        }
+        n = (Py_ssize_t)size;
+        if (PySequence_DelItem(unexp, k) == 0)
+            send_ats(lane, sreq_id);
+        Py_DECREF(lane);
+        if (PyErr_Occurred())
+            return NULL;
+    } else {                            /* eager: its copy out of the pool's buffer */
+        if (PyObject_GetBuffer(data, &dv, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            return NULL;
+        }
+        n = dv.len;
+        if (n > v->len) {
+            PyBuffer_Release(&dv);
+            return NULL;
+        }
+        memcpy(v->buf, dv.buf, (size_t)n);
+        PyBuffer_Release(&dv);
+        if (PySequence_DelItem(unexp, k) < 0)
+            return NULL;
+        SLOT(msg, R.u_data) = Py_NewRef(Py_None);       /* (its reference is ours now) */
+        if ((pool = attr(worker, R.s_payloads)) != NULL) {
+            r = PyObject_CallMethodOneArg(pool, R.s_give, data);
+            Py_DECREF(pool);
+            Py_XDECREF(r);
+        }
+        Py_DECREF(data);
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    if ((zero = PyLong_FromLong(0)) == NULL)
+        return NULL;
+    req = new_recv(cls, worker, mv, v->len, args[4], args[2], args[3], zero, Py_None);
+    Py_DECREF(zero);
+    if (req != NULL && complete_plain(req, args[4], mt, n) < 0)
+        Py_CLEAR(req);
+    return req;
+}
+
+/* recv_configure() (above) names the classes.
  *
  * post_recv(worker, buf, tag, mask, source[, cls]) -> the posted RecvRequest
  * (of class ``cls`` when given: a subclass of RecvRequest whose own slots the
@@ -1456,24 +1766,27 @@ complete_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
  * another class), or None having done nothing (the Python method then does
  * it all)
  *   for a receive from a worker id (a tag and mask of 64 bits), into a
- *   writable 1-D C-contiguous byte buffer (format "B"), with tracing off,
- *   the unexpected queue empty and the source's endpoint not failed: makes
- *   the request (buf: a memoryview of ``buf``) and posts it as
- *   TagMatcher.post does: numbered, then appended to the queue for
- *   (source, tag) when the mask is all ones, to the bucket for
- *   (source, tag & mask) when it is the matcher's bucket_mask, else to the
- *   masked list. */
+ *   writable 1-D C-contiguous byte buffer (format "B"), with tracing off
+ *   and the source's endpoint not failed: makes the request (buf: a
+ *   memoryview of ``buf``).  When the unexpected queue holds a message it
+ *   matches (find_unexpected), that message completes it (recv_unexpected:
+ *   an eager one, wanting no notification, that fits; else the Python
+ *   method does it all).  When none, it is posted as TagMatcher.post does:
+ *   numbered, then appended to the queue for (source, tag) when the mask
+ *   is all ones, to the bucket for (source, tag & mask) when it is the
+ *   matcher's bucket_mask, else to the masked list. */
 static PyObject *
 post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *worker, *buf, *mv = NULL, *tr = NULL, *m = NULL, *unexp = NULL, *eps = NULL,
              *ep, *failed = NULL, *posted = NULL, *seq = NULL, *next = NULL, *cancel = NULL,
-             *key = NULL, *q, *sp, *req = NULL, *cap = NULL, *tup, *r, *out = NULL,
-             *bmask = NULL, *ktag = NULL;
+             *key = NULL, *q, *sp, *req = NULL, *tup, *r, *out = NULL, *bmask = NULL,
+             *ktag = NULL, *msg = NULL;
     Py_buffer *v;
     PyTypeObject *cls = R.req;
     long long source;
     unsigned long long mask, tag;
+    Py_ssize_t k;
     int overflow, empty, queued;
 
     if ((nargs != 5 && nargs != 6) || R.req == NULL)
@@ -1505,7 +1818,7 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             || (unexp = slot_ref(m, R.m_unexpected)) == NULL)
         goto done;
     empty = PyObject_Not(unexp);
-    if (empty <= 0)
+    if (empty < 0 || (!empty && Py_TYPE(unexp) != (PyTypeObject *)R.deque))
         goto done;
     if ((eps = attr(worker, R.s_endpoints)) == NULL || !PyDict_CheckExact(eps))
         goto done;
@@ -1535,29 +1848,25 @@ post_recv(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (v->readonly || v->ndim != 1 || (v->format != NULL && strcmp(v->format, "B"))
             || !PyBuffer_IsContiguous(v, 'C'))
         goto done;
+    if (!empty) {           /* what arrived first, else posted below */
+        k = find_unexpected(unexp, source, tag, mask, &msg);
+        if (k == -2)
+            goto done;
+        if (k >= 0) {
+            out = recv_unexpected(worker, m, unexp, k, msg, mv, v, cls, args, mask);
+            goto done;
+        }
+    }
     if ((seq = slot_ref(m, R.m_seq)) == NULL || !PyLong_CheckExact(seq)
             || (next = PyLong_FromLongLong(PyLong_AsLongLong(seq) + 1)) == NULL
             || PyErr_Occurred()
             || (cancel = attr(worker, R.s_cancel_recv)) == NULL
-            || (cap = PyLong_FromSsize_t(v->len)) == NULL
             || (ktag = PyLong_FromUnsignedLongLong(tag & mask)) == NULL
             || (key = PyTuple_Pack(2, args[4], ktag)) == NULL)
         goto done;
-    req = cls->tp_alloc(cls, 0);
+    req = new_recv(cls, worker, mv, v->len, args[4], args[2], args[3], next, cancel);
     if (req == NULL)
         goto done;
-    SLOT(req, R.worker) = Py_NewRef(worker);
-    SLOT(req, R.done) = Py_NewRef(Py_False);
-    SLOT(req, R.exc) = Py_NewRef(Py_None);
-    SLOT(req, R.result) = Py_NewRef(Py_None);
-    SLOT(req, R.callbacks) = Py_NewRef(Py_None);
-    SLOT(req, R.cancel) = Py_NewRef(cancel);
-    SLOT(req, R.buf) = Py_NewRef(mv);
-    SLOT(req, R.capacity) = Py_NewRef(cap);
-    SLOT(req, R.source) = Py_NewRef(args[4]);
-    SLOT(req, R.tag) = Py_NewRef(args[2]);
-    SLOT(req, R.mask) = Py_NewRef(args[3]);
-    SLOT(req, R.seq) = Py_NewRef(next);
     Py_XSETREF(SLOT(m, R.m_seq), Py_NewRef(next));
     if (!queued) {                           /* masked: the list, in posting order */
         if (PyList_Append(posted, req) < 0)
@@ -1603,7 +1912,7 @@ done:
     Py_XDECREF(seq);
     Py_XDECREF(next);
     Py_XDECREF(cancel);
-    Py_XDECREF(cap);
+    Py_XDECREF(msg);
     Py_XDECREF(key);
     Py_XDECREF(ktag);
     Py_XDECREF(bmask);
@@ -1625,8 +1934,8 @@ static PyMethodDef methods[] = {
     {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
      "a put or get on mapped peer memory, or False"},
     {"recv_configure", recv_configure, METH_VARARGS,
-     "recv_configure(RecvRequest, TagInfo, deque, TagMatcher): the classes drain_tag and "
-     "post_recv fill"},
+     "recv_configure(RecvRequest, TagInfo, deque, TagMatcher, UnexpectedMessage, RtsInfo): "
+     "the classes drain_tag, dispatch_tag and post_recv fill"},
     {"tag_info", (PyCFunction)(void (*)(void))tag_info, METH_FASTCALL,
      "TagInfo(source, tag, length), made in C"},
     {"complete_recv", (PyCFunction)(void (*)(void))complete_recv, METH_FASTCALL,

@@ -808,7 +808,8 @@ def test_the_native_dispatch_takes_eager_messages_for_posted_receives(shm_pair):
         p.wait(bk, ex)
         assert (bytes(bk.buf[:3]), bytes(ex.buf[:3])) == (b"1st", b"2nd")
 
-        # unexpected first: the Python path keeps it, the next one is native
+        # unexpected first (queued natively too, see the next test), then a
+        # posted receive's message: native
         ep.tag_send(b"early", 41)
         b.progress()
         assert len(m.unexpected) == 1
@@ -838,6 +839,100 @@ def test_the_native_dispatch_takes_eager_messages_for_posted_receives(shm_pair):
         m.bucket_mask = saved
 
 
+def test_unexpected_messages_are_queued_and_received_natively(shm_pair):
+    """An eager message no receive is posted for joins the unexpected queue
+    in ``dispatch_tag`` (its payload copied by the worker's PayloadPool from
+    4 KiB on), and a receive posted later that one matches takes it in
+    ``post_recv``: the oldest match from its source, under its mask, the
+    pool's buffer given back, the request complete when posted.  What the
+    C post must not take (a rendezvous offer, a notification wanted, a
+    message larger than the buffer, a wildcard source) goes the Python way,
+    with the same result."""
+    p, a, b, ep = shm_pair
+    iface = _shm_iface(b)
+    m = b.matcher
+    python_posts = []
+    real_post = b._post
+    b._post = lambda req: python_posts.append(req) or real_post(req)
+    try:
+        big = bytes(range(256)) * 20                    # 5120 B: a pool buffer
+        before = iface.native_rx
+        for data, tag in ((b"one", 41), (big, 42), (b"two", 41), (b"x7", 0x107)):
+            ep.tag_send(data, tag)
+        p.drive(lambda: len(m.unexpected) == 4, 10)
+        assert iface.native_rx - before == 4
+        assert [(u.source, u.tag, u.length, u.rts) for u in m.unexpected] == \
+            [(0, 41, 3, None), (0, 42, 5120, None), (0, 41, 3, None), (0, 0x107, 2, None)]
+        assert type(m.unexpected[0].data) is bytes and type(m.unexpected[1].data) is memoryview
+
+        bufs = [bytearray(8), bytearray(8000), bytearray(8), bytearray(8)]
+        got = [b.tag_recv_nb(bufs[1], 42, source=0),            # behind an older message
+               b.tag_recv_nb(bufs[0], 41, source=0),            # the oldest of two
+               b.tag_recv_nb(bufs[2], 41, source=0),
+               b.tag_recv_nb(bufs[3], 0x100, 0xF00, source=0)]  # masked: 0x107
+        assert all(r.done and r.exc is None for r in got) and not python_posts
+        assert [(r.result.source, r.result.tag, r.result.length) for r in got] == \
+            [(0, 42, 5120), (0, 41, 3), (0, 41, 3), (0, 0x107, 2)]
+        assert (bytes(bufs[1][:5120]), bytes(bufs[0][:3]), bytes(bufs[2][:3]),
+                bytes(bufs[3][:2])) == (big, b"one", b"two", b"x7")
+        assert not m.unexpected and not m.exact and b._payloads._free.get(8192)
+
+        # a receive with nothing for it queued is posted as usual, behind
+        # what another source or tag left
+        ep.tag_send(b"other", 43)
+        p.drive(lambda: len(m.unexpected) == 1, 10)
+        r44 = b.tag_recv_nb(bytearray(8), 44, source=0)
+        assert not r44.done and list(m.exact) == [(0, 44)] and not python_posts
+        ep.tag_send(b"44", 44)
+        p.wait(r44)
+        assert r44.result.length == 2 and len(m.unexpected) == 1
+
+        # the Python way: truncation, a wildcard source, a notification
+        with pytest.raises(ucxpy.TruncationError):
+            b.tag_recv_nb(bytearray(2), 43, source=0).wait(10)
+        assert len(python_posts) == 1 and not m.unexpected
+        ep.tag_send(b"w", 45)
+        p.drive(lambda: len(m.unexpected) == 1, 10)
+        assert b.tag_recv_nb(bytearray(4), 45).wait(10).length == 1     # ANY_SOURCE
+        assert len(python_posts) == 2
+        seen = []
+        m.notify_mask, m.notify = 0xF000, seen.append
+        try:
+            ep.tag_send(b"n", 0x1046)
+            p.drive(lambda: len(m.unexpected) == 1, 10)
+            r = b.tag_recv_nb(bytearray(4), 0x46, 0xFFF, source=0)
+            assert r.wait(10).tag == 0x1046 and seen == [r] and len(python_posts) == 3
+        finally:
+            m.notify_mask, m.notify = 0, None
+        # a rendezvous offer: queued natively, read by CMA when its receive
+        # is posted (when CMA works here; the ATS goes on b's own connection
+        # to a, made first); one larger than the receive's buffer: the
+        # Python way, which reports the truncation
+        p.eps[1][0].tag_send(b"back", 46)
+        assert a.tag_recv(bytearray(4), 46, source=1, timeout=10).length == 4
+        payload = bytes(range(256)) * (ep.rndv_thresh // 256 + 1)
+        before = iface.native_rx
+        s = ep.tag_send_nb(payload, 47)
+        p.drive(lambda: len(m.unexpected) == 1, 10)
+        assert m.unexpected[0].rts is not None and m.unexpected[0].data is None
+        assert iface.native_rx == before + 1
+        cma = m.unexpected[0].rts.tep.cma_ok()
+        out = bytearray(len(payload))
+        r = b.tag_recv_nb(out, 47, source=0)
+        assert r.done == cma and len(python_posts) == (3 if cma else 4)
+        p.wait(s, r)
+        assert bytes(out) == payload and r.result.length == len(payload)
+        s = ep.tag_send_nb(payload, 48)
+        p.drive(lambda: len(m.unexpected) == 1, 10)
+        short = b.tag_recv_nb(bytearray(16), 48, source=0)
+        with pytest.raises(ucxpy.TruncationError):
+            p.wait(short)
+        p.wait(s)
+        assert python_posts[-1] is short and not m.unexpected
+    finally:
+        del b._post
+
+
 def test_no_native_dispatch_while_tracing(shm_pair):
     p, a, b, ep = shm_pair
     from ucxpy.trace import Recorder
@@ -858,8 +953,8 @@ def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
     ``send_rts`` (one C call packs the RTS and the shm key); the receiver's
     ``dispatch_tag`` matches it to a posted receive, reads the sender's
     buffer by CMA and answers ATS, and the sender's ``dispatch_tag``
-    completes the send on that ATS.  What it must not take (unexpected, a
-    split-sized offer, truncation, CMA not yet probed) goes the Python way."""
+    completes the send on that ATS.  What it must not take (a split-sized
+    offer, truncation, CMA not yet probed) goes the Python way."""
     import numpy as np
     p, a, b, ep = shm_pair
     ia, ib = _shm_iface(a), _shm_iface(b)
@@ -885,14 +980,14 @@ def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
     assert ib.native_rx == rx_b + 1 and ia.native_rx == rx_a + 1     # RTS, then ATS
     assert not a.rndv.sends and not b.rndv.recvs
 
-    # unexpected: the offer waits in the Python queue; the receive that
-    # matches it there takes it by the lane's get_and_ack (CMA + ATS in C)
+    # unexpected: dispatch_tag queues the offer, and the receive that
+    # matches it there reads it in post_recv (CMA + ATS in C)
     started = []
     start_recv = b.rndv.start_recv
     b.rndv.start_recv = lambda *args: started.append(args[0].size) or start_recv(*args)
     rx_b = ib.native_rx
     exchange(3, post_first=False)
-    assert ib.native_rx == rx_b and not a.rndv.sends and started == []
+    assert ib.native_rx == rx_b + 1 and not a.rndv.sends and started == []
 
     # truncation: the Python path reports it, and the sender completes
     data = np.ones(size, np.uint8)
@@ -904,13 +999,13 @@ def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
     assert not a.rndv.sends
 
     # an offer of the split size goes the Python way (split or get), from
-    # the inbox and from the unexpected queue
+    # the inbox and from the unexpected queue (where dispatch_tag queues it)
     big = a.config.rndv_split_thresh
     rx_b = ib.native_rx
     exchange(5, nbytes=big)
     exchange(6, nbytes=big, post_first=False)
     if ib._splits:
-        assert ib.native_rx == rx_b and started == [big, big]
+        assert ib.native_rx == rx_b + 1 and started == [big, big]
     assert not a.rndv.sends and not b.rndv.recvs
 
 
@@ -932,6 +1027,8 @@ def test_native_rendezvous_with_cma_refused_falls_back_to_frames(shm_pair):
     send = ep.tag_send_nb(data[::-1].copy(), 10)          # unexpected, then matched
     for _ in range(20):
         b.progress()
+    assert b.matcher.unexpected[0].rts.size == len(data)
     recv = b.tag_recv_nb(out, 10, source=0)
+    assert not recv.done                                  # (not read by the C post)
     p.wait(send, recv)
     assert np.array_equal(out, data[::-1])

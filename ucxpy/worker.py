@@ -30,7 +30,7 @@ AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
 # the classes whose objects the lanes' native drain_eager fills, and that
 # Worker.tag_recv_nb's native post makes (native/fastpath.c)
-recv_configure(RecvRequest, TagInfo, collections.deque, TagMatcher)
+recv_configure(RecvRequest, TagInfo, collections.deque, TagMatcher, UnexpectedMessage, RtsInfo)
 if DISPATCH_AM_IDS != (AmId.TAG_EAGER, AmId.TAG_RTS, AmId.RNDV_ATS):   # pragma: no cover
     raise ImportError("ucxpy._fastpath was built for other active-message ids than ucxpy.wire's")
 COLD_EVERY = 16     # power of two
@@ -735,13 +735,14 @@ class Worker:
 
     @property
     def native_dispatch(self):
-        """``(matcher, rndv sends, split threshold)``: what a transport that
-        handles tagged frames natively (shm's ``dispatch_tag``,
-        native/fastpath.c) completes receives and rendezvous sends with,
-        offered when the fast path is on and nothing records arrivals
-        (tracing, statistics); else None."""
+        """``(matcher, rndv sends, split threshold, payload pool)``: what a
+        transport that handles tagged frames natively (shm's
+        ``dispatch_tag``, native/fastpath.c) completes receives and
+        rendezvous sends with, and queues unexpected messages with, offered
+        when the fast path is on and nothing records arrivals (tracing,
+        statistics); else None."""
         if self.tr is None and self.config.fastpath:
-            return self.matcher, self.rndv.sends, self.config.rndv_split_thresh
+            return self.matcher, self.rndv.sends, self.config.rndv_split_thresh, self._payloads
         return None
 
     def recv_dest(self, tep, am_id, header, length):

@@ -879,10 +879,10 @@ class ShmInterface(Interface):
             return 0
         native = getattr(self.owner, "native_dispatch", None)
         if native is not None:
-            matcher, sends, split = native
+            matcher, sends, split, pool = native
             if not self._splits:
                 split = _NO_SPLIT
-            n = _dispatch_tag(self._rx_addr, self._by_src, matcher, limit, sends, split)
+            n = _dispatch_tag(self._rx_addr, self._by_src, matcher, limit, sends, split, pool)
             if n:
                 if n >= _WAKE_BIT:
                     n -= _WAKE_BIT
@@ -923,7 +923,8 @@ class ShmInterface(Interface):
                 if n >= limit or self._closed:      # (a callback may close us)
                     break
                 if native is not None:
-                    k = _dispatch_tag(self._rx_addr, by_src, matcher, limit - n, sends, split)
+                    k = _dispatch_tag(self._rx_addr, by_src, matcher, limit - n, sends, split,
+                                      pool)
                     if k:
                         if k >= _WAKE_BIT:
                             k -= _WAKE_BIT
