@@ -17,7 +17,8 @@ Per rank count and implementation:
              * all-to-all: each rank posts an ``Irecv`` from and an ``Isend``
                to every other rank (64 KiB, then 8 KiB), then ``Waitall``;
                a repeat's time is the slowest rank's, the median over
-               repeats is reported;
+               ``A2A_REPEATS`` repeats (after ``A2A_WARM`` untimed ones)
+               is reported;
              * ping-pong: 8 B ``Send``/``Recv`` between ranks 0 and 1 while
                every other rank waits in ``Barrier`` (half round trip, the
                median of 5 blocks);
@@ -70,6 +71,11 @@ BIN = os.path.dirname(sys.executable)
 #: the targets of issue 31
 FACTOR = 1.5
 A2A_SIZES = (64 << 10, 8 << 10)
+#: all-to-all repeats per size (--repeat), and the untimed ones before them:
+#: on 2 CPUs one repeat of an oversubscribed job varies by 2x and more with
+#: where the scheduler puts the ranks, and the first few run while the
+#: job's connections and buffers are still being made (both libraries)
+A2A_REPEATS, A2A_QUICK_REPEATS, A2A_WARM = 30, 10, 5
 PINGPONG_TARGET_RANKS = (32, 64)
 MEM_TARGET_RANKS = 32
 MEM_GROWTH = (16, 64)
@@ -173,7 +179,7 @@ def rank_main(impl: str, mode: str, reps: int) -> int:
         return 0
     res: dict = {"alltoall": {}}
     for size in A2A_SIZES:
-        times = _alltoall(MPI, comm, np, size, reps, 2)
+        times = _alltoall(MPI, comm, np, size, reps, A2A_WARM)
         per = comm.gather(times, root=0)
         if rank == 0:
             slowest = [max(col) for col in zip(*per)]
@@ -436,8 +442,8 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="8 and 16 ranks, fewer repeats (development)")
     p.add_argument("--ranks", help="comma-separated rank counts (default 8,16,32,64)")
-    p.add_argument("--repeat", type=int, help="all-to-all repeats per size (default 10; "
-                                               "--quick 5)")
+    p.add_argument("--repeat", type=int, help=f"all-to-all repeats per size (default "
+                                               f"{A2A_REPEATS}; --quick {A2A_QUICK_REPEATS})")
     p.add_argument("--launch-repeat", type=int,
                    help="launch jobs per rank count, best kept (default 2; --quick 1)")
     p.add_argument("--timeout", type=float, default=0.0,
@@ -452,7 +458,7 @@ def main(argv=None) -> int:
 
     counts = [int(x) for x in args.ranks.split(",")] if args.ranks else \
         ([8, 16] if args.quick else [8, 16, 32, 64])
-    reps = args.repeat or (5 if args.quick else 10)
+    reps = args.repeat or (A2A_QUICK_REPEATS if args.quick else A2A_REPEATS)
     lreps = args.launch_repeat or (1 if args.quick else 2)
     impls = [i.strip() for i in args.impls.split(",") if i.strip()]
     for i in impls:
