@@ -653,7 +653,7 @@ static struct {
              *s_notify_mask, *s_owner_ep, *s_remote_id, *s_queue, *s_held, *s_exc, *s_closing,
              *s_tx, *s_tx_addr, *s_wake_peer, *s_peer_pid, *s_cma_ok, *s_lane_tep, *s_busy,
              *s_req, *s_complete, *s_give, *s_copy, *s_payloads, *s_tep_held, *s_min, *s_iface,
-             *s_splits, *s_config, *s_split_thresh;
+             *s_splits, *s_config, *s_split_thresh, *s_sends, *s_ids, *s_worker;
     PyTypeObject *req_base;     /* Request, RecvRequest's base */
     PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
     PyTypeObject *matcher;      /* TagMatcher, whose slots post_recv reads and sets */
@@ -663,6 +663,8 @@ static struct {
     Py_ssize_t u_source, u_tag, u_length, u_data, u_rts;
     PyTypeObject *rts;          /* RtsInfo (rendezvous offers queued unexpected), and its slots */
     Py_ssize_t r_tep, r_sreq_id, r_size, r_raddr, r_rkey;
+    PyTypeObject *send;         /* rndv.SendState (offer_rts registers them), and its slots */
+    Py_ssize_t sd_ep, sd_mv, sd_req, sd_reading, sd_busy;
     PyObject *mask_obj;         /* the last mask mask_value() converted, and its value */
     unsigned long long mask_val;
 } R;
@@ -738,6 +740,9 @@ recv_configure(PyObject *self, PyObject *args)
     INTERN(s_splits, "_splits");
     INTERN(s_config, "config");
     INTERN(s_split_thresh, "rndv_split_thresh");
+    INTERN(s_sends, "sends");
+    INTERN(s_ids, "_ids");
+    INTERN(s_worker, "worker");
 #undef INTERN
     Py_XSETREF(R.deque, Py_NewRef(deque));
     Py_XSETREF(R.info, (PyTypeObject *)Py_NewRef(info));
@@ -1380,41 +1385,160 @@ out:
     return rc;
 }
 
-/* send_rts(ring address, tag, sreq id, buffer, pid) -> rc
- *   pushes one rendezvous offer (am_id TAG_RTS, header wire.RTS(tag, sreq
- *   id, size, address) followed by the shm key of the buffer for ``pid``,
- *   shm_md.RKEY("SHMK", pid, address, size); no payload): what
- *   Endpoint.send_message sends after RendezvousProtocol.post_send and
- *   ShmEndpoint.pack_local_key.  rc as ucxpy_ring_push's. */
-static PyObject *
-send_rts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* Push the offer of send ``sreq_id``: am_id TAG_RTS, header wire.RTS(tag,
+ * sreq id, size, address) followed by the shm key of [address, address +
+ * size) for ``pid``, shm_md.RKEY("SHMK", pid, address, size); no payload.
+ * ucxpy_ring_push's code. */
+static int
+push_rts(ucxpy_ring_t *ring, uint64_t tag, uint64_t sreq_id, uint64_t addr, uint64_t size,
+         uint32_t pid)
 {
-    unsigned long long ring, tag, sreq_id, pid_arg;
-    unsigned int pid;
-    Py_buffer buf;
     uint8_t hdr[RTS_SIZE + SHM_RKEY_SIZE];
-    uint64_t w[4], addr, size;
-    int rc;
+    uint64_t w[4] = {tag, sreq_id, size, addr};
 
-    if (!fc_nargs("send_rts", nargs, 5) || !fc_ull(args[0], &ring) || !fc_ull(args[1], &tag)
-            || !fc_ull(args[2], &sreq_id) || !fc_ull(args[4], &pid_arg)
-            || !fc_buffer(args[3], &buf, 0))
-        return NULL;
-    pid = (unsigned int)pid_arg;
-    addr = (uint64_t)(uintptr_t)buf.buf;
-    size = (uint64_t)buf.len;
-    PyBuffer_Release(&buf);        /* (the caller keeps the buffer until ATS) */
-    w[0] = tag;
-    w[1] = sreq_id;
-    w[2] = size;
-    w[3] = addr;
     memcpy(hdr, w, RTS_SIZE);
     memcpy(hdr + RTS_SIZE, "SHMK", 4);
     memcpy(hdr + RTS_SIZE + 4, &pid, 4);
     memcpy(hdr + RTS_SIZE + 8, &addr, 8);
     memcpy(hdr + RTS_SIZE + 16, &size, 8);
-    rc = ucxpy_ring_push((ucxpy_ring_t *)(uintptr_t)ring, AM_TAG_RTS, hdr, sizeof hdr, NULL, 0);
-    return PyLong_FromLong(rc);
+    return ucxpy_ring_push(ring, AM_TAG_RTS, hdr, sizeof hdr, NULL, 0);
+}
+
+/* send_rts(ring address, tag, sreq id, buffer, pid) -> rc
+ *   pushes one rendezvous offer (push_rts): what Endpoint.send_message
+ *   sends after RendezvousProtocol.post_send and
+ *   ShmEndpoint.pack_local_key.  rc as ucxpy_ring_push's. */
+static PyObject *
+send_rts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    unsigned long long ring, tag, sreq_id, pid_arg;
+    Py_buffer buf;
+    uint64_t addr, size;
+
+    if (!fc_nargs("send_rts", nargs, 5) || !fc_ull(args[0], &ring) || !fc_ull(args[1], &tag)
+            || !fc_ull(args[2], &sreq_id) || !fc_ull(args[4], &pid_arg)
+            || !fc_buffer(args[3], &buf, 0))
+        return NULL;
+    addr = (uint64_t)(uintptr_t)buf.buf;
+    size = (uint64_t)buf.len;
+    PyBuffer_Release(&buf);        /* (the caller keeps the buffer until ATS) */
+    return PyLong_FromLong(push_rts((ucxpy_ring_t *)(uintptr_t)ring, tag, sreq_id, addr, size,
+                                    (uint32_t)pid_arg));
+}
+
+/* offer_rts(lane, pid, rndv, ep, buffer, tag, thresh) -> Request or None
+ *   RendezvousProtocol.offer with ShmEndpoint.send_rts, in one call, for
+ *   Endpoint.tag_send_nb (ShmEndpoint.offer_rts binds ``lane``, the
+ *   ShmEndpoint, and ``pid``, its interface's): for a 1-D C-contiguous byte
+ *   buffer of ``thresh`` bytes or more whose offer can be pushed into the
+ *   peer's inbox now (direct_ring), registers the send as offer() does (the
+ *   next id of ``rndv``, a Request of its worker, a SendState of ``ep``, the
+ *   buffer's view and the request in ``rndv.sends``), pushes its RTS
+ *   (push_rts; the peer woken if it sleeps) and returns the request.  None
+ *   with nothing registered otherwise (the Python path then does it). */
+static PyObject *
+offer_rts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *lane, *rndv, *ep, *mv = NULL, *sends = NULL, *ids = NULL, *worker = NULL,
+             *id = NULL, *req = NULL, *s = NULL, *out = NULL, *r;
+    unsigned long long pid, tag;
+    long long thresh;
+    ucxpy_ring_t *ring;
+    Py_buffer *v;
+    int rc;
+
+    if (!fc_nargs("offer_rts", nargs, 7) || !fc_ull(args[1], &pid) || !fc_ull(args[5], &tag)
+            || !fc_ll(args[6], &thresh))
+        return NULL;
+    if (R.send == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "offer_rts: rndv_configure() first");
+        return NULL;
+    }
+    lane = args[0];
+    rndv = args[2];
+    ep = args[3];
+    if (Py_TYPE(args[4]) == &PyMemoryView_Type)
+        mv = Py_NewRef(args[4]);
+    else if ((mv = PyMemoryView_FromObject(args[4])) == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    v = PyMemoryView_GET_BUFFER(mv);
+    if (v->ndim != 1 || (v->format != NULL && strcmp(v->format, "B"))
+            || !PyBuffer_IsContiguous(v, 'C') || v->len < thresh
+            || (ring = direct_ring(lane)) == NULL)
+        goto done;
+    if ((sends = attr(rndv, R.s_sends)) == NULL || !PyDict_CheckExact(sends)
+            || (ids = attr(rndv, R.s_ids)) == NULL || (worker = attr(rndv, R.s_worker)) == NULL
+            || (id = PyIter_Next(ids)) == NULL
+            || (req = R.req_base->tp_alloc(R.req_base, 0)) == NULL)
+        goto done;
+    SLOT(req, R.worker) = Py_NewRef(worker);
+    SLOT(req, R.done) = Py_NewRef(Py_False);
+    SLOT(req, R.exc) = Py_NewRef(Py_None);
+    SLOT(req, R.result) = Py_NewRef(Py_None);
+    SLOT(req, R.callbacks) = Py_NewRef(Py_None);
+    SLOT(req, R.cancel) = Py_NewRef(Py_None);
+    if ((s = R.send->tp_alloc(R.send, 0)) == NULL)
+        goto done;
+    SLOT(s, R.sd_ep) = Py_NewRef(ep);
+    SLOT(s, R.sd_mv) = Py_NewRef(mv);
+    SLOT(s, R.sd_req) = Py_NewRef(req);
+    SLOT(s, R.sd_reading) = Py_NewRef(Py_True);
+    if ((SLOT(s, R.sd_busy) = PyLong_FromLong(0)) == NULL || PyDict_SetItem(sends, id, s) < 0)
+        goto done;
+    rc = push_rts(ring, tag, PyLong_AsUnsignedLongLong(id), (uint64_t)(uintptr_t)v->buf,
+                  (uint64_t)v->len, (uint32_t)pid);
+    if (PyErr_Occurred() || (rc != UCXPY_RING_OK && rc != UCXPY_RING_NOTIFY)) {
+        PyErr_Clear();
+        if (PyDict_DelItem(sends, id) == 0)     /* nothing sent: nothing registered */
+            PyErr_Clear();
+        goto done;
+    }
+    out = Py_NewRef(req);
+    if (rc == UCXPY_RING_NOTIFY) {
+        r = PyObject_CallMethodNoArgs(lane, R.s_wake_peer);
+        Py_XDECREF(r);
+        if (r == NULL)
+            Py_CLEAR(out);
+    }
+done:
+    Py_XDECREF(mv);
+    Py_XDECREF(sends);
+    Py_XDECREF(ids);
+    Py_XDECREF(worker);
+    Py_XDECREF(id);
+    Py_XDECREF(req);
+    Py_XDECREF(s);
+    if (out != NULL || PyErr_Occurred())
+        return out;
+    Py_RETURN_NONE;
+}
+
+/* rndv_configure(SendState): the class of the sends offer_rts registers (its
+ * slots filled as its __init__ would). */
+static PyObject *
+rndv_configure(PyObject *self, PyObject *arg)
+{
+    PyTypeObject *send = (PyTypeObject *)arg;
+    const slot_spec_t slots[] = {
+        {&send, &R.sd_ep, "ep"}, {&send, &R.sd_mv, "mv"}, {&send, &R.sd_req, "req"},
+        {&send, &R.sd_reading, "reading"}, {&send, &R.sd_busy, "busy"},
+        {NULL, NULL, NULL},
+    };
+
+    if (!PyType_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "rndv_configure(SendState): a class");
+        return NULL;
+    }
+    if (R.req == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rndv_configure: recv_configure() first");
+        return NULL;
+    }
+    if (slot_offsets(slots) < 0)
+        return NULL;
+    Py_XSETREF(R.send, (PyTypeObject *)Py_NewRef(send));
+    Py_RETURN_NONE;
 }
 
 static PyObject *
@@ -1946,6 +2070,10 @@ static PyMethodDef methods[] = {
      "frames in the ring into the posted receives of a queue: count"},
     {"send_rts", (PyCFunction)(void (*)(void))send_rts, METH_FASTCALL,
      "push one rendezvous offer with its shm key"},
+    {"offer_rts", (PyCFunction)(void (*)(void))offer_rts, METH_FASTCALL,
+     "a tagged send's rendezvous registered and offered in one call: its Request, or None"},
+    {"rndv_configure", rndv_configure, METH_O,
+     "rndv_configure(SendState): the class offer_rts registers sends as"},
     {"get_and_ack", get_and_ack, METH_VARARGS,
      "a matched rendezvous offer read by CMA and answered ATS: True, or False"},
     {"dispatch_tag", (PyCFunction)(void (*)(void))dispatch_tag, METH_FASTCALL,

@@ -17,7 +17,7 @@ import pytest
 
 from ucxpy import wire
 from ucxpy.errors import ConnectionLost, ProtocolError, RemoteAccessError
-from ucxpy.rndv import RendezvousProtocol, RtsInfo, _Recv, _Send, rndv_variant
+from ucxpy.rndv import RendezvousProtocol, RtsInfo, _Recv, SendState, rndv_variant
 from ucxpy.transports.base import Caps
 from ucxpy.wire import AmId
 
@@ -799,7 +799,7 @@ def test_fail_peer_completes_only_that_peers_transfers():
 
 
 def test_state_objects():
-    s = _Send("ep", "mv", "req")
+    s = SendState("ep", "mv", "req")
     assert (s.ep, s.mv, s.req, s.reading, s.busy) == ("ep", "mv", "req", True, 0)
     r = _Recv("dest", 5, "req", "res", "ep")
     assert (r.dest, r.size, r.received, r.req, r.result, r.ep, r.exposed) == \

@@ -38,6 +38,7 @@ class Endpoint:
         #: the lane's native eager send (``send_eager``) under UCXPY_FASTPATH
         self._fast_send = None
         self._fast_rts = None       # the lane's native rendezvous offer (send_rts)
+        self._fast_offer = None     # ... and all of it (offer_rts)
         self._move_seen = False     # the peer's LANE_MOVE came before its WIREUP(MOVED)
 
     def __repr__(self) -> str:
@@ -76,6 +77,7 @@ class Endpoint:
             self._fast_send = tep.send_eager
             if tep.iface.attrs.caps & Caps.GET_ZCOPY:
                 self._fast_rts = tep.send_rts       # (None where not offered)
+                self._fast_offer = tep.offer_rts
 
     def _move_to(self, tep) -> None:
         """Leave our own connection for ``tep``, the one the peer opened to
@@ -146,6 +148,12 @@ class Endpoint:
                     pass            # not a contiguous buffer: send_view reports it
                 rts = self._fast_rts
                 if rts is not None:
+                    offer = self._fast_offer
+                    if offer is not None:
+                        req = offer(w.rndv, self, buf, tag, self.rndv_thresh)
+                        if req is not None:
+                            w.fast_offers += 1
+                            return req
                     mv = send_view(buf)
                     if mv.nbytes >= self.rndv_thresh:
                         req = w.rndv.offer(self, mv, tag, rts)

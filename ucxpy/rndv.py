@@ -60,7 +60,7 @@ class RtsInfo:
         self.rkey = rkey
 
 
-class _Send:
+class SendState:
     """``reading``: the receiver may still read our buffer (until ATS or RTR);
     ``busy``: our own parts (put, data frames) not yet out."""
 
@@ -111,7 +111,7 @@ class RendezvousProtocol:
 
     def __init__(self, worker):
         self.worker = worker
-        self.sends = {}   # sreq id -> _Send
+        self.sends = {}   # sreq id -> SendState
         self.recvs = {}   # rreq id -> _Recv
         self._ids = itertools.count(1)
 
@@ -119,7 +119,7 @@ class RendezvousProtocol:
     def post_send(self, ep, tep, mv, req):
         """Register an outgoing buffer; returns ``(sreq_id, raddr, rkey)`` for the RTS."""
         sreq_id = next(self._ids)
-        self.sends[sreq_id] = _Send(ep, mv, req)
+        self.sends[sreq_id] = SendState(ep, mv, req)
         raddr, rkey = 0, b""
         if tep.iface.attrs.caps & Caps.GET_ZCOPY and mv.nbytes:
             raddr, rkey = tep.pack_local_key(mv)
@@ -132,7 +132,7 @@ class RendezvousProtocol:
         ``push`` could not send now (the caller then takes the Python path)."""
         sreq_id = next(self._ids)
         req = Request(self.worker)
-        self.sends[sreq_id] = _Send(ep, mv, req)
+        self.sends[sreq_id] = SendState(ep, mv, req)
         if push(tag, sreq_id, mv):
             return req
         del self.sends[sreq_id]

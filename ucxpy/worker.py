@@ -21,8 +21,9 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
                      ProtocolError, UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
-from .rndv import RendezvousProtocol, RtsInfo
-from ._fastpath import DISPATCH_AM_IDS, complete_recv, post_recv, recv_configure, tag_info
+from .rndv import RendezvousProtocol, RtsInfo, SendState
+from ._fastpath import (DISPATCH_AM_IDS, complete_recv, post_recv, recv_configure,
+                        rndv_configure, tag_info)
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager)
 
@@ -31,6 +32,7 @@ TAG_EAGER = int(AmId.TAG_EAGER)
 # the classes whose objects the lanes' native drain_eager fills, and that
 # Worker.tag_recv_nb's native post makes (native/fastpath.c)
 recv_configure(RecvRequest, TagInfo, collections.deque, TagMatcher, UnexpectedMessage, RtsInfo)
+rndv_configure(SendState)
 if DISPATCH_AM_IDS != (AmId.TAG_EAGER, AmId.TAG_RTS, AmId.RNDV_ATS):   # pragma: no cover
     raise ImportError("ucxpy._fastpath was built for other active-message ids than ucxpy.wire's")
 COLD_EVERY = 16     # power of two

@@ -228,6 +228,15 @@ class TransportEndpoint(abc.ABC):
     #: it; else sends nothing and returns False.
     send_rts = None
 
+    #: Optional native rendezvous offer of a tagged send, all in one (None:
+    #: not offered; only with ``send_rts``): ``offer_rts(rndv, ep, buf, tag,
+    #: thresh) -> Request or None`` does what ``RendezvousProtocol.offer``
+    #: with :attr:`send_rts` does for a contiguous byte buffer of ``thresh``
+    #: bytes or more (the send registered in ``rndv``, a RendezvousProtocol,
+    #: for Endpoint ``ep``; its request returned) when the offer can go now;
+    #: else nothing, and None (the caller then takes the Python path).
+    offer_rts = None
+
     #: True when frames can go back over this connection to the peer that
     #: opened it (a byte stream both ways: tcp).  The core then answers a
     #: peer on the connection it came in on instead of opening a second one

@@ -84,10 +84,12 @@ import socket
 import struct
 import time
 from collections import deque
+from functools import partial
 from typing import Callable, Optional
 
 from .. import auth
 from .._fastpath import (WAKE_BIT as _WAKE_BIT, dispatch_tag as _dispatch_tag,
+                         offer_rts as _offer_rts,
                          drain_tag as _drain_tag, get_and_ack as _get_and_ack,
                          recv_tag as _recv_tag, send_rts as _send_rts,
                          send_tag as _send_tag)
@@ -250,6 +252,8 @@ class ShmEndpoint(TransportEndpoint):
             self._tx = peer.handle(out_src)
             peer.users += 1
             self._tx_addr = int(ffi.cast("uintptr_t", self._tx))     # for the fast path
+            #: the contract's offer_rts: native/fastpath.c's, bound to us
+            self.offer_rts = partial(_offer_rts, self, iface.pid)
         self._out = out_src
         self._in = in_src
         self._peer_pid = peer_pid
