@@ -1491,16 +1491,15 @@ offer_rts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                   (uint64_t)v->len, (uint32_t)pid);
     if (PyErr_Occurred() || (rc != UCXPY_RING_OK && rc != UCXPY_RING_NOTIFY)) {
         PyErr_Clear();
-        if (PyDict_DelItem(sends, id) == 0)     /* nothing sent: nothing registered */
+        if (PyDict_DelItem(sends, id) < 0)      /* nothing sent: nothing registered */
             PyErr_Clear();
         goto done;
     }
     out = Py_NewRef(req);
-    if (rc == UCXPY_RING_NOTIFY) {
+    if (rc == UCXPY_RING_NOTIFY) {      /* (as send_ats: the offer is in, come what may) */
         r = PyObject_CallMethodNoArgs(lane, R.s_wake_peer);
         Py_XDECREF(r);
-        if (r == NULL)
-            Py_CLEAR(out);
+        PyErr_Clear();
     }
 done:
     Py_XDECREF(mv);
