@@ -1009,6 +1009,45 @@ def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
     assert not a.rndv.sends and not b.rndv.recvs
 
 
+def test_the_native_offer_registers_only_what_it_sends(shm_pair):
+    """``offer_rts`` (the shm lane's ``offer_rts``, native/fastpath.c) does
+    ``RendezvousProtocol.offer`` in one call for a contiguous byte buffer of
+    the threshold or more whose RTS can go now: the send registered under
+    the next id with a plain Request, the receiver reading it.  Anything
+    else (too small, strided, not bytes, a lane that cannot take a frame
+    now) gives None with nothing registered; a wrong argument count is a
+    TypeError."""
+    import numpy as np
+    from ucxpy import _fastpath as f
+    from ucxpy.rndv import SendState
+    p, a, b, ep = shm_pair
+    lane, rndv = ep._tep, a.rndv
+    offer = lane.offer_rts
+    assert offer is not None and ep._fast_offer is offer
+    with pytest.raises(TypeError):
+        f.offer_rts(lane, 1, rndv, ep, b"x", 5)                  # 6 of 7
+    before = dict(rndv.sends)
+    assert offer(rndv, ep, b"x" * 10, 5, 100) is None                          # too small
+    assert offer(rndv, ep, memoryview(bytearray(400))[::2], 5, 10) is None     # strided
+    assert offer(rndv, ep, np.zeros(64, np.float64), 5, 10) is None           # not bytes
+    lane._held = True                       # (a lane still connecting takes no frame)
+    try:
+        assert offer(rndv, ep, bytearray(64), 5, 10) is None
+    finally:
+        lane._held = False
+    assert rndv.sends == before
+    data = np.arange(4096, dtype=np.uint8)
+    req = offer(rndv, ep, data, 77, 1024)
+    assert type(req) is ucxpy.Request and not req.done
+    (sid, s), = [(k, v) for k, v in rndv.sends.items() if k not in before]
+    assert type(s) is SendState and s.req is req and s.ep is ep and s.busy == 0
+    assert s.reading and s.mv.nbytes == 4096 and sid == max(rndv.sends)
+    out = np.zeros_like(data)
+    r = b.tag_recv_nb(out, 77, source=0)
+    p.wait(req, r)
+    assert np.array_equal(out, data) and sid not in rndv.sends and req.exc is None
+
+
 def test_native_rendezvous_with_cma_refused_falls_back_to_frames(shm_pair):
     """A peer CMA cannot reach (``cma_ok`` False) gets data frames: the
     native dispatch leaves that offer to the Python path."""
