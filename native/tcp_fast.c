@@ -110,29 +110,43 @@ static union {
     uint8_t bytes[TCP_READ_MAX];
 } bounce;
 
+/* The rest of a frame read in part: reads into ``dst`` (which holds ``have``
+ * of the ``want`` bytes) until it holds them all, the stream ends or fails,
+ * or ``spins`` polls found nothing (one that reads something does not
+ * count: the sender is still writing).  How many ``dst`` holds then. */
+static uint64_t read_rest(int fd, uint8_t *dst, uint64_t have, uint64_t want, int spins)
+{
+    ssize_t r;
+
+    while (have < want) {
+        r = recv(fd, dst + have, want - have, MSG_DONTWAIT);
+        if (r > 0) {
+            have += (uint64_t)r;
+            continue;
+        }
+        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+                || spins-- <= 0)
+            break;
+        ucxpy_cpu_relax();
+    }
+    return have;
+}
+
 /* The small way (see the top): >= 0 payload taken, -1 nothing there, -2
  * another frame or part of one; ``*spill`` gets what was read and not taken.
- * The rest of a matching frame read in part is polled for ``spins`` times. */
+ * The rest of a matching frame read in part is polled for (read_rest). */
 static int64_t take_small(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
                           void *buf, uint64_t capacity, uint64_t *got_tag, PyObject **spill,
                           int spins)
 {
     uint64_t frame = 0;
-    ssize_t n = recv(fd, bounce.bytes, TCP_EAGER_HEAD + capacity, MSG_DONTWAIT), r;
+    ssize_t n = recv(fd, bounce.bytes, TCP_EAGER_HEAD + capacity, MSG_DONTWAIT);
 
     if (n <= 0)
         return -1;          /* (end of stream and errors: the Python path reports them) */
     if (n >= TCP_EAGER_HEAD && head_matches(&bounce.h, am_id, tag, mask, capacity)) {
         frame = TCP_EAGER_HEAD + bounce.h.plen;
-        while ((uint64_t)n < frame && spins-- > 0) {
-            r = recv(fd, bounce.bytes + n, frame - (uint64_t)n, MSG_DONTWAIT);
-            if (r > 0)
-                n += r;
-            else if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                break;
-            else
-                ucxpy_cpu_relax();
-        }
+        n = (ssize_t)read_rest(fd, bounce.bytes, (uint64_t)n, frame, spins);
     }
     if (frame == 0 || (uint64_t)n < frame) {
         *spill = PyBytes_FromStringAndSize((const char *)bounce.bytes, n);
@@ -161,7 +175,7 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
     struct iovec iov[2];
     struct msghdr msg;
     uint64_t plen, frame;
-    ssize_t n = recv(fd, peek.bytes, sizeof peek, MSG_PEEK | MSG_DONTWAIT), got, r;
+    ssize_t n = recv(fd, peek.bytes, sizeof peek, MSG_PEEK | MSG_DONTWAIT), got;
 
     if (n < TCP_EAGER_HEAD)
         return -1;
@@ -187,17 +201,8 @@ static int64_t take_large(int fd, uint8_t am_id, uint64_t tag, uint64_t mask,
         return got < 0 ? -1 : -3;   /* (the peek saw the head queued) */
     /* part of it: the rest follows (its sender wrote it with one call);
      * polled for only by a caller that spins (one with a CPU to itself) */
-    while ((uint64_t)got < frame) {
-        r = recv(fd, (char *)buf + (got - TCP_EAGER_HEAD), frame - (uint64_t)got, MSG_DONTWAIT);
-        if (r > 0) {
-            got += r;
-            continue;
-        }
-        if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-                || spins-- <= 0)
-            break;
-        ucxpy_cpu_relax();
-    }
+    got = TCP_EAGER_HEAD + (ssize_t)read_rest(fd, buf, (uint64_t)got - TCP_EAGER_HEAD, plen,
+                                              spins);
     if ((uint64_t)got == frame) {
         *got_tag = peek.h.tag;
         return (int64_t)plen;
