@@ -785,6 +785,25 @@ mark_done(PyObject *req)
     Py_XDECREF(old);
 }
 
+/* A new request of class ``cls`` (Request or a subclass) of ``worker`` with
+ * the slots Request.__init__ sets set so (``cancel``: its cancel function,
+ * or None); NULL with an exception set. */
+static PyObject *
+new_request(PyTypeObject *cls, PyObject *worker, PyObject *cancel)
+{
+    PyObject *req = cls->tp_alloc(cls, 0);
+
+    if (req == NULL)
+        return NULL;
+    SLOT(req, R.worker) = Py_NewRef(worker);
+    SLOT(req, R.done) = Py_NewRef(Py_False);
+    SLOT(req, R.exc) = Py_NewRef(Py_None);
+    SLOT(req, R.result) = Py_NewRef(Py_None);
+    SLOT(req, R.callbacks) = Py_NewRef(Py_None);
+    SLOT(req, R.cancel) = Py_NewRef(cancel);
+    return req;
+}
+
 /* A new TagInfo(source, tag, n) (its slots set as __init__ sets them), or
  * NULL with an exception set */
 static PyObject *
@@ -1471,15 +1490,8 @@ offer_rts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((sends = attr(rndv, R.s_sends)) == NULL || !PyDict_CheckExact(sends)
             || (ids = attr(rndv, R.s_ids)) == NULL || (worker = attr(rndv, R.s_worker)) == NULL
             || (id = PyIter_Next(ids)) == NULL
-            || (req = R.req_base->tp_alloc(R.req_base, 0)) == NULL)
-        goto done;
-    SLOT(req, R.worker) = Py_NewRef(worker);
-    SLOT(req, R.done) = Py_NewRef(Py_False);
-    SLOT(req, R.exc) = Py_NewRef(Py_None);
-    SLOT(req, R.result) = Py_NewRef(Py_None);
-    SLOT(req, R.callbacks) = Py_NewRef(Py_None);
-    SLOT(req, R.cancel) = Py_NewRef(Py_None);
-    if ((s = R.send->tp_alloc(R.send, 0)) == NULL)
+            || (req = new_request(R.req_base, worker, Py_None)) == NULL
+            || (s = R.send->tp_alloc(R.send, 0)) == NULL)
         goto done;
     SLOT(s, R.sd_ep) = Py_NewRef(ep);
     SLOT(s, R.sd_mv) = Py_NewRef(mv);
@@ -1687,18 +1699,13 @@ static PyObject *
 new_recv(PyTypeObject *cls, PyObject *worker, PyObject *mv, Py_ssize_t len, PyObject *source,
          PyObject *tag, PyObject *mask, PyObject *seq, PyObject *cancel)
 {
-    PyObject *cap = PyLong_FromSsize_t(len), *req = cap != NULL ? cls->tp_alloc(cls, 0) : NULL;
+    PyObject *cap = PyLong_FromSsize_t(len),
+             *req = cap != NULL ? new_request(cls, worker, cancel) : NULL;
 
     if (req == NULL) {
         Py_XDECREF(cap);
         return NULL;
     }
-    SLOT(req, R.worker) = Py_NewRef(worker);
-    SLOT(req, R.done) = Py_NewRef(Py_False);
-    SLOT(req, R.exc) = Py_NewRef(Py_None);
-    SLOT(req, R.result) = Py_NewRef(Py_None);
-    SLOT(req, R.callbacks) = Py_NewRef(Py_None);
-    SLOT(req, R.cancel) = Py_NewRef(cancel);
     SLOT(req, R.buf) = Py_NewRef(mv);
     SLOT(req, R.capacity) = cap;
     SLOT(req, R.source) = Py_NewRef(source);
