@@ -933,6 +933,60 @@ def test_unexpected_messages_are_queued_and_received_natively(shm_pair):
         del b._post
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("fastpath", [True, False])
+def test_receives_get_their_messages_in_order_whatever_arrived_first(seed, fastpath):
+    """Two sources send 14 messages each (eager of 0, 7 and 5000 bytes, and
+    rendezvous) with a few tags; the receiver posts one receive per message,
+    the sources interleaved at random, with progress passes at random
+    between them, so that some messages arrive before their receive (the
+    unexpected queue, native or not) and some after.  Receive i of a source
+    names message i's tag exactly, or under a mask that also matches others
+    (MPI's order: it must still get message i).  The native paths (fastpath
+    on) and the pure-Python path both give every receive its message."""
+    import random
+    from conftest import Pair
+    from ucxpy.tag import FULL_MASK
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    rng = random.Random(seed)
+    p = Pair("shm", n=3, fastpath=fastpath)
+    try:
+        c = p.workers[2]
+        big = p.eps[0][2].rndv_thresh
+        sends, msgs = [], {0: [], 1: []}
+        for src in (0, 1):
+            ep = p.eps[src][2]
+            for i in range(14):
+                tag, n = rng.choice([1, 2, 0x101, 0x102]), rng.choice([0, 7, 5000, big])
+                payload = bytes([src * 64 + i]) * n
+                sends.append(ep.tag_send_nb(payload, tag))
+                msgs[src].append((tag, payload))
+        order = [0] * 14 + [1] * 14
+        rng.shuffle(order)
+        posted, nxt = [], {0: 0, 1: 0}
+        for src in order:
+            for _ in range(rng.choice([0, 0, 1, 3])):
+                c.progress()
+            if rng.random() < 0.3:
+                p.workers[src].progress()
+            i = nxt[src]
+            nxt[src] += 1
+            tag, payload = msgs[src][i]
+            mask = rng.choice([FULL_MASK, FULL_MASK ^ 0x100, FULL_MASK ^ 0x103, 0])
+            buf = bytearray(len(payload) + rng.choice([0, 16]))
+            posted.append((src, i, buf, c.tag_recv_nb(buf, tag, mask, source=src)))
+        p.wait(*sends, *(r for *_, r in posted))
+        for src, i, buf, r in posted:
+            tag, payload = msgs[src][i]
+            assert (r.result.source, r.result.tag, r.result.length) == \
+                (src, tag, len(payload)), (src, i)
+            assert bytes(buf[:len(payload)]) == payload, (src, i)
+        assert not c.matcher.unexpected and not c.matcher.exact and not c.matcher.wild
+    finally:
+        p.close()
+
+
 def test_no_native_dispatch_while_tracing(shm_pair):
     p, a, b, ep = shm_pair
     from ucxpy.trace import Recorder
