@@ -29,8 +29,10 @@ from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
 
 AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
-# the classes whose objects the lanes' native drain_eager fills, and that
-# Worker.tag_recv_nb's native post makes (native/fastpath.c)
+# the classes whose objects the lanes' native drain_eager fills, that
+# Worker.tag_recv_nb's native post makes, that shm's native dispatch queues
+# as unexpected, and that the native rendezvous offer registers
+# (native/fastpath.c)
 recv_configure(RecvRequest, TagInfo, collections.deque, TagMatcher, UnexpectedMessage, RtsInfo)
 rndv_configure(SendState)
 if DISPATCH_AM_IDS != (AmId.TAG_EAGER, AmId.TAG_RTS, AmId.RNDV_ATS):   # pragma: no cover
@@ -903,9 +905,11 @@ class Worker:
         must leave completion to RecvRequest: the native paths complete
         receives without calling ``complete``.
 
-        A receive from a worker id into a plain byte buffer, with nothing
-        unexpected queued, is posted by one C call (``post_recv``,
-        native/fastpath.c) that does what the lines below do for it."""
+        A receive from a worker id into a plain byte buffer is posted, or
+        given the message that arrived before it, by one C call
+        (``post_recv``, native/fastpath.c) that does what the lines below
+        do for it (the Python path keeps what needs a notification, a
+        truncation error or an offer CMA cannot read)."""
         if self._post_recv is not None:
             req = self._post_recv(self, buf, tag, tag_mask, source, request_class)
             if req is not None:

@@ -89,10 +89,9 @@ from typing import Callable, Optional
 
 from .. import auth
 from .._fastpath import (WAKE_BIT as _WAKE_BIT, dispatch_tag as _dispatch_tag,
-                         offer_rts as _offer_rts,
                          drain_tag as _drain_tag, get_and_ack as _get_and_ack,
-                         recv_tag as _recv_tag, send_rts as _send_rts,
-                         send_tag as _send_tag)
+                         offer_rts as _offer_rts, recv_tag as _recv_tag,
+                         send_rts as _send_rts, send_tag as _send_tag)
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
