@@ -1032,6 +1032,7 @@ typedef struct {
     uint64_t bmask, nmask;
     int have_buckets;
     PyObject *unexp, *pool;     /* the unexpected queue and its PayloadPool, or NULL */
+    long long pool_min;         /* the pool's MIN: smaller payloads are kept as bytes */
 } match_state_t;
 
 /* The receive match_posted would give a message (rid, tag), left in its
@@ -1210,6 +1211,19 @@ cma_key(PyObject *tep, const uint8_t *key, uint64_t addr, uint64_t size)
     return ok ? pid : 0;
 }
 
+/* Read a rendezvous offer whole by CMA: ``size`` bytes at ``addr`` of the
+ * peer of ShmEndpoint ``tep`` into ``buf``, when its shm key ``key`` lets
+ * CMA reach them (cma_key).  1 when read, 0 when not (the Python path then
+ * reads it and reports), with no exception set. */
+static int
+read_offer(PyObject *tep, const uint8_t *key, uint64_t addr, void *buf, uint64_t size)
+{
+    uint32_t pid = cma_key(tep, key, addr, size);
+
+    return pid != 0 && (size == 0 || ucxpy_cma_read((int)pid, buf, addr, (size_t)size)
+                                     == (int64_t)size);
+}
+
 /* get_and_ack(tep, lane, key, address, buffer, sreq id) -> bool
  *   a rendezvous offer matched from the unexpected queue, taken as
  *   dispatch_tag takes one from the inbox: reads len(buffer) bytes at
@@ -1224,15 +1238,12 @@ get_and_ack(PyObject *self, PyObject *args)
     PyObject *tep, *lane;
     Py_buffer key, buf;
     unsigned long long addr, sreq_id;
-    uint32_t pid = 0;
     int ok;
 
     if (!PyArg_ParseTuple(args, "OOy*Kw*K", &tep, &lane, &key, &addr, &buf, &sreq_id))
         return NULL;
     ok = key.len == SHM_RKEY_SIZE && PyBuffer_IsContiguous(&buf, 'C')
-         && (pid = cma_key(tep, key.buf, addr, (uint64_t)buf.len)) != 0
-         && (buf.len == 0 || ucxpy_cma_read((int)pid, buf.buf, addr, (size_t)buf.len)
-                             == (int64_t)buf.len);
+         && read_offer(tep, key.buf, addr, buf.buf, (uint64_t)buf.len);
     PyBuffer_Release(&key);
     PyBuffer_Release(&buf);
     if (ok)
@@ -1251,8 +1262,7 @@ static int
 keep_unexpected(match_state_t *ms, PyObject *rid, uint64_t tag, uint64_t size,
                 const uint8_t *payload, PyObject *tep, const uint64_t *hdr, const uint8_t *key)
 {
-    PyObject *data = NULL, *rts = NULL, *mv, *min, *msg = NULL, *r = NULL;
-    long long pool_min;
+    PyObject *data = NULL, *rts = NULL, *mv, *msg = NULL, *r = NULL;
 
     if (payload == NULL) {
         data = Py_NewRef(Py_None);
@@ -1267,13 +1277,7 @@ keep_unexpected(match_state_t *ms, PyObject *rid, uint64_t tag, uint64_t size,
             goto out;
     } else {
         rts = Py_NewRef(Py_None);
-        if ((min = attr(ms->pool, R.s_min)) == NULL)
-            goto out;
-        pool_min = PyLong_AsLongLong(min);
-        Py_DECREF(min);
-        if (pool_min == -1 && PyErr_Occurred())
-            goto out;
-        if ((long long)size < pool_min) {
+        if ((long long)size < ms->pool_min) {
             data = PyBytes_FromStringAndSize((const char *)payload, (Py_ssize_t)size);
         } else if ((mv = PyMemoryView_FromMemory((char *)payload, (Py_ssize_t)size,
                                                  PyBUF_READ)) != NULL) {
@@ -1308,7 +1312,6 @@ take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *t
 {
     PyObject *req = NULL, *q, *table, *key = NULL, *lane = NULL;
     uint64_t tag, hdr[RTS_SIZE / 8], size;
-    uint32_t pid = 0;
     uint8_t *h = ring->data + out[1];
     Py_buffer view;
     int rc = 0, rts = out[0] == AM_TAG_RTS;
@@ -1332,8 +1335,8 @@ take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *t
                                  h + RTS_SIZE);
         goto out;
     }
-    if (rts && (size >= (uint64_t)split || !(pid = cma_key(tep, h + RTS_SIZE, hdr[3], size))
-                || (lane = attr(owner, R.s_lane_tep)) == NULL || lane == Py_None))
+    if (rts && (size >= (uint64_t)split || (lane = attr(owner, R.s_lane_tep)) == NULL
+                || lane == Py_None))
         goto out;
     if (PyObject_GetBuffer(SLOT(req, R.buf), &view, PyBUF_WRITABLE) < 0) {
         PyErr_Clear();
@@ -1344,7 +1347,7 @@ take_tag(match_state_t *ms, ucxpy_ring_t *ring, const uint64_t *out, PyObject *t
         goto out;           /* truncation: the Python path reports it */
     }
     if (rts) {
-        if (size && ucxpy_cma_read((int)pid, view.buf, hdr[3], size) != (int64_t)size) {
+        if (!read_offer(tep, h + RTS_SIZE, hdr[3], view.buf, size)) {
             PyBuffer_Release(&view);
             goto out;       /* the Python path reads again and reports */
         }
@@ -1558,7 +1561,8 @@ dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     ucxpy_ring_t *ring;
     PyObject *conns, *matcher, *sends, *wild = NULL, *bmask_o = NULL, *nmask_o = NULL,
              *src, *tep, *held = NULL, *owner = NULL, *failed = NULL, *rid = NULL;
-    match_state_t ms = {NULL, NULL, 0, 0, 0, NULL, NULL};
+    match_state_t ms = {NULL, NULL, 0, 0, 0, NULL, NULL, 0};
+    PyObject *min;
     uint64_t out[UCXPY_RING_PEEK_OUT];
     long long count = 0, limit, split;
     int wake = 0, rc;
@@ -1596,10 +1600,15 @@ dispatch_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     if (args[6] != Py_None && Py_TYPE(matcher) == R.matcher
             && (ms.unexp = slot_ref(matcher, R.m_unexpected)) != NULL) {
-        if (Py_TYPE(ms.unexp) == (PyTypeObject *)R.deque)
+        if (Py_TYPE(ms.unexp) == (PyTypeObject *)R.deque
+                && (min = attr(args[6], R.s_min)) != NULL) {
             ms.pool = args[6];
-        else
+            ms.pool_min = PyLong_AsLongLong(min);
+            Py_DECREF(min);
+        }
+        if (ms.pool == NULL || PyErr_Occurred())
             Py_CLEAR(ms.unexp);
+        PyErr_Clear();
     }
     while (count < limit && !wake) {
         if (ucxpy_ring_peek(ring, out) != 1)
@@ -1756,16 +1765,16 @@ find_unexpected(PyObject *unexp, long long source, uint64_t tag, uint64_t mask, 
 }
 
 /* Whether a receive may read the rendezvous offer ``rts`` (an RtsInfo) of
- * the unexpected queue into ``v`` natively, as Worker._recv_rndv lets
- * ShmEndpoint.get_and_ack: it fits, its key is the shm key of the peer of a
- * ShmEndpoint whose Endpoint has a lane (*lane, a new reference, for the
- * ATS) and CMA reaches (*pid), and it is not one the receiver splits (of
- * the worker's rndv_split_thresh or more, on an interface that splits).
- * The offer's size and ids go to *size, *addr and *sreq_id.  0 when not,
- * with no exception set. */
+ * the unexpected queue into ``v`` natively (read_offer then reads it), as
+ * Worker._recv_rndv lets ShmEndpoint.get_and_ack: it fits, it carries a shm
+ * key, the Endpoint of its ShmEndpoint has a lane (*lane, a new reference,
+ * for the ATS), and it is not one the receiver splits (of the worker's
+ * rndv_split_thresh or more, on an interface that splits).  The offer's
+ * size and ids go to *size, *addr and *sreq_id.  0 when not, with no
+ * exception set. */
 static int
-rts_readable(PyObject *worker, PyObject *rts, Py_buffer *v, PyObject **lane, uint32_t *pid,
-             uint64_t *size, uint64_t *addr, uint64_t *sreq_id)
+rts_readable(PyObject *worker, PyObject *rts, Py_buffer *v, PyObject **lane, uint64_t *size,
+             uint64_t *addr, uint64_t *sreq_id)
 {
     PyObject *tep, *key, *owner = NULL, *iface = NULL, *splits = NULL, *config = NULL,
              *thresh = NULL;
@@ -1797,8 +1806,7 @@ rts_readable(PyObject *worker, PyObject *rts, Py_buffer *v, PyObject **lane, uin
     if ((owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
             || (*lane = attr(owner, R.s_lane_tep)) == NULL || *lane == Py_None)
         goto out;
-    *pid = cma_key(tep, (const uint8_t *)PyBytes_AS_STRING(key), *addr, *size);
-    ok = *pid != 0;
+    ok = 1;
 out:
     Py_XDECREF(owner);
     Py_XDECREF(iface);
@@ -1829,7 +1837,7 @@ recv_unexpected(PyObject *worker, PyObject *m, PyObject *unexp, Py_ssize_t k, Py
              *t = SLOT(msg, R.u_tag), *lane = NULL, *pool, *r, *req, *zero;
     unsigned long long mt, nmask;
     uint64_t size, addr, sreq_id;
-    uint32_t pid;
+    const uint8_t *key;
     Py_ssize_t n;
     Py_buffer dv;
 
@@ -1843,9 +1851,10 @@ recv_unexpected(PyObject *worker, PyObject *m, PyObject *unexp, Py_ssize_t k, Py
         return NULL;
     }
     if (rts != Py_None) {               /* an offer: read by CMA, answered ATS */
-        if (!rts_readable(worker, rts, v, &lane, &pid, &size, &addr, &sreq_id))
+        if (!rts_readable(worker, rts, v, &lane, &size, &addr, &sreq_id))
             return NULL;
-        if (size && ucxpy_cma_read((int)pid, v->buf, addr, (size_t)size) != (int64_t)size) {
+        key = (const uint8_t *)PyBytes_AS_STRING(SLOT(rts, R.r_rkey));   /* (rts_readable) */
+        if (!read_offer(SLOT(rts, R.r_tep), key, addr, v->buf, size)) {
             Py_DECREF(lane);
             return NULL;                /* the Python path reads again and reports */
         }
