@@ -66,7 +66,7 @@ def test_allreduce_loop_8_ranks_oversubscribed(mode, expect):
     """8 ranks on this machine's cores, Allreduce in a loop (recursive doubling
     and the ring), every result checked: waiting with more ranks than cores
     must neither lose a wake-up nor crawl into the timeout.  "auto" detects
-    the oversubscription (sched_yield between short polling bursts); "n"
+    the oversubscription (a sched_yield after each progress pass); "n"
     forces plain spinning, which must still finish (busy-poll then sleep)."""
     from ucxpy.worker import usable_cpus
     if usable_cpus() >= 8:

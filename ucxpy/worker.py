@@ -48,6 +48,13 @@ MAX_NAP = 2e-3
 #: wake-up takes the CPU from the ranks doing the work (at 64 ranks on 2
 #: cores, naps of 2 ms left the ranks working a third of the machine)
 OVERSUBSCRIBED_MAX_NAP = 0.1
+#: progress passes between two looks at the clock (and, with more ranks
+#: than CPUs, two sched_yields) in a wait.  With more ranks than CPUs the
+#: peer a wait needs is as often queued behind this rank on its CPU as
+#: running on another: one pass, then the CPU to the next rank.  Eight
+#: passes before each yield cost an 8-rank all-to-all of 64 KiB 7-11 % more
+#: CPU per rank and 6-12 % more time (bench/a2a_phases.py, 2026-12-06)
+BURST, OVERSUBSCRIBED_BURST = 64, 1
 #: local ids given to peers whose worker id collides with a live peer's
 ALIAS_BASE = 1 << 62
 #: a peer's last connection closed: wait this long (and two full progress
@@ -266,7 +273,7 @@ class Worker:
         spin_until = time.monotonic() + busy
         nap = 20e-6
         share = self.oversubscribed()
-        burst = 8 if share else 64
+        burst = OVERSUBSCRIBED_BURST if share else BURST
         # another thread may complete what we wait for without waking us
         # (its progress pass takes the wake-up): long naps only alone
         longest = OVERSUBSCRIBED_MAX_NAP if share and self.lock is None else MAX_NAP
@@ -318,10 +325,11 @@ class Worker:
     def oversubscribed(self) -> bool:
         """Whether this host runs more of the job's ranks than it has CPUs
         (``UCXPY_OVERSUBSCRIBED``; "auto" compares the launcher's local rank
-        count with the CPUs this process may run on).  Waiting then spins in
-        short bursts and yields the CPU between them (``sched_yield``), so
-        the rank that would make progress gets to run instead of waiting for
-        the spinner's time slice to end.  Decided once the worker has joined
+        count with the CPUs this process may run on).  Waiting then makes one
+        progress pass at a time and yields the CPU between them
+        (``sched_yield``, :data:`OVERSUBSCRIBED_BURST`), so the rank that
+        would make progress gets to run instead of waiting for the spinner's
+        time slice to end.  Decided once the worker has joined
         a job; before that (or outside one) the answer is no."""
         v = self._oversubscribed
         if v is not None:
