@@ -72,7 +72,9 @@ def local_ipv4s() -> list:
     """Every IPv4 address of this host: hostname's first, then the devices'."""
     ips = []
     try:
-        ips += socket.gethostbyname_ex(socket.gethostname())[2]
+        name = socket.gethostname()
+        # (an ASCII name as bytes: a str loads the idna codec, 2 ms of start-up)
+        ips += socket.gethostbyname_ex(name.encode() if name.isascii() else name)[2]
     except OSError:
         pass
     ips += device_ipv4s()

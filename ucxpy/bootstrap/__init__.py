@@ -356,13 +356,13 @@ def from_env(env=None) -> Bootstrap:
     """
     env = os.environ if env is None else env
     forced = config.setting("UCXPY_BOOTSTRAP", env)
+    if forced in ("", "auto") and config.setting("UCXPY_RUN_ADDR", env):
+        forced = "zmq"              # (ucxpy-run: no PMI or PMIx module to load)
     if forced in ("", "auto"):
         from .pmi_boot import pmi_available
         from .pmix_boot import pmix_server_present, unavailable_reason
         pmix_why = unavailable_reason() if pmix_server_present(env) else "no PMIx server"
-        if config.setting("UCXPY_RUN_ADDR", env):
-            forced = "zmq"
-        elif pmi_available(env) and not _real_mpi_loaded():
+        if pmi_available(env) and not _real_mpi_loaded():
             forced = "pmi"
         elif not pmix_why:
             forced = "pmix"
