@@ -52,8 +52,8 @@ OVERSUBSCRIBED_MAX_NAP = 0.1
 #: than CPUs, two sched_yields) in a wait.  With more ranks than CPUs the
 #: peer a wait needs is as often queued behind this rank on its CPU as
 #: running on another: one pass, then the CPU to the next rank.  Eight
-#: passes before each yield cost an 8-rank all-to-all of 64 KiB 7-11 % more
-#: CPU per rank and 6-12 % more time (bench/a2a_phases.py, 2026-12-06)
+#: passes before each yield cost an 8-rank all-to-all of 64 KiB 5-11 % more
+#: CPU per rank and about 10 % more time (bench/a2a_phases.py, 2026-12-06)
 BURST, OVERSUBSCRIBED_BURST = 64, 1
 #: local ids given to peers whose worker id collides with a live peer's
 ALIAS_BASE = 1 << 62
@@ -329,8 +329,8 @@ class Worker:
         progress pass at a time and yields the CPU between them
         (``sched_yield``, :data:`OVERSUBSCRIBED_BURST`), so the rank that
         would make progress gets to run instead of waiting for the spinner's
-        time slice to end.  Decided once the worker has joined
-        a job; before that (or outside one) the answer is no."""
+        time slice to end.  Decided once the worker has joined a job; before
+        that (or outside one) the answer is no."""
         v = self._oversubscribed
         if v is not None:
             return v
