@@ -24,12 +24,16 @@ def _fast_signature(fn):
     500 functions of the namespace that was 14-20 ms of every rank's
     start-up.  The text is the same (tests/test_mpi_unit.py compares them
     all)."""
-    while type(fn) is not types.FunctionType:      # (a wrapper: what it wraps, as inspect)
-        if hasattr(fn, "__signature__"):
-            return None
+    for _ in range(4):          # (a wrapper: what it wraps, as inspect follows it)
+        if type(fn) is types.FunctionType:
+            break
+        if isinstance(fn, types.MethodType) or hasattr(fn, "__signature__"):
+            return None         # (inspect drops a bound method's first parameter)
         fn = getattr(fn, "__wrapped__", None)
         if fn is None:
             return None
+    else:
+        return None
     if "__wrapped__" in fn.__dict__ or "__signature__" in fn.__dict__:
         return None
     co = fn.__code__

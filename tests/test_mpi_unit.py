@@ -68,7 +68,6 @@ def test_mpi_unit_objects():
     assert "UNIT OK" in proc.stdout
 
 
-
 SIGNATURE_SNIPPET = r'''
 import inspect, types
 from mpi_shim import MPI, docsig
