@@ -294,8 +294,9 @@ class Worker:
                         spin_until = 0.0
                     elif not on_events and cond():
                         return
-                self.check_peers()
-                done = cond()
+                # (the pass above just looked, unless it waits on events
+                # only: again only when a dead rank's requests failed)
+                done = (self.check_peers() or on_events) and cond()
             else:
                 with lock:
                     for _ in range(16):
@@ -303,8 +304,7 @@ class Worker:
                             spin_until = 0.0
                         if cond():
                             return
-                    self.check_peers()
-                    done = cond()
+                    done = self.check_peers() and cond()
             if done:
                 return
             now = time.monotonic()
@@ -591,17 +591,18 @@ class Worker:
     #: what killed the background progress thread (see check_peers)
     progress_error = None
 
-    def check_peers(self) -> None:
-        """Ask the launcher whether a rank died; fail what depends on it.
-        Raises ProgressThreadError once the background progress thread has
-        died: whoever waits on it would wait forever."""
+    def check_peers(self) -> bool:
+        """Ask the launcher whether a rank died; fail what depends on it
+        (True when it did: requests may have completed).  Raises
+        ProgressThreadError once the background progress thread has died:
+        whoever waits on it would wait forever."""
         if self.progress_error is not None:
             raise ProgressThreadError(
                 f"worker {self.id}: the progress thread died: {self.progress_error!r}"
             ) from self.progress_error
         boot = self.bootstrap
         if boot is None:
-            return
+            return False
         try:
             boot.check_failures()
         except PeerFailure as e:
@@ -609,6 +610,8 @@ class Worker:
             if ep is not None:
                 ep.fail(e)
             self._fail_wildcards(e)
+            return True
+        return False
 
     def start_progress_thread(self) -> None:
         """Progress this worker from a background thread (see
