@@ -12,7 +12,8 @@ Per rank count and implementation:
              passed that Barrier (each rank prints ``time.time()`` after
              it); *wall* is launcher start to launcher exit.  Best of
              ``--launch-repeat`` jobs.
-``main``     one job measuring, after its first Barrier:
+``main``     ``--main-repeat`` jobs (3; --quick 1) measuring, after their
+             first Barrier:
 
              * all-to-all: each rank posts an ``Irecv`` from and an ``Isend``
                to every other rank (64 KiB, then 8 KiB), then ``Waitall``;
@@ -27,6 +28,14 @@ Per rank count and implementation:
                own ``/proc/self/smaps_rollup`` while all are alive: PSS
                summed over the ranks (shared pages counted once), RSS summed
                and the largest rank's RSS.
+
+The main jobs of the two implementations alternate (ours, MPICH; MPICH,
+ours; ...), and each figure is the median over a rank count's main jobs: with
+16-32 ranks per CPU one job's all-to-all varies by 2x and more with where
+the scheduler puts its ranks (the same for both libraries: four jobs each at
+32 ranks, 8 KiB, 2026-12-06, took 9.4-18.7 ms on ucxpy and 8.1-14.7 ms on
+MPICH), so one job per side gave a ratio anywhere from 0.6x to 2.3x.  Each
+job's all-to-all figures are printed as it ends, and kept in the JSON.
 
 Prints each figure ours / MPICH and the growth from one rank count to the
 next (so a superlinear step stands out), then the targets (issue 31) as
@@ -47,8 +56,8 @@ left the launcher's process group).  Results go to ``bench/results/scale.json``.
 Usage::
 
     python bench/scale.py [--quick] [--ranks 8,16,32,64] [--repeat N]
-                          [--launch-repeat N] [--timeout S] [--json FILE]
-                          [--impls ours,mpich]
+                          [--launch-repeat N] [--main-repeat N] [--timeout S]
+                          [--json FILE] [--impls ours,mpich]
 """
 from __future__ import annotations
 
@@ -317,23 +326,33 @@ def _fmt_mem(kib) -> str:
     return "-" if kib is None else f"{kib / 1024:.0f} MiB"
 
 
+def job_metrics(job: dict) -> dict:
+    """Flat figures of one main job (those it measured)."""
+    m = {}
+    for size in A2A_SIZES:
+        a = job.get("alltoall", {}).get(str(size))
+        if a:
+            m[f"a2a_{size >> 10}k"] = a["median_s"]
+    if "pingpong" in job:
+        m["pingpong"] = job["pingpong"]["half_rtt_s"]
+    if "memory" in job:
+        mem = job["memory"]
+        m["pss"], m["rss_sum"], m["rss_max"] = mem["pss_sum_kib"], mem["rss_sum_kib"], \
+            mem["rss_max_kib"]
+    return m
+
+
 def metrics(run: dict) -> dict:
-    """Flat figures of one implementation at one rank count."""
+    """Flat figures of one implementation at one rank count: launch and
+    wall from the best launch job, the rest the median over the main jobs
+    that measured it."""
     m = {}
     la = run.get("launch") or {}
     if "launch_s" in la:
         m["launch"], m["wall"] = la["launch_s"], la["wall_s"]
-    mn = run.get("main") or {}
-    for size in A2A_SIZES:
-        a = mn.get("alltoall", {}).get(str(size))
-        if a:
-            m[f"a2a_{size >> 10}k"] = a["median_s"]
-    if "pingpong" in mn:
-        m["pingpong"] = mn["pingpong"]["half_rtt_s"]
-    if "memory" in mn:
-        mem = mn["memory"]
-        m["pss"], m["rss_sum"], m["rss_max"] = mem["pss_sum_kib"], mem["rss_sum_kib"], \
-            mem["rss_max_kib"]
+    per_job = [job_metrics(j) for j in run.get("mains", []) if "error" not in j]
+    for key in {k for j in per_job for k in j}:
+        m[key] = statistics.median(j[key] for j in per_job if key in j)
     return m
 
 
@@ -347,8 +366,9 @@ ROWS = [("a2a_64k", "all-to-all 64 KiB to every peer", _fmt_t),
         ("rss_max", "largest rank's RSS", _fmt_mem)]
 
 
-def report(table: dict, counts: list) -> list:
-    """Print one block per figure; returns the printed lines."""
+def report(table: dict, counts: list, jobs: dict = None) -> list:
+    """Print one block per figure (and with ``jobs``, ``{n: {impl: [job
+    figures]}}``, the all-to-all of each main job); returns the printed lines."""
     lines = []
     for key, title, fmt in ROWS:
         have = [n for n in counts if table.get(n, {}).get("ours", {}).get(key) is not None
@@ -373,6 +393,18 @@ def report(table: dict, counts: list) -> list:
                     gr = f"x{r / pr:.2f}"
             lines.append(f"{n:>6} {fmt(o):>12} {fmt(r):>12} {ratio:>11} {go:>12} {gr:>13}")
             prev = n
+    for size in A2A_SIZES if jobs else ():
+        key = f"a2a_{size >> 10}k"
+        rows = []
+        for n in counts:
+            per = jobs.get(n, {})
+            if sum(len(v) for v in per.values()) > len(per):
+                rows.append(f"{n:>6}   " + "  |  ".join(
+                    f"{impl}: " + " ".join(_fmt_t(j.get(key)) for j in per.get(impl, []))
+                    for impl in IMPLS if impl in per))
+        if rows:
+            lines.append(f"\n== all-to-all {size >> 10} KiB, each main job (the table: their median)")
+            lines += rows
     for ln in lines:
         print(ln)
     return lines
@@ -446,6 +478,10 @@ def main(argv=None) -> int:
                                                f"{A2A_REPEATS}; --quick {A2A_QUICK_REPEATS})")
     p.add_argument("--launch-repeat", type=int,
                    help="launch jobs per rank count, best kept (default 2; --quick 1)")
+    p.add_argument("--main-repeat", type=int,
+                   help="main jobs per rank count and implementation, alternating "
+                        "between the implementations; figures are their median "
+                        "(default 3; --quick 1)")
     p.add_argument("--timeout", type=float, default=0.0,
                    help="seconds per job (default 120 + 4 s per rank)")
     p.add_argument("--impls", default="ours,mpich", help="ours, mpich or both")
@@ -460,6 +496,7 @@ def main(argv=None) -> int:
         ([8, 16] if args.quick else [8, 16, 32, 64])
     reps = args.repeat or (A2A_QUICK_REPEATS if args.quick else A2A_REPEATS)
     lreps = args.launch_repeat or (1 if args.quick else 2)
+    mreps = args.main_repeat or (1 if args.quick else 3)
     impls = [i.strip() for i in args.impls.split(",") if i.strip()]
     for i in impls:
         if i not in IMPLS:
@@ -468,13 +505,14 @@ def main(argv=None) -> int:
     compile_sources()
     _say(f"# scale: ranks {counts} on {os.cpu_count()} CPU(s), "
          f"{', '.join(IMPLS[i] for i in impls)}; all-to-all repeats {reps}, "
-         f"launch jobs {lreps}")
+         f"launch jobs {lreps}, main jobs {mreps}")
     raw: dict = {}
     table: dict = {}
     for n in counts:
         timeout = args.timeout or 120 + 4 * n
+        runs = {impl: {"mains": []} for impl in impls}
         for impl in impls:
-            run: dict = {}
+            run = runs[impl]
             launches = []
             for i in range(lreps):
                 _say(f"# {impl} n={n}: launch job {i + 1}/{lreps} ...")
@@ -487,23 +525,32 @@ def main(argv=None) -> int:
                 run["launch"] = min(ok, key=lambda r: r["wall_s"])
                 run["launch"]["launch_s"] = min(r["launch_s"] for r in ok)
             run["launch_runs"] = launches
-            _say(f"# {impl} n={n}: main job ...")
-            t0 = time.monotonic()
-            run["main"] = run_job(impl, n, "main", reps, timeout)
-            _say("#   " + (run["main"].get("error") or
-                          f"done in {time.monotonic() - t0:.0f} s") +
-                 (f" ({run['main']['warning']})" if "warning" in run["main"] else ""))
-            raw.setdefault(str(n), {})[impl] = run
-            table.setdefault(n, {})[impl] = metrics(run)
+        for i in range(mreps):
+            for impl in (impls if i % 2 == 0 else impls[::-1]):      # alternate who goes first
+                _say(f"# {impl} n={n}: main job {i + 1}/{mreps} ...")
+                t0 = time.monotonic()
+                job = run_job(impl, n, "main", reps, timeout)
+                runs[impl]["mains"].append(job)
+                jm = job_metrics(job)
+                a2a = ", ".join(f"all-to-all {size >> 10} KiB {_fmt_t(jm.get(f'a2a_{size >> 10}k'))}"
+                                for size in A2A_SIZES)
+                _say("#   " + (job.get("error") or
+                              f"done in {time.monotonic() - t0:.0f} s: {a2a}") +
+                     (f" ({job['warning']})" if "warning" in job else ""))
+        for impl in impls:
+            raw.setdefault(str(n), {})[impl] = runs[impl]
+            table.setdefault(n, {})[impl] = metrics(runs[impl])
     _say(f"\nScale: {len(counts)} rank count(s) on one host with {os.cpu_count()} CPU(s), "
          f"{time.strftime('%Y-%m-%d %H:%M')}")
-    lines = report(table, counts)
+    jobs = {int(n): {i: [job_metrics(j) for j in r["mains"] if "error" not in j]
+                     for i, r in per.items()} for n, per in raw.items()}
+    lines = report(table, counts, jobs)
     print("\n== targets (issue 31)")
     tg = targets(table, counts)
     for name, verdict, detail in tg:
         print(f"{verdict:<5} {name}: {detail}")
-    errors = [(n, i, r["main"]["error"]) for n, per in raw.items() for i, r in per.items()
-              if "error" in r.get("main", {})]
+    errors = [(n, i, j["error"]) for n, per in raw.items() for i, r in per.items()
+              for j in r["mains"] if "error" in j]
     for n, i, e in errors:
         print(f"# {i} n={n}: {e}")
     if args.json:
@@ -512,6 +559,7 @@ def main(argv=None) -> int:
             json.dump({"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
                        "host": socket.gethostname(), "cpus": os.cpu_count(),
                        "ranks": counts, "repeat": reps, "launch_repeat": lreps,
+                       "main_repeat": mreps,
                        "quick": args.quick, "raw": raw,
                        "table": {str(n): v for n, v in table.items()},
                        "report": lines,

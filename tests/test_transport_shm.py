@@ -529,3 +529,45 @@ def test_the_eager_limit_shares_the_receive_queue_among_local_peers():
     no_get = dataclasses.replace(attrs, caps=Caps(0))
     unshared = dataclasses.replace(attrs, rx_shared=0)
     assert rndv(31, no_get) == rndv(31, unshared) == (64 << 10) + 1
+
+
+def test_housekeeping_stretches_with_the_ranks_per_cpu(local):
+    """With more ranks than CPUs a rank runs a fraction of the time: its
+    control-socket checks, every ``_HOUSEKEEPING`` seconds of wall time, are
+    spaced by the owner's ``cpu_share()`` (read at each liveness check), and
+    an owner without one keeps the plain interval.  A connection made
+    between two checks is still accepted at the first frame."""
+    owner, iface = local()
+    owner.cpu_share = lambda: 16.0
+    now = time.monotonic()
+    iface._next_liveness = 0.0
+    iface._housekeeping(now)
+    assert iface._housekeeping_every == pytest.approx(16 * shm._HOUSEKEEPING)
+    iface._housekeeping(now + 1e-3)             # (the next check is 16 ms on)
+    assert iface._next_housekeeping == pytest.approx(now + 17 * shm._HOUSEKEEPING)
+    del owner.cpu_share
+    iface._next_liveness = 0.0
+    iface._housekeeping(now)
+    assert iface._housekeeping_every == shm._HOUSEKEEPING
+    owner.cpu_share = lambda: 1e6               # no check for a long while
+    iface._next_liveness = 0.0
+    iface._housekeeping(time.monotonic())
+    _o2, peer = local()
+    ep = peer.connect(iface.address())
+    ep.send(AM_DATA, b"h", b"after")
+    drive(iface, lambda: owner.frames)
+    assert owner.frames[0][1:] == (AM_DATA, b"h", b"after")
+
+
+def test_worker_cpu_share_is_ranks_per_usable_cpu():
+    from ucxpy.worker import Worker, usable_cpus
+    import ucxpy
+    w = Worker(ucxpy.Context(ucxpy.Config.from_env({}, tls=("self",))))
+    try:
+        assert w.cpu_share() == 1.0                   # outside a job
+        w.set_local_ranks(8 * usable_cpus())
+        assert w.cpu_share() == 8.0
+        w.set_local_ranks(1)
+        assert w.cpu_share() == 1.0                   # never below one
+    finally:
+        w.close()

@@ -362,6 +362,13 @@ class Worker:
             return self._local_ranks
         return max(1, getattr(self.bootstrap, "local_size", 1) or 1)
 
+    def cpu_share(self) -> float:
+        """The job's ranks on this host per CPU they share, at least 1: with
+        more ranks than CPUs each runs about 1/cpu_share of the time, and a
+        transport stretches what it does every so many seconds of wall time
+        by this (shm's housekeeping)."""
+        return max(1.0, self.local_ranks() / usable_cpus())
+
     def _wait_traced(self, cond, timeout, what, lock=None, max_nap=None,
                      on_events=False) -> None:
         """:meth:`wait_until` with its busy and sleeping time recorded."""

@@ -127,6 +127,10 @@ class TransportOwner(Protocol):
 
     def conn_failed(self, ep: "TransportEndpoint", exc: BaseException) -> None: ...
 
+    def cpu_share(self) -> float:
+        """Ranks per CPU on this host, at least 1.  Optional: a transport
+        reads it with getattr and takes 1 without it."""
+
 
 class TransportEndpoint(abc.ABC):
     """One direction-agnostic connection to a peer interface."""

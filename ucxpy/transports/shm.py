@@ -131,7 +131,12 @@ _RKEY, _RKEY_MAGIC = RKEY, RKEY_MAGIC
 _VERSION = 2
 _F_CMA = 1
 
-_HOUSEKEEPING = 1e-3     # seconds between control-socket checks
+#: seconds between control-socket checks, times the owner's ``cpu_share()``
+#: (ranks per CPU): a rank that runs 1/16 of the time at 32 ranks on 2 CPUs
+#: would otherwise drain its socket every 60 us of its own CPU (20 us each,
+#: a tenth of its all-to-all's CPU).  Nothing waits on it: a peer's first
+#: frame drains the socket for its connection request (_poll)
+_HOUSEKEEPING = 1e-3
 _LIVENESS = 0.1          # seconds between peer-death checks
 _BATCH = 64              # frames delivered per progress()
 _LOCK_GRACE = 0.2        # seconds a peer's inbox lock may be held before we ask whether its holder lives
@@ -654,6 +659,7 @@ class ShmInterface(Interface):
         self.native_rx = 0          # frames dispatch_tag took
         self._splits = bool(self.attrs.caps & Caps.PUT_ZCOPY)     # (rndv_variant's split)
         now = time.monotonic()
+        self._housekeeping_every = _HOUSEKEEPING
         self._next_housekeeping = now + _HOUSEKEEPING
         self._next_liveness = now + _LIVENESS
 
@@ -988,7 +994,7 @@ class ShmInterface(Interface):
             budget -= k
 
     def _housekeeping(self, now: float) -> int:
-        self._next_housekeeping = now + _HOUSEKEEPING
+        self._next_housekeeping = now + self._housekeeping_every
         n = self._drain_socket()
         retry, self._ctl_out = self._ctl_out, deque()
         for dest, msg, ep in retry:
@@ -1002,6 +1008,8 @@ class ShmInterface(Interface):
                 n += 1
         if now >= self._next_liveness:
             self._next_liveness = now + _LIVENESS
+            share = getattr(self.owner, "cpu_share", None)
+            self._housekeeping_every = _HOUSEKEEPING * (share() if share is not None else 1.0)
             n += self._check_peers()
         return n
 
