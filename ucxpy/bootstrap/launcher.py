@@ -70,7 +70,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 
 import zmq
 
@@ -308,7 +307,7 @@ class Job:
     def __init__(self, opts):
         self.opts = opts
         self.n = opts.np
-        self.job_id = uuid.uuid4().hex[:12]      # a label, not a secret
+        self.job_id = os.urandom(6).hex()       # a label, not a secret
         try:
             key = auth.key_from_env()
         except ConfigError as e:
