@@ -653,7 +653,7 @@ static struct {
              *s_notify_mask, *s_owner_ep, *s_remote_id, *s_queue, *s_held, *s_exc, *s_closing,
              *s_tx, *s_tx_addr, *s_wake_peer, *s_peer_pid, *s_cma_ok, *s_lane_tep, *s_busy,
              *s_req, *s_complete, *s_give, *s_copy, *s_payloads, *s_tep_held, *s_min, *s_iface,
-             *s_splits, *s_config, *s_split_thresh, *s_sends, *s_ids, *s_worker;
+             *s_split_floor, *s_sends, *s_ids, *s_worker;
     PyTypeObject *req_base;     /* Request, RecvRequest's base */
     PyTypeObject *req_sub;      /* the last subclass of RecvRequest seen (is_recv_request) */
     PyTypeObject *matcher;      /* TagMatcher, whose slots post_recv reads and sets */
@@ -737,9 +737,7 @@ recv_configure(PyObject *self, PyObject *args)
     INTERN(s_tep_held, "held");
     INTERN(s_min, "MIN");
     INTERN(s_iface, "iface");
-    INTERN(s_splits, "_splits");
-    INTERN(s_config, "config");
-    INTERN(s_split_thresh, "rndv_split_thresh");
+    INTERN(s_split_floor, "split_floor");
     INTERN(s_sends, "sends");
     INTERN(s_ids, "_ids");
     INTERN(s_worker, "worker");
@@ -1768,17 +1766,15 @@ find_unexpected(PyObject *unexp, long long source, uint64_t tag, uint64_t mask, 
  * the unexpected queue into ``v`` natively (read_offer then reads it), as
  * Worker._recv_rndv lets ShmEndpoint.get_and_ack: it fits, it carries a shm
  * key, the Endpoint of its ShmEndpoint has a lane (*lane, a new reference,
- * for the ATS), and it is not one the receiver splits (of the worker's
- * rndv_split_thresh or more, on an interface that splits).  The offer's
- * size and ids go to *size, *addr and *sreq_id.  0 when not, with no
- * exception set. */
+ * for the ATS), and it is not one the receiver splits (below its
+ * interface's split_floor, which the core sets).  The offer's size and ids
+ * go to *size, *addr and *sreq_id.  0 when not, with no exception set. */
 static int
-rts_readable(PyObject *worker, PyObject *rts, Py_buffer *v, PyObject **lane, uint64_t *size,
-             uint64_t *addr, uint64_t *sreq_id)
+rts_readable(PyObject *rts, Py_buffer *v, PyObject **lane, uint64_t *size, uint64_t *addr,
+             uint64_t *sreq_id)
 {
-    PyObject *tep, *key, *owner = NULL, *iface = NULL, *splits = NULL, *config = NULL,
-             *thresh = NULL;
-    long long split = -1;
+    PyObject *tep, *key, *owner = NULL, *iface = NULL, *floor = NULL;
+    long long split;
     int ok = 0;
 
     *lane = NULL;
@@ -1794,15 +1790,10 @@ rts_readable(PyObject *worker, PyObject *rts, Py_buffer *v, PyObject **lane, uin
     *sreq_id = PyLong_AsUnsignedLongLong(SLOT(rts, R.r_sreq_id));
     if (PyErr_Occurred() || *size > (uint64_t)v->len)
         goto out;
-    if ((iface = attr(tep, R.s_iface)) == NULL || (splits = attr(iface, R.s_splits)) == NULL)
+    if ((iface = attr(tep, R.s_iface)) == NULL || (floor = attr(iface, R.s_split_floor)) == NULL
+            || ((split = PyLong_AsLongLong(floor)) == -1 && PyErr_Occurred())
+            || split < 0 || *size >= (uint64_t)split)
         goto out;
-    if (PyObject_IsTrue(splits)) {
-        if ((config = attr(worker, R.s_config)) == NULL
-                || (thresh = attr(config, R.s_split_thresh)) == NULL
-                || ((split = PyLong_AsLongLong(thresh)) == -1 && PyErr_Occurred())
-                || *size >= (uint64_t)split)
-            goto out;
-    }
     if ((owner = attr(tep, R.s_owner_ep)) == NULL || owner == Py_None
             || (*lane = attr(owner, R.s_lane_tep)) == NULL || *lane == Py_None)
         goto out;
@@ -1810,9 +1801,7 @@ rts_readable(PyObject *worker, PyObject *rts, Py_buffer *v, PyObject **lane, uin
 out:
     Py_XDECREF(owner);
     Py_XDECREF(iface);
-    Py_XDECREF(splits);
-    Py_XDECREF(config);
-    Py_XDECREF(thresh);
+    Py_XDECREF(floor);
     if (!ok)
         Py_CLEAR(*lane);
     PyErr_Clear();
@@ -1851,7 +1840,7 @@ recv_unexpected(PyObject *worker, PyObject *m, PyObject *unexp, Py_ssize_t k, Py
         return NULL;
     }
     if (rts != Py_None) {               /* an offer: read by CMA, answered ATS */
-        if (!rts_readable(worker, rts, v, &lane, &size, &addr, &sreq_id))
+        if (!rts_readable(rts, v, &lane, &size, &addr, &sreq_id))
             return NULL;
         key = (const uint8_t *)PyBytes_AS_STRING(SLOT(rts, R.r_rkey));   /* (rts_readable) */
         if (!read_offer(SLOT(rts, R.r_tep), key, addr, v->buf, size)) {

@@ -49,6 +49,29 @@ def test_variant_get_and_split():
         assert variant == "split" and at % 4096 == 0 and 0 < at <= size // 2 < at + 4096
 
 
+def test_split_floor_is_where_the_variant_may_split():
+    """``split_floor``: the size from which rndv_variant may split on a lane,
+    NO_SPLIT where it never does; each interface of a worker carries its
+    own (what the native rendezvous gets read below)."""
+    from ucxpy.rndv import split_floor
+    from ucxpy.transports.base import NO_SPLIT
+    assert split_floor(GET | PUT, 1000) == 1000
+    assert split_floor(GET, 1000) == split_floor(PUT, 1000) == split_floor(0, 1000) == NO_SPLIT
+    for caps in (0, GET, PUT, GET | PUT):
+        for size in (8192, 999_999, 10 ** 6, 2 ** 40):
+            assert (rndv_variant(caps, size, 10 ** 6)[0] == "split") == \
+                (size >= split_floor(caps, 10 ** 6))
+    import ucxpy
+    w = ucxpy.Worker(ucxpy.Context(ucxpy.Config.from_env({}, tls=("self", "shm", "tcp"),
+                                                         rndv_split_thresh=300_000)))
+    try:
+        assert {i.name: i.split_floor for i in w.ifaces} == {
+            i.name: split_floor(i.attrs.caps, 300_000) for i in w.ifaces}
+        assert any(i.split_floor == 300_000 for i in w.ifaces)      # shm puts and gets
+    finally:
+        w.close()
+
+
 # -- stand-ins ------------------------------------------------------------------------
 class Tracer:
     """Records the trace calls; ``events`` None like a tracer without an event log."""

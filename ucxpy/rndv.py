@@ -44,7 +44,7 @@ import itertools
 from . import wire
 from .errors import ConnectionLost, ProtocolError, RemoteAccessError
 from .request import Request
-from .transports.base import Caps
+from .transports.base import NO_SPLIT, Caps
 
 
 class RtsInfo:
@@ -90,6 +90,16 @@ class _Recv:
         self.ep = ep
 
 
+def split_floor(caps, split_thresh: int) -> int:
+    """The smallest rendezvous that :func:`rndv_variant` may split on a lane
+    with ``caps`` (both one-sided directions), :data:`NO_SPLIT` where it
+    never does: the core sets it on each interface (``Interface.split_floor``)
+    for the native paths that read an offer whole below it."""
+    if caps & Caps.GET_ZCOPY and caps & Caps.PUT_ZCOPY:
+        return split_thresh
+    return NO_SPLIT
+
+
 def rndv_variant(caps, size: int, split_thresh: int, rkey: bool = True) -> tuple:
     """``(variant, split_at)``: how the receiver of a ``size``-byte
     rendezvous on a lane with ``caps`` moves the data (``ucxpy-info -e``
@@ -99,7 +109,7 @@ def rndv_variant(caps, size: int, split_thresh: int, rkey: bool = True) -> tuple
     streams data frames (no one-sided access, or no key offered)."""
     if not (rkey and caps & Caps.GET_ZCOPY):
         return "rtr", 0
-    if caps & Caps.PUT_ZCOPY and size >= split_thresh:
+    if size >= split_floor(caps, split_thresh):
         start = (size // 2) & ~4095
         if start:
             return "split", start

@@ -21,7 +21,7 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
                      ProtocolError, UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
-from .rndv import RendezvousProtocol, RtsInfo, SendState
+from .rndv import RendezvousProtocol, RtsInfo, SendState, split_floor
 from ._fastpath import (DISPATCH_AM_IDS, complete_recv, post_recv, recv_configure,
                         rndv_configure, tag_info)
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
@@ -134,7 +134,9 @@ class Worker:
         self.closed = False
         try:
             for cls in context.transports:
-                self.ifaces.append(cls(self, self.config))
+                iface = cls(self, self.config)
+                iface.split_floor = split_floor(iface.attrs.caps, self.config.rndv_split_thresh)
+                self.ifaces.append(iface)
         except BaseException:
             self.close()
             raise
@@ -757,14 +759,14 @@ class Worker:
 
     @property
     def native_dispatch(self):
-        """``(matcher, rndv sends, split threshold, payload pool)``: what a
-        transport that handles tagged frames natively (shm's
-        ``dispatch_tag``, native/fastpath.c) completes receives and
-        rendezvous sends with, and queues unexpected messages with, offered
-        when the fast path is on and nothing records arrivals (tracing,
-        statistics); else None."""
+        """``(matcher, rndv sends, payload pool)``: what a transport that
+        handles tagged frames natively (shm's ``dispatch_tag``,
+        native/fastpath.c) completes receives and rendezvous sends with, and
+        queues unexpected messages with, offered when the fast path is on and
+        nothing records arrivals (tracing, statistics); else None.  It reads
+        rendezvous offers whole below its interface's ``split_floor``."""
         if self.tr is None and self.config.fastpath:
-            return self.matcher, self.rndv.sends, self.config.rndv_split_thresh, self._payloads
+            return self.matcher, self.rndv.sends, self._payloads
         return None
 
     def recv_dest(self, tep, am_id, header, length):
@@ -886,7 +888,7 @@ class Worker:
             return
         get = rts.tep.get_and_ack
         if get is not None and self.tr is None and self.config.fastpath and rts.rkey \
-                and get(rts, req.buf, self.config.rndv_split_thresh):
+                and get(rts, req.buf):
             req.complete(TagInfo(src, tag, rts.size))
             return
         self.rndv.start_recv(rts, req.buf, req, TagInfo(src, tag, rts.size))

@@ -212,9 +212,9 @@ class TransportEndpoint(abc.ABC):
     send_eager = None
 
     #: Optional native rendezvous get (None: not offered):
-    #: ``get_and_ack(rts, buf, split_thresh) -> bool`` takes a matched offer
-    #: of this connection's peer (``ucxpy.rndv.RtsInfo``) whose data the
-    #: receiver reads whole (``rndv_variant`` "get"): reads its ``rts.size``
+    #: ``get_and_ack(rts, buf) -> bool`` takes a matched offer of this
+    #: connection's peer (``ucxpy.rndv.RtsInfo``) whose data the receiver
+    #: reads whole (below the interface's ``split_floor``): reads its ``rts.size``
     #: bytes into ``buf`` and answers ATS(OK) on the peer's Endpoint's lane,
     #: as RendezvousProtocol.start_recv would; False with nothing done where
     #: it does not apply (start_recv then does it all and reports errors).
@@ -468,6 +468,10 @@ class RegistrationDomain(MemoryDomain):
         return MdRemoteKey(transport_key=bytes(packed))
 
 
+#: an Interface's ``split_floor`` where its rendezvous never splits
+NO_SPLIT = 1 << 62
+
+
 class Interface(abc.ABC):
     """A transport instance bound to one worker."""
 
@@ -475,6 +479,12 @@ class Interface(abc.ABC):
     attrs: TransportAttrs
     #: its memory domain, or None: peers then reach memory by active messages
     md: Optional[MemoryDomain] = None
+    #: set by the core (``ucxpy.rndv.split_floor``): rendezvous offers on
+    #: this interface of at least this many bytes are split (the sender puts
+    #: part while the receiver gets the rest), smaller ones the receiver
+    #: reads whole; what a native rendezvous get (``get_and_ack``, shm's
+    #: ``dispatch_tag``) may take is below it
+    split_floor: int = NO_SPLIT
 
     def __init__(self, owner: TransportOwner, config) -> None:
         self.owner = owner

@@ -146,7 +146,6 @@ _peek = lib.ucxpy_ring_peek
 _release = lib.ucxpy_ring_release
 _from_buffer = ffi.from_buffer
 _CLOSE = (-1, b"", b"", None)    # queued in place of a frame: the connection's CLOSE record
-_NO_SPLIT = 1 << 62     # dispatch_tag's split threshold where rendezvous never splits
 
 
 # -- host identity -------------------------------------------------------------
@@ -473,13 +472,13 @@ class ShmEndpoint(TransportEndpoint):
             return True
         return False
 
-    def get_and_ack(self, rts, buf, split_thresh: int) -> bool:
+    def get_and_ack(self, rts, buf) -> bool:
         """The contract's native rendezvous get: one C call reads the offer
         by CMA and answers ATS on the owner's lane, as ``dispatch_tag`` does
         for an offer it matches in the inbox (not one the receiver splits)."""
         owner = self.owner_ep
         lane = owner._tep if owner is not None else None
-        if lane is None or (self.iface._splits and rts.size >= split_thresh):
+        if lane is None or rts.size >= self.iface.split_floor:
             return False
         return _get_and_ack(self, lane, rts.rkey, rts.raddr, buf[:rts.size], rts.sreq_id)
 
@@ -657,7 +656,6 @@ class ShmInterface(Interface):
         #: frames of unknown sources dropped (refused or closed connections)
         self.dropped_frames = 0
         self.native_rx = 0          # frames dispatch_tag took
-        self._splits = bool(self.attrs.caps & Caps.PUT_ZCOPY)     # (rndv_variant's split)
         now = time.monotonic()
         self._housekeeping_every = _HOUSEKEEPING
         self._next_housekeeping = now + _HOUSEKEEPING
@@ -888,9 +886,8 @@ class ShmInterface(Interface):
             return 0
         native = getattr(self.owner, "native_dispatch", None)
         if native is not None:
-            matcher, sends, split, pool = native
-            if not self._splits:
-                split = _NO_SPLIT
+            matcher, sends, pool = native
+            split = self.split_floor
             n = _dispatch_tag(self._rx_addr, self._by_src, matcher, limit, sends, split, pool)
             if n:
                 if n >= _WAKE_BIT:
