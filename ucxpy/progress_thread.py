@@ -60,7 +60,7 @@ WORKER_LOCK_FREE = {
     # the transports' callbacks: they run inside progress(), which holds it
     "recv_frame", "recv_dest", "conn_failed",
     # configuration read (or set once before traffic) and the thread's own switches
-    "oversubscribed", "local_ranks", "set_local_ranks", "stats",
+    "oversubscribed", "local_ranks", "set_local_ranks", "cpu_share", "stats",
     "start_progress_thread", "stop_progress_thread",
     # close() stops the thread first, then tears down alone
     "close",
