@@ -170,7 +170,7 @@ def test_attributes_and_reachability(local):
     _owner, iface = local()
     a = iface.attrs
     assert a.caps & Caps.AM_SHORT and a.caps & Caps.AM_BCOPY and a.caps & Caps.INTRA_HOST
-    assert a.max_short == 256 and a.max_bcopy == shm.EAGER_LIMIT == 65536
+    assert a.max_short == 256 and a.max_bcopy == shm.EAGER_LIMIT == 256 << 10
     _o, small = local(shm_ring_size=65536)       # an eighth of a small ring at most
     assert small.attrs.max_bcopy == 8192 and small.attrs.max_frame == 16384
     assert a.max_frame == iface.ring_size // 4

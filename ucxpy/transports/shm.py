@@ -158,12 +158,17 @@ def _shm_dev() -> int:
 
 
 #: eager-copy limit (rendezvous from one byte more): two copies through the
-#: ring cost less than the rendezvous handshake's Python up to here (8 B..64
-#: KiB ping-pong, 2 pinned ranks, 2026-12-04: 64 KiB eager 8.5 us against 33
-#: us by CMA rendezvous).  At most an eighth of the ring (RING_EAGER_SHARE):
-#: in a small ring, a few large eager frames would fill it and queue
-#: everything behind them (the default 2 MiB ring takes the whole limit)
-EAGER_LIMIT = 64 << 10
+#: ring, each of cache-warm memory, cost less than the rendezvous handshake
+#: and a CMA read (which pins the peer's pages and copies what the other
+#: core just wrote) up to here.  2 pinned ranks, 2026-12-06, ucxpy-perf
+#: tag_lat: 128 KiB 10.3 us eager against 51 us by rendezvous, 256 KiB 21.8
+#: against 68 us (MPICH 20 and 35-44 us); tag_bw 128 KiB 11.6 against 6.2
+#: GB/s.  At most an eighth of the ring (RING_EAGER_SHARE): in a small ring,
+#: a few large eager frames would fill it and queue everything behind them
+#: (the default 2 MiB ring takes the whole limit), and where many local
+#: peers share the ring the endpoint's rule lowers it further
+#: (ucxpy.endpoint.protocol_thresholds: 64 KiB from 8 ranks on a host)
+EAGER_LIMIT = 256 << 10
 RING_EAGER_SHARE = 8
 
 
