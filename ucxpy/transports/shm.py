@@ -167,7 +167,8 @@ def _shm_dev() -> int:
 #: a few large eager frames would fill it and queue everything behind them
 #: (the default 2 MiB ring takes the whole limit), and where many local
 #: peers share the ring the endpoint's rule lowers it further
-#: (ucxpy.endpoint.protocol_thresholds: 64 KiB from 8 ranks on a host)
+#: (ucxpy.endpoint.protocol_thresholds: 146 KiB at 8 ranks on a host, 68 KiB
+#: at 16, 33 KiB at 32)
 EAGER_LIMIT = 256 << 10
 RING_EAGER_SHARE = 8
 
