@@ -45,9 +45,10 @@ install: $(VENV)/.installed
 run: install
 	ucxpy-run -n $(NP) --timeout 300 python examples/pingpong.py
 
-## the test suite (real multi-process runs, each with a hard timeout)
+## the test suite (real multi-process runs, each with a hard timeout); the
+## 15 slowest tests are listed at the end (the suite must stay under ~30 min)
 test: install
-	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -ra --durations=15 $(PYTEST_ARGS) tests
 
 ## multi-host tests on network namespaces (root + CAP_NET_ADMIN; they skip otherwise;
 ## `make test` runs them too)
