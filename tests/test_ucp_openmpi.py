@@ -163,7 +163,9 @@ def test_shmem4py_finalized_at_python_exit(tmp_path):
                     "shmem.put(dst, np.full(4, me, dtype='i'), (me + 1) % n)\n"
                     "shmem.barrier_all()\n"
                     "assert (dst == (me - 1) % n).all(), dst\n"
-                    "print('PE', me, 'OK', flush=True)\n")        # no shmem.finalize()
+                    # one write per PE: oshrun forwards each write as it
+                    # comes, and with PYTHONUNBUFFERED print writes per item
+                    "import os; os.write(1, f'PE {me} OK\\n'.encode())\n")   # no shmem.finalize()
     rc, out, err = _run([UCXPY_UCX, "--check", OSHRUN, "-n", "2", sys.executable, str(prog)])
     assert rc == 0, out + err
     assert out.count(" OK") == 2
