@@ -22,10 +22,10 @@ from tests.hosts import netns
 from tests.hosts import slurm as slurm_mod
 
 #: each test starts its own cluster (munge, slurmctld, 4 slurmd) before its
-#: jobs, whose own timeouts (at most 240 s) end them with SlurmError and the
+#: jobs, whose own timeouts (at most 420 s) end them with SlurmError and the
 #: logs: the alarm must not fire while pytest still formats that report (it
 #: aborted the whole session then, 2026-12-06)
-pytestmark = pytest.mark.timeout(330)
+pytestmark = pytest.mark.timeout(510)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 JOB = os.path.join(HERE, "slurm_job.py")
@@ -130,8 +130,9 @@ def test_srun_mpi_shim(slurm, mpi):
 def test_srun_shmem(slurm):
     """shmem_spec.py (every section, data checked) on 16 PEs: same-host PEs
     reached in mapped mode (shm), the others in AM mode (tcp)."""
-    # (45-50 s here; 170 s when the machine ran at half speed, 2026-12-06)
-    p = slurm.run(SRUN + prog("shmem_spec.py"), timeout=240, env={"EXPECT_NPES": "16"})
+    # (45-50 s here on 2026-12-05; 170 s when the machine ran at half speed,
+    # and 236-240 s at full speed on 2026-12-06 11:45, cause not found yet)
+    p = slurm.run(SRUN + prog("shmem_spec.py"), timeout=420, env={"EXPECT_NPES": "16"})
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-5000:]}\n{slurm.logs()}"
     for pe in range(16):
         assert f"SHMEM-SPEC OK errors {pe}\n" in p.stdout, p.stdout[-3000:]
