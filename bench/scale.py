@@ -342,15 +342,14 @@ def job_metrics(job: dict) -> dict:
     return m
 
 
-def metrics(run: dict) -> dict:
+def metrics(run: dict, per_job: list) -> dict:
     """Flat figures of one implementation at one rank count: launch and
-    wall from the best launch job, the rest the median over the main jobs
-    that measured it."""
+    wall from the best launch job, the rest the median over ``per_job``
+    (the :func:`job_metrics` of the main jobs that ended without error)."""
     m = {}
     la = run.get("launch") or {}
     if "launch_s" in la:
         m["launch"], m["wall"] = la["launch_s"], la["wall_s"]
-    per_job = [job_metrics(j) for j in run.get("mains", []) if "error" not in j]
     for key in {k for j in per_job for k in j}:
         m[key] = statistics.median(j[key] for j in per_job if key in j)
     return m
@@ -508,9 +507,11 @@ def main(argv=None) -> int:
          f"launch jobs {lreps}, main jobs {mreps}")
     raw: dict = {}
     table: dict = {}
+    jobs: dict = {}         # n -> impl -> [job_metrics of each main job without error]
     for n in counts:
         timeout = args.timeout or 120 + 4 * n
         runs = {impl: {"mains": []} for impl in impls}
+        figures = jobs[n] = {impl: [] for impl in impls}
         for impl in impls:
             run = runs[impl]
             launches = []
@@ -532,6 +533,8 @@ def main(argv=None) -> int:
                 job = run_job(impl, n, "main", reps, timeout)
                 runs[impl]["mains"].append(job)
                 jm = job_metrics(job)
+                if "error" not in job:
+                    figures[impl].append(jm)
                 a2a = ", ".join(f"all-to-all {size >> 10} KiB {_fmt_t(jm.get(f'a2a_{size >> 10}k'))}"
                                 for size in A2A_SIZES)
                 _say("#   " + (job.get("error") or
@@ -539,11 +542,9 @@ def main(argv=None) -> int:
                      (f" ({job['warning']})" if "warning" in job else ""))
         for impl in impls:
             raw.setdefault(str(n), {})[impl] = runs[impl]
-            table.setdefault(n, {})[impl] = metrics(runs[impl])
+            table.setdefault(n, {})[impl] = metrics(runs[impl], figures[impl])
     _say(f"\nScale: {len(counts)} rank count(s) on one host with {os.cpu_count()} CPU(s), "
          f"{time.strftime('%Y-%m-%d %H:%M')}")
-    jobs = {int(n): {i: [job_metrics(j) for j in r["mains"] if "error" not in j]
-                     for i, r in per.items()} for n, per in raw.items()}
     lines = report(table, counts, jobs)
     print("\n== targets (issue 31)")
     tg = targets(table, counts)
