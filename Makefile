@@ -39,7 +39,15 @@ $(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c nati
 	else echo "note: no oshcc (Open MPI's OSHMEM): the shmem4py comparisons skip"; fi
 	touch $@
 
+# Bytecode for the project's own modules, written here because this machine's
+# environment sets PYTHONDONTWRITEBYTECODE=1: without it every rank of every
+# job compiles every module it imports from source (a 16-rank job that
+# imports MPI and calls Barrier: 3.6-3.8 s without, 1.8-1.9 s with;
+# `from mpi_shim import MPI` alone 0.52 -> 0.25 s).  Only changed files are
+# compiled again (0.2 s when none changed).
+PYC_DIRS = ucxpy mpi_shim shmem tests examples bench conformance
 install: $(VENV)/.installed
+	@$(PY) -m compileall -q -j0 $(PYC_DIRS) >/dev/null
 
 ## the main job: an SPMD example on the built-in launcher
 run: install
