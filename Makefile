@@ -14,7 +14,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
 
-.PHONY: install deps run test test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale bench-tcp bench-torch conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
+.PHONY: install deps run test test-c test-c-san test-c-tsan test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale bench-tcp bench-torch conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -27,7 +27,7 @@ deps:
 	    || echo "warning: apt-get failed; ofi/verbs transports will be unavailable"; \
 	else echo "note: missing Debian packages:$$missing (ofi/verbs transports will be unavailable)"; fi
 
-$(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c native/*.h native/*.py native/ucp/*)
+$(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c native/*.h native/*.py native/ucp/* native/dp/*)
 	$(MAKE) --no-print-directory deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -57,6 +57,16 @@ run: install
 ## 15 slowest tests are listed at the end (the suite must stay under ~30 min)
 test: install
 	$(PY) -m pytest -q -ra --durations=15 $(PYTEST_ARGS) tests
+
+## the native data plane's C tests (tests/c/: plain C, no Python), built with
+## -Wall -Wextra -Werror; -san under ASan/UBSan, -tsan under ThreadSanitizer
+## (`make test` runs the RMA test in all three)
+test-c:
+	$(PYTHON) tests/c/ctests.py --variant plain
+test-c-san:
+	$(PYTHON) tests/c/ctests.py --variant san
+test-c-tsan:
+	$(PYTHON) tests/c/ctests.py --variant tsan
 
 ## multi-host tests on network namespaces (root + CAP_NET_ADMIN; they skip otherwise;
 ## `make test` runs them too)

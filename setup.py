@@ -34,9 +34,15 @@ FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c
                                           "native/atomics.c", "native/cma.c"],
                      include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 
+# The native data plane (native/dp/): its C files and the one Python binding.
+DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c"]
+DP_CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
+DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES, include_dirs=["native/dp"],
+               extra_compile_args=DP_CFLAGS)
+
 # mpi_shim's hottest entry points in C (native/mpi_accel.c): Send, Recv, Put,
 # Get, Flush, Fetch_and_op and Compare_and_swap take their common case there.
-MPI_ACCEL = Extension("mpi_shim._accel", ["native/mpi_accel.c", "native/atomics.c"],
+MPI_ACCEL = Extension("mpi_shim._accel", ["native/mpi_accel.c"],
                       include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
 
 
@@ -55,7 +61,7 @@ class BuildExt(build_ext):
         build_ucp.build(out)
 
 
-EXTENSIONS = [PYBUFFER, FASTPATH, MPI_ACCEL] + ([build_ucp.BRIDGE] if build_ucp.available() else [])
+EXTENSIONS = [PYBUFFER, FASTPATH, DP, MPI_ACCEL] + ([build_ucp.BRIDGE] if build_ucp.available() else [])
 
 setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules() + pmix_cffi_modules(),
       ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildExt})

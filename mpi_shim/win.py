@@ -128,10 +128,9 @@ class WinImpl:
         self._native = accel.targets(self.size, self.reqs, self.after, self.inflight)
         if self._native is not None:
             for r, rk in enumerate(self.rkeys):
-                if rk is not None and rk.native_map is not None:
+                if rk is not None and rk.native is not None:
                     base, _, du, _ = self.peers[r]
-                    self._native.set(r, rk.native_map, rk.native_amo is not None,
-                                     base - rk.base, du)
+                    self._native.set(r, rk.native, base - rk.base, du)
 
     # -- targets ------------------------------------------------------------
     def _target(self, origin: Msg, target_rank, target):

@@ -26,24 +26,6 @@
  *   ``max_payload``, not sent.  A buffer that is not contiguous raises
  *   BufferError, as ``memoryview`` would.
  *
- * mapped_copy(map, offset, buffer, put) -> True, or False with nothing done
- *   a put (buffer -> peer) or get (peer -> buffer) on a peer's memory mapped
- *   here (ucxpy.rma's MAPPED mode): ``map`` is the remote key's (mapped
- *   address, length, guard address, guard value) tuple, ``offset`` where in
- *   the region.  False when the buffer is not contiguous (or, for a get, not
- *   writable), the range is outside [0, length), or the guard word (where
- *   its address is not 0) no longer holds the guard value (the owner
- *   unregistered the region): the caller's Python path reports why.
- *
- * mapped_atomic(map, offset, size, op, value, compare) -> old value or None
- *   a fetching atomic there (CPU atomics), ``map`` as above; op is ucxpy.atomics.OPS'
- *   code (add, and, or, xor, swap, cswap with ``compare``); value and
- *   compare are truncated to ``size`` (4 or 8) bytes.  None, with nothing
- *   done, when the word is outside [0, length), misaligned, the op or size
- *   unknown, or the guard word (where its address is not 0) no longer holds
- *   the guard value (the owner unregistered the region): the caller's
- *   Python path then reports that as an error.
- *
  * serialized(fn, lock) -> a callable that runs fn(*args, **kwargs) holding
  *   ``lock`` (acquire() before, release() after, also when fn raises), and
  *   binds like a function when stored on a class.  It has a __dict__, so
@@ -57,7 +39,6 @@
 #include <time.h>
 
 #include "ucxpy_native.h"
-#include "mapped.h"
 #include "pyfastcall.h"
 #include "pyslots.h"
 #include "tcp_fast.h"
@@ -111,109 +92,6 @@ send_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                          buf.buf, (size_t)buf.len);
     PyBuffer_Release(&buf);
     return PyLong_FromLong(rc);
-}
-
-/* the (mapped address, length, guard address, guard value) tuple of a key;
- * 0 with an exception set when it is not one */
-static int
-parse_map(PyObject *map, unsigned long long *base, unsigned long long *length,
-          unsigned long long *guard, unsigned long long *guard_id)
-{
-    if (!PyTuple_Check(map) || PyTuple_GET_SIZE(map) != 4) {
-        PyErr_SetString(PyExc_TypeError, "a mapping is (address, length, guard, guard value)");
-        return 0;
-    }
-    *base = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 0));
-    *length = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 1));
-    *guard = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 2));
-    *guard_id = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(map, 3));
-    return !PyErr_Occurred();
-}
-
-static PyObject *
-mapped_copy(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    unsigned long long base, length, guard, guard_id;
-    long long offset;
-    int put, ok;
-    Py_buffer view;
-
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "mapped_copy(mapping, offset, buffer, put)");
-        return NULL;
-    }
-    if (!parse_map(args[0], &base, &length, &guard, &guard_id))
-        return NULL;
-    put = PyObject_IsTrue(args[3]);
-    if (put < 0)
-        return NULL;
-    offset = PyLong_AsLongLong(args[1]);
-    if (offset == -1 && PyErr_Occurred()) {
-        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
-            return NULL;
-        PyErr_Clear();                 /* beyond 64 bits: out of range */
-        Py_RETURN_FALSE;
-    }
-    if (PyObject_GetBuffer(args[2], &view, put ? PyBUF_SIMPLE : PyBUF_WRITABLE) < 0) {
-        PyErr_Clear();                 /* not contiguous / read-only / no buffer */
-        Py_RETURN_FALSE;
-    }
-    ok = map_range(offset, (unsigned long long)view.len, length) && map_valid(guard, guard_id);
-    if (ok)
-        map_copy((char *)(uintptr_t)(base + (unsigned long long)offset), view.buf,
-                 (size_t)view.len, put);
-    PyBuffer_Release(&view);
-    return PyBool_FromLong(ok);
-}
-
-static PyObject *
-mapped_atomic(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    unsigned long long base, length, guard, guard_id, value, compare, old;
-    long long offset;
-    long size, op;
-    void *p;
-
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "mapped_atomic(mapping, offset, size, op, value, compare)");
-        return NULL;
-    }
-    if (!parse_map(args[0], &base, &length, &guard, &guard_id))
-        return NULL;
-    /* value and compare first: a wrong type there is a TypeError; then an
-     * offset or size beyond the C types is out of range like any other
-     * (None: the Python path says which) */
-    value = PyLong_AsUnsignedLongLongMask(args[4]);
-    if (value == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;
-    compare = PyLong_AsUnsignedLongLongMask(args[5]);
-    if (compare == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;
-    offset = PyLong_AsLongLong(args[1]);
-    if (offset == -1 && PyErr_Occurred())
-        goto range;
-    size = PyLong_AsLong(args[2]);
-    if (size == -1 && PyErr_Occurred())
-        goto range;
-    op = PyLong_AsLong(args[3]);
-    if (op == -1 && PyErr_Occurred())
-        goto range;
-    if ((size != 4 && size != 8) || op < 0 || op >= MAP_NOPS
-            || !map_range(offset, (unsigned long long)size, length)
-            || (base + (unsigned long long)offset) % (unsigned long long)size)
-        Py_RETURN_NONE;
-    if (!map_valid(guard, guard_id))
-        Py_RETURN_NONE;
-    p = (void *)(uintptr_t)(base + (unsigned long long)offset);
-    old = map_fetch(p, (int)size, (int)op, value, compare);
-    return PyLong_FromUnsignedLongLong(old);
-
-range:
-    if (!PyErr_ExceptionMatches(PyExc_OverflowError))
-        return NULL;
-    PyErr_Clear();
-    Py_RETURN_NONE;
 }
 
 /* -- ApiLock: a re-entrant lock whose owner takes it again in C ---------------
@@ -2059,8 +1937,6 @@ static PyMethodDef methods[] = {
      "the next eager frame of a tcp socket, if it is the one and all there (native/tcp_fast.c)"},
     {"tcp_send_tag", (PyCFunction)(void (*)(void))ucxpy_tcp_send_tag, METH_FASTCALL,
      "one eager frame into a tcp socket with one sendmsg: bytes taken (native/tcp_fast.c)"},
-    {"mapped_copy", (PyCFunction)(void (*)(void))mapped_copy, METH_FASTCALL,
-     "a put or get on mapped peer memory, or False"},
     {"recv_configure", recv_configure, METH_VARARGS,
      "recv_configure(RecvRequest, TagInfo, deque, TagMatcher, UnexpectedMessage, RtsInfo): "
      "the classes drain_tag, dispatch_tag and post_recv fill"},
@@ -2082,8 +1958,6 @@ static PyMethodDef methods[] = {
      "a matched rendezvous offer read by CMA and answered ATS: True, or False"},
     {"dispatch_tag", (PyCFunction)(void (*)(void))dispatch_tag, METH_FASTCALL,
      "the inbox's tagged messages, rendezvous offers and ATS into what waits for them: count"},
-    {"mapped_atomic", (PyCFunction)(void (*)(void))mapped_atomic, METH_FASTCALL,
-     "a fetching atomic on mapped peer memory, or None"},
     {NULL, NULL, 0, NULL},
 };
 

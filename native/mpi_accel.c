@@ -21,14 +21,15 @@
  *          the configured ``recv_wait(comm, buf, source, tag, status)``
  *   PUT    Win.Put(origin, rank, disp=None) and GET Win.Get: a whole buffer
  *          at a displacement of a target whose memory is mapped here -> one
- *          memmove (the WinTargets entry of the window; the guard word shows
- *          the region is still registered)
+ *          data-plane put/get (native/dp: the WinTargets entry of the window
+ *          holds the target's ucxpy._dp.MappedKey, which checks the range and
+ *          that the region is still registered)
  *   FLUSH  Win.Flush(rank) with nothing outstanding -> nothing, except every
  *          ``flush_every``-th call, which runs ``flush_progress()``
  *   FOP    Win.Fetch_and_op(origin, result, rank, disp=0, op=SUM) and CAS
  *          Win.Compare_and_swap(origin, compare, result, rank, disp=0): one
  *          4/8-byte integer of one type, a predefined op, a mapped target
- *          with CPU atomics -> one atomic instruction
+ *          with CPU atomics -> one data-plane atomic
  *
  * Keyword arguments, subclasses of the buffer types, other formats, a
  * window or communicator in another state: all go to ``fn``.  Errors of
@@ -39,14 +40,13 @@
  *
  * WinTargets(size, reqs, after, inflight) is a window's table of mapped
  * targets, with the window's own containers of outstanding work (which the
- * Python side mutates in place): set(rank, mapping, amo, offset, disp_unit),
- * mapped(rank). */
+ * Python side mutates in place): set(rank, key, offset, disp_unit), mapped(rank).
+ * It reaches the data plane through ucxpy._dp's C API (its capsule). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
 
-#include "ucxpy_native.h"
-#include "mapped.h"
+#include "dp/dp.h"
 #include "pyslots.h"
 
 enum { K_SEND, K_RECV, K_PUT, K_GET, K_FLUSH, K_FOP, K_CAS, K_ISEND, K_IRECV, K_WAITALL,
@@ -795,10 +795,13 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 
 /* -- windows ---------------------------------------------------------------------- */
 
+/* A target reached through the data plane: its mapped key (dp.h), and where
+ * the window starts in the key's region and its displacement unit. */
 typedef struct {
-    unsigned long long map, length, guard, guard_id;
-    long long offset, disp_unit;   /* the target's window start in the mapping; its unit */
-    int set, amo;
+    PyObject *key;                 /* the ucxpy._dp.MappedKey (strong), or NULL: not mapped */
+    const ucxdp_rkey_t *rkey;      /* the key's C object */
+    ucxdp_worker_t *dp;            /* the worker it counts on */
+    long long offset, disp_unit;
 } Target;
 
 typedef struct {
@@ -809,6 +812,9 @@ typedef struct {
 } WinTargets;
 
 static PyTypeObject WinTargetsType;
+
+/* the data plane's C API (ucxpy._dp's capsule), imported with the first table */
+static const ucxdp_api_t *dp_api;
 
 static PyObject *
 targets_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
@@ -823,6 +829,17 @@ targets_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
     if (n < 0 || n > (1 << 24)) {
         PyErr_SetString(PyExc_ValueError, "WinTargets: a window of 0 to 2**24 ranks");
         return NULL;
+    }
+    if (dp_api == NULL) {
+        const ucxdp_api_t *api = PyCapsule_Import(UCXDP_CAPSULE, 0);
+        if (api == NULL)
+            return NULL;
+        if (api->version != UCXDP_API_VERSION) {
+            PyErr_Format(PyExc_ImportError, "ucxpy._dp's C API is version %d, not %d",
+                         api->version, UCXDP_API_VERSION);
+            return NULL;
+        }
+        dp_api = api;
     }
     w = (WinTargets *)type->tp_alloc(type, 0);
     if (w == NULL)
@@ -845,6 +862,8 @@ targets_traverse(WinTargets *w, visitproc visit, void *arg)
     Py_VISIT(w->reqs);
     Py_VISIT(w->after);
     Py_VISIT(w->inflight);
+    for (Py_ssize_t i = 0; w->t != NULL && i < w->n; i++)
+        Py_VISIT(w->t[i].key);
     return 0;
 }
 
@@ -854,6 +873,8 @@ targets_clear_refs(WinTargets *w)
     Py_CLEAR(w->reqs);
     Py_CLEAR(w->after);
     Py_CLEAR(w->inflight);
+    for (Py_ssize_t i = 0; w->t != NULL && i < w->n; i++)
+        Py_CLEAR(w->t[i].key);
     return 0;
 }
 
@@ -870,22 +891,25 @@ static PyObject *
 targets_set(WinTargets *w, PyObject *args)
 {
     Py_ssize_t r;
-    int amo;
+    PyObject *key;
     long long offset, disp_unit;
-    Target t = {0};
+    const ucxdp_rkey_t *rkey;
 
-    if (!PyArg_ParseTuple(args, "n(KKKK)pLL:set", &r, &t.map, &t.length, &t.guard,
-                          &t.guard_id, &amo, &offset, &disp_unit))
+    if (!PyArg_ParseTuple(args, "nOLL:set", &r, &key, &offset, &disp_unit))
         return NULL;
     if (r < 0 || r >= w->n || disp_unit <= 0) {
         PyErr_SetString(PyExc_ValueError, "WinTargets.set: no such rank, or a unit below 1");
         return NULL;
     }
-    t.offset = offset;
-    t.disp_unit = disp_unit;
-    t.amo = amo;
-    t.set = 1;
-    w->t[r] = t;
+    if ((rkey = dp_api->rkey_of(key)) == NULL) {
+        PyErr_SetString(PyExc_TypeError, "WinTargets.set: the key is a ucxpy._dp.MappedKey");
+        return NULL;
+    }
+    Py_XSETREF(w->t[r].key, Py_NewRef(key));
+    w->t[r].rkey = rkey;
+    w->t[r].dp = dp_api->rkey_worker(key);
+    w->t[r].offset = offset;
+    w->t[r].disp_unit = disp_unit;
     Py_RETURN_NONE;
 }
 
@@ -896,12 +920,13 @@ targets_mapped(WinTargets *w, PyObject *arg)
 
     if (r == -1 && PyErr_Occurred())
         return NULL;
-    return PyBool_FromLong(r >= 0 && r < w->n && w->t[r].set);
+    return PyBool_FromLong(r >= 0 && r < w->n && w->t[r].key != NULL);
 }
 
 static PyMethodDef targets_methods[] = {
     {"set", (PyCFunction)targets_set, METH_VARARGS,
-     "set(rank, (address, length, guard, guard value), amo, offset, disp_unit)"},
+     "set(rank, MappedKey, offset, disp_unit): offset, where the window starts in the "
+     "key's region"},
     {"mapped", (PyCFunction)targets_mapped, METH_O, "mapped(rank) -> bool"},
     {NULL},
 };
@@ -939,26 +964,24 @@ targets_of(PyObject *self)
     return (WinTargets *)t;
 }
 
-/* the mapped entry of ``rank`` (an exact int) for an access at ``disp`` (None
- * or an exact int >= 0) of ``n`` bytes aligned to ``align``: its address, or
- * NULL */
-static char *
-target_address(WinTargets *w, PyObject *rank, PyObject *disp, unsigned long long n,
-               int align, int amo)
+/* The mapped entry of ``rank`` (an exact int) for an access at ``disp`` (None
+ * or an exact int >= 0): the target, and the remote address in *raddr; or
+ * NULL.  The data plane checks the range, alignment and validity. */
+static Target *
+target_of(WinTargets *w, PyObject *rank, PyObject *disp, uint64_t *raddr)
 {
     long long r, d = 0, off;
     Target *t;
 
     if (!exact_ll(rank, &r) || (disp != Py_None && !exact_ll(disp, &d)))
         return NULL;
-    if (r < 0 || r >= w->n || d < 0 || !(t = &w->t[r])->set || (amo && !t->amo))
+    if (r < 0 || r >= w->n || d < 0 || (t = &w->t[r])->key == NULL)
         return NULL;
-    if (__builtin_mul_overflow(d, t->disp_unit, &off) || __builtin_add_overflow(off, t->offset, &off))
+    if (__builtin_mul_overflow(d, t->disp_unit, &off) || __builtin_add_overflow(off, t->offset, &off)
+            || off < 0)
         return NULL;
-    if (!map_range(off, n, t->length) || ((t->map + (unsigned long long)off) % align)
-            || !map_valid(t->guard, t->guard_id))
-        return NULL;
-    return (char *)(uintptr_t)(t->map + (unsigned long long)off);
+    *raddr = t->rkey->base + (uint64_t)off;
+    return t;
 }
 
 static int
@@ -966,7 +989,10 @@ fast_copy(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int put)
 {
     WinTargets *w;
     Py_buffer v;
-    char fmt[2], *peer;
+    char fmt[2];
+    Target *t;
+    uint64_t raddr;
+    ucxdp_status_t status = UCXDP_ERR_OUT_OF_RANGE;
 
     if (nargs < 3 || nargs > 4 || (w = targets_of(args[0])) == NULL)
         return DECLINED;
@@ -974,15 +1000,20 @@ fast_copy(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int put)
         Py_DECREF(w);
         return DECLINED;
     }
-    peer = target_address(w, args[2], nargs > 3 ? args[3] : Py_None,
-                          (unsigned long long)v.len, 1, 0);
-    Py_DECREF(w);
-    if (peer == NULL) {
-        release(&v);
-        return DECLINED;
+    t = target_of(w, args[2], nargs > 3 ? args[3] : Py_None, &raddr);
+    if (t != NULL && v.len >= (1 << 20)) {
+        Py_BEGIN_ALLOW_THREADS
+        status = put ? dp_api->put(t->dp, t->rkey, raddr, v.buf, (size_t)v.len)
+                     : dp_api->get(t->dp, t->rkey, raddr, v.buf, (size_t)v.len);
+        Py_END_ALLOW_THREADS
+    } else if (t != NULL) {
+        status = put ? dp_api->put(t->dp, t->rkey, raddr, v.buf, (size_t)v.len)
+                     : dp_api->get(t->dp, t->rkey, raddr, v.buf, (size_t)v.len);
     }
-    map_copy(peer, v.buf, (size_t)v.len, put);
+    Py_DECREF(w);
     release(&v);
+    if (status != UCXDP_OK)
+        return DECLINED;
     *result = Py_NewRef(Py_None);
     return HANDLED;
 }
@@ -1059,9 +1090,9 @@ fast_atomic(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int cas)
     PyObject *origin = args[1], *res, *cmp = NULL, *rank, *disp, *code_obj;
     Py_buffer o, r, c;
     char fo[2], fr[2], fc[2];
-    int size, code = MAP_CSWAP, noop = 0, ok = 0;
-    unsigned long long value = 0, compare = 0, old;
-    char *peer;
+    int size, code = UCXDP_AMO_CSWAP, noop = 0, ok = 0;
+    uint64_t value = 0, compare = 0, old, raddr;
+    Target *t;
 
     if (cas) {
         if (nargs < 5 || nargs > 6)
@@ -1114,13 +1145,13 @@ fast_atomic(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int cas)
     if (size && int_word(&r) == size && !strcmp(o.format, r.format)
             && (cmp == NULL || (int_word(&c) == size && !strcmp(o.format, c.format)))
             && !PyDict_GET_SIZE(w->inflight)) {
-        peer = target_address(w, rank, disp, (unsigned long long)size, size, 1);
-        if (peer != NULL) {
-            if (!noop)
-                value = word_of(o.buf, size);
-            if (cmp != NULL)
-                compare = word_of(c.buf, size);
-            old = map_fetch(peer, size, code, value, compare);
+        t = target_of(w, rank, disp, &raddr);
+        if (!noop)
+            value = word_of(o.buf, size);
+        if (cmp != NULL)
+            compare = word_of(c.buf, size);
+        if (t != NULL && dp_api->atomic(t->dp, t->rkey, raddr, (unsigned)size,
+                                        (ucxdp_amo_op_t)code, value, compare, &old) == UCXDP_OK) {
             if (size == 8) {
                 uint64_t w = old;
                 memcpy(r.buf, &w, 8);

@@ -19,6 +19,7 @@ import numpy as np
 
 from ucxpy import atomics
 
+from . import accel as _accel
 from . import runtime
 from .errors import DtypeMismatch, InvalidArray
 from .rma import _route
@@ -67,11 +68,13 @@ _KINDS = {}
 
 
 def _kind(dtype: np.dtype, op: str) -> _Kind:
-    k = _KINDS.get(dtype)
+    # keyed by the type code too: equal dtypes of two scalar types ('q' and
+    # 'l' on LP64) each give back their own scalar type
+    k = _KINDS.get((dtype, dtype.char))
     if k is None:
         if dtype.kind not in "iuf" or dtype.itemsize not in (4, 8) or not dtype.isnative:
             raise DtypeMismatch(f"atomics need a 32/64-bit integer or float dtype, not {dtype}")
-        k = _KINDS[dtype] = _Kind(dtype)
+        k = _KINDS[dtype, dtype.char] = _Kind(dtype)
     if k.is_float and op not in ("fetch", "set", "swap"):
         raise DtypeMismatch(f"atomic {op} is not defined for floating point dtype {dtype}")
     return k
@@ -259,6 +262,23 @@ def atomic_fetch_or_nbi(fetch, target, value, pe, ctx=None) -> None:
 
 def atomic_fetch_xor_nbi(fetch, target, value, pe, ctx=None) -> None:
     _amo(target, pe, ctx, "xor", value, name="fetch_xor", out=_fetch_out(fetch, target))
+
+
+# the plain calls in the data plane (shmem.accel); the functions above serve the rest
+atomic_fetch = _accel.call(_accel.FETCH, atomic_fetch)
+atomic_set = _accel.call(_accel.SET, atomic_set)
+atomic_swap = _accel.call(_accel.SWAP, atomic_swap)
+atomic_compare_swap = _accel.call(_accel.COMPARE_SWAP, atomic_compare_swap)
+atomic_fetch_inc = _accel.call(_accel.FETCH_INC, atomic_fetch_inc)
+atomic_inc = _accel.call(_accel.INC, atomic_inc)
+atomic_fetch_add = _accel.call(_accel.FETCH_ADD, atomic_fetch_add)
+atomic_add = _accel.call(_accel.ADD, atomic_add)
+atomic_fetch_and = _accel.call(_accel.FETCH_AND, atomic_fetch_and)
+atomic_and = _accel.call(_accel.AND, atomic_and)
+atomic_fetch_or = _accel.call(_accel.FETCH_OR, atomic_fetch_or)
+atomic_or = _accel.call(_accel.OR, atomic_or)
+atomic_fetch_xor = _accel.call(_accel.FETCH_XOR, atomic_fetch_xor)
+atomic_xor = _accel.call(_accel.XOR, atomic_xor)
 
 
 # -- by operation name ----------------------------------------------------------------------

@@ -49,8 +49,10 @@ class CtxState:
             p[:] = [r for r in p if not r.done or r.exc is not None]
 
     def quiet(self, rt) -> None:
-        if self.pending:
-            reqs, self.pending = self.pending, []
+        p = self.pending
+        if p:                             # (emptied in place: shmem.accel's quiet reads it)
+            reqs = p[:]
+            p.clear()
             rt.wait_requests(reqs, "quiet")
 
 

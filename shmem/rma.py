@@ -19,6 +19,7 @@ import numpy as np
 
 from ucxpy import atomics
 
+from . import accel as _accel
 from . import runtime
 from .ctx import ctx_state
 from .errors import DtypeMismatch, InvalidArray
@@ -173,6 +174,11 @@ def get(target, source, pe: int, size=None, ctx=None) -> None:
     t, s, n = _pair(target, source, size)
     nbytes = n * t.itemsize
     get_bytes(rt, cst, peer, rt.heap.offset_of(source, nbytes), t, nbytes)
+
+
+# the plain calls in the data plane (shmem.accel); the functions above serve the rest
+put = _accel.call(_accel.PUT, put)
+get = _accel.call(_accel.GET, get)
 
 
 def put_nbi(target, source, pe: int, size=None, ctx=None) -> None:

@@ -45,6 +45,7 @@ from ucxpy import atomics, config
 from ucxpy.errors import TimeoutError as UcxpyTimeout
 from ucxpy.rma import MAPPED, RDMA
 
+from . import accel
 from .errors import InvalidPE, NotInitialized
 from .settings import DEFAULT_HEAP_SIZE, parse_heap_size as parse_size
 
@@ -164,6 +165,7 @@ class Runtime:
             self.progress_thread = True
         self.finalized = False
         self.world.barrier(timeout)
+        accel.open_table(self)
 
     # -- PEs -------------------------------------------------------------------
     def peer(self, pe) -> Peer:
@@ -235,6 +237,7 @@ class Runtime:
             else:
                 self.world.abort("shmem: exiting without finalize")
         finally:
+            accel.close_table()
             self.finalized = True
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import ucxpy
 from ucxpy import atomics
 
+from . import accel as _accel
 from . import runtime
 from .ctx import ctx_state
 from .errors import DtypeMismatch, InvalidArray
@@ -78,6 +79,10 @@ def quiet(ctx=None) -> None:
     rt = runtime.get()
     with ucxpy.trace.span(rt.worker, "shmem", "quiet"):
         ctx_state(rt, ctx).quiet(rt)
+
+
+# nothing in flight on the default context: done in the data plane (shmem.accel)
+quiet = _accel.call(_accel.QUIET, quiet)
 
 
 def barrier_all() -> None:

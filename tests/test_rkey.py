@@ -16,7 +16,7 @@ import pytest
 
 from conftest import raises_remote_access
 
-from ucxpy import rkey, rma
+from ucxpy import _dp, rkey, rma
 from ucxpy.config import Config
 from ucxpy.errors import RemoteAccessError
 from ucxpy.rkey import ALIGN, OK, RANGE, STALE, RegionKey, resolve
@@ -62,7 +62,7 @@ def test_the_shm_fields_moved_out_of_the_core_key():
 
 def test_rma_uses_the_rkey_names():
     assert issubclass(rma.RemoteKey, RegionKey)
-    assert rma.RemoteKey.__slots__ == ("ep", "mode", "native_map", "native_amo")
+    assert rma.RemoteKey.__slots__ == ("ep", "mode", "native")
     assert rma._pack_rkey is rkey.pack and rma._pack_md_keys is rkey.pack_md_keys
     assert rma.resolve is rkey.resolve and rma.RegionKey is RegionKey
     assert (rma.OK, rma.STALE, rma.RANGE, rma.ALIGN, rma.BADOP) == (0, 1, 2, 3, 4)
@@ -433,7 +433,7 @@ def iface(name, md):
 
 def engine(ifaces, host_md=None):
     worker = types.SimpleNamespace(uuid=UUID, ifaces=ifaces, lock=None, tr=None,
-                                   config=Config.from_env({}),
+                                   config=Config.from_env({}), dp=_dp.Worker(),
                                    context=types.SimpleNamespace(
                                        host_memory_domain=lambda: host_md))
     worker.rma = rma.RmaEngine(worker)
@@ -575,8 +575,11 @@ def test_access_mode_asks_the_lanes_memory_domain(unpacked, caps, mode):
     assert k.mapped_address == (0x9000 if mode == rma.MAPPED else 0)
     # a mapped key hands the native calls its mapping (a plain MdRemoteKey
     # is always valid: no guard word); put/get and atomics alike here (cpu)
-    native = (0x9000, LEN, 0, 0) if mode == rma.MAPPED and rma.mapped_copy else None
-    assert k.native_map == native and k.native_amo == native
+    if mode == rma.MAPPED:
+        n = k.native
+        assert (n.mapped, n.base, n.length, n.atomics) == (0x9000, BASE, LEN, True)
+    else:
+        assert k.native is None
 
 
 def test_access_mode_default_access_name_is_rdma():

@@ -209,7 +209,7 @@ def mapped():
     p = Pair("shm")
     mh = p.workers[1].mem_map(length=64)
     key = p.eps[0][1].unpack_rkey(mh.pack_rkey())
-    assert key.mode == "mapped" and key.native_amo is key.native_map is not None
+    assert key.mode == "mapped" and key.native is not None and key.native.atomics
     yield p, mh, key
     p.close()
 
@@ -287,9 +287,10 @@ def test_no_native_atomics_without_fastpath_or_with_device_atomics(cfg):
     try:
         mh = p.workers[1].mem_map(length=64)
         key = p.eps[0][1].unpack_rkey(mh.pack_rkey())
-        assert key.mode == "mapped" and key.native_amo is None
+        assert key.mode == "mapped"
         # device atomics leave put and get native, they are plain copies
-        assert (key.native_map is None) == ("fastpath" in cfg)
+        assert (key.native is None) == ("fastpath" in cfg)
+        assert key.native is None or not key.native.atomics
         assert p.eps[0][1].atomic_fetch_now("add", 1, mh.address, key) is None
         if "fastpath" in cfg:          # the Python path still does it
             assert p.eps[0][1].atomic_fetch("add", 2, mh.address, key) == 0
@@ -305,7 +306,7 @@ def test_self_keys_have_no_native_map():
         w = p.workers[0]
         mh = w.mem_map(length=64)
         key = p.eps[0][0].unpack_rkey(mh.pack_rkey())
-        assert key.native_map is None and key.native_amo is None
+        assert key.native is None
         assert p.eps[0][0].atomic_fetch("add", 5, mh.address, key) == 0
     finally:
         p.close()
@@ -340,13 +341,23 @@ def test_mapped_put_and_get_take_one_native_call(mapped):
         ep.put_nb(b"late", mh.address, key)
 
 
-def test_native_calls_reject_a_malformed_mapping():
-    from ucxpy._fastpath import mapped_atomic, mapped_copy
+def test_data_plane_keys_reject_bad_arguments():
+    from ucxpy import _dp
+    w, region = _dp.Worker(), bytearray(64)
+    addr = np.frombuffer(region, np.uint8).ctypes.data
     with pytest.raises(TypeError):
-        mapped_atomic((1, 2, 3), 0, 8, 0, 1, 0)
+        _dp.MappedKey(object(), addr, 0, 64)                       # not a data-plane worker
+    with pytest.raises(ValueError):
+        _dp.MappedKey(w, 0, 0, 64)                                 # no address
+    with pytest.raises(ValueError):
+        _dp.MappedKey(w, addr, (1 << 64) - 8, 64)                  # wraps
+    key = _dp.MappedKey(w, addr, 0x1000, 64, atomics=True, keep=region)
     with pytest.raises(TypeError):
-        mapped_atomic((0, 64, 0, 0), 0, 8, 0)
+        key.fetch(0x1000, 8, 0, 1)                                 # compare missing
     with pytest.raises(TypeError):
-        mapped_copy([0, 64, 0, 0], 0, b"x", True)
+        key.put(0x1000, b"x", True)
     with pytest.raises(TypeError):
-        mapped_copy((0, 64, 0, 0), 0, b"x")
+        key.put("0x1000", b"x")
+    assert key.put(0x1000 + 60, b"four") and not key.put(0x1000 + 61, b"four")
+    assert not key.post(0x1000, 8, 4, 1)                           # swap has no post form
+    assert w.counters()["put"] == 1 and w.counters()["put_bytes"] == 4

@@ -361,7 +361,9 @@ def _report(w: CWorker, final: bool = True) -> None:
     for ep in list(w.worker.endpoints.values()):
         _count_lane(w, ep)
     record = {"pid": os.getpid(), "host": socket.gethostname(), "libucp": loaded_libucp(),
-              "ops": bridge.ops(w.ops), "tls": [i.name for i in w.worker.ifaces],
+              "ops": bridge.ops(w.ops), "py_entries": bridge.entries(),
+              "dp": w.worker.dp.counters() if w.worker.dp is not None else {},
+              "tls": [i.name for i in w.worker.ifaces],
               "lanes": w.lanes, "final": final}
     try:
         os.makedirs(folder, exist_ok=True)

@@ -9,7 +9,7 @@ from .atomics import OPS as ATOMIC_OPS, POST_OPS
 from .buffers import COMPLETED, send_view  # noqa: F401  (re-exported)
 from .errors import ConnectionLost, TransportUnavailable
 from .request import Request
-from .rma import RemoteKey, mapped_atomic
+from .rma import RemoteKey
 from .transports.base import Caps
 
 _TAG_EAGER = int(wire.AmId.TAG_EAGER)
@@ -278,13 +278,13 @@ class Endpoint:
         fast path on; one C call, no request.  None, with nothing done,
         otherwise (and for a bad address or op, which
         :meth:`atomic_fetch_nb` then reports): post it with that."""
-        nmap = rkey.native_amo
-        if nmap is None or self.worker.tr is not None:
+        native = rkey.native
+        if native is None or self.worker.tr is not None:
             return None
         code = ATOMIC_OPS.get(op)
         if code is None:
             return None
-        return mapped_atomic(nmap, remote_addr - rkey.base, size, code, value, compare)
+        return native.fetch(remote_addr, size, code, value, compare)
 
     def fence(self, timeout: Optional[float] = None) -> None:
         """Operations issued before the fence complete at the target before

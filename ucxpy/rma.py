@@ -62,11 +62,8 @@ from .rkey import ALIGN, BADOP, OK, RANGE, STALE, RegionKey, resolve
 from .rkey import pack as _pack_rkey
 from .rkey import pack_md_keys as _pack_md_keys
 from .transports.base import MdCaps
+from ._dp import MappedKey
 
-try:
-    from ._fastpath import mapped_atomic, mapped_copy
-except ImportError:                # not built: every access takes the Python path
-    mapped_atomic = mapped_copy = None
 try:
     from ._native import ffi, lib
 except ImportError:  # pragma: no cover - the module is built at install time
@@ -141,17 +138,17 @@ class RemoteKey(RegionKey):
     every access), what the lane's memory domain unpacked (``md_key``) and the
     access mode that gives."""
 
-    __slots__ = ("ep", "mode", "native_map", "native_amo")
+    __slots__ = ("ep", "mode", "native")
 
     def __init__(self, ep, packed):
         RegionKey.__init__(self, packed)
         if self.uuid != ep.remote.uuid:
             raise RemoteAccessError(f"remote key belongs to another worker than {ep!r}")
         self.ep = ep
-        #: what the native calls take (``_fastpath.mapped_copy`` for put/get,
-        #: ``mapped_atomic`` for ``Endpoint.atomic_fetch_now`` with CPU
-        #: atomics), or None: Python does the access; set by access_mode
-        self.native_map = self.native_amo = None
+        #: the data plane's key (``ucxpy._dp.MappedKey``: put, get and, with
+        #: CPU atomics, atomics in one C call), or None: Python does every
+        #: access; set by access_mode
+        self.native = None
         self.mode = ep.worker.rma.access_mode(ep, self)
 
     def __repr__(self) -> str:
@@ -309,18 +306,18 @@ class RmaEngine:
         return AM
 
     def _native_mapping(self, rkey: RemoteKey, mk) -> None:
-        """Give a MAPPED key ``(mapped address, length, guard address, guard
-        value)`` for ``ucxpy._fastpath``'s mapped_copy (``native_map``) and,
-        with CPU atomics, mapped_atomic (``native_amo``): when the native fast
-        path is on and the domain's validity check is one word."""
-        if mapped_atomic is None or not self.worker.config.fastpath:
+        """Give a MAPPED key its data-plane key (``rkey.native``, which keeps
+        ``mk`` and so the mapping): when the native data plane is on and the
+        domain's validity check is one word.  Its atomics are on with CPU
+        atomics only (device atomics are not atomic with them)."""
+        dp = self.worker.dp
+        if dp is None:
             return
         guard = mk.guard()
         if guard is None:
             return
-        rkey.native_map = (mk.address, rkey.length) + tuple(guard)
-        if self.atomic_mode() == "cpu":
-            rkey.native_amo = rkey.native_map
+        rkey.native = MappedKey(dp, mk.address, rkey.base, rkey.length, guard[0], guard[1],
+                                self.atomic_mode() == "cpu", mk)
 
     # -- initiator -------------------------------------------------------------
     def _post(self, ep, am_id, header_fn, payload=b"", dest=None) -> Request:
@@ -335,9 +332,8 @@ class RmaEngine:
         return req
 
     def put_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
-        nmap = rkey.native_map
-        if nmap is not None and self.worker.tr is None \
-                and mapped_copy(nmap, address - rkey.base, buf, True):
+        native = rkey.native
+        if native is not None and self.worker.tr is None and native.put(address, buf):
             return COMPLETED             # one C call; else the checks below say why not
         mv = send_view(buf)
         off = rkey.check(address, mv.nbytes)
@@ -353,9 +349,8 @@ class RmaEngine:
             ep, AmId.RMA_PUT, lambda i: wire.RMA_PUT.pack(i, rkey.mem_id, at), piece), address)
 
     def get_nb(self, ep, buf, address: int, rkey: RemoteKey) -> Request:
-        nmap = rkey.native_map
-        if nmap is not None and self.worker.tr is None \
-                and mapped_copy(nmap, address - rkey.base, buf, False):
+        native = rkey.native
+        if native is not None and self.worker.tr is None and native.get(address, buf):
             return COMPLETED
         mv = recv_view(buf)
         off = rkey.check(address, mv.nbytes)

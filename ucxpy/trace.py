@@ -228,9 +228,11 @@ class Recorder:
     def stats(self) -> dict:
         t = dict(self.totals)
         t["unexpected.hwm"] = self.unexpected_hwm
+        dp = self.worker.dp
         return {"enabled": True, "worker": t,
                 "endpoints": {p: dict(c) for p, c in sorted(self.per_peer.items())},
                 "transports": {l: dict(c) for l, c in sorted(self.per_lane.items())},
+                "dp": dp.counters() if dp is not None else {},
                 "trace": {"dir": self.dir, "recorded": self.recorded,
                           "kept": len(self.events) if self.events is not None else 0}}
 
@@ -238,9 +240,9 @@ class Recorder:
         s = self.stats()
         who = f"rank {self.rank}" if self.rank is not None else f"worker {self.worker.id}"
         lines = [f"ucxpy stats [{who} pid {os.getpid()}]"]
-        for section in ("worker", "endpoints", "transports"):
+        for section in ("worker", "endpoints", "transports", "dp"):
             items = s[section]
-            if section == "worker":
+            if section in ("worker", "dp"):
                 lines += [f"  {k} = {v}" for k, v in sorted(items.items())]
                 continue
             for name, c in items.items():

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from . import wire
+from . import _dp, wire
 from .address import WorkerAddress
 from .am import ActiveMessages
 from .buffers import PayloadPool, recv_view  # noqa: F401  (recv_view re-exported)
@@ -109,6 +109,9 @@ class Worker:
         # not once per receive (a progress thread shadows it the same way)
         self._cancel_recv = self._cancel_recv
         self.direct_am_ids = frozenset((AmId.RNDV_DATA, AmId.RMA_PUT, AmId.RMA_GET_REP))
+        #: the native data plane's worker (ucxpy._dp; None: UCXPY_FASTPATH=n,
+        #: the pure-Python reference does everything)
+        self.dp = _dp.Worker() if self.config.fastpath else None
         self.matcher = TagMatcher()
         self._payloads = PayloadPool()       # unexpected eager payloads
         self.rndv = RendezvousProtocol(self)
@@ -1129,7 +1132,8 @@ class Worker:
         per transport (``transports``), rendezvous variants and fallbacks,
         the unexpected-queue high-water mark, busy-poll and sleep time.
         Counting is on with ``UCXPY_STATS=y`` or ``UCXPY_TRACE``; otherwise
-        only the current state is reported and ``enabled`` is False."""
+        only the current state is reported and ``enabled`` is False.  ``dp``
+        holds what the native data plane executed (always counted, in C)."""
         if self.tr is not None:
             return self.tr.stats()
         return {"enabled": False,
@@ -1137,7 +1141,8 @@ class Worker:
                            "rndv.sends_in_flight": len(self.rndv.sends),
                            "rndv.recvs_in_flight": len(self.rndv.recvs),
                            "time.sleep_ns": self._slept_ns},
-                "endpoints": {}, "transports": {}}
+                "endpoints": {}, "transports": {},
+                "dp": self.dp.counters() if self.dp is not None else {}}
 
     def close(self) -> None:
         """Close endpoints gracefully, then the transports (idempotent)."""

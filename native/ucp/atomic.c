@@ -5,7 +5,9 @@
  * the blocking 1.x forms ucp_atomic_add32/64, ucp_atomic_fadd32/64,
  * ucp_atomic_swap32/64, ucp_atomic_cswap32/64.
  *
- * Theory of operation.  Every form is one core call, Endpoint.atomic_post
+ * Theory of operation.  A key whose region is mapped here, with CPU atomics,
+ * has each atomic done by the data plane within the call (dp.h), without
+ * Python.  Every other form is one core call, Endpoint.atomic_post
  * (add/and/or/xor, nothing fetched) or Endpoint.atomic_fetch_nb (any op, the
  * old value fetched), on a word of 4 or 8 bytes.  The core applies it as
  * UCXPY_ATOMIC_MODE says (ucxpy/rma.py): CPU atomics on the mapped memory of
@@ -40,19 +42,41 @@ static int size_ok(const char *entry, size_t size)
     return 0;
 }
 
-/* Post `op` through the bridge; `req` NULL: an implicit post (flush completes it). */
+/* UCP's operation as the data plane's (ucxpy.atomics.OPS' codes) */
+static ucxdp_amo_op_t dp_op(ucp_atomic_op_t op)
+{
+    switch (op) {
+    case UCP_ATOMIC_OP_ADD: return UCXDP_AMO_ADD;
+    case UCP_ATOMIC_OP_SWAP: return UCXDP_AMO_SWAP;
+    case UCP_ATOMIC_OP_CSWAP: return UCXDP_AMO_CSWAP;
+    case UCP_ATOMIC_OP_AND: return UCXDP_AMO_AND;
+    case UCP_ATOMIC_OP_OR: return UCXDP_AMO_OR;
+    case UCP_ATOMIC_OP_XOR: return UCXDP_AMO_XOR;
+    default: return UCXDP_AMO_LAST;        /* declined: the bridge reports it */
+    }
+}
+
+/* Post `op` in the data plane (a mapped key), else through the bridge; `req` NULL: an implicit post (flush completes it). */
 static ucs_status_t submit(const char *entry, ucp_ep_h ep, ucp_atomic_op_t op, size_t size,
                            uint64_t value, uint64_t compare, uint64_t remote_addr,
                            ucp_rkey_h rkey, ucxs_req_t *req)
 {
+    int fetch = req != NULL && (req->flags & UCXS_REQ_FETCH);
+
     if (rkey->py == NULL) {
         ucxs_error(entry, "an atomic through the remote key of an empty region");
         return UCS_ERR_INVALID_PARAM;
     }
     ep->worker->ops.atomic++;
+    if (ep->worker->dp != NULL && rkey->dp != NULL
+            && ucxs_py->dp->atomic(ep->worker->dp, rkey->dp, remote_addr, (unsigned)size,
+                                   dp_op(op), value, compare,
+                                   fetch ? &req->info.sender_tag : NULL) == UCXDP_OK)
+        return UCS_OK;                     /* the data plane did it (a fetched old value
+                                              goes to the reply as the core's would) */
     return ucxs_rma_posted(ep->worker, ucxs_py->atomic(
         ep->worker->py, ep->py, op, size, value, compare, remote_addr, rkey->py,
-        req != NULL && (req->flags & UCXS_REQ_FETCH), req, req != NULL ? &req->info : NULL));
+        fetch, req, req != NULL ? &req->info : NULL));
 }
 
 /* A request whose old value goes to `reply` (size bytes). */

@@ -46,6 +46,11 @@ static PyObject *tag_info_type;            /* ucxpy.TagInfo: a receive's result 
 #define NAME_DECL(n) static PyObject *s_##n;
 NAMES(NAME_DECL)
 
+static ucxs_bridge_t table;                /* the operations (below) */
+/* calls from libucp into Python in this process (entries(): the proof that
+ * a steady-state message needs none) */
+static uint64_t py_entries;
+
 /* -- the one template ---------------------------------------------------------- */
 /* The status of the exception being raised, printed once; clears it. */
 static ucs_status_t raised(const char *op)
@@ -281,6 +286,7 @@ static PyObject *py(void *obj)
 #define ENTER_OR(dead)                                                                   \
     if (!Py_IsInitialized())                                                             \
         return dead;                                                                     \
+    __atomic_fetch_add(&py_entries, 1, __ATOMIC_RELAXED);                                \
     PyGILState_STATE gil_ = PyGILState_Ensure()
 #define LEAVE PyGILState_Release(gil_)
 
@@ -305,12 +311,28 @@ static ucs_status_t b_context_create(void **ctx)
     return s;
 }
 
+/* The data plane's C object behind attribute `attr` of `obj`: its worker
+ * (`key` 0) or its mapped key (1); NULL when there is none (no data plane,
+ * the attribute missing or None). */
+static const void *dp_object(PyObject *obj, const char *attr, int key)
+{
+    const ucxdp_api_t *dp = table.dp;
+    PyObject *o = dp != NULL ? PyObject_GetAttrString(obj, attr) : NULL;
+    const void *c = o == NULL ? NULL : key ? (const void *)dp->rkey_of(o)
+                                           : (const void *)dp->worker_of(o);
+
+    if (o == NULL)
+        PyErr_Clear();
+    Py_XDECREF(o);
+    return c;
+}
+
 static ucs_status_t b_worker_create(void *ctx, void *cworker, const ucxs_ops_t *ops,
                                     void **worker, void **address, size_t *address_length,
-                                    int *oversubscribed)
+                                    int *oversubscribed, ucxdp_worker_t **dp)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    PyObject *w = NULL, *a = NULL;
+    PyObject *w = NULL, *a = NULL, *core_worker = NULL;
     ucs_status_t s = UCS_OK;
     PyObject *res = call(FN_worker_create, Py_BuildValue("(ONN)", py(ctx), PyLong_FromVoidPtr(cworker),
                                                          PyLong_FromVoidPtr((void *)ops)));
@@ -318,6 +340,12 @@ static ucs_status_t b_worker_create(void *ctx, void *cworker, const ucxs_ops_t *
         s = raised("ucp_worker_create");
         goto out;
     }
+    core_worker = PyObject_GetAttr(w, s_worker);
+    if (core_worker == NULL) {
+        s = raised("ucp_worker_create");
+        goto out;
+    }
+    *dp = (ucxdp_worker_t *)dp_object(core_worker, "dp", 0);
     *address_length = (size_t)PyBytes_GET_SIZE(a);
     *address = malloc(*address_length);
     if (*address == NULL) {
@@ -328,6 +356,7 @@ static ucs_status_t b_worker_create(void *ctx, void *cworker, const ucxs_ops_t *
     Py_INCREF(w);
     *worker = w;
 out:
+    Py_XDECREF(core_worker);
     Py_XDECREF(res);
     LEAVE;
     return s;
@@ -577,9 +606,15 @@ out:
     return s;
 }
 
-static ucs_status_t b_rkey_unpack(void *ep, const void *buffer, size_t length, void **rkey)
+static ucs_status_t b_rkey_unpack(void *ep, const void *buffer, size_t length, void **rkey,
+                                  const ucxdp_rkey_t **dp)
 {
-    return from_bytes(FN_rkey_unpack, ep, buffer, length, rkey);
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    ucs_status_t s = object(FN_rkey_unpack, call(FN_rkey_unpack, Py_BuildValue(
+        "(Oy#)", py(ep), (const char *)buffer, (Py_ssize_t)length)), rkey);
+    *dp = s == UCS_OK ? dp_object(*rkey, "native", 1) : NULL;
+    LEAVE;
+    return s;
 }
 
 static ucs_status_t b_rma(void *worker, void *ep, int put, void *buf, size_t length,
@@ -697,7 +732,7 @@ static ucs_status_t b_context_info(void *ctx, char **text)
     return s;
 }
 
-static const ucxs_bridge_t table = {
+static ucxs_bridge_t table = {
     .abi = UCXS_BRIDGE_ABI,
     .attach = b_attach,
     .release = b_release,
@@ -769,7 +804,15 @@ static PyObject *m_ops(PyObject *self, PyObject *arg)
                          "atomic", (unsigned long long)ops->atomic);
 }
 
+static PyObject *m_entries(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    return PyLong_FromUnsignedLongLong(__atomic_load_n(&py_entries, __ATOMIC_RELAXED));
+}
+
 static PyMethodDef methods[] = {
+    {"entries", m_entries, METH_NOARGS,
+     "entries(): calls from libucp into Python in this process so far"},
     {"ops", m_ops, METH_O, "ops(address): a C worker's operation counts (ucxs_ops_t)"},
     {"am_event", m_am_event, METH_VARARGS,
      "am_event(cworker, id, header, data, length, desc): queue an active message"},
@@ -817,6 +860,13 @@ PyMODINIT_FUNC PyInit__ucp_bridge(void)
     res = PyObject_CallMethod(adapter, "attach", "O", m);
     if (res == NULL)
         goto fail;
+    /* the data plane, when the core runs one (a build without it: everything
+     * goes through the core) */
+    table.dp = PyCapsule_Import(UCXDP_CAPSULE, 0);
+    if (table.dp == NULL || table.dp->version != UCXDP_API_VERSION) {
+        PyErr_Clear();
+        table.dp = NULL;
+    }
     PyObject *cap = PyCapsule_New((void *)&table, UCXS_BRIDGE_CAPSULE, NULL);
     if (cap == NULL || PyModule_AddObject(m, "table", cap) < 0) {
         Py_XDECREF(cap);

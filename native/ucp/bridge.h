@@ -20,7 +20,9 @@
 
 #include <ucp/api/ucp.h>
 
-#define UCXS_BRIDGE_ABI 3
+#include "../dp/dp.h"
+
+#define UCXS_BRIDGE_ABI 4
 #define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
 
 /* What a worker carried, counted by libucp (the proof-of-use report reads
@@ -42,12 +44,16 @@ typedef struct ucxs_core {
 /* The bridge's side: every operation libucp needs from the core. */
 typedef struct ucxs_bridge {
     int abi;
+    /* the process's native data plane (ucxpy._dp's C API), or NULL: libucp
+     * runs its stock operations there, without Python (see rma.c) */
+    const ucxdp_api_t *dp;
     void (*attach)(const ucxs_core_t *core);
     void (*release)(void *obj);
     ucs_status_t (*context_create)(void **ctx);
+    /* `*dp`: the core worker's data plane, or NULL (UCXPY_FASTPATH=n) */
     ucs_status_t (*worker_create)(void *ctx, void *cworker, const ucxs_ops_t *ops,
                                   void **worker, void **address, size_t *address_length,
-                                  int *oversubscribed);
+                                  int *oversubscribed, ucxdp_worker_t **dp);
     ucs_status_t (*worker_destroy)(void *worker);
     unsigned (*progress)(void *worker);
     ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);
@@ -74,7 +80,10 @@ typedef struct ucxs_bridge {
                             void **address_out);
     ucs_status_t (*mem_unmap)(void *ctx, void *mem);
     ucs_status_t (*rkey_pack)(void *mem, void **buffer, size_t *length);
-    ucs_status_t (*rkey_unpack)(void *ep, const void *buffer, size_t length, void **rkey);
+    /* `*dp`: the key's data-plane key (a mapped region), else NULL; it lives
+     * as long as the `*rkey` reference */
+    ucs_status_t (*rkey_unpack)(void *ep, const void *buffer, size_t length, void **rkey,
+                                const ucxdp_rkey_t **dp);
     ucs_status_t (*rma)(void *worker, void *ep, int put, void *buf, size_t length,
                         uint64_t remote_addr, void *rkey, void *req, ucp_tag_recv_info_t *info);
     /* `op` a ucp_atomic_op_t; `fetch`: the old value comes back as the

@@ -136,7 +136,8 @@ ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h ep, const void *rkey_buffer, ucp_rkey_h
         *rkey_p = rkey;
         return UCS_OK;
     }
-    status = ucxs_py->rkey_unpack(ep->py, (const char *)rkey_buffer + sizeof(n), n, &rkey->py);
+    status = ucxs_py->rkey_unpack(ep->py, (const char *)rkey_buffer + sizeof(n), n, &rkey->py,
+                                  &rkey->dp);
     if (status != UCS_OK) {
         free(rkey);
         return status;

@@ -68,6 +68,7 @@ typedef struct {
 struct ucp_worker {
     ucp_context_h context;
     void *py;                              /* CWorker */
+    ucxdp_worker_t *dp;                    /* its core worker's data plane, or NULL */
     void *address;                         /* packed, malloc'd */
     size_t address_length;
     pthread_mutex_t lock;                  /* the event queue */
@@ -112,6 +113,7 @@ struct ucp_mem {
 
 struct ucp_rkey {
     void *py;                              /* ucxpy.rma.RemoteKey */
+    const ucxdp_rkey_t *dp;                /* its data-plane key (kept by py), or NULL */
     void *map;                             /* ucp_rkey_ptr's mapping (a reference), or NULL */
     char *mapped;                          /* its first byte here */
     uint64_t base;                         /* the region's remote address */
@@ -203,6 +205,29 @@ ucs_status_ptr_t ucxs_req_posted(ucxs_req_t *req, ucs_status_t status,
                                  const ucp_request_param_t *param);
 void ucxs_req_put(ucxs_req_t *req);
 void ucxs_pool_destroy(ucp_context_h context);
+
+/* -- the data plane (dp.h) ------------------------------------------------------ */
+/* Its status values are UCS's: a status passes between the two as it is. */
+_Static_assert(UCXDP_OK == (int)UCS_OK && UCXDP_INPROGRESS == (int)UCS_INPROGRESS
+               && UCXDP_ERR_NO_MEMORY == (int)UCS_ERR_NO_MEMORY
+               && UCXDP_ERR_INVALID_PARAM == (int)UCS_ERR_INVALID_PARAM
+               && UCXDP_ERR_INVALID_ADDR == (int)UCS_ERR_INVALID_ADDR
+               && UCXDP_ERR_OUT_OF_RANGE == (int)UCS_ERR_OUT_OF_RANGE,
+               "the data plane's status values are UCS's");
+
+/* The data plane runs a put/get (`put`) or an atomic for `ep` through `rkey`
+ * when both have one: UCS_OK done; else nothing was done (no data plane, or
+ * it declined: the bridge's path then does it or says why). */
+static inline ucs_status_t ucxs_dp_rma(ucp_ep_h ep, int put, void *buffer, size_t length,
+                                       uint64_t remote_addr, ucp_rkey_h rkey)
+{
+    ucxdp_worker_t *dp = ep->worker->dp;
+
+    if (dp == NULL || rkey->dp == NULL)
+        return UCS_ERR_UNSUPPORTED;
+    return (ucs_status_t)(put ? ucxs_py->dp->put(dp, rkey->dp, remote_addr, buffer, length)
+                              : ucxs_py->dp->get(dp, rkey->dp, remote_addr, buffer, length));
+}
 
 /* -- RMA bookkeeping (worker.c) ----------------------------------------------- */
 /* The bridge answered `status` for an RMA or atomic operation of `worker`:

@@ -101,7 +101,8 @@ static ucs_status_t worker_address(ucp_worker_h w)
     void *core_address;
     size_t length;
     ucs_status_t status = ucxs_py->worker_create(w->context->py, w, &w->ops, &w->py,
-                                                 &core_address, &length, &w->oversubscribed);
+                                                 &core_address, &length, &w->oversubscribed,
+                                                 &w->dp);
     if (status != UCS_OK)
         return status;
     w->address_length = UCXS_ADDRESS_HEADER + length;

@@ -153,6 +153,21 @@ def check_reports(folder: str, ranks: int, require_ops: bool = True) -> list:
     return problems
 
 
+def carried(folder: str) -> list:
+    """One line per rank's final report: what its libucp was asked for
+    (operations), what ucxpy's data plane executed without Python, and how
+    many times libucp entered Python (the proof of who carried the traffic)."""
+    lines = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
+        with open(path) as f:
+            r = json.load(f)
+        ops = " ".join(f"{k}={v}" for k, v in r["ops"].items() if v) or "none"
+        dp = " ".join(f"{k}={v}" for k, v in r.get("dp", {}).items() if v) or "none"
+        lines.append(f"pid {r['pid']} on {r['host']}: operations {ops}; data plane {dp}; "
+                     f"entries into Python {r.get('py_entries', '?')}")
+    return lines
+
+
 def _ranks_of(cmd) -> int:
     for i, a in enumerate(cmd[:-1]):
         if a in ("-n", "-np") and cmd[i + 1].isdigit():
@@ -198,6 +213,8 @@ def main(argv=None) -> int:
         elif folder is not None:
             problems = check_reports(folder, args.ranks or _ranks_of(args.command),
                                      require_ops=rc == 0)
+            for line in carried(folder):
+                print(f"ucxpy-ucx --check: {line}", file=sys.stderr)
             for msg in problems:
                 print(f"ucxpy-ucx --check: {msg}", file=sys.stderr)
             if problems and any(" ranks reported" in m for m in problems):

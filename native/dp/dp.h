@@ -1,0 +1,133 @@
+/*
+ * dp.h — ucxpy's native data plane: the stock protocols executed per
+ * operation in C, without the interpreter (UCP's level, beside the core).
+ *
+ * Theory of operation.  Python is the control plane and the reference: it
+ * wires peers up, picks lanes, protocols and thresholds, maps memory and
+ * handles failures.  What it decides is handed down once, as plain C state
+ * (a worker, a peer's mapped region), and the data plane then executes each
+ * operation on that state alone.  Its callers are libucp.so.0 (C programs),
+ * the Python binding (ucxpy._dp: the core, mpi_shim, shmem), and plain C test
+ * programs; none of this code includes Python.h.
+ *
+ * Files, by concern (each opens with its own theory of operation):
+ *   worker.c  the worker: its lock and its counters
+ *   rma.c     put, get and atomics on a peer's memory mapped here
+ *   binding.c the one Python binding (extension types, and a capsule with
+ *             this API for other extension modules and libucp)
+ *
+ * One error model: every operation returns a ucxdp_status_t, whose values are
+ * UCS's (ucs_status_t; libucp checks that at compile time).  A declined
+ * operation (a stale key, an address outside the region, a misaligned
+ * atomic) does nothing and says why by its status; the caller's reference
+ * path (Python's, or libucp's bridge) then reports the error in its own words.
+ *
+ * Locking: a worker's lock guards its shared state (queues, pools: none yet
+ * in RMA); counters are relaxed atomics, read at any time.  Operations on
+ * mapped memory need no lock: the memory is the peer's and ordering is the
+ * caller's (flush, fence, quiet, barriers), as UCP's is.
+ */
+#ifndef UCXDP_H
+#define UCXDP_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* -- status: UCS's values ----------------------------------------------------- */
+typedef enum {
+    UCXDP_OK = 0,
+    UCXDP_INPROGRESS = 1,
+    UCXDP_ERR_NO_MEMORY = -4,
+    UCXDP_ERR_INVALID_PARAM = -5,          /* a bad operation, size or alignment */
+    UCXDP_ERR_INVALID_ADDR = -7,           /* the region is no longer registered */
+    UCXDP_ERR_OUT_OF_RANGE = -19,          /* outside the key's region */
+} ucxdp_status_t;
+
+/* -- counters ------------------------------------------------------------------- */
+/* What a worker's data plane executed (proof of use, ucxpy-info's stats and
+ * traces read them).  Relaxed atomics: exact, never torn, read at any time. */
+#define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes)
+#define UCXDP_COUNTER_FIELD(name) uint64_t name;
+typedef struct {
+    UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
+} ucxdp_counters_t;
+
+#define UCXDP_COUNT(w, name, n) \
+    __atomic_fetch_add(&(w)->counters.name, (uint64_t)(n), __ATOMIC_RELAXED)
+
+/* -- the worker ------------------------------------------------------------------ */
+typedef struct ucxdp_worker {
+    pthread_mutex_t lock;
+    ucxdp_counters_t counters;
+} ucxdp_worker_t;
+
+/* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL. */
+ucxdp_status_t ucxdp_worker_create(ucxdp_worker_t **out);
+void ucxdp_worker_destroy(ucxdp_worker_t *w);
+/* A consistent copy of the counters. */
+void ucxdp_worker_counters(const ucxdp_worker_t *w, ucxdp_counters_t *out);
+
+/* -- a peer's region mapped here (rma.c) ----------------------------------------- */
+enum {
+    UCXDP_RKEY_ATOMICS = 1,                /* CPU atomics are this key's atomic mode */
+};
+
+/* ucxpy.atomics.OPS' codes */
+typedef enum {
+    UCXDP_AMO_ADD, UCXDP_AMO_AND, UCXDP_AMO_OR, UCXDP_AMO_XOR, UCXDP_AMO_SWAP, UCXDP_AMO_CSWAP,
+    UCXDP_AMO_LAST
+} ucxdp_amo_op_t;
+
+/* The region [base, base + length) of a peer, as the peer names it, mapped
+ * here at `mapped`.  `guard`, when not NULL, is a word in shared memory that
+ * holds `guard_value` for as long as the owner keeps the region registered.
+ * The mapping itself is kept by whoever made the key (Python's memory
+ * domain), for at least as long as the key is used. */
+typedef struct ucxdp_rkey {
+    char *mapped;
+    uint64_t base;
+    uint64_t length;
+    const uint64_t *guard;
+    uint64_t guard_value;
+    unsigned flags;
+} ucxdp_rkey_t;
+
+/* Copy `length` bytes from `buffer` to the peer's `remote_addr`: UCXDP_OK when
+ * done, else nothing done (OUT_OF_RANGE, INVALID_ADDR). */
+ucxdp_status_t ucxdp_put(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t remote_addr,
+                         const void *buffer, size_t length);
+/* The same from the peer's `remote_addr` into `buffer`. */
+ucxdp_status_t ucxdp_get(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t remote_addr,
+                         void *buffer, size_t length);
+/* Atomic `op` on the naturally aligned `size`-byte (4 or 8) word at
+ * `remote_addr`; value and compare are truncated to the word; cswap stores
+ * `value` where the word equals `compare`.  `old` not NULL: the old value
+ * there (any op); NULL: a post (add, and, or, xor only).  Else nothing done:
+ * INVALID_PARAM (op, size, alignment, a post of swap/cswap, a key without
+ * CPU atomics), OUT_OF_RANGE, INVALID_ADDR. */
+ucxdp_status_t ucxdp_atomic(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t remote_addr,
+                            unsigned size, ucxdp_amo_op_t op, uint64_t value, uint64_t compare,
+                            uint64_t *old);
+
+/* -- the C API of the Python binding (ucxpy._dp's capsule) ---------------------- */
+/* Extension modules (mpi_shim._accel) and libucp (through its bridge) reach
+ * the data plane of the Python process they run in through this table, so
+ * there is one data plane per process, whoever calls it. */
+#define UCXDP_CAPSULE "ucxpy._dp._C_API"
+#define UCXDP_API_VERSION 1
+
+typedef struct ucxdp_api {
+    int version;
+    /* the C object behind a ucxpy._dp.Worker / MappedKey, else NULL (no error set) */
+    ucxdp_worker_t *(*worker_of)(void *py_object);
+    const ucxdp_rkey_t *(*rkey_of)(void *py_object);
+    /* the worker a MappedKey counts on */
+    ucxdp_worker_t *(*rkey_worker)(void *py_object);
+    ucxdp_status_t (*put)(ucxdp_worker_t *, const ucxdp_rkey_t *, uint64_t, const void *, size_t);
+    ucxdp_status_t (*get)(ucxdp_worker_t *, const ucxdp_rkey_t *, uint64_t, void *, size_t);
+    ucxdp_status_t (*atomic)(ucxdp_worker_t *, const ucxdp_rkey_t *, uint64_t, unsigned,
+                             ucxdp_amo_op_t, uint64_t, uint64_t, uint64_t *);
+} ucxdp_api_t;
+
+#endif

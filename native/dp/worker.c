@@ -1,0 +1,42 @@
+/*
+ * worker.c — the data plane's worker: its lock and its counters.
+ *
+ * Theory of operation.  One ucxdp_worker_t stands beside each core Worker
+ * (Python's ucxpy.Worker makes it through ucxpy._dp.Worker; libucp's
+ * ucp_worker_h reaches the same one through the bridge).  Its lock guards the
+ * state that operations share; its counters say what the data plane executed
+ * and are read without the lock.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp.h"
+
+ucxdp_status_t ucxdp_worker_create(ucxdp_worker_t **out)
+{
+    ucxdp_worker_t *w = calloc(1, sizeof(*w));
+
+    if (w == NULL)
+        return UCXDP_ERR_NO_MEMORY;
+    if (pthread_mutex_init(&w->lock, NULL) != 0) {
+        free(w);
+        return UCXDP_ERR_NO_MEMORY;
+    }
+    *out = w;
+    return UCXDP_OK;
+}
+
+void ucxdp_worker_destroy(ucxdp_worker_t *w)
+{
+    if (w == NULL)
+        return;
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}
+
+void ucxdp_worker_counters(const ucxdp_worker_t *w, ucxdp_counters_t *out)
+{
+#define UCXDP_COUNTER_READ(name) out->name = __atomic_load_n(&w->counters.name, __ATOMIC_RELAXED);
+    UCXDP_COUNTERS(UCXDP_COUNTER_READ)
+#undef UCXDP_COUNTER_READ
+}
