@@ -146,18 +146,27 @@ ucs_status_t ucp_ep_rkey_unpack(ucp_ep_h ep, const void *rkey_buffer, ucp_rkey_h
     return UCS_OK;
 }
 
+static pthread_mutex_t rkey_map_lock = PTHREAD_MUTEX_INITIALIZER;
+
 ucs_status_t ucp_rkey_ptr(ucp_rkey_h rkey, uint64_t raddr, void **addr_p)
 {
     if (rkey->py == NULL)
         return UCS_ERR_UNREACHABLE;        /* an empty region */
-    if (rkey->map == NULL) {
-        void *map, *address;
-        ucs_status_t status = ucxs_py->rkey_map(rkey->py, &map, &address, &rkey->base,
-                                                &rkey->length);
+    if (__atomic_load_n(&rkey->map, __ATOMIC_ACQUIRE) == NULL) {
+        /* mapped once, whichever thread asks first (UCS_THREAD_MODE_MULTI) */
+        ucs_status_t status = UCS_OK;
+        pthread_mutex_lock(&rkey_map_lock);
+        if (rkey->map == NULL) {
+            void *map, *address;
+            status = ucxs_py->rkey_map(rkey->py, &map, &address, &rkey->base, &rkey->length);
+            if (status == UCS_OK) {
+                rkey->mapped = address;
+                __atomic_store_n(&rkey->map, map, __ATOMIC_RELEASE);
+            }
+        }
+        pthread_mutex_unlock(&rkey_map_lock);
         if (status != UCS_OK)
             return status;
-        rkey->map = map;
-        rkey->mapped = address;
     }
     if (raddr < rkey->base || raddr - rkey->base >= rkey->length) {
         ucxs_error("ucp_rkey_ptr", "address %#llx is outside the key's region [%#llx+%zu]",
