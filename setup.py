@@ -27,23 +27,25 @@ from build_pmix import cffi_modules as pmix_cffi_modules  # noqa: E402
 import build_ucp  # noqa: E402  (native/build_ucp.py: the drop-in libucp.so.0)
 sys.path.pop(0)
 
+#: every C file of native/ builds with these (warnings are errors)
+STRICT = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
+
 # A plain C extension: the buffer-protocol base class (native/pybuffer.c).
-PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"])
+PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"], extra_compile_args=STRICT)
 # The receive fast path (native/fastpath.c), with the ring code compiled in.
 FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c", "native/ring.c",
                                           "native/atomics.c", "native/cma.c"],
-                     include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
+                     include_dirs=["native"], extra_compile_args=STRICT)
 
 # The native data plane (native/dp/): its C files and the one Python binding.
 DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c"]
-DP_CFLAGS = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
 DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES, include_dirs=["native/dp"],
-               extra_compile_args=DP_CFLAGS)
+               extra_compile_args=STRICT)
 
 # mpi_shim's hottest entry points in C (native/mpi_accel.c): Send, Recv, Put,
 # Get, Flush, Fetch_and_op and Compare_and_swap take their common case there.
 MPI_ACCEL = Extension("mpi_shim._accel", ["native/mpi_accel.c"],
-                      include_dirs=["native"], extra_compile_args=["-O2", "-std=gnu11"])
+                      include_dirs=["native"], extra_compile_args=STRICT)
 
 
 

@@ -114,7 +114,7 @@ def make_builder() -> FFI:
         '#include "ucxpy_native.h"',
         sources=sources,
         include_dirs=[include],
-        extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra",
+        extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
                             "-Wno-unused-parameter"],
     )
     return builder

@@ -223,7 +223,8 @@ def make_builder() -> FFI:
         include_dirs=[inc] if inc else [], library_dirs=libdirs,
         runtime_library_dirs=[d for d in libdirs if not d.startswith("/usr/lib")],
         libraries=["pmix"],
-        extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+        extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+                            "-Wno-unused-parameter"],
     )
     return b
 

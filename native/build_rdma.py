@@ -286,8 +286,8 @@ def _builder(module, cdef, header, source, library, env) -> FFI:
         sources=sources, include_dirs=[include] + inc, library_dirs=libdirs,
         runtime_library_dirs=[d for d in libdirs if os.path.isdir(d)],
         libraries=[library],
-        extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                            "-Wno-missing-field-initializers"],
+        extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+                            "-Wno-unused-parameter", "-Wno-missing-field-initializers"],
     )
     return b
 

@@ -36,7 +36,8 @@ def available() -> bool:
 
 BRIDGE = Extension("ucxpy._ucp_bridge", [os.path.join("native", "ucp", "bridge.c")],
                    include_dirs=[os.path.join("native", "ucp")],
-                   extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Werror"])
+                   extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
+                                       "-Wno-unused-parameter"])
 
 
 def libpython() -> str:

@@ -1962,7 +1962,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "ucxpy._fastpath", NULL, -1, methods,
+    PyModuleDef_HEAD_INIT, .m_name = "ucxpy._fastpath", .m_size = -1, .m_methods = methods,
 };
 
 PyMODINIT_FUNC

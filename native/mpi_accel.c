@@ -1463,7 +1463,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "mpi_shim._accel", NULL, -1, methods,
+    PyModuleDef_HEAD_INIT, .m_name = "mpi_shim._accel", .m_size = -1, .m_methods = methods,
 };
 
 PyMODINIT_FUNC

@@ -43,8 +43,8 @@ static PyTypeObject ExporterType = {
 };
 
 static struct PyModuleDef pybuffer_module = {
-    PyModuleDef_HEAD_INIT, "_pybuffer",
-    "Buffer-protocol base class for Python handle objects.", -1, NULL,
+    PyModuleDef_HEAD_INIT, .m_name = "_pybuffer",
+    .m_doc = "Buffer-protocol base class for Python handle objects.", .m_size = -1,
 };
 
 PyMODINIT_FUNC
