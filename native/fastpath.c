@@ -210,8 +210,10 @@ api_lock_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
 {
     ApiLock *l;
 
-    if (!_PyArg_NoPositional("ApiLock", args) || !_PyArg_NoKeywords("ApiLock", kwargs))
+    if (PyTuple_GET_SIZE(args) || (kwargs != NULL && PyDict_GET_SIZE(kwargs))) {
+        PyErr_SetString(PyExc_TypeError, "ApiLock() takes no arguments");
         return NULL;
+    }
     l = (ApiLock *)type->tp_alloc(type, 0);
     if (l == NULL)
         return NULL;
