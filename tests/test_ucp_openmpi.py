@@ -16,6 +16,7 @@ Open MPI's own examples, shmem4py's suite and mpi4py's suite on Open MPI are
 conformance/openmpi and conformance/mpi (ompi-ucp).
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,13 +77,21 @@ def test_openmpi_c_program(mpi_prog, n):
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_oshmem_c_program(shmem_prog, n):
-    rc, out, err = _run([UCXPY_UCX, "--check", OSHRUN, "--oversubscribe", "-n", str(n),
-                         shmem_prog])
+    rc, out, err = _run([UCXPY_UCX, "--check", "--report", OSHRUN, "--oversubscribe", "-n",
+                         str(n), shmem_prog])
     assert rc == 0, out + err
     assert sorted(line.split(" (")[0] for line in out.split("\n") if ": OK" in line) == \
         [f"PE {p} of {n}: OK" for p in range(n)]
     # sshmem/ucx: the heap at OSHMEM's fixed address, mapped by same-host PEs
     assert out.count(": mapped)") == n, out
+    # ... whose puts ucxpy's data plane did, in every PE (the program's atomics
+    # and gets are on static data: registered, not shared, so not mapped);
+    # each PE has two workers (OSHMEM's pml and spml), one report each
+    reports = re.findall(r"ucxpy-ucx --report: pid (\d+) on \S+: operations (.*); "
+                         r"data plane (.*); entries into Python (\d+)", err)
+    assert len({pid for pid, *_ in reports}) == n, err
+    rma = [(ops, dp) for _pid, ops, dp, _entries in reports if "put=" in ops]
+    assert len(rma) == n and all("put=" in dp for _ops, dp in rma), err
 
 
 def test_oshmem_with_an_mmap_heap(shmem_prog):
@@ -97,10 +106,11 @@ def test_oshmem_with_an_mmap_heap(shmem_prog):
 def test_oshmem_over_tcp_alone(shmem_prog):
     """OSHMEM's traffic over ucxpy's tcp transport (no shm, no mapped memory:
     RMA and atomics served by the target's progress)."""
-    rc, out, err = _run([UCXPY_UCX, "--check", OSHRUN, "-n", "2", shmem_prog],
+    rc, out, err = _run([UCXPY_UCX, "--check", "--report", OSHRUN, "-n", "2", shmem_prog],
                         env=_env(UCXPY_TLS="tcp"))
     assert rc == 0, out + err
     assert out.count(": OK") == 2
+    assert err.count("data plane none;") == err.count("--report: pid"), err   # nothing mapped
 
 
 def test_killed_pe_ends_the_job(shmem_prog):

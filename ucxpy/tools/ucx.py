@@ -19,7 +19,9 @@ with its counts at the end), and the run fails unless there is one per rank (``-
 this libucp.so.0, with operations counted (in a job of more than one rank
 that succeeded: MPICH sends a rank's messages to itself without its netmod,
 and a job killed on purpose proves itself by the library its ranks mapped).  A rank that silently loaded
-another UCX writes none.
+another UCX writes none.  ``--check --report`` also prints, per rank, the
+operations its libucp was asked for, what ucxpy's native data plane executed
+(without Python) and how many times libucp entered Python.
 """
 from __future__ import annotations
 
@@ -181,6 +183,9 @@ def main(argv=None) -> int:
                    help="run on the real UCX (MPICH's variables only)")
     p.add_argument("--check", action="store_true",
                    help="fail unless every rank ran on this libucp.so.0 (reports)")
+    p.add_argument("--report", action="store_true",
+                   help="with --check: print, per rank, its operations, what ucxpy's data "
+                        "plane executed and how often libucp entered Python")
     p.add_argument("--ranks", type=int, default=0,
                    help="ranks --check expects (default: the command's -n)")
     p.add_argument("--which", action="store_true",
@@ -213,8 +218,8 @@ def main(argv=None) -> int:
         elif folder is not None:
             problems = check_reports(folder, args.ranks or _ranks_of(args.command),
                                      require_ops=rc == 0)
-            for line in carried(folder):
-                print(f"ucxpy-ucx --check: {line}", file=sys.stderr)
+            for line in carried(folder) if args.report else ():
+                print(f"ucxpy-ucx --report: {line}", file=sys.stderr)
             for msg in problems:
                 print(f"ucxpy-ucx --check: {msg}", file=sys.stderr)
             if problems and any(" ranks reported" in m for m in problems):
