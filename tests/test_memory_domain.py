@@ -256,7 +256,7 @@ def test_rma_names_no_transport_and_owns_no_memory():
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert imported <= {"__future__", "itertools", "typing", "", "wire", "atomics", "buffers",
                         "errors", "request", "rkey", "transports.base", "_native",
-                        "_fastpath"}, imported
+                        "_dp"}, imported
     for word in ("shmfile", "cma_", "process_vm", "/dev/shm", "pack_local_key"):
         assert word not in src.replace("cross-memory", ""), word
 
