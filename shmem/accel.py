@@ -33,11 +33,7 @@ def open_table(rt) -> None:
     dp = rt.worker.dp
     if dp is None or rt.worker.tr is not None:
         return
-    # the scalar type each one-word integer format comes back as
-    scalars = {np.dtype(t).char: np.dtype(t).type
-               for t in (np.intc, np.uintc, np.int_, np.uint, np.longlong, np.ulonglong)
-               if np.dtype(t).itemsize in (4, 8)}
-    TABLE.open(dp, rt.heap.base, rt.heap.size, len(rt.peers), np.ndarray, scalars,
+    TABLE.open(dp, rt.heap.base, rt.heap.size, len(rt.peers), np.ndarray,
                rt.ctxs.default.pending)
     for peer in rt.peers:
         if peer.base:

@@ -8,7 +8,8 @@ AM-mode PEs ucxpy atomics, which the target applies with the same native
 atomics, so both paths may hit one word concurrently.
 
 Non-fetching AMOs to AM-mode PEs complete at the next ``quiet``; fetching
-ones complete before they return (``*_nbi`` forms: at ``quiet``).
+ones complete before they return (``*_nbi`` forms: at ``quiet``) and give
+the old value as a Python int or float, as shmem4py's do.
 """
 from __future__ import annotations
 
@@ -56,25 +57,24 @@ class _Kind:
         raw = struct.Struct("<I" if self.size == 4 else "<Q")
         typed = struct.Struct("<" + {"i4": "i", "i8": "q", "u4": "I", "u8": "Q",
                                      "f4": "f", "f8": "d"}[f"{dtype.kind}{self.size}"])
-        mask, scalar = self.mask, dtype.type
+        mask = self.mask
         if self.is_float:
             self.to_raw = lambda v: raw.unpack(typed.pack(float(v)))[0]
         else:
             self.to_raw = lambda v: int(v) & mask
-        self.from_raw = lambda r: scalar(typed.unpack(raw.pack(r & mask))[0])
+        # a Python int or float, as shmem4py's (cffi's) fetching AMOs return
+        self.from_raw = lambda r: typed.unpack(raw.pack(r & mask))[0]
 
 
 _KINDS = {}
 
 
 def _kind(dtype: np.dtype, op: str) -> _Kind:
-    # keyed by the type code too: equal dtypes of two scalar types ('q' and
-    # 'l' on LP64) each give back their own scalar type
-    k = _KINDS.get((dtype, dtype.char))
+    k = _KINDS.get(dtype)
     if k is None:
         if dtype.kind not in "iuf" or dtype.itemsize not in (4, 8) or not dtype.isnative:
             raise DtypeMismatch(f"atomics need a 32/64-bit integer or float dtype, not {dtype}")
-        k = _KINDS[dtype, dtype.char] = _Kind(dtype)
+        k = _KINDS[dtype] = _Kind(dtype)
     if k.is_float and op not in ("fetch", "set", "swap"):
         raise DtypeMismatch(f"atomic {op} is not defined for floating point dtype {dtype}")
     return k

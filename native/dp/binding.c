@@ -32,7 +32,7 @@
  * ndarray lying in the local region, whose other array (put/get) is an exact
  * ndarray of the same element format, whose value is an int and whose PE has
  * a key, is one data-plane operation; the old value of a fetching atomic
- * comes back as the configured scalar type of its format.  quiet() is done
+ * comes back as a Python int (as shmem4py's does).  quiet() is done
  * when the context's list of requests in flight is empty.  Anything else,
  * and every call while the table is disabled (tracing), goes to fn.
  *
@@ -365,7 +365,6 @@ typedef struct {
     KeyObject **keys;                      /* strong or NULL, npes of them */
     int enabled;
     PyObject *ndarray;                     /* the array type the calls take (strong) */
-    PyObject *scalars;                     /* dict: element format -> scalar type */
     PyObject *pending;                     /* list: the default context's requests */
 } SymObject;
 
@@ -394,7 +393,6 @@ static void sym_reset(SymObject *self)
     self->length = 0;
     Py_CLEAR(self->worker);
     Py_CLEAR(self->ndarray);
-    Py_CLEAR(self->scalars);
     Py_CLEAR(self->pending);
 }
 
@@ -404,16 +402,16 @@ static void sym_dealloc(SymObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* open(worker, local_base, length, npes, ndarray, scalars, pending) */
+/* open(worker, local_base, length, npes, ndarray, pending) */
 static PyObject *sym_open(SymObject *self, PyObject *args)
 {
-    PyObject *worker, *ndarray, *scalars, *pending;
+    PyObject *worker, *ndarray, *pending;
     unsigned long long base, length;
     Py_ssize_t npes;
     KeyObject **keys;
 
-    if (!PyArg_ParseTuple(args, "O!KKnO!O!O!:open", &WorkerType, &worker, &base, &length, &npes,
-                          &PyType_Type, &ndarray, &PyDict_Type, &scalars, &PyList_Type, &pending))
+    if (!PyArg_ParseTuple(args, "O!KKnO!O!:open", &WorkerType, &worker, &base, &length, &npes,
+                          &PyType_Type, &ndarray, &PyList_Type, &pending))
         return NULL;
     if (npes < 0 || base + length < base) {
         PyErr_SetString(PyExc_ValueError, "a region of a non-negative number of PEs");
@@ -429,7 +427,6 @@ static PyObject *sym_open(SymObject *self, PyObject *args)
     self->local_base = (uintptr_t)base;
     self->length = length;
     self->ndarray = Py_NewRef(ndarray);
-    self->scalars = Py_NewRef(scalars);
     self->pending = Py_NewRef(pending);
     Py_RETURN_NONE;
 }
@@ -480,8 +477,8 @@ static PyMethodDef sym_methods[] = {
     {"set", (PyCFunction)(void (*)(void))sym_set, METH_FASTCALL,
      "set(pe, key): PE pe's region (a MappedKey, or None: reached otherwise)"},
     {"open", (PyCFunction)sym_open, METH_VARARGS,
-     "open(worker, local_base, length, npes, array type, {format: scalar type}, pending "
-     "list): a region of npes PEs, no keys yet, disabled"},
+     "open(worker, local_base, length, npes, array type, pending list): a region of npes "
+     "PEs, no keys yet, disabled"},
     {"enable", (PyCFunction)sym_enable, METH_O, "enable(flag): calls run here or go to fn"},
     {"close", (PyCFunction)sym_close, METH_NOARGS, "drop everything; every call declines"},
     {"call", (PyCFunction)(void (*)(void))sym_call, METH_FASTCALL,
@@ -645,17 +642,18 @@ static int sym_operand(PyObject *o, uint64_t *v)
     return 1;
 }
 
-/* an atomic: the result (a new reference: Py_None for a non-fetching one),
- * or NULL with no error set (declined) or with one (failed) */
+/* an atomic: the result (a new reference: Py_None for a non-fetching one,
+ * else the old value as a Python int, signed as the word's format), or NULL
+ * with no error set (declined) or with one (failed) */
 static PyObject *sym_atomic(SymObject *t, int kind, PyObject *const *args, Py_ssize_t nargs)
 {
     ucxdp_amo_op_t op;
-    int fetch, value_at;
-    uint64_t value = 0, compare = 0, old = 0, mask;
+    int fetch, value_at, is_signed;
+    uint64_t value = 0, compare = 0, old = 0;
     Py_buffer word;
     KeyObject *key;
-    PyObject *scalar, *num, *res;
     int64_t off;
+    unsigned size;
     ucxdp_status_t status;
 
     if (!sym_amo_of(kind, &op, &fetch, &value_at))
@@ -671,39 +669,25 @@ static PyObject *sym_atomic(SymObject *t, int kind, PyObject *const *args, Py_ss
         return NULL;
     if (!sym_array(t, args[0], &word, 0))
         return NULL;
-    /* one element of a 4/8-byte integer format that has a scalar type */
-    scalar = (word.itemsize == 4 || word.itemsize == 8) && word.len == word.itemsize
-             && word.format != NULL && strchr("iIlLqQ", word.format[0]) && !word.format[1]
-             ? PyDict_GetItemString(t->scalars, word.format) : NULL;
-    off = scalar != NULL ? sym_offset(t, &word) : -1;
-    if (off < 0) {
-        PyBuffer_Release(&word);
-        return NULL;
-    }
-    status = ucxdp_atomic(t->worker->w, &key->key, key->key.base + (uint64_t)off,
-                          (unsigned)word.itemsize, op, value, compare,
-                          fetch || op == UCXDP_AMO_SWAP ? &old : NULL);
-    if (status != UCXDP_OK) {
-        PyBuffer_Release(&word);
-        return NULL;
-    }
-    if (!fetch) {
-        PyBuffer_Release(&word);
-        Py_RETURN_NONE;
-    }
-    mask = word.itemsize == 8 ? ~(uint64_t)0 : 0xFFFFFFFFu;
-    old &= mask;
-    if (islower((unsigned char)word.format[0]))   /* signed: as the word's own sign */
-        num = PyLong_FromLongLong(word.itemsize == 8 ? (long long)(int64_t)old
-                                                     : (long long)(int32_t)(uint32_t)old);
-    else
-        num = PyLong_FromUnsignedLongLong(old);
+    /* one element of a native 4/8-byte integer format */
+    size = (unsigned)word.itemsize;
+    off = (size == 4 || size == 8) && word.len == word.itemsize && word.format != NULL
+          && word.format[0] && strchr("iIlLqQ", word.format[0]) && !word.format[1]
+          ? sym_offset(t, &word) : -1;
+    is_signed = word.format != NULL && islower((unsigned char)word.format[0]);
     PyBuffer_Release(&word);
-    if (num == NULL)
+    if (off < 0)
         return NULL;
-    res = PyObject_CallOneArg(scalar, num);
-    Py_DECREF(num);
-    return res;
+    status = ucxdp_atomic(t->worker->w, &key->key, key->key.base + (uint64_t)off, size, op,
+                          value, compare, fetch || op == UCXDP_AMO_SWAP ? &old : NULL);
+    if (status != UCXDP_OK)
+        return NULL;
+    if (!fetch)
+        Py_RETURN_NONE;
+    if (!is_signed)
+        return PyLong_FromUnsignedLongLong(size == 8 ? old : (uint32_t)old);
+    return PyLong_FromLongLong(size == 8 ? (long long)(int64_t)old
+                                         : (long long)(int32_t)(uint32_t)old);
 }
 
 static PyObject *call_vectorcall(CallObject *self, PyObject *const *args, size_t nargsf,
