@@ -1,8 +1,9 @@
 """shmem's plain calls in the native data plane (``ucxpy.dataplane.Symmetric``).
 
-``put``, ``get``, ``quiet`` and the integer atomics are C callables over
-their Python functions, which stay the reference implementation and serve
-every call the data plane does not take (native/dp/binding.c says which:
+``put``, ``get``, their ``_nbi`` forms, ``quiet`` and the integer atomics
+are C callables over their Python functions, which stay the reference
+implementation and serve every call the data plane does not take
+(native/dp/binding.c says which:
 exactly the positional arguments, whole numpy arrays of one element format,
 a symmetric array on this PE's heap, an int operand, a PE whose heap is
 mapped here).  The table behind them is opened when the runtime starts,
@@ -15,8 +16,8 @@ from __future__ import annotations
 import functools
 
 from ucxpy.dataplane import (ADD, AND, COMPARE_SWAP, FETCH, FETCH_ADD,  # noqa: F401
-                             FETCH_AND, FETCH_INC, FETCH_OR, FETCH_XOR, GET, INC, OR, PUT,
-                             QUIET, SET, SWAP, XOR, MappedKey, Symmetric)
+                             FETCH_AND, FETCH_INC, FETCH_OR, FETCH_XOR, GET, GET_NBI, INC, OR,
+                             PUT, PUT_NBI, QUIET, SET, SWAP, XOR, MappedKey, Symmetric)
 
 #: the data plane's table behind the calls (the kinds above: native/dp/binding.c)
 TABLE = Symmetric()

@@ -199,6 +199,11 @@ def get_nbi(target, source, pe: int, size=None, ctx=None) -> None:
     get_bytes(rt, cst, peer, rt.heap.offset_of(source, nbytes), t, nbytes, nbi=True)
 
 
+# (to a mapped PE these complete at once, as the Python path's do)
+put_nbi = _accel.call(_accel.PUT_NBI, put_nbi)
+get_nbi = _accel.call(_accel.GET_NBI, get_nbi)
+
+
 def p(target, value, pe: int, ctx=None) -> None:
     """Put one element ``value`` into ``target[0]`` on PE ``pe``."""
     t = _flat(target, True, "target")

@@ -11,5 +11,5 @@ public types, for the layers above the core.
 * the kinds of those calls (``PUT``, ``GET``, ``QUIET``, ``FETCH_ADD``, ...).
 """
 from ._dp import (ADD, AND, COMPARE_SWAP, FETCH, FETCH_ADD, FETCH_AND, FETCH_INC,  # noqa: F401
-                  FETCH_OR, FETCH_XOR, GET, INC, OR, PUT, QUIET, SET, SWAP, XOR, MappedKey,
-                  Symmetric, SymmetricCall, Worker)
+                  FETCH_OR, FETCH_XOR, GET, GET_NBI, INC, OR, PUT, PUT_NBI, QUIET, SET, SWAP,
+                  XOR, MappedKey, Symmetric, SymmetricCall, Worker)

@@ -27,7 +27,8 @@
  * operation or raises its error in its own words.  Copies of 1 MiB or more
  * run without the GIL.
  *
- * Symmetric calls (shmem's put, get, quiet and integer atomics): a call with
+ * Symmetric calls (shmem's put, get, their _nbi forms, quiet and integer
+ * atomics): a call with
  * exactly its positional arguments, whose symmetric array is an exact
  * ndarray lying in the local region, whose other array (put/get) is an exact
  * ndarray of the same element format, whose value is an int and whose PE has
@@ -502,7 +503,7 @@ static PyTypeObject SymType = {
 #define SYM_KINDS(X)                                                                    \
     X(PUT, 3) X(GET, 3) X(QUIET, 0) X(FETCH, 2) X(SET, 3) X(SWAP, 3) X(COMPARE_SWAP, 4)     \
     X(FETCH_INC, 2) X(INC, 2) X(FETCH_ADD, 3) X(ADD, 3) X(FETCH_AND, 3) X(AND, 3)           \
-    X(FETCH_OR, 3) X(OR, 3) X(FETCH_XOR, 3) X(XOR, 3)
+    X(FETCH_OR, 3) X(OR, 3) X(FETCH_XOR, 3) X(XOR, 3) X(PUT_NBI, 3) X(GET_NBI, 3)
 #define SYM_ENUM(name, n) SYM_##name,
 enum { SYM_KINDS(SYM_ENUM) SYM_COUNT };
 #define SYM_NARGS(name, n) n,
@@ -700,7 +701,9 @@ static PyObject *call_vectorcall(CallObject *self, PyObject *const *args, size_t
         switch (self->kind) {
         case SYM_PUT:
         case SYM_GET:
-            if (sym_copy(t, args, self->kind == SYM_PUT))
+        case SYM_PUT_NBI:                  /* complete at once on mapped memory */
+        case SYM_GET_NBI:
+            if (sym_copy(t, args, self->kind == SYM_PUT || self->kind == SYM_PUT_NBI))
                 Py_RETURN_NONE;
             break;
         case SYM_QUIET:

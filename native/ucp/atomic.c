@@ -79,6 +79,25 @@ static ucs_status_t submit(const char *entry, ucp_ep_h ep, ucp_atomic_op_t op, s
         fetch, req, req != NULL ? &req->info : NULL));
 }
 
+/* The data plane does `op` at once, the old value (fetched when `reply` is
+ * not NULL, or for a swap) into `reply`'s low `size` bytes: 1; else 0, with
+ * nothing done (no data plane, or it declined: the request path then runs). */
+static int dp_now(ucp_ep_h ep, ucp_atomic_op_t op, size_t size, uint64_t value,
+                  uint64_t compare, uint64_t remote_addr, ucp_rkey_h rkey, void *reply)
+{
+    uint64_t old;
+    int fetch = reply != NULL || op == UCP_ATOMIC_OP_SWAP;
+
+    if (ep->worker->dp == NULL || rkey->dp == NULL
+            || ucxs_py->dp->atomic(ep->worker->dp, rkey->dp, remote_addr, (unsigned)size,
+                                   dp_op(op), value, compare, fetch ? &old : NULL) != UCXDP_OK)
+        return 0;
+    ep->worker->ops.atomic++;
+    if (reply != NULL)
+        memcpy(reply, &old, size);         /* x86-64 and aarch64 are little-endian */
+    return 1;
+}
+
 /* A request whose old value goes to `reply` (size bytes). */
 static void fetch_into(ucxs_req_t *req, void *reply, size_t size)
 {
@@ -107,14 +126,17 @@ ucs_status_ptr_t ucp_atomic_op_nbx(ucp_ep_h ep, ucp_atomic_op_t opcode, const vo
         ucxs_error(entry, "a conditional swap takes its new value from the reply buffer");
         return UCS_STATUS_PTR(UCS_ERR_INVALID_PARAM);
     }
-    ucxs_req_t *req = ucxs_req_new(ep->worker, param, UCXS_CB_SEND, entry);
-    if (req == NULL)
-        return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
     uint64_t operand = load(buffer, size), value = operand, compare = 0;
     if (opcode == UCP_ATOMIC_OP_CSWAP) {
         compare = operand;
         value = load(reply, size);
     }
+    if (!ucxs_needs_request(param) && rkey->py != NULL
+            && dp_now(ep, opcode, size, value, compare, remote_addr, rkey, reply))
+        return NULL;                       /* done, no request */
+    ucxs_req_t *req = ucxs_req_new(ep->worker, param, UCXS_CB_SEND, entry);
+    if (req == NULL)
+        return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
     /* a swap must fetch to be a swap; its old value may be dropped */
     static uint64_t discard;
     if (reply != NULL || opcode == UCP_ATOMIC_OP_SWAP)
@@ -181,6 +203,8 @@ ucs_status_ptr_t ucp_atomic_fetch_nb(ucp_ep_h ep, ucp_atomic_fetch_op_t opcode, 
         compare = value;
         value = load(result, op_size);
     }
+    if (rkey->py != NULL && dp_now(ep, op, op_size, value, compare, remote_addr, rkey, result))
+        return NULL;                       /* done, no request */
     ucxs_req_t *req = ucxs_req_new_old(ep->worker, cb, entry);
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);

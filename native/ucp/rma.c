@@ -25,14 +25,6 @@ static ucs_status_t empty_key(const char *entry, size_t length)
     return UCS_ERR_INVALID_PARAM;
 }
 
-/* An operation done within its call needs no request unless the caller
- * gives its own or wants one whatever happens. */
-static int needs_request(const ucp_request_param_t *param)
-{
-    return param != NULL
-        && (param->op_attr_mask & (UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_REQUEST));
-}
-
 static void count(ucp_ep_h ep, int put)
 {
     if (put)
@@ -59,7 +51,7 @@ static ucs_status_ptr_t rma(ucp_ep_h ep, int put, void *buffer, size_t length,
         count(ep, put);
         done = ucxs_dp_rma(ep, put, buffer, length, remote_addr, rkey) == UCS_OK;
     }
-    if (done && !needs_request(param))
+    if (done && !ucxs_needs_request(param))
         return UCS_STATUS_PTR(status);
     req = param != NULL || cb == NULL ? ucxs_req_new(ep->worker, param, UCXS_CB_SEND, entry)
                                       : ucxs_req_new_old(ep->worker, cb, entry);

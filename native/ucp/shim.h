@@ -229,6 +229,14 @@ static inline ucs_status_t ucxs_dp_rma(ucp_ep_h ep, int put, void *buffer, size_
                               : ucxs_py->dp->get(dp, rkey->dp, remote_addr, buffer, length));
 }
 
+/* An operation done within its call needs no request unless the caller
+ * gives its own or wants one whatever happens. */
+static inline int ucxs_needs_request(const ucp_request_param_t *param)
+{
+    return param != NULL
+        && (param->op_attr_mask & (UCP_OP_ATTR_FLAG_NO_IMM_CMPL | UCP_OP_ATTR_FIELD_REQUEST));
+}
+
 /* -- RMA bookkeeping (worker.c) ----------------------------------------------- */
 /* The bridge answered `status` for an RMA or atomic operation of `worker`:
  * one not done within its call is in flight until a flush (returns status). */
