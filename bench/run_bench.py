@@ -69,6 +69,7 @@ SHM_RATE_FACTOR = 0.8    # ucxpy-shm 8 B message rate (tag_bw, window 64) >= 0.8
 SHM_BW_FACTOR = 1.2      # ucxpy-shm bandwidth from 1 MiB >= 1.2x mpi4py
 SHIM_FACTOR = 1.2        # mpi_shim tag and put latency <= 1.2x ucxpy's own
 SHIM_AMO_FACTOR = 1.5    # mpi_shim Fetch_and_op <= 1.5x the ucxpy atomic
+SHMEM_WIN_FACTOR = 1.2   # shmem 8 B put/get/fetch-add <= 1.2x mpi_shim's window calls (issue 43)
 SHIM_RATE_FACTOR = 0.9   # mpi_shim 8 B message rate >= 0.9x ucxpy-shm's (issue 32)
 NB_LAT_FACTOR = 1.0      # ucxpy-shm 8 B Irecv+Isend+Waitall ping-pong <= 1.0x mpi4py (issue 32)
 COLL_LAT_FACTOR = {2: 2.0, 4: 3.0}   # 8 B collectives <= this x mpi4py, per rank count
@@ -519,6 +520,12 @@ def check_targets(impls: dict, raw_by_pin=None) -> list:
     ratio_target(f"mpi_shim Fetch_and_op <= {SHIM_AMO_FACTOR:g}x ucxpy's atomic",
                  _col(shim, "amo_lat", "latency_us"), _col(shm_rma, "amo_lat", "latency_us"),
                  [SMALL], SHIM_AMO_FACTOR)
+    shmem = impls.get("shmem")
+    for test, call in (("put_lat", "put+quiet vs Put+Flush"), ("get_lat", "get vs Get+Flush"),
+                       ("amo_lat", "fetch-add vs Fetch_and_op")):
+        ratio_target(f"shmem {SMALL} B {call} <= {SHMEM_WIN_FACTOR:g}x mpi_shim's window",
+                     _col(shmem, test, "latency_us"), _col(shim, test, "latency_us"),
+                     [SMALL], SHMEM_WIN_FACTOR)
     for n, limit in COLL_LAT_FACTOR.items():
         for t in COLL_TESTS:
             ratio_target(f"{t} {SMALL} B on {n} ranks <= {limit:g}x mpi4py",
