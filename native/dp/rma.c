@@ -65,55 +65,36 @@ ucxdp_status_t ucxdp_get(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t re
     return UCXDP_OK;
 }
 
-/* the fetching form of `op` on the word at `p` */
-static uint64_t amo_fetch64(uint64_t *p, ucxdp_amo_op_t op, uint64_t value, uint64_t compare)
-{
-    switch (op) {
-    case UCXDP_AMO_ADD: return __atomic_fetch_add(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_AND: return __atomic_fetch_and(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_OR: return __atomic_fetch_or(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_XOR: return __atomic_fetch_xor(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_SWAP: return __atomic_exchange_n(p, value, __ATOMIC_SEQ_CST);
-    default:
-        __atomic_compare_exchange_n(p, &compare, value, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        return compare;                    /* the old value, either way */
-    }
+/* amo_fetch<bits>: the fetching form of `op` on the word at `p` (cswap
+ * stores `value` where the word equals `compare`), returning the old value;
+ * amo_post<bits>: the posted form of add/and/or/xor, nothing carried back */
+#define AMO_FUNCS(bits)                                                                   \
+static uint##bits##_t amo_fetch##bits(uint##bits##_t *p, ucxdp_amo_op_t op,                \
+                                      uint##bits##_t value, uint##bits##_t compare)        \
+{                                                                                         \
+    switch (op) {                                                                         \
+    case UCXDP_AMO_ADD: return __atomic_fetch_add(p, value, __ATOMIC_SEQ_CST);             \
+    case UCXDP_AMO_AND: return __atomic_fetch_and(p, value, __ATOMIC_SEQ_CST);             \
+    case UCXDP_AMO_OR: return __atomic_fetch_or(p, value, __ATOMIC_SEQ_CST);               \
+    case UCXDP_AMO_XOR: return __atomic_fetch_xor(p, value, __ATOMIC_SEQ_CST);             \
+    case UCXDP_AMO_SWAP: return __atomic_exchange_n(p, value, __ATOMIC_SEQ_CST);           \
+    default:                                                                              \
+        __atomic_compare_exchange_n(p, &compare, value, 0, __ATOMIC_SEQ_CST,              \
+                                    __ATOMIC_SEQ_CST);                                    \
+        return compare;                    /* the old value, either way */                \
+    }                                                                                     \
+}                                                                                         \
+static void amo_post##bits(uint##bits##_t *p, ucxdp_amo_op_t op, uint##bits##_t value)     \
+{                                                                                         \
+    switch (op) {                                                                         \
+    case UCXDP_AMO_ADD: __atomic_add_fetch(p, value, __ATOMIC_SEQ_CST); break;            \
+    case UCXDP_AMO_AND: __atomic_and_fetch(p, value, __ATOMIC_SEQ_CST); break;            \
+    case UCXDP_AMO_OR: __atomic_or_fetch(p, value, __ATOMIC_SEQ_CST); break;              \
+    default: __atomic_xor_fetch(p, value, __ATOMIC_SEQ_CST); break;                       \
+    }                                                                                     \
 }
-
-static uint32_t amo_fetch32(uint32_t *p, ucxdp_amo_op_t op, uint32_t value, uint32_t compare)
-{
-    switch (op) {
-    case UCXDP_AMO_ADD: return __atomic_fetch_add(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_AND: return __atomic_fetch_and(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_OR: return __atomic_fetch_or(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_XOR: return __atomic_fetch_xor(p, value, __ATOMIC_SEQ_CST);
-    case UCXDP_AMO_SWAP: return __atomic_exchange_n(p, value, __ATOMIC_SEQ_CST);
-    default:
-        __atomic_compare_exchange_n(p, &compare, value, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-        return compare;
-    }
-}
-
-/* the posted (non-fetching) form: no old value to carry back */
-static void amo_post64(uint64_t *p, ucxdp_amo_op_t op, uint64_t value)
-{
-    switch (op) {
-    case UCXDP_AMO_ADD: __atomic_add_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    case UCXDP_AMO_AND: __atomic_and_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    case UCXDP_AMO_OR: __atomic_or_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    default: __atomic_xor_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    }
-}
-
-static void amo_post32(uint32_t *p, ucxdp_amo_op_t op, uint32_t value)
-{
-    switch (op) {
-    case UCXDP_AMO_ADD: __atomic_add_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    case UCXDP_AMO_AND: __atomic_and_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    case UCXDP_AMO_OR: __atomic_or_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    default: __atomic_xor_fetch(p, value, __ATOMIC_SEQ_CST); break;
-    }
-}
+AMO_FUNCS(64)
+AMO_FUNCS(32)
 
 ucxdp_status_t ucxdp_atomic(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t remote_addr,
                             unsigned size, ucxdp_amo_op_t op, uint64_t value, uint64_t compare,

@@ -37,7 +37,7 @@ def run(test: str, variant: str, out: str, timeout: float = 120) -> subprocess.C
     """Build ``test`` in ``variant`` into ``out`` and run it; the run's
     CompletedProcess (a failed build raises CalledProcessError)."""
     exe = os.path.join(out, f"{os.path.basename(test)[:-2]}-{variant}")
-    subprocess.run(["gcc", *CFLAGS, *VARIANTS[variant], "-I", DP, test,
+    subprocess.run(["gcc", *CFLAGS, *VARIANTS[variant], "-I", DP, "-I", HERE, test,
                     *(os.path.join(DP, s) for s in DP_SOURCES), "-o", exe],
                    check=True, capture_output=True, text=True)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1", UBSAN_OPTIONS="print_stacktrace=1",

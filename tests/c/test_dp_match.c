@@ -8,17 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "check.h"
 #include "match.h"
-
-static int failures;
-
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);    \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
 
 #define BUCKET (~(uint64_t)0xFF)
 #define N 5000

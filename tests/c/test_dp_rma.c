@@ -16,22 +16,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "dp.h"
 
 #define REGION 4096
 #define BASE 0x7000000000ULL               /* the region's address "at the peer" */
 #define ADDS 20000
 #define THREADS 4
-
-static int failures;
-
-#define CHECK(cond)                                                                     \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);    \
-            failures++;                                                                 \
-        }                                                                               \
-    } while (0)
 
 /* the shared region's layout: a guard word, then the words under test */
 typedef struct {
