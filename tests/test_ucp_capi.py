@@ -71,6 +71,16 @@ def test_mpich_c_program(basics, n):
 
 
 @needs_mpich
+def test_mpich_thread_multiple(tmp_path):
+    """MPI_THREAD_MULTIPLE: four threads per rank exchange eager and
+    rendezvous messages at once through libucp (tests/ucp/mpi_threads.c)."""
+    exe = _compile(tmp_path, "mpi_threads.c", "mpi_threads", MPICC, ["-lpthread"])
+    rc, out, err = _run([UCXPY_UCX, "--check", MPIEXEC, "-n", "2", exe])
+    assert rc == 0, out + err
+    assert sorted(out.split("\n"))[-2:] == ["rank 0: OK", "rank 1: OK"], out + err
+
+
+@needs_mpich
 def test_mpich_c_program_tcp_only(basics):
     """MPICH's traffic over ucxpy's tcp transport alone."""
     env = dict(os.environ, UCXPY_TLS="tcp")
