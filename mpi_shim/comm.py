@@ -655,10 +655,6 @@ def _string_tag(s: str) -> int:
     return zlib.crc32(s.encode()) & 0x3FFFFF
 
 
-def _predefined_copy(cls, name):
-    return cls(globals()[name])
-
-
 COMM_NULL = Comm._constant(None)
 COMM_WORLD = Intracomm._constant(None)
 COMM_SELF = Intracomm._constant(None)

@@ -192,40 +192,6 @@ def darray(tm: Typemap, size, rank, gsizes, distribs, dargs, psizes, order) -> T
     return _section(tm, gsizes, indices, order)
 
 
-def compute_dims(nnodes: int, dims) -> list:
-    """A balanced process grid of ``nnodes`` (``MPI.Compute_dims``).
-
-    Zero entries of ``dims`` (or all, when ``dims`` is a number of
-    dimensions) are filled, largest first; raises MPI.Exception (ERR_DIMS)
-    when the fixed entries do not divide ``nnodes``.
-    """
-    from .exceptions import ERR_DIMS
-    nnodes = index(nnodes)
-    dims = [0] * index(dims) if not hasattr(dims, "__len__") else ints(dims)
-    fixed = int(np.prod([d for d in dims if d > 0], dtype=np.int64))
-    if nnodes < 0 or any(d < 0 for d in dims) or (fixed and nnodes % fixed):
-        raise Exception(ERR_DIMS, f"cannot fit {nnodes} processes in dimensions {dims}")
-    free = [i for i, d in enumerate(dims) if d == 0]
-    rest, factors, p = nnodes // fixed if fixed else 0, [], 2
-    while rest > 1 and p * p <= rest:
-        while rest % p == 0:
-            factors.append(p)
-            rest //= p
-        p += 1
-    if rest > 1:
-        factors.append(rest)
-    if not free:
-        if fixed != nnodes:
-            raise Exception(ERR_DIMS, f"dimensions {dims} do not hold {nnodes} processes")
-        return dims
-    sizes = [1] * len(free)
-    for f in sorted(factors, reverse=True):
-        sizes[sizes.index(min(sizes))] *= f
-    for i, s in zip(free, sorted(sizes, reverse=True)):
-        dims[i] = s
-    return dims
-
-
 # -- contents (MPICH's large-count Get_contents) --------------------------------------
 def contents(combiner: int, p: dict):
     """``(integers, addresses, large counts)`` of a type made by ``combiner``."""

@@ -221,7 +221,3 @@ def Iflush_buffer():
     from .bsend import iflush
     return iflush(None)
 
-
-def universe_env() -> int:
-    from ucxpy.config import setting
-    return setting("UCXPY_UNIVERSE_SIZE") or 0

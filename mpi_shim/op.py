@@ -109,10 +109,6 @@ class Op(Handle):
         return "OP_NULL" if self._h is None else self._h.name
 
     @property
-    def _user(self):
-        return None if self._h is None else self._h.user
-
-    @property
     def commute(self) -> bool:
         return True if self._h is None else self._h.commute
 
