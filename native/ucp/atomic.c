@@ -56,32 +56,9 @@ static ucxdp_amo_op_t dp_op(ucp_atomic_op_t op)
     }
 }
 
-/* Post `op` in the data plane (a mapped key), else through the bridge; `req` NULL: an implicit post (flush completes it). */
-static ucs_status_t submit(const char *entry, ucp_ep_h ep, ucp_atomic_op_t op, size_t size,
-                           uint64_t value, uint64_t compare, uint64_t remote_addr,
-                           ucp_rkey_h rkey, ucxs_req_t *req)
-{
-    int fetch = req != NULL && (req->flags & UCXS_REQ_FETCH);
-
-    if (rkey->py == NULL) {
-        ucxs_error(entry, "an atomic through the remote key of an empty region");
-        return UCS_ERR_INVALID_PARAM;
-    }
-    ep->worker->ops.atomic++;
-    if (ep->worker->dp != NULL && rkey->dp != NULL
-            && ucxs_py->dp->atomic(ep->worker->dp, rkey->dp, remote_addr, (unsigned)size,
-                                   dp_op(op), value, compare,
-                                   fetch ? &req->info.sender_tag : NULL) == UCXDP_OK)
-        return UCS_OK;                     /* the data plane did it (a fetched old value
-                                              goes to the reply as the core's would) */
-    return ucxs_rma_posted(ep->worker, ucxs_py->atomic(
-        ep->worker->py, ep->py, op, size, value, compare, remote_addr, rkey->py,
-        fetch, req, req != NULL ? &req->info : NULL));
-}
-
 /* The data plane does `op` at once, the old value (fetched when `reply` is
  * not NULL, or for a swap) into `reply`'s low `size` bytes: 1; else 0, with
- * nothing done (no data plane, or it declined: the request path then runs). */
+ * nothing done (no data plane, or it declined: the bridge's path then runs). */
 static int dp_now(ucp_ep_h ep, ucp_atomic_op_t op, size_t size, uint64_t value,
                   uint64_t compare, uint64_t remote_addr, ucp_rkey_h rkey, void *reply)
 {
@@ -96,6 +73,29 @@ static int dp_now(ucp_ep_h ep, ucp_atomic_op_t op, size_t size, uint64_t value,
     if (reply != NULL)
         memcpy(reply, &old, size);         /* x86-64 and aarch64 are little-endian */
     return 1;
+}
+
+/* Post `op`: in the data plane (a mapped key), else through the bridge; `req`
+ * NULL: an implicit post (flush completes it). */
+static ucs_status_t submit(const char *entry, ucp_ep_h ep, ucp_atomic_op_t op, size_t size,
+                           uint64_t value, uint64_t compare, uint64_t remote_addr,
+                           ucp_rkey_h rkey, ucxs_req_t *req)
+{
+    int fetch = req != NULL && (req->flags & UCXS_REQ_FETCH);
+
+    if (rkey->py == NULL) {
+        ucxs_error(entry, "an atomic through the remote key of an empty region");
+        return UCS_ERR_INVALID_PARAM;
+    }
+    /* a fetched old value goes where the core's would: the request's
+     * result, which reaches the reply when the request finishes */
+    if (dp_now(ep, op, size, value, compare, remote_addr, rkey,
+               fetch ? &req->info.sender_tag : NULL))
+        return UCS_OK;
+    ep->worker->ops.atomic++;
+    return ucxs_rma_posted(ep->worker, ucxs_py->atomic(
+        ep->worker->py, ep->py, op, size, value, compare, remote_addr, rkey->py,
+        fetch, req, req != NULL ? &req->info : NULL));
 }
 
 /* A request whose old value goes to `reply` (size bytes). */
