@@ -51,7 +51,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -60,6 +59,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+
+from conformance.procs import kill_tree  # noqa: E402
+
 VERSION = "4.0.2"
 DEB_VERSION = "4.0.2-3"            # Debian 12 (bookworm)
 SUITE = "bookworm"
@@ -381,36 +384,6 @@ def select(entries: list, pattern: str | None, subset: str | None) -> list:
 
 
 # --- running -----------------------------------------------------------------
-
-def _descendants(pid: int) -> list:
-    children = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
-    out, stack = [], [pid]
-    while stack:
-        for c in children.get(stack.pop(), []):
-            out.append(c)
-            stack.append(c)
-    return out
-
-
-def kill_tree(proc) -> None:
-    """SIGKILL the job: its process group and every descendant (hydra's
-    proxies and the ranks start sessions of their own)."""
-    for _ in range(2):
-        for pid in [proc.pid, *_descendants(proc.pid)]:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        time.sleep(0.2)
-
 
 NOERR = re.compile(r"^\s*No [Ee]rrors\s*$")
 PASSED = re.compile(r"^\s*Test Passed\s*$")

@@ -59,7 +59,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -70,6 +69,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
+from conformance.procs import kill_tree  # noqa: E402
 from ucxpy.tools import ucx  # noqa: E402
 
 OMPI_VERSION = "4.1.4"
@@ -374,32 +374,6 @@ def build_examples(examples: str, build: str, programs: list) -> None:
 
 
 # --- running a job -------------------------------------------------------------
-
-def _descendants(pid: int) -> list:
-    children = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(stat) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def kill_tree(proc) -> None:
-    """SIGKILL the job: the launcher's process group and every process
-    under it (ranks may sit in groups of their own)."""
-    victims = _descendants(proc.pid)
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    for pid in victims:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-
 
 def job_env(impl: str, extra=None, pythonpath=()) -> dict:
     """The job's environment: ucxpy-ucx's (ours) or its reference's, for
