@@ -60,7 +60,7 @@ test: install
 
 ## the native data plane's C tests (tests/c/: plain C, no Python), built with
 ## -Wall -Wextra -Werror; -san under ASan/UBSan, -tsan under ThreadSanitizer
-## (`make test` runs the RMA test in all three)
+## (`make test` runs every C test in all three: tests/test_dp_c.py)
 test-c:
 	$(PYTHON) tests/c/ctests.py --variant plain
 test-c-san:

@@ -1001,14 +1001,13 @@ fast_copy(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int put)
         return DECLINED;
     }
     t = target_of(w, args[2], nargs > 3 ? args[3] : Py_None, &raddr);
-    if (t != NULL && v.len >= (1 << 20)) {
-        Py_BEGIN_ALLOW_THREADS
+    if (t != NULL) {
+        int gil_free = v.len >= (1 << 20);       /* long copies let other threads run */
+        PyThreadState *ts = gil_free ? PyEval_SaveThread() : NULL;
         status = put ? dp_api->put(t->dp, t->rkey, raddr, v.buf, (size_t)v.len)
                      : dp_api->get(t->dp, t->rkey, raddr, v.buf, (size_t)v.len);
-        Py_END_ALLOW_THREADS
-    } else if (t != NULL) {
-        status = put ? dp_api->put(t->dp, t->rkey, raddr, v.buf, (size_t)v.len)
-                     : dp_api->get(t->dp, t->rkey, raddr, v.buf, (size_t)v.len);
+        if (gil_free)
+            PyEval_RestoreThread(ts);
     }
     Py_DECREF(w);
     release(&v);

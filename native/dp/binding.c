@@ -51,6 +51,21 @@
 
 #define BIG_COPY (1 << 20)                 /* copies from here on drop the GIL */
 
+/* ucxdp_put (put) or ucxdp_get of `n` bytes at `buf`, without the GIL when
+ * the copy is long */
+static ucxdp_status_t copy_gil_free(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t raddr,
+                                    void *buf, size_t n, int put)
+{
+    ucxdp_status_t status;
+
+    if (n < BIG_COPY)
+        return put ? ucxdp_put(w, key, raddr, buf, n) : ucxdp_get(w, key, raddr, buf, n);
+    Py_BEGIN_ALLOW_THREADS
+    status = put ? ucxdp_put(w, key, raddr, buf, n) : ucxdp_get(w, key, raddr, buf, n);
+    Py_END_ALLOW_THREADS
+    return status;
+}
+
 /* -- Worker ----------------------------------------------------------------------- */
 typedef struct {
     PyObject_HEAD
@@ -207,15 +222,8 @@ static int key_copy(KeyObject *self, PyObject *raddr_obj, PyObject *buffer, int 
         PyErr_Clear();                     /* not contiguous, read-only, no buffer */
         return 0;
     }
-    if (view.len >= BIG_COPY) {
-        Py_BEGIN_ALLOW_THREADS
-        status = is_put ? ucxdp_put(self->worker->w, &self->key, raddr, view.buf, view.len)
-                        : ucxdp_get(self->worker->w, &self->key, raddr, view.buf, view.len);
-        Py_END_ALLOW_THREADS
-    } else {
-        status = is_put ? ucxdp_put(self->worker->w, &self->key, raddr, view.buf, view.len)
-                        : ucxdp_get(self->worker->w, &self->key, raddr, view.buf, view.len);
-    }
+    status = copy_gil_free(self->worker->w, &self->key, raddr, view.buf, (size_t)view.len,
+                           is_put);
     PyBuffer_Release(&view);
     return status == UCXDP_OK;
 }
@@ -587,18 +595,8 @@ static int sym_copy(SymObject *t, PyObject *const *args, int is_put)
     off = sym_offset(t, &sym);
     if (off >= 0 && same_format(&sym, &local)) {
         Py_ssize_t n = sym.len < local.len ? sym.len : local.len;
-        uint64_t raddr = key->key.base + (uint64_t)off;
-        ucxdp_status_t status;
-        if (n >= BIG_COPY) {
-            Py_BEGIN_ALLOW_THREADS
-            status = is_put ? ucxdp_put(t->worker->w, &key->key, raddr, local.buf, n)
-                            : ucxdp_get(t->worker->w, &key->key, raddr, local.buf, n);
-            Py_END_ALLOW_THREADS
-        } else {
-            status = is_put ? ucxdp_put(t->worker->w, &key->key, raddr, local.buf, n)
-                            : ucxdp_get(t->worker->w, &key->key, raddr, local.buf, n);
-        }
-        done = status == UCXDP_OK;
+        done = copy_gil_free(t->worker->w, &key->key, key->key.base + (uint64_t)off, local.buf,
+                             (size_t)n, is_put) == UCXDP_OK;
     }
     PyBuffer_Release(&local);
     PyBuffer_Release(&sym);

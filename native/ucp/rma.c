@@ -10,8 +10,9 @@
  * (out of range, a stale key), goes to the core's Endpoint.put_nb / get_nb,
  * which pick the access mode per remote key (mapped memory, a one-sided
  * transport, or active messages served by the target's progress: see
- * ucxpy/rma.py) and say why an access is refused.  The implicit forms (*_nbi) hand the core no request: it
- * keeps them outstanding until a flush (ucp_ep_flush, ucp_worker_flush_nb).
+ * ucxpy/rma.py) and say why an access is refused.  The implicit forms (*_nbi)
+ * hand the core no request: it keeps them outstanding until a flush
+ * (ucp_ep_flush, ucp_worker_flush_nb).
  * The blocking forms are the implicit form and a flush of the endpoint.
  */
 #include "shim.h"
@@ -33,8 +34,8 @@ static void count(ucp_ep_h ep, int put)
         ep->worker->ops.get++;
 }
 
-/* `req` NULL: make one (param's, or the 1.x form's with `cb`) unless the data
- * plane does it at once and no request is needed */
+/* A put or get with a request made for it (param's, or the 1.x form's with
+ * `cb`), unless the data plane does it at once and the caller needs none */
 static ucs_status_ptr_t rma(ucp_ep_h ep, int put, void *buffer, size_t length,
                             uint64_t remote_addr, ucp_rkey_h rkey,
                             const ucp_request_param_t *param, ucp_send_callback_t cb,
