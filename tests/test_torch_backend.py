@@ -64,9 +64,22 @@ def test_under_mpiexec_without_master_addr():
     _ok(p.returncode, p.stdout + p.stderr, "TORCH OK", 2)
 
 
+#: what torch prints when a gloo rank aborts at exit (a joinable C++ thread
+#: destroyed): the reference's own defect, after its training is done
+GLOO_EXIT_ABORT = "terminate called without an active exception"
+
+
 def _trained(tmp_path, mode, backend, n=2):
     out = str(tmp_path / f"{mode}-{backend}.pt")
-    _ok(*torchrun(n, TRAIN, backend, mode, out), "TRAIN OK", n)
+    rc, text = torchrun(n, TRAIN, backend, mode, out)
+    if backend == "gloo" and rc != 0 and GLOO_EXIT_ABORT in text \
+            and text.count("TRAIN OK") == n and os.path.exists(out):
+        # gloo, the reference, aborted at exit (about 1 run in 20 here) after
+        # every rank finished and its parameters were saved: they count, as
+        # shmem4py's figures do when OSHMEM crashes in shmem_finalize
+        print(f"note: gloo aborted at exit after training:\n{text[-2000:]}")
+        rc = 0
+    _ok(rc, text, "TRAIN OK", n)
     return torch.load(out)
 
 
