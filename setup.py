@@ -38,8 +38,10 @@ FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c
                      include_dirs=["native"], extra_compile_args=STRICT)
 
 # The native data plane (native/dp/): its C files and the one Python binding.
-DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c"]
-DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES, include_dirs=["native/dp"],
+DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c", "native/dp/tag.c",
+              "native/dp/inbox.c", "native/ring.c"]
+DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES,
+               include_dirs=["native/dp", "native"],
                extra_compile_args=STRICT)
 
 # mpi_shim's hottest entry points in C (native/mpi_accel.c): Send, Recv, Put,

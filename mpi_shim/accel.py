@@ -75,7 +75,7 @@ def configure(worker) -> None:
         "translate": translate, "worker": worker, "recv_wait": _recv_wait,
         "recv_ack": _recv_ack, "flush_progress": flush_progress, "request": Request,
         "recv_op": RecvOp, "posted_recv": PostedRecv, "sent_op": _SENT,
-        "send_op": SendOp, "post_recv": worker._post_recv, "ucxpy_request": ucxpy.Request,
+        "send_op": SendOp, "ucxpy_request": ucxpy.Request,
         "wait_op": E.ENGINE.wait,
         "op_codes": atomic_op_codes(_accel.NOOP_BIT), "sum_op": SUM,
         "tag_ub": E.TAG_UB, "mask_tag": E.MASK_TAG, "mask_any_tag": E.MASK_ANY_TAG,

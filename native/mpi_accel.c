@@ -63,14 +63,14 @@ static struct {
     Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, so_keep, ur_done, ur_exc,
                pr_comm;
     PyObject *completed, *ucxpy_error, *translate, *worker, *recv_wait, *recv_ack,
-             *flush_progress, *op_codes, *sum_op, *sent_op, *post_recv,
+             *flush_progress, *op_codes, *sum_op, *sent_op,
              *wait_op, *mask_tag_obj, *mask_any_tag_obj;
     unsigned long long handled[K_COUNT];
     unsigned long long tag_ub, mask_tag, mask_any_tag, seq_mask, user_mask;
     long long any_tag;
     unsigned long flush_every, flushes;
     PyObject *s_tag_send_nb, *s_wait, *s_tag_try_recv, *s_tag, *s_length, *s_set,
-             *s_native, *s_tag_recv_nb, *s_lock, *s_finish, *s_wait_for, *s_wait_all,
+             *s_native, *s_tag_recv_nb, *s_finish, *s_wait_for, *s_wait_all,
              *s_oversubscribed;
 } S;
 
@@ -448,29 +448,7 @@ call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
     call[3] = any ? S.mask_any_tag_obj : S.mask_tag_obj;
     call[4] = PyTuple_GET_ITEM(peers, source);
     call[5] = (PyObject *)S.posted_recv;    /* (tag_recv_nb's request_class) */
-    r = NULL;
-    if (method == S.s_tag_recv_nb && S.post_recv != Py_None) {
-        /* tag_recv_nb's first step, without its Python frame: ucxpy's C
-         * post_recv (None: it declined; the method does it all).  Not when
-         * the worker's calls are serialized by a progress thread's lock. */
-        PyObject *lock = PyObject_GetAttr(S.worker, S.s_lock);
-
-        if (lock == NULL) {
-            Py_DECREF(tagobj);
-            return NULL;
-        }
-        if (lock == Py_None)
-            r = PyObject_Vectorcall(S.post_recv, call, 6, NULL);
-        Py_DECREF(lock);
-        if (r == Py_None)
-            Py_CLEAR(r);
-        else if (r == NULL && PyErr_Occurred()) {
-            Py_DECREF(tagobj);
-            return NULL;
-        }
-    }
-    if (r == NULL)
-        r = PyObject_VectorcallMethod(method, call, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    r = PyObject_VectorcallMethod(method, call, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(tagobj);
     return r;
 }
@@ -1390,7 +1368,6 @@ configure(PyObject *module, PyObject *cfg)
             || take_type(cfg, "ucxpy_request", &S.ucxpy_request) < 0
             || take(cfg, "wait_op", &S.wait_op) < 0
             || take(cfg, "sent_op", &S.sent_op) < 0
-            || take(cfg, "post_recv", &S.post_recv) < 0
             || take(cfg, "completed", &S.completed) < 0
             || take(cfg, "ucxpy_error", &S.ucxpy_error) < 0
             || take(cfg, "translate", &S.translate) < 0 || take(cfg, "worker", &S.worker) < 0
@@ -1481,7 +1458,6 @@ PyInit__accel(void)
     INTERN(s_set, "_set");
     INTERN(s_native, "_native");
     INTERN(s_tag_recv_nb, "tag_recv_nb");
-    INTERN(s_lock, "lock");
     INTERN(s_finish, "finish");
     INTERN(s_wait_for, "wait_for");
     INTERN(s_wait_all, "wait_all");

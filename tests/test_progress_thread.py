@@ -67,7 +67,7 @@ def test_receives_posted_while_the_thread_delivers_all_complete(tl, post):
             time.sleep(0.001)
         lost = [i for i, r in enumerate(reqs) if not r.done]
         assert not lost, f"{len(lost)} receives never completed (first: tag {lost[0]}); " \
-                         f"{len(b.matcher.unexpected)} messages unexpected"
+                         f"{b.matcher.unexpected_depth()} messages unexpected"
         got = bufs or [r.buf for r in reqs]
         assert all(bytes(g) == i.to_bytes(4, "little") for i, g in enumerate(got))
         b.stop_progress_thread()

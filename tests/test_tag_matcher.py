@@ -1,15 +1,17 @@
-"""ucxpy.tag.TagMatcher against a reference model: the MPI matching rules
-(earliest posted matching receive wins, wildcards on source and on masked
-tag bits, oldest unexpected message first) over random sequences of posts,
-cancels, arrivals and probes; plus deliver_eager's copy and truncation.
-Pure logic, no workers: fast enough to be the mutation-testing suite of
-ucxpy/tag.py (make mutation)."""
+"""Both tag matchers, ucxpy.tag.TagMatcher (the Python reference) and the
+data plane's ucxpy._dp.TagMatcher (native/dp/tag.c), against a reference
+model: the MPI matching rules (earliest posted matching receive wins,
+wildcards on source and on masked tag bits, oldest unexpected message first)
+over random sequences of posts, cancels, arrivals and probes; plus
+deliver_eager's copy and truncation.  Pure logic, no workers: fast enough to
+be the mutation-testing suite of ucxpy/tag.py (make mutation)."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
+from ucxpy import _dp
 from ucxpy.errors import TruncationError
 from ucxpy.request import TagInfo
 from ucxpy.tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher, UnexpectedMessage,
@@ -24,17 +26,28 @@ def req(source, tag, mask=FULL_MASK, size=8):
     return RecvRequest(None, bytearray(size), source, tag, mask, None)
 
 
+def native_matcher():
+    return _dp.TagMatcher(_dp.Worker(), UnexpectedMessage,
+                          lambda req, src, tag, payload: deliver_eager(req, src, tag, payload))
+
+
+@pytest.fixture(params=["python", "native"])
+def make(request):
+    """Each test runs on both implementations."""
+    return TagMatcher if request.param == "python" else native_matcher
+
+
 def matches(r, source, tag):
     return (r.source == ANY_SOURCE or r.source == source) and (tag ^ r.tag) & r.mask == 0
 
 
 @pytest.mark.parametrize("seed", range(40))
-def test_matcher_agrees_with_the_reference_model(seed):
+def test_matcher_agrees_with_the_reference_model(seed, make):
     """Half the seeds hash the receives whose mask is FULL_MASK ^ 0xFF
     (one of MASKS) in buckets, as mpi_shim has its MASK_TAG receives
     hashed: the matching must be the same."""
     rnd = random.Random(seed)
-    m = TagMatcher()
+    m = make()
     if seed % 2:
         m.bucket_mask = FULL_MASK ^ 0xFF
     posted = []                          # reference: posted receives in posting order
@@ -60,11 +73,11 @@ def test_matcher_agrees_with_the_reference_model(seed):
         for src in SOURCES[1:]:
             assert sorted(id(r) for r in m.requests_from(src)) == \
                 sorted(id(r) for r in posted if r.source == src)
-        for r in posted:                # sole_match: never wrong (the fast path trusts it)
-            if r.source != ANY_SOURCE and m.sole_match(r):
-                assert next(p for p in posted if matches(p, r.source, r.tag)) is r
-                if r.mask not in (FULL_MASK, m.bucket_mask):
-                    assert posted == [r]
+        assert m.posted_count() == len(posted)
+        src, tag, mask = rnd.choice(SOURCES[1:]), rnd.choice(TAGS), rnd.choice(MASKS)
+        if m.idle_for(src, tag, mask):  # never wrong (tag_try_recv trusts it)
+            assert not any(matches(r, src, t) for r in posted
+                           for t in TAGS + [tag] if (t ^ tag) & mask == 0)
     tag, mask = 0x100, FULL_MASK ^ 0xFF
     assert sorted(id(r) for r in m.requests_matching(tag, mask)) == \
         sorted(id(r) for r in posted if (r.tag ^ tag) & mask == 0)
@@ -75,16 +88,16 @@ def test_matcher_agrees_with_the_reference_model(seed):
         want = next(x for x in posted if matches(x, src, r.tag))
         assert m.match_posted(src, r.tag) is want
         posted.remove(want)
-    assert m.exact == {} and m.wild == []
+    assert m.counts() == (0, 0)
 
 
-def test_exact_and_wildcard_interleave_in_posting_order():
-    m = TagMatcher()
+def test_exact_and_wildcard_interleave_in_posting_order(make):
+    m = make()
     a, w, b = req(0, 5), req(ANY_SOURCE, 5), req(0, 5)
     for r in (a, w, b):
         m.post(r)
     assert [m.match_posted(0, 5) for _ in range(3)] == [a, w, b]
-    assert m.match_posted(0, 5) is None and m.exact == {} and m.wild == []
+    assert m.match_posted(0, 5) is None and m.posted_count() == 0
     w2, a2 = req(ANY_SOURCE, 5, mask=0), req(0, 5)
     m.post(w2)
     m.post(a2)
@@ -92,8 +105,8 @@ def test_exact_and_wildcard_interleave_in_posting_order():
     assert m.match_posted(0, 5) is None
 
 
-def test_masked_bits_and_sources():
-    m = TagMatcher()
+def test_masked_bits_and_sources(make):
+    m = make()
     r = req(1, 0x1234, mask=FULL_MASK ^ 0xFF)
     m.post(r)
     assert m.match_posted(0, 0x1234) is None            # wrong source
@@ -104,34 +117,39 @@ def test_masked_bits_and_sources():
     assert m.match_posted(2, 7) is r2
 
 
-def test_unexpected_queue_is_searched_oldest_first():
-    m = TagMatcher()
+def test_unexpected_queue_is_searched_oldest_first(make):
+    m = make()
     msgs = [UnexpectedMessage(s, t, n, data=bytes(n)) for s, t, n in
             [(0, 1, 1), (1, 1, 2), (0, 2, 3), (0, 1, 4)]]
-    m.unexpected.extend(msgs)
+    for msg in msgs:
+        m.queue_unexpected(msg)
     assert m.find_unexpected(0, 1, FULL_MASK, remove=False) is msgs[0]
-    assert len(m.unexpected) == 4                        # a probe keeps it
+    assert m.unexpected_depth() == 4                     # a probe keeps it
     assert m.find_unexpected(ANY_SOURCE, 1, FULL_MASK, remove=True) is msgs[0]
     assert m.find_unexpected(ANY_SOURCE, 1, FULL_MASK, remove=True) is msgs[1]
     assert m.find_unexpected(0, 0, 0, remove=False) is msgs[2]   # any tag
     assert m.find_unexpected(1, 1, FULL_MASK, remove=True) is None
     assert m.find_unexpected(0, 3, FULL_MASK ^ 1, remove=True) is msgs[2]   # 3 ~ 2
-    assert list(m.unexpected) == [msgs[3]]
+    assert m.unexpected_depth() == 1
+    assert m.find_unexpected(ANY_SOURCE, 0, 0, remove=True) is msgs[3]
     assert msgs[3].info == TagInfo(0, 1, 4)
+    r = req(0, 7)                       # a receive takes what arrived before it
+    m.queue_unexpected(early := UnexpectedMessage(0, 7, 3, data=b"abc"))
+    assert m.post(r) is early and m.counts() == (0, 0)
 
 
-def test_remove_of_one_exact_receive_keeps_its_siblings():
-    m = TagMatcher()
+def test_remove_of_one_exact_receive_keeps_its_siblings(make):
+    m = make()
     a, b = req(0, 1), req(0, 1)
     m.post(a)
     m.post(b)
-    assert m.remove(a) and list(m.exact[(0, 1)]) == [b]
-    assert m.remove(b) and (0, 1) not in m.exact
+    assert m.remove(a) and m.requests_from(0) == [b]
+    assert m.remove(b) and m.posted_count() == 0
     assert not m.remove(b)
     w = req(ANY_SOURCE, 1)
     assert not m.remove(w)                               # never posted
     m.post(w)
-    assert m.remove(w) and m.wild == []
+    assert m.remove(w) and m.posted_count() == 0
 
 
 @pytest.mark.parametrize("n,cap", [(0, 0), (0, 4), (3, 4), (4, 4)])
@@ -153,6 +171,7 @@ def test_deliver_eager_truncation_names_the_sizes():
 
 
 def test_sequence_numbers_grow_with_each_post():
+    """(the Python matcher numbers its receives in the requests)"""
     m = TagMatcher()
     rs = [req(0, 1), req(ANY_SOURCE, 1), req(0, 2)]
     for r in rs:
@@ -186,111 +205,80 @@ def test_unexpected_message_keeps_its_payload_or_descriptor():
     assert rts.info == TagInfo(1, 2, 1 << 20)
 
 
-# -- the native fast path's condition (Worker.recv_poller) --------------------------
+# -- idle_for: Worker.tag_try_recv's condition ---------------------------------------
 
-class _W:
-    def __init__(self):
-        self.lock = None
-
-
-def _req(source, tag, mask=FULL_MASK):
-    return RecvRequest(_W(), memoryview(bytearray(8)), source, tag, mask, lambda r: True)
-
-
-def test_sole_match_only_for_the_first_exact_receive_without_wildcards():
-    m = TagMatcher()
-    a, b, other = _req(1, 7), _req(1, 7), _req(2, 7)
-    for r in (a, b, other):
-        m.post(r)
-    assert m.sole_match(a) and not m.sole_match(b) and m.sole_match(other)
-    m.take(a)
-    assert m.sole_match(b) and (1, 7) in m.exact
-    m.take(b)
-    assert (1, 7) not in m.exact and m.sole_match(other)
-    wild = _req(ANY_SOURCE, 0, 0)
-    m.post(wild)
-    assert not m.sole_match(other)
-    assert not TagMatcher().sole_match(_req(1, 7))
+def test_idle_for_only_when_nothing_else_could_take_the_message(make):
+    m = make()
+    assert m.idle_for(1, 7, FULL_MASK) and m.idle_for(1, 7, 0xFF)
+    m.post(a := req(1, 7))
+    assert not m.idle_for(1, 7, FULL_MASK)               # a receive of its key
+    assert m.idle_for(1, 8, FULL_MASK) and m.idle_for(2, 7, FULL_MASK)
+    assert not m.idle_for(1, 8, 0xFF)                    # masked: nothing else at all
+    m.remove(a)
+    m.post(w := req(ANY_SOURCE, 0, 0))
+    assert not m.idle_for(2, 9, FULL_MASK)               # a wildcard receive
+    m.remove(w)
+    m.queue_unexpected(UnexpectedMessage(3, 3, 0, data=b""))
+    assert not m.idle_for(1, 7, FULL_MASK)               # an unexpected message
+    assert m.find_unexpected(3, 3, FULL_MASK, True) is not None
+    assert m.idle_for(1, 7, FULL_MASK)
 
 
-def test_sole_match_of_a_masked_receive_only_when_it_is_alone():
-    m = TagMatcher()
-    r = _req(1, 7, 0xFF)
-    assert not m.sole_match(r)               # not posted
-    m.post(r)
-    assert m.sole_match(r)
-    exact = _req(2, 9)
-    m.post(exact)
-    assert not m.sole_match(r)               # an exact receive could match it too
-    m.take(exact)
-    assert m.sole_match(r) and m.exact == {}
-    other = _req(1, 8, 0xF0)
-    m.post(other)
-    assert not m.sole_match(r) and not m.sole_match(other)
-    m.remove(other)
-    m.take(r)
-    assert m.wild == [] and not m.sole_match(r)
-
-
-def test_bucketed_receives_hash_by_source_and_masked_tag():
-    """With a bucket_mask, receives from one source with exactly that mask
-    sit in ``buckets`` under (source, tag & mask), not in the wildcard list;
-    others do not; matching, sole_match, take and remove use the bucket."""
-    m = TagMatcher()
+def test_idle_for_with_bucketed_receives(make):
+    m = make()
     m.bucket_mask = FULL_MASK ^ 0xF0
-    a, b = _req(1, 0x107, m.bucket_mask), _req(1, 0x107, m.bucket_mask)
-    anysrc, other = _req(ANY_SOURCE, 0x107, m.bucket_mask), _req(1, 0x107, 0xFF)
+    m.post(req(1, 0x107, m.bucket_mask))
+    assert not m.idle_for(1, 0x1F7, FULL_MASK)           # the bucket takes it
+    assert m.idle_for(1, 0x108, FULL_MASK) and m.idle_for(2, 0x107, FULL_MASK)
+    assert not m.idle_for(1, 0x108, 0xFF)                # another mask than the bucket's
+    assert m.idle_for(1, 0x108, m.bucket_mask)
+
+
+def test_bucketed_receives_hash_by_source_and_masked_tag(make):
+    """With a bucket_mask, receives from one source with exactly that mask
+    match by (source, tag & mask), in posting order with the others."""
+    m = make()
+    m.bucket_mask = FULL_MASK ^ 0xF0
+    a, b = req(1, 0x107, m.bucket_mask), req(1, 0x107, m.bucket_mask)
+    anysrc, other = req(ANY_SOURCE, 0x107, m.bucket_mask), req(1, 0x107, 0xFF)
     m.post(a)
     m.post(b)
-    assert list(m.buckets) == [(1, 0x107)] and list(m.buckets[(1, 0x107)]) == [a, b]
-    assert m.wild == [] and m.exact == {}
-    assert m.sole_match(a) and not m.sole_match(b)
+    assert m.requests_from(1) == [a, b]
     assert m.match_posted(1, 0x1F7) is a                 # masked-out bits differ
     assert m.match_posted(2, 0x107) is None               # another source
     assert m.match_posted(1, 0x108) is None               # a kept bit differs
-    m.take(b)
-    assert m.buckets == {}
+    assert m.remove(b) and m.posted_count() == 0
     m.post(a)
-    assert m.remove(a) and not m.remove(a) and m.buckets == {}
+    assert m.remove(a) and not m.remove(a) and m.posted_count() == 0
     m.post(anysrc)
     m.post(other)
-    assert m.wild == [anysrc, other] and m.buckets == {}
+    assert m.match_posted(1, 0x107) is anysrc and m.match_posted(1, 0x107) is other
 
 
-def test_exact_bucketed_and_wildcard_receives_match_in_posting_order():
-    m = TagMatcher()
+def test_exact_bucketed_and_wildcard_receives_match_in_posting_order(make):
+    m = make()
     m.bucket_mask = FULL_MASK ^ 0xF0
-    first = _req(1, 0x107, m.bucket_mask)
-    exact = _req(1, 0x107)
-    later = _req(1, 0x107, m.bucket_mask)
+    first = req(1, 0x107, m.bucket_mask)
+    exact = req(1, 0x107)
+    later = req(1, 0x107, m.bucket_mask)
     for r in (first, exact, later):
         m.post(r)
-    assert not m.sole_match(exact)        # the earlier bucketed receive takes 0x107 first
-    assert m.sole_match(first)
     assert m.match_posted(1, 0x107) is first
-    assert m.sole_match(exact)            # the bucketed one left is later
-    m.post(_req(ANY_SOURCE, 0, 0))
-    assert not m.sole_match(exact)        # a wildcard receive is posted
+    m.post(req(ANY_SOURCE, 0, 0))
     assert m.match_posted(1, 0x107) is exact
     assert m.match_posted(1, 0x107) is later
     assert m.match_posted(1, 0x107).source == ANY_SOURCE
 
 
-def test_sole_match_of_exact_and_bucketed_receives_against_each_other():
-    m = TagMatcher()
+def test_requests_from_and_matching_in_posting_order_per_queue(make):
+    m = make()
     m.bucket_mask = FULL_MASK ^ 0xF0
-    exact, bucketed = _req(1, 0x107), _req(1, 0x107, m.bucket_mask)
-    m.post(exact)
-    m.post(bucketed)
-    assert m.sole_match(exact) and not m.sole_match(bucketed)
-    m.take(exact)
-    assert m.sole_match(bucketed) and m.exact == {}
-    m.post(_req(1, 0x117))                # another tag: matches none of 0x107's messages
-    assert m.sole_match(bucketed)
-    m.post(_req(1, 0x107))                # a later exact one: the bucketed one is earlier
-    assert m.sole_match(bucketed)
-    assert [r.tag for r in m.requests_from(1)] == [0x117, 0x107, 0x107]
-    assert [r.tag for r in m.requests_matching(0x100, 0xF00)] == [0x117, 0x107, 0x107]
+    m.post(req(1, 0x107))
+    m.post(req(1, 0x107, m.bucket_mask))
+    m.post(req(1, 0x117))
+    assert sorted(r.tag for r in m.requests_from(1)) == [0x107, 0x107, 0x117]
+    assert sorted(r.tag for r in m.requests_matching(0x100, 0xF00)) == [0x107, 0x107, 0x117]
+    assert m.requests_matching(0x200, 0xF00) == []
 
 
 def test_a_receive_of_any_size_gets_a_buffer_of_the_message_size():
@@ -305,26 +293,19 @@ def test_a_receive_of_any_size_gets_a_buffer_of_the_message_size():
         assert tuple(r.result) == (1, 9, len(payload))
 
 
-def test_a_fresh_matcher_hashes_no_buckets_and_notifies_nobody():
+def test_a_fresh_matcher_hashes_no_buckets_and_notifies_nobody(make):
     """A layer opts in (mpi_shim sets these at attach): by default no mask is
     bucketed and no match is reported."""
-    m = TagMatcher()
-    assert m.bucket_mask is None and m.buckets == {}
+    m = make()
+    assert m.bucket_mask is None and m.counts() == (0, 0)
     assert m.notify_mask == 0 and type(m.notify_mask) is int and m.notify is None
 
 
-def test_a_new_queue_is_the_spare_one():
-    """post() files a new (source, tag) queue as the matcher's spare deque
-    when it holds one (an emptied queue a fast wait kept): the spare is used
-    once, then the next new queue is a new deque; receives then append."""
-    import collections
-    m = TagMatcher()
-    assert m.spare is None
-    spare = m.spare = collections.deque()
-    a, b, c = req(0, 1), req(0, 1), req(0, 2)
-    m.post(a)
-    assert m.exact[(0, 1)] is spare and list(spare) == [a] and m.spare is None
-    m.post(b)
-    m.post(c)
-    assert list(m.exact[(0, 1)]) == [a, b] and m.exact[(0, 2)] is not spare
-    assert list(m.exact[(0, 2)]) == [c]
+def test_the_native_bucket_mask_changes_only_while_nothing_is_posted():
+    m = native_matcher()
+    m.post(r := req(1, 2))
+    with pytest.raises(RuntimeError, match="no receive is posted"):
+        m.bucket_mask = 0xFF
+    m.remove(r)
+    m.bucket_mask = 0xFF
+    assert m.bucket_mask == 0xFF

@@ -175,7 +175,7 @@ def test_worker_stats_count_a_known_exchange():
             p.wait(r, s)
         # one unexpected: send first, then receive
         ep.tag_send_nb(b"abc", 99)
-        p.drive(lambda: len(w.matcher.unexpected) == 1)
+        p.drive(lambda: w.matcher.unexpected_depth() == 1)
         w.tag_recv(bytearray(3), 99, timeout=10)
         st = w.stats()
         t = st["worker"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
+from . import _dp
 from .errors import Canceled, TimeoutError
 
 
@@ -96,8 +97,11 @@ class Request:
         return f"<{type(self).__name__} {state}>"
 
 
-class TagInfo:
-    """What a completed or probed tagged message carried."""
+class PyTagInfo:
+    """What a completed or probed tagged message carried: ``source``,
+    ``tag``, ``length``; iterable as that tuple and equal to anything whose
+    tuple is the same.  (The reference of the data plane's C type, which
+    is :class:`TagInfo`: its completions make one without a Python frame.)"""
 
     __slots__ = ("source", "tag", "length")
 
@@ -114,6 +118,11 @@ class TagInfo:
 
     def __repr__(self) -> str:
         return f"TagInfo(source={self.source}, tag={self.tag:#x}, length={self.length})"
+
+
+#: What a completed or probed tagged message carried (native/dp/binding.c;
+#: :class:`PyTagInfo` is its reference)
+TagInfo = _dp.TagInfo
 
 
 def deadline_of(timeout: Optional[float], default: float) -> float:

@@ -32,8 +32,17 @@ matches like any other and gets a buffer of the message's size at the match
 A layer may ask to hear of some matches: when a posted receive is matched by
 a message whose tag has bits of ``notify_mask`` where the receive's mask
 ignores them, ``notify(req)`` runs when the receive completes (mpi_shim
-acknowledges a synchronous send so).  Other receives carry no callback, so
-the native drains (native/fastpath.c) take them.
+acknowledges a synchronous send so).
+
+Two implementations
+-------------------
+:class:`TagMatcher` here is the reference.  The native data plane's
+``ucxpy._dp.TagMatcher`` (native/dp/tag.c, match.c) has the same interface
+and is the worker's matcher when ``UCXPY_FASTPATH`` is on (the default): the
+data plane then matches eager messages of the shm inbox in C, and every
+other caller (the Python protocol handlers, probes, cancels, peer failure)
+uses the same queues through this interface.  One worker uses one of them,
+never both.  ``tests/test_dp_match.py`` holds them to the same outcomes.
 """
 from __future__ import annotations
 
@@ -53,7 +62,7 @@ ANY_SIZE = 1 << 62
 class RecvRequest(Request):
     """A posted tagged receive."""
 
-    __slots__ = ("buf", "capacity", "source", "tag", "mask", "seq")
+    __slots__ = ("buf", "capacity", "source", "tag", "mask", "seq", "handle")
 
     def __init__(self, worker, buf, source, tag, mask, cancel):
         # Request.__init__ inlined: this runs once per posted receive
@@ -69,6 +78,7 @@ class RecvRequest(Request):
         self.tag = tag
         self.mask = mask
         self.seq = 0
+        self.handle = 0         # the native matcher's name for it while posted
 
 
 class UnexpectedMessage:
@@ -92,9 +102,8 @@ class UnexpectedMessage:
 class TagMatcher:
     """Posted-receive structures plus the unexpected queue of one worker."""
 
-    # (slots: the native post_recv reads and sets them in place)
     __slots__ = ("exact", "buckets", "bucket_mask", "notify_mask", "notify", "wild",
-                 "unexpected", "_seq", "spare")
+                 "unexpected", "_seq")
 
     def __init__(self):
         self.exact = {}                       # (source, tag) -> deque[RecvRequest]
@@ -105,12 +114,20 @@ class TagMatcher:
         self.wild = []                        # RecvRequest, in posting order
         self.unexpected = collections.deque()  # UnexpectedMessage, arrival order
         self._seq = 0
-        #: an emptied queue kept for the next (source, tag) posted (a
-        #: ping-pong empties and refills one queue per message), or None
-        self.spare = None
 
     # -- posted receives --------------------------------------------------
-    def post(self, req: RecvRequest) -> None:
+    def post(self, req: RecvRequest):
+        """Post ``req``, or return the oldest unexpected message it matches,
+        taken out of the queue (``req`` is then not posted: the caller
+        delivers the message to it)."""
+        if self.unexpected:
+            m = self.find_unexpected(req.source, req.tag, req.mask, True)
+            if m is not None:
+                return m
+        self._post(req)
+        return None
+
+    def _post(self, req: RecvRequest) -> None:
         self._seq += 1
         req.seq = self._seq
         table, key = self._queue_of(req)
@@ -119,12 +136,31 @@ class TagMatcher:
             return
         q = table.get(key)
         if q is None:
-            q, self.spare = self.spare, None
-            if q is None:
-                table[key] = collections.deque((req,))
-                return
-            table[key] = q
-        q.append(req)
+            table[key] = collections.deque((req,))
+        else:
+            q.append(req)
+
+    def posted_count(self) -> int:
+        return sum(len(q) for q in self.exact.values()) + \
+            sum(len(q) for q in self.buckets.values()) + len(self.wild)
+
+    def idle_for(self, source: int, tag: int, mask: int) -> bool:
+        """Could a message from ``source`` with ``tag`` (under ``mask``) find
+        nothing but a receive about to be posted for it?  No wildcard
+        receive, no unexpected message, no posted receive of its key, and
+        under a mask that is not the full one none at all of another kind
+        (:meth:`ucxpy.Worker.tag_try_recv`'s condition)."""
+        if self.wild or self.unexpected or \
+                ((source, tag) in self.exact if mask == FULL_MASK else self.exact):
+            return False
+        return not self.buckets or (
+            (mask == FULL_MASK or mask == self.bucket_mask)
+            and (source, tag & self.bucket_mask) not in self.buckets)
+
+    def deliver(self) -> int:
+        """Complete receives matched elsewhere (the native matcher's; here
+        every match completes at once): 0."""
+        return 0
 
     def _queue_of(self, req: RecvRequest):
         """The hash and key ``req`` sits under, or (None, None) for the list."""
@@ -153,45 +189,6 @@ class TagMatcher:
         except ValueError:
             return False
 
-    def sole_match(self, req: RecvRequest) -> bool:
-        """Would a message from ``req.source`` that ``req`` matches go to
-        ``req`` and could it go nowhere else?  The native fast path's
-        condition.  For an exact or bucketed receive, of a message with
-        exactly ``req.tag``: it is the earliest of its queue, no wildcard
-        receive is posted, and the other hash holds no earlier receive that
-        such a message matches.  For a masked receive from one source: it is
-        the only posted receive."""
-        if req.mask == FULL_MASK:
-            if self.wild:
-                return False
-            q = self.exact.get((req.source, req.tag))
-            if q is None or q[0] is not req:
-                return False
-            b = self.buckets.get((req.source, req.tag & self.bucket_mask)) \
-                if self.buckets else None
-            return b is None or b[0].seq > req.seq
-        if req.mask == self.bucket_mask and req.source != ANY_SOURCE:
-            if self.wild:
-                return False
-            q = self.buckets.get((req.source, req.tag & req.mask))
-            if q is None or q[0] is not req:
-                return False
-            e = self.exact.get((req.source, req.tag))
-            return e is None or e[0].seq > req.seq
-        wild = self.wild
-        return len(wild) == 1 and wild[0] is req and not self.exact and not self.buckets
-
-    def take(self, req: RecvRequest) -> None:
-        """Remove ``req``, for which :meth:`sole_match` was just true."""
-        table, key = self._queue_of(req)
-        if table is None:
-            self.wild.clear()
-            return
-        q = table[key]
-        q.popleft()
-        if not q:
-            del table[key]
-
     def match_posted(self, source: int, tag: int):
         """Pop and return the earliest posted receive matching (source, tag)."""
         table, key = self.exact, (source, tag)
@@ -216,6 +213,23 @@ class TagMatcher:
                 del table[key]
         return cand
 
+    def first_for(self, source: int, tag: int):
+        """The receive :meth:`match_posted` would give that message, left
+        posted, or None."""
+        table, key = self.exact, (source, tag)
+        q = table.get(key)
+        cand = q[0] if q else None
+        if self.buckets:
+            b = self.buckets.get((source, tag & self.bucket_mask))
+            if b and (cand is None or b[0].seq < cand.seq):
+                cand = b[0]
+        for w in self.wild:
+            if cand is not None and w.seq > cand.seq:
+                break
+            if (w.source == ANY_SOURCE or w.source == source) and (tag ^ w.tag) & w.mask == 0:
+                return w
+        return cand
+
     def requests_from(self, source: int):
         """Posted receives that name ``source`` explicitly (for peer failure)."""
         out = [r for t in (self.exact, self.buckets) for q in t.values() for r in q
@@ -231,6 +245,17 @@ class TagMatcher:
         return out
 
     # -- unexpected queue -------------------------------------------------
+    def queue_unexpected(self, m: UnexpectedMessage) -> None:
+        """A message no receive was posted for: last in the queue."""
+        self.unexpected.append(m)
+
+    def unexpected_depth(self) -> int:
+        return len(self.unexpected)
+
+    def counts(self) -> tuple:
+        """(posted receives, unexpected messages)"""
+        return self.posted_count(), len(self.unexpected)
+
     def find_unexpected(self, source: int, tag: int, mask: int, remove: bool):
         """Oldest unexpected message matching; removed from the queue if ``remove``."""
         for i, m in enumerate(self.unexpected):
@@ -254,3 +279,19 @@ def deliver_eager(req: RecvRequest, source: int, tag: int, payload) -> None:
     elif n:
         req.buf[:n] = payload
     req.complete(TagInfo(source, tag, n))
+
+
+def handoff_matched(req: RecvRequest, source: int, tag: int, payload) -> None:
+    """A receive the native matcher matched an eager message to but did not
+    deliver (it does not fit, or its buffer is made at the match): delivered,
+    or its error reported, here, with the notification its worker's matcher
+    asks for.  ``payload`` None: the data plane had no memory to keep it."""
+    m = req.worker.matcher
+    if tag & m.notify_mask & ~req.mask:
+        req.add_done_callback(m.notify)
+    if payload is None:
+        from .errors import UcxpyError
+        req.complete(exc=UcxpyError(
+            f"out of memory keeping a message of {source} (tag {tag:#x}) for this receive"))
+        return
+    deliver_eager(req, source, tag, payload)

@@ -161,7 +161,7 @@ class Recorder:
         self.count(f"rx.{kind}.{'rndv' if rndv else 'eager'}", nbytes, src, lane)
         if m is not None:          # into the unexpected queue
             self._unexp_keys[id(m)] = key
-            depth = len(self.worker.matcher.unexpected)
+            depth = self.worker.matcher.unexpected_depth()
             if depth > self.unexpected_hwm:
                 self.unexpected_hwm = depth
             self.totals["unexpected.msgs"] += 1

@@ -22,18 +22,15 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo, SendState, split_floor
-from ._fastpath import (DISPATCH_AM_IDS, complete_recv, post_recv, recv_configure,
-                        rndv_configure, tag_info)
+from ._fastpath import DISPATCH_AM_IDS, recv_configure, rndv_configure
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
-                  UnexpectedMessage, deliver_eager)
+                  UnexpectedMessage, deliver_eager, handoff_matched)
 
 AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
-# the classes whose objects the lanes' native drain_eager fills, that
-# Worker.tag_recv_nb's native post makes, that shm's native dispatch queues
-# as unexpected, and that the native rendezvous offer registers
-# (native/fastpath.c)
-recv_configure(RecvRequest, TagInfo, collections.deque, TagMatcher, UnexpectedMessage, RtsInfo)
+# the classes of the requests and sends the native rendezvous offer
+# registers (native/fastpath.c's offer_rts)
+recv_configure(Request)
 rndv_configure(SendState)
 if DISPATCH_AM_IDS != (AmId.TAG_EAGER, AmId.TAG_RTS, AmId.RNDV_ATS):   # pragma: no cover
     raise ImportError("ucxpy._fastpath was built for other active-message ids than ucxpy.wire's")
@@ -103,8 +100,6 @@ class Worker:
         self.fast_recvs = 0
         self.fast_sends = 0     # eager sends by a lane's native send_eager
         self.fast_offers = 0    # rendezvous offers by a lane's native send_rts
-        #: tag_recv_nb's common case in one C call (UCXPY_FASTPATH)
-        self._post_recv = post_recv if self.config.fastpath else None
         # every posted receive keeps it as its cancel function: bound once,
         # not once per receive (a progress thread shadows it the same way)
         self._cancel_recv = self._cancel_recv
@@ -112,7 +107,13 @@ class Worker:
         #: the native data plane's worker (ucxpy._dp; None: UCXPY_FASTPATH=n,
         #: the pure-Python reference does everything)
         self.dp = _dp.Worker() if self.config.fastpath else None
-        self.matcher = TagMatcher()
+        #: the one tag matcher: the data plane's (native/dp/tag.c), or the
+        #: Python reference (ucxpy.tag) when the data plane is off
+        self.matcher = TagMatcher() if self.dp is None else \
+            _dp.TagMatcher(self.dp, UnexpectedMessage, handoff_matched)
+        #: the poll of the one interface whose inbox the data plane reads
+        #: (ShmInterface.poll_native), or None
+        self._poll_native = None
         self._payloads = PayloadPool()       # unexpected eager payloads
         self.rndv = RendezvousProtocol(self)
         self.am = ActiveMessages(self)
@@ -157,6 +158,8 @@ class Worker:
         if self.config.trace or self.config.stats:
             from .trace import Recorder
             self.tr = Recorder(self, self.config)
+        if self.dp is not None:
+            self._attach_native()
         self.lock = None                     # set when a progress thread runs
         self.aio_drivers = {}                # asyncio loop -> ucxpy.aio.AsyncProgress
         self._progress_thread = None
@@ -386,8 +389,6 @@ class Worker:
     _slept_ns = 0
 
     def wait_for(self, req: Request, timeout: Optional[float] = None) -> None:
-        if isinstance(req, RecvRequest) and self._wait_exact(req):
-            return
         poll = self.recv_poller(req)
         if poll is not None and poll():
             return                      # (the message was there: no wait loop)
@@ -400,7 +401,7 @@ class Worker:
         native receive poll it would try, cost more than they save when the
         ring's head is as often another peer's frame (an 8-rank all-to-all);
         else one after the other (:meth:`wait_for`: each receive first tries
-        the native fast path, which also completes those posted behind it)."""
+        the native poll, which also completes those posted behind it)."""
         if not self.oversubscribed():
             for r in reqs:
                 if not r.done:
@@ -415,165 +416,94 @@ class Worker:
             return i == n
         self.wait_until(cond, timeout, "requests")
 
-    def _wait_exact(self, req) -> bool:
-        """The first poll of :meth:`recv_poller` for a queued receive (the
-        common wait: a receive from one source with one tag, exact or
-        bucketed, as mpi_shim's are), inline, with no closure made: True
-        when the native fast path completed ``req``.  Where it does not
-        apply or finds nothing, the general wait follows.
+    def recv_poller(self, req) -> Optional[Callable[[], bool]]:
+        """The native poll for waiting on the posted receive ``req``
+        (``UCXPY_FASTPATH``), or None where it does not apply.
 
-        It inlines :meth:`_fast_lane`, ``TagMatcher.sole_match`` (it bails
-        on any receive in the other hash rather than compare sequence
-        numbers) and ``TagMatcher.take``: a change to their rules changes it
-        too.  Calling them instead cost 0.2-0.4 us per wait (non-blocking
-        ping-pong 1.9 -> 2.1-2.4 us, 2026-12-05).  Like the poll, it takes
-        only a frame with exactly ``req.tag``."""
-        if self.tr is not None or self.lock is not None or not self.config.fastpath \
-                or req.done or req.buf is None:
-            return False
-        src, tag, mask, m = req.source, req.tag, req.mask, self.matcher
-        if src < 0 or m.wild:
-            return False
-        if mask == FULL_MASK:
-            table, key, rival = m.exact, (src, tag), m.buckets
-        elif mask == m.bucket_mask:
-            table, key, rival = m.buckets, (src, tag & mask), m.exact
-        else:
-            return False
-        q = table.get(key)
-        if q is None or q[0] is not req or rival:
-            return False
-        ep = self.endpoints.get(src)
-        if ep is None or ep.failed is not None or len(ep.incoming) != 1:
-            return False
-        for tep in ep.incoming:
-            recv = tep.recv_eager
+        It applies with tracing and statistics off, no progress thread
+        (which polls the same inbox or socket) and not with more ranks than
+        CPUs (where the progress pass takes the frame as cheaply), to a
+        receive posted in the data plane's matcher:
+
+        * whose source's frames arrive in the inbox the data plane reads
+          (shm; any source when that is the only such inbox): ``poll()``
+          takes the eager messages waiting there in one C call that spins
+          briefly on an empty inbox (the data plane matches and delivers
+          them: native/dp/inbox.c) and says whether ``req`` completed;
+        * from a source whose frames all arrive on one transport endpoint
+          offering ``recv_eager`` (tcp): ``poll()`` acts while ``req`` is the
+          receive a message with exactly its tag would match
+          (``first_for``); one C call then takes the next frame from the
+          socket if it is that message, and ``req`` completes.
+
+        Anything else stays for the wait's next progress pass, in order.  A
+        wait passes ``poll`` to :meth:`wait_until`, which tries it before
+        each progress pass."""
+        if self.dp is None or self.tr is not None or self.lock is not None \
+                or not isinstance(req, RecvRequest) or req.done or not req.handle:
+            return None
         over = self._oversubscribed
         if over is None:
             over = self.oversubscribed()
-        if recv is None or (over and tep.dispatches):
-            return False
-        n, got = recv(TAG_EAGER, tag, FULL_MASK, req.buf, 0 if over else FAST_SPINS)
-        if n < 0:
-            return False
-        q.popleft()
-        self.fast_recvs += 1
-        complete_recv(req, src, got, n)
-        if mask != FULL_MASK and got & m.notify_mask & ~mask:
-            m.notify(req)
-        if q:
-            self._fast_drain(recv, tep.drain_eager, src, tag, mask)
-        elif table.get(key) is q:
-            del table[key]
-            m.spare = q                 # (empty: the next queue posted reuses it)
-        return True
-
-    def recv_poller(self, req) -> Optional[Callable[[], bool]]:
-        """The native fast path for waiting on the posted receive ``req``
-        (``UCXPY_FASTPATH``), or None where it does not apply.
-
-        It applies to a receive from one source (exact, or masked while it
-        is the only posted receive) whose frames all arrive on one transport
-        endpoint offering ``recv_eager`` (shm), with tracing and statistics
-        off and no progress thread (which would poll the same ring), and not
-        with more ranks than CPUs on a lane whose ``progress()`` dispatches
-        natively (shm's ``dispatch_tag``): there the spin is off, the ring's
-        head is as often another source's frame as not, and the poll would
-        only double the progress pass's work.  The
-        returned ``poll()`` acts only while ``req`` is the one receive such a
-        message could match (``TagMatcher.sole_match``); then one C call
-        spins briefly on the peer's ring and, if the next frame is an eager
-        message ``req`` matches and it fits, copies it into the receive
-        buffer and consumes it.
-        Anything else stays in the ring for ``progress()``, in order, so MPI's
-        matching and ordering rules hold exactly as on the Python path.  A
-        wait passes ``poll`` to :meth:`wait_until`, which tries it before
-        each progress pass."""
-        if not isinstance(req, RecvRequest) or self.tr is not None or not self.config.fastpath \
-                or self.lock is not None or req.done or req.source == ANY_SOURCE \
-                or req.buf is None:
+        if over:
             return None
-        found = self._fast_lane(req.source)
-        if found is None:
+        src = req.source
+        tep = None
+        if src != ANY_SOURCE:
+            ep = self.endpoints.get(src)
+            if ep is None or ep.failed is not None or len(ep.incoming) != 1:
+                return None
+            for tep in ep.incoming:
+                pass
+        poll = self._poll_native
+        if poll is not None and (tep is None or tep.iface.native is not None):
+            def poller() -> bool:
+                poll(FAST_SPINS)
+                return req.done
+            return poller
+        recv = tep.recv_eager if tep is not None else None
+        if recv is None or req.buf is None:
             return None
-        ep, recv, drain, dispatches = found
-        matcher, src, tag, mask, buf = self.matcher, req.source, req.tag, req.mask, req.buf
-        spins = FAST_SPINS
-        if self.oversubscribed():
-            if dispatches:
-                return None         # progress() takes the frame as cheaply, from any source
-            spins = 0
-        queued = mask == FULL_MASK or mask == matcher.bucket_mask
-        # a queued (exact or bucketed) receive takes only frames with exactly
-        # its tag here: the ones its mask lets differ go through progress()
-        want = FULL_MASK if queued else mask
+        m, tag, buf = self.matcher, req.tag, req.buf
 
-        def poll() -> bool:
-            if req.done or ep.failed is not None or not matcher.sole_match(req):
-                return False
-            n, got = recv(TAG_EAGER, tag, want, buf, spins)
+        def socket_poller() -> bool:
+            if req.done or m.first_for(src, tag) is not req:
+                return req.done
+            n, got = recv(TAG_EAGER, tag, FULL_MASK, buf, FAST_SPINS)
             if n < 0:
                 return False
-            matcher.take(req)
+            m.remove(req)
             self.fast_recvs += 1
-            complete_recv(req, src, got, n)
-            if got & matcher.notify_mask & ~mask:
-                matcher.notify(req)
-            if queued:
-                self._fast_drain(recv, drain, src, tag, mask)
+            req.complete(TagInfo(src, got, n))
+            if got & m.notify_mask & ~req.mask:
+                m.notify(req)
             return True
-        return poll
+        return socket_poller
 
-    def _fast_drain(self, recv, drain, src: int, tag: int, mask: int) -> None:
-        """After a fast receive: give the frames already behind it in the
-        ring to the next posted receives of the same queue (exact
-        ``(src, tag)``, or the bucket of ``tag`` when ``mask`` is the
-        matcher's ``bucket_mask``), as long as no other posted receive could
-        take such a frame and the frame is an eager message with exactly
-        ``tag`` that fits (a window of Irecvs completes in one wait).  Stops,
-        consuming nothing more, at anything else.  The lane's native
-        ``drain`` takes the receives without callbacks in one call; one at a
-        time here takes the rest."""
-        m = self.matcher
-        if mask == FULL_MASK:
-            table, key = m.exact, (src, tag)
-            rival, rkey = m.buckets, (src, tag & (m.bucket_mask or 0))
-        else:
-            table, key = m.buckets, (src, tag & mask)
-            rival, rkey = m.exact, (src, tag)
-        while not m.wild and rkey not in rival:
-            q = table.get(key)          # (a completion callback may change it)
-            if not q:
-                return
-            if drain is not None:
-                k = drain(TAG_EAGER, tag, q, src)
-                if k:
-                    self.fast_recvs += k
-                    if not q and table.get(key) is q:
-                        del table[key]
-                    continue
-            nxt = q[0]
-            if nxt.buf is None:         # a receive of any size: progress() takes it
-                return
-            n, got = recv(TAG_EAGER, tag, FULL_MASK, nxt.buf, 0)
-            if n < 0:
-                return
-            q.popleft()
-            if not q:
-                del table[key]
-            self.fast_recvs += 1
-            complete_recv(nxt, src, got, n)
+    def _attach_native(self) -> None:
+        """Let the data plane read the inbox of each interface that offers
+        one (``native_ring``): its eager messages are then matched in C."""
+        found = [i for i in self.ifaces if getattr(i, "native_ring", None)]
+        for iface in found:
+            iface.native = _dp.Inbox(self.matcher, iface.native_ring, TAG_EAGER)
+        if len(found) == 1:
+            self._poll_native = found[0].poll_native
 
-    def _fast_lane(self, src: int):
-        """``(endpoint, its transport endpoint's recv_eager, drain_eager,
-        dispatches)`` for frames from worker ``src``, when they all arrive on one transport
-        endpoint that offers the fast path; else None."""
-        ep = self.endpoints.get(src)
-        if ep is None or ep.failed is not None or len(ep.incoming) != 1:
-            return None
-        for tep in ep.incoming:
-            recv = tep.recv_eager
-            return None if recv is None else (ep, recv, tep.drain_eager, tep.dispatches)
+    def _native_register(self, tep) -> None:
+        """Frames of ``tep`` may now be matched in C (wired up, nothing held,
+        its peer not failed): name its source to its interface's inbox."""
+        native = tep.iface.native
+        ep = tep.owner_ep
+        if native is not None and tep.native_conn and tep.held is None and ep is not None \
+                and ep.failed is None:
+            native.add_conn(tep.native_conn, ep.remote_id)
+
+    @staticmethod
+    def _native_forget(tep) -> None:
+        """Frames of ``tep`` go through Python again (held, failed, gone)."""
+        native = tep.iface.native
+        if native is not None and tep.native_conn:
+            native.forget_conn(tep.native_conn)
 
     def add_wake_source(self, source) -> None:
         """Sleep on ``source`` too (an object with ``fileno()`` and
@@ -696,7 +626,10 @@ class Worker:
             tr.event("wireup", "wireup_accept", tep.iface.name, peer=ep.remote_id)
         if header:
             self._peer_moved(ep, tep)
+            if tep.held is None:
+                self._native_register(tep)
             return
+        self._native_register(tep)
         own = ep._tep
         if own is not None and own is not tep and tep.duplex and own.duplex and \
                 own.iface is tep.iface and self.uuid > addr.uuid and own.can_send() \
@@ -711,6 +644,7 @@ class Worker:
         if ep._move_seen:
             ep._move_seen = False
             return
+        self._native_forget(tep)
         tep.held = []
         self._holding[ep] = (tep, time.monotonic() + self.config.peer_timeout)
 
@@ -719,6 +653,7 @@ class Worker:
         the connection it moved to."""
         ep = tep.owner_ep
         ep.incoming.discard(tep)
+        self._native_forget(tep)
         held = self._holding.pop(ep, None)
         if held is None:
             ep._move_seen = True
@@ -729,6 +664,7 @@ class Worker:
         frames, tep.held = tep.held, None
         for f in frames:
             self.recv_frame(tep, *f)
+        self._native_register(tep)
 
     def _on_close(self, tep, header, payload):
         ep = tep.owner_ep
@@ -761,16 +697,10 @@ class Worker:
             pass
 
     @property
-    def native_dispatch(self):
-        """``(matcher, rndv sends, payload pool)``: what a transport that
-        handles tagged frames natively (shm's ``dispatch_tag``,
-        native/fastpath.c) completes receives and rendezvous sends with, and
-        queues unexpected messages with, offered when the fast path is on and
-        nothing records arrivals (tracing, statistics); else None.  It reads
-        rendezvous offers whole below its interface's ``split_floor``."""
-        if self.tr is None and self.config.fastpath:
-            return self.matcher, self.rndv.sends, self._payloads
-        return None
+    def native_dispatch(self) -> bool:
+        """May an interface's ``native`` consumer (the data plane) take
+        frames?  Not while anything records arrivals (tracing, statistics)."""
+        return self.tr is None
 
     def recv_dest(self, tep, am_id, header, length):
         try:
@@ -799,6 +729,7 @@ class Worker:
         if isinstance(exc, ConnectionLost) and exc.peer is None:
             exc.peer = ep.remote_id
         ep.incoming.discard(tep)
+        self._native_forget(tep)
         held = self._holding.get(ep)
         if held is not None and held[0] is not tep:
             del self._holding[ep]       # the old connection died before its LANE_MOVE
@@ -818,6 +749,8 @@ class Worker:
             self.conn_failed(tep, exc)
 
     def _endpoint_failed(self, ep, exc):
+        for tep in ep.incoming:
+            self._native_forget(tep)
         self.rndv.fail_peer(ep, exc)
         self.rma.fail_peer(ep, exc)
         for req in self.matcher.requests_from(ep.remote_id):
@@ -825,10 +758,9 @@ class Worker:
             req.complete(exc=exc)
 
     def _fail_wildcards(self, exc):
-        for req in list(self.matcher.wild):
-            if req.source == ANY_SOURCE:
-                self.matcher.remove(req)
-                req.complete(exc=exc)
+        for req in self.matcher.requests_from(ANY_SOURCE):
+            self.matcher.remove(req)
+            req.complete(exc=exc)
 
     def _endpoint_closed(self, ep):
         if self.endpoints.get(ep.remote_id) is ep:
@@ -843,7 +775,7 @@ class Worker:
         req = self.matcher.match_posted(src, tag)
         if req is None:
             m = UnexpectedMessage(src, tag, len(payload), self._payloads.copy(payload))
-            self.matcher.unexpected.append(m)
+            self.matcher.queue_unexpected(m)
             if self.tr is not None:
                 self.tr.arrive(tep, "tag", src, tag, len(payload), False, m)
             return
@@ -867,7 +799,7 @@ class Worker:
         req = self.matcher.match_posted(src, tag)
         if req is None:
             m = UnexpectedMessage(src, tag, size, rts=rts)
-            self.matcher.unexpected.append(m)
+            self.matcher.queue_unexpected(m)
             if self.tr is not None:
                 self.tr.arrive(tep, "tag", src, tag, size, False, m, rts)
         else:
@@ -925,18 +857,7 @@ class Worker:
         with slots of its own, which the caller fills once this returns (a
         layer above keeps its fields in the core's request, as UCP's
         ``request_size`` lets MPI libraries do: one object per receive).  It
-        must leave completion to RecvRequest: the native paths complete
-        receives without calling ``complete``.
-
-        A receive from a worker id into a plain byte buffer is posted, or
-        given the message that arrived before it, by one C call
-        (``post_recv``, native/fastpath.c) that does what the lines below
-        do for it (the Python path keeps what needs a notification, a
-        truncation error or an offer CMA cannot read)."""
-        if self._post_recv is not None:
-            req = self._post_recv(self, buf, tag, tag_mask, source, request_class)
-            if req is not None:
-                return req
+        must complete through RecvRequest's ``complete``."""
         src = source if type(source) is int else self._source_id(source)
         return self._post((request_class or RecvRequest)(
             self, recv_view(buf), src, tag & FULL_MASK, tag_mask, self._cancel_recv))
@@ -956,19 +877,17 @@ class Worker:
         src, tag, tag_mask = req.source, req.tag, req.mask
         if self.tr is not None:
             self.tr.recv_posted(src, tag, tag_mask, req.capacity)
-        if self.matcher.unexpected:
-            m = self.matcher.find_unexpected(src, tag, tag_mask, remove=True)
-            if m is not None:
-                if m.tag & self.matcher.notify_mask & ~tag_mask:
-                    req.add_done_callback(self.matcher.notify)
-                self._deliver_unexpected(req, m)
-                return req
+        m = self.matcher.post(req)
+        if m is not None:               # it arrived first (req is not posted)
+            if m.tag & self.matcher.notify_mask & ~tag_mask:
+                req.add_done_callback(self.matcher.notify)
+            self._deliver_unexpected(req, m)
+            return req
         if src != ANY_SOURCE:
             ep = self.endpoints.get(src)
             if ep is not None and ep.failed is not None:
+                self.matcher.remove(req)
                 req.complete(exc=ep.failed)
-                return req
-        self.matcher.post(req)
         return req
 
     def _cancel_recv(self, req) -> bool:
@@ -1010,15 +929,10 @@ class Worker:
         if type(source) is not int or source < 0 or not self.config.fastpath \
                 or self.tr is not None or self.lock is not None:
             return None
-        m = self.matcher
         tag &= FULL_MASK
-        if m.wild or m.unexpected or \
-                ((source, tag) in m.exact if tag_mask == FULL_MASK else m.exact):
+        if not self.matcher.idle_for(source, tag, tag_mask):
             return None
-        if m.buckets and ((tag_mask != FULL_MASK and tag_mask != m.bucket_mask)
-                          or (source, tag & m.bucket_mask) in m.buckets):
-            return None
-        ep = self.endpoints.get(source)             # (_fast_lane, inlined)
+        ep = self.endpoints.get(source)
         if ep is None or ep.failed is not None or len(ep.incoming) != 1:
             return None
         for tep in ep.incoming:
@@ -1035,7 +949,7 @@ class Worker:
         if n < 0:
             return None
         self.fast_recvs += 1
-        return tag_info(source, got, n)
+        return TagInfo(source, got, n)
 
     def tag_probe_nb(self, tag: int = 0, tag_mask: int = FULL_MASK, source=ANY_SOURCE,
                      remove: bool = False):
@@ -1064,7 +978,7 @@ class Worker:
         """Like :meth:`tag_probe_nb` without progressing: look at what has
         already arrived (oldest first).  Returns None, a :class:`TagInfo`, or
         with ``remove=True`` a :class:`TagMessage` taken off the queue."""
-        if not self.matcher.unexpected:
+        if not self.matcher.unexpected_depth():
             return None
         m = self.matcher.find_unexpected(self._source_id(source), tag & FULL_MASK, tag_mask,
                                          remove)
@@ -1137,7 +1051,7 @@ class Worker:
         if self.tr is not None:
             return self.tr.stats()
         return {"enabled": False,
-                "worker": {"unexpected.depth": len(self.matcher.unexpected),
+                "worker": {"unexpected.depth": self.matcher.unexpected_depth(),
                            "rndv.sends_in_flight": len(self.rndv.sends),
                            "rndv.recvs_in_flight": len(self.rndv.recvs),
                            "time.sleep_ns": self._slept_ns},

@@ -42,12 +42,14 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include <ctype.h>
 #include <string.h>
 
 #include "dp.h"
 #include "match.h"
+#include "ucxpy_native.h"
 
 #define BIG_COPY (1 << 20)                 /* copies from here on drop the GIL */
 
@@ -1022,6 +1024,943 @@ static PyTypeObject MatcherType = {
     .tp_methods = matcher_methods,
 };
 
+/* -- TagInfo: what a completed or probed tagged message carried ---------------------- */
+/* ucxpy.request.TagInfo: TagInfo(source, tag, length), three attributes,
+ * iterable as (source, tag, length), equal to anything whose tuple is the
+ * same.  A C type so the data plane's completions make one without a Python
+ * frame. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *source, *tag, *length;
+} TagInfoObject;
+
+static PyTypeObject TagInfoType;
+
+static PyObject *ti_make(PyObject *source, PyObject *tag, PyObject *length)
+{
+    TagInfoObject *self = PyObject_New(TagInfoObject, &TagInfoType);
+
+    if (self == NULL)
+        return NULL;
+    self->source = Py_NewRef(source);
+    self->tag = Py_NewRef(tag);
+    self->length = Py_NewRef(length);
+    return (PyObject *)self;
+}
+
+static PyObject *ti_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"source", "tag", "length", NULL};
+    PyObject *source, *tag, *length;
+    TagInfoObject *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO:TagInfo", names, &source, &tag, &length))
+        return NULL;
+    if (type == &TagInfoType)
+        return ti_make(source, tag, length);
+    self = (TagInfoObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->source = Py_NewRef(source);
+    self->tag = Py_NewRef(tag);
+    self->length = Py_NewRef(length);
+    return (PyObject *)self;
+}
+
+static void ti_dealloc(TagInfoObject *self)
+{
+    Py_XDECREF(self->source);
+    Py_XDECREF(self->tag);
+    Py_XDECREF(self->length);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *ti_tuple(TagInfoObject *self)
+{
+    return PyTuple_Pack(3, self->source, self->tag, self->length);
+}
+
+static PyObject *ti_iter(TagInfoObject *self)
+{
+    PyObject *t = ti_tuple(self), *it;
+
+    if (t == NULL)
+        return NULL;
+    it = PyObject_GetIter(t);
+    Py_DECREF(t);
+    return it;
+}
+
+static PyObject *ti_richcompare(TagInfoObject *self, PyObject *other, int op)
+{
+    PyObject *a, *b, *r;
+
+    if (op != Py_EQ && op != Py_NE)
+        Py_RETURN_NOTIMPLEMENTED;
+    if ((a = ti_tuple(self)) == NULL)
+        return NULL;
+    b = PySequence_Tuple(other);
+    if (b == NULL) {
+        Py_DECREF(a);
+        if (!PyErr_ExceptionMatches(PyExc_TypeError))
+            return NULL;
+        PyErr_Clear();                     /* (not iterable: not equal) */
+        return PyBool_FromLong(op == Py_NE);
+    }
+    r = PyObject_RichCompare(a, b, op);
+    Py_DECREF(a);
+    Py_DECREF(b);
+    return r;
+}
+
+static PyObject *ti_repr(TagInfoObject *self)
+{
+    PyObject *tag = PyNumber_ToBase(self->tag, 16), *r;
+
+    if (tag == NULL)
+        return NULL;
+    r = PyUnicode_FromFormat("TagInfo(source=%S, tag=%U, length=%S)", self->source, tag,
+                             self->length);
+    Py_DECREF(tag);
+    return r;
+}
+
+static PyMemberDef ti_members[] = {
+    {"source", T_OBJECT_EX, offsetof(TagInfoObject, source), 0, "the sender (worker id)"},
+    {"tag", T_OBJECT_EX, offsetof(TagInfoObject, tag), 0, "the message's tag"},
+    {"length", T_OBJECT_EX, offsetof(TagInfoObject, length), 0, "its length in bytes"},
+    {NULL},
+};
+
+static PyTypeObject TagInfoType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy.request.TagInfo",
+    .tp_doc = "TagInfo(source, tag, length): what a completed or probed tagged message carried.",
+    .tp_basicsize = sizeof(TagInfoObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = ti_new,
+    .tp_dealloc = (destructor)ti_dealloc,
+    .tp_iter = (getiterfunc)ti_iter,
+    .tp_richcompare = (richcmpfunc)ti_richcompare,
+    .tp_repr = (reprfunc)ti_repr,
+    .tp_members = ti_members,
+};
+
+/* -- TagMatcher and Inbox: the worker's matcher for Python's receives --------------- */
+/* TagMatcher(worker, UnexpectedMessage, handoff): ucxpy.tag.
+ * TagMatcher's interface on tag.c, the worker's one matcher:
+ *   post(req) -> None, or the oldest unexpected message the RecvRequest
+ *                matches (then it is not posted; the caller delivers it)
+ *   remove(req) -> bool          withdraw a posted receive (cancel)
+ *   match_posted(source, tag)    the earliest posted receive that a message
+ *                                the caller's path handles matches, taken
+ *                                out, or None
+ *   first_for(source, tag)       the same receive, left posted
+ *   find_unexpected(source, tag, mask, remove), queue_unexpected(msg),
+ *   unexpected_depth(), posted_count(), idle_for(source, tag, mask),
+ *   requests_from(source), requests_matching(tag, mask)
+ *   bucket_mask, notify_mask, notify   as ucxpy.tag.TagMatcher's
+ *   deliver() -> n               complete the receives matched in C
+ * A posted request's `handle` attribute names its C receive (0: none).  The
+ * data plane copies an eager payload into a receive whose buffer it fits;
+ * deliver() then completes it with TagInfo(source, tag, length) (complete_recv),
+ * then calls notify(req)
+ * when the message's tag has notify_mask bits the receive's mask ignores
+ * (what the Python matcher's callback does).  Any other match is handed
+ * back: handoff(req, source, tag, payload).  An unexpected eager message
+ * leaves the C queue as UnexpectedMessage(source, tag, length, data) (data
+ * None when not removed: a probe reads its info only).
+ *
+ * Inbox(matcher, ring address, eager am id): a shm inbox's eager frames,
+ * taken in C (inbox.c): add_conn(conn, source), forget_conn(conn),
+ * dispatch(limit, spins) -> how many, plus WAKE_BIT when a producer waits
+ * for space, plus BAD_BIT when the ring is corrupt; then deliver(). */
+#define PRECV_MAGIC 0x52454356u            /* "RECV" */
+#define INBOX_WAKE_BIT (1LL << 62)
+#define INBOX_BAD_BIT (1LL << 61)
+
+typedef struct {
+    ucxdp_tag_recv_t r;
+    unsigned magic;
+    PyObject *req;                         /* the RecvRequest (strong) */
+    Py_buffer view;                        /* its buffer while posted (.obj NULL: none) */
+} PRecv;
+
+typedef struct {
+    PyObject_HEAD
+    WorkerObject *worker;
+    PyObject *unexp_cls, *handoff, *notify, *bucket_mask;
+    uint64_t notify_mask;
+} TagMatcherObject;
+
+static PyTypeObject TagMatcherType;
+static PyObject *s_handle, *s_source, *s_tag, *s_mask, *s_buf, *s_length, *s_complete,
+                *s_callbacks, *s_done, *s_result, *s_cancel, *zero;
+
+static PyObject *tm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *worker, *cls, *handoff;
+    TagMatcherObject *self;
+
+    if (!PyArg_ParseTuple(args, "O!OO:TagMatcher", &WorkerType, &worker, &cls, &handoff))
+        return NULL;
+    self = (TagMatcherObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->worker = (WorkerObject *)Py_NewRef(worker);
+    self->unexp_cls = Py_NewRef(cls);
+    self->handoff = Py_NewRef(handoff);
+    self->notify = Py_NewRef(Py_None);
+    self->bucket_mask = Py_NewRef(Py_None);
+    return (PyObject *)self;
+}
+
+/* Release what a PRecv holds and free it; its request's handle becomes 0.
+ * An exception already set stays set (setting a slot to 0 cannot fail the
+ * receive: its own failure is kept out of the way). */
+static void precv_free(PRecv *p)
+{
+    PyObject *type, *value, *tb;
+
+    if (p->view.obj != NULL)
+        PyBuffer_Release(&p->view);
+    if (p->req != NULL) {
+        PyErr_Fetch(&type, &value, &tb);
+        if (PyObject_SetAttr(p->req, s_handle, zero) < 0)
+            PyErr_WriteUnraisable(p->req);
+        PyErr_Restore(type, value, tb);
+        Py_DECREF(p->req);
+    }
+    p->magic = 0;
+    PyMem_Free(p);
+}
+
+/* the posted PRecv of `req`, or NULL (no exception set) */
+static PRecv *precv_of(PyObject *req)
+{
+    PyObject *h = PyObject_GetAttr(req, s_handle);
+    PRecv *p = NULL;
+
+    if (h == NULL) {
+        PyErr_Clear();                     /* (a request never posted here has none) */
+        return NULL;
+    }
+    if (PyLong_CheckExact(h))
+        p = PyLong_AsVoidPtr(h);
+    Py_DECREF(h);
+    if (p == NULL || PyErr_Occurred()) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return p->magic == PRECV_MAGIC && p->req == req ? p : NULL;
+}
+
+static void unexp_free(ucxdp_tag_unexp_t *u)
+{
+    Py_XDECREF((PyObject *)u->user);
+    free(u);
+}
+
+/* an unexpected message as Python sees it: the caller's object, or a new
+ * UnexpectedMessage of an eager payload (its data when `with_data`) */
+static PyObject *unexp_object(TagMatcherObject *self, ucxdp_tag_unexp_t *u, int with_data)
+{
+    PyObject *data, *r;
+
+    if (u->user != NULL)
+        return Py_NewRef((PyObject *)u->user);
+    if (with_data)
+        data = PyBytes_FromStringAndSize((const char *)u->data, (Py_ssize_t)u->length);
+    else
+        data = Py_NewRef(Py_None);
+    if (data == NULL)
+        return NULL;
+    r = PyObject_CallFunction(self->unexp_cls, "LKKN", (long long)u->m.source,
+                              (unsigned long long)u->m.tag, (unsigned long long)u->length, data);
+    return r;
+}
+
+static int tm_u64(PyObject *o, uint64_t *v)
+{
+    unsigned long long x = PyLong_AsUnsignedLongLongMask(o);
+
+    if (x == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *v = x;
+    return 0;
+}
+
+static PyObject *tm_post(TagMatcherObject *self, PyObject *req)
+{
+    PyObject *src = NULL, *tag = NULL, *mask = NULL, *buf = NULL, *h = NULL, *out = NULL;
+    ucxdp_tag_unexp_t *u;
+    long long source;
+    PRecv *p;
+
+    p = PyMem_Calloc(1, sizeof(*p));
+    if (p == NULL)
+        return PyErr_NoMemory();
+    if ((src = PyObject_GetAttr(req, s_source)) == NULL
+            || (tag = PyObject_GetAttr(req, s_tag)) == NULL
+            || (mask = PyObject_GetAttr(req, s_mask)) == NULL
+            || (buf = PyObject_GetAttr(req, s_buf)) == NULL)
+        goto fail;
+    source = PyLong_AsLongLong(src);
+    if ((source == -1 && PyErr_Occurred()) || tm_u64(tag, &p->r.m.tag) < 0
+            || tm_u64(mask, &p->r.m.mask) < 0)
+        goto fail;
+    p->r.m.source = source;
+    if (buf != Py_None) {
+        if (PyObject_GetBuffer(buf, &p->view, PyBUF_WRITABLE) == 0) {
+            p->r.buffer = p->view.buf;
+            p->r.capacity = (uint64_t)p->view.len;
+        } else {
+            PyErr_Clear();                 /* (not one writable block: handed off) */
+        }
+    }
+    if (ucxdp_tag_post(self->worker->w, &p->r, &u) != UCXDP_OK) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (u != NULL) {                       /* it arrived first: the caller delivers it */
+        out = unexp_object(self, u, 1);
+        if (out == NULL)
+            ucxdp_tag_queue(self->worker->w, u);    /* (kept: no message lost) */
+        else
+            unexp_free(u);
+        goto fail;
+    }
+    p->magic = PRECV_MAGIC;
+    p->req = Py_NewRef(req);
+    if ((h = PyLong_FromVoidPtr(p)) == NULL || PyObject_SetAttr(req, s_handle, h) < 0) {
+        ucxdp_tag_cancel(self->worker->w, &p->r);
+        Py_CLEAR(p->req);
+        goto fail;
+    }
+    out = Py_NewRef(Py_None);
+    p = NULL;
+fail:
+    if (p != NULL)
+        precv_free(p);
+    Py_XDECREF(src);
+    Py_XDECREF(tag);
+    Py_XDECREF(mask);
+    Py_XDECREF(buf);
+    Py_XDECREF(h);
+    return out;
+}
+
+static PyObject *tm_remove(TagMatcherObject *self, PyObject *req)
+{
+    PRecv *p = precv_of(req);
+
+    if (p == NULL || !ucxdp_tag_cancel(self->worker->w, &p->r))
+        Py_RETURN_FALSE;
+    precv_free(p);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *tm_match_posted(TagMatcherObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long source;
+    uint64_t tag;
+    ucxdp_tag_recv_t *r;
+    PRecv *p;
+    PyObject *req;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "match_posted(source, tag)");
+        return NULL;
+    }
+    source = PyLong_AsLongLong(args[0]);
+    if ((source == -1 && PyErr_Occurred()) || tm_u64(args[1], &tag) < 0)
+        return NULL;
+    r = ucxdp_tag_match(self->worker->w, source, tag);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    p = (PRecv *)r;
+    req = Py_NewRef(p->req);
+    precv_free(p);
+    return req;
+}
+
+/* first_for(source, tag) -> the posted receive match_posted would give
+ * that message, left posted, or None */
+static PyObject *tm_first_for(TagMatcherObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ucxdp_worker_t *w = self->worker->w;
+    long long source;
+    uint64_t tag;
+    ucxdp_recv_t *r;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "first_for(source, tag)");
+        return NULL;
+    }
+    source = PyLong_AsLongLong(args[0]);
+    if ((source == -1 && PyErr_Occurred()) || tm_u64(args[1], &tag) < 0)
+        return NULL;
+    pthread_mutex_lock(&w->lock);
+    r = ucxdp_match_peek(&w->matcher, source, tag);
+    pthread_mutex_unlock(&w->lock);
+    if (r == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef(((PRecv *)r)->req);
+}
+
+static PyObject *tm_find_unexpected(TagMatcherObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"source", "tag", "mask", "remove", NULL};
+    long long source;
+    unsigned long long tag_arg, mask_arg;
+    uint64_t tag, mask;
+    int remove;
+    ucxdp_tag_unexp_t *u;
+    PyObject *out;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LKKp:find_unexpected", names, &source,
+                                     &tag_arg, &mask_arg, &remove))
+        return NULL;
+    tag = tag_arg;
+    mask = mask_arg;
+    if (!self->worker->w->matcher.nunexp)
+        Py_RETURN_NONE;
+    u = ucxdp_tag_probe(self->worker->w, source, tag, mask, remove);
+    if (u == NULL)
+        Py_RETURN_NONE;
+    out = unexp_object(self, u, remove);
+    if (remove) {
+        if (out == NULL)
+            ucxdp_tag_queue(self->worker->w, u);   /* (kept, as the newest: no loss) */
+        else
+            unexp_free(u);
+    }
+    return out;
+}
+
+static PyObject *tm_queue_unexpected(TagMatcherObject *self, PyObject *msg)
+{
+    PyObject *src = NULL, *tag = NULL, *len = NULL;
+    ucxdp_tag_unexp_t *u = malloc(sizeof(*u));
+    long long source;
+    uint64_t t, n;
+    int ok = 0;
+
+    if (u == NULL)
+        return PyErr_NoMemory();
+    if ((src = PyObject_GetAttr(msg, s_source)) != NULL
+            && (tag = PyObject_GetAttr(msg, s_tag)) != NULL
+            && (len = PyObject_GetAttr(msg, s_length)) != NULL
+            && !((source = PyLong_AsLongLong(src)) == -1 && PyErr_Occurred())
+            && tm_u64(tag, &t) == 0 && tm_u64(len, &n) == 0) {
+        u->m.source = source;
+        u->m.tag = t;
+        u->length = n;
+        u->user = Py_NewRef(msg);
+        ucxdp_tag_queue(self->worker->w, u);
+        ok = 1;
+    }
+    Py_XDECREF(src);
+    Py_XDECREF(tag);
+    Py_XDECREF(len);
+    if (!ok) {
+        free(u);
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *tm_unexpected_depth(TagMatcherObject *self, PyObject *unused)
+{
+    return PyLong_FromSize_t(self->worker->w->matcher.nunexp);
+}
+
+static PyObject *tm_posted_count(TagMatcherObject *self, PyObject *unused)
+{
+    return PyLong_FromSize_t(ucxdp_match_posted_count(&self->worker->w->matcher));
+}
+
+static PyObject *tm_idle_for(TagMatcherObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long source;
+    uint64_t tag, mask;
+
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "idle_for(source, tag, mask)");
+        return NULL;
+    }
+    source = PyLong_AsLongLong(args[0]);
+    if ((source == -1 && PyErr_Occurred()) || tm_u64(args[1], &tag) < 0
+            || tm_u64(args[2], &mask) < 0)
+        return NULL;
+    return PyBool_FromLong(ucxdp_match_idle_for(&self->worker->w->matcher, source, tag, mask));
+}
+
+/* the posted receives a predicate selects, gathered under the lock, then
+ * listed (Python is called only after the lock is dropped) */
+typedef struct {
+    int by_source;
+    int64_t source;
+    uint64_t tag, mask;
+    PRecv **found;
+    size_t n, cap;
+    int nomem;
+} Gather;
+
+static void gather_one(ucxdp_recv_t *r, void *arg)
+{
+    Gather *g = arg;
+    PRecv *p = (PRecv *)r;
+
+    if (g->by_source ? r->source != g->source : ((r->tag ^ g->tag) & g->mask) != 0)
+        return;
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 16;
+        PRecv **f = realloc(g->found, cap * sizeof(*f));
+        if (f == NULL) {
+            g->nomem = 1;
+            return;
+        }
+        g->found = f;
+        g->cap = cap;
+    }
+    g->found[g->n++] = p;
+}
+
+static PyObject *tm_gather(TagMatcherObject *self, Gather *g)
+{
+    ucxdp_worker_t *w = self->worker->w;
+    PyObject *list;
+
+    pthread_mutex_lock(&w->lock);
+    ucxdp_match_each_posted(&w->matcher, gather_one, g);
+    pthread_mutex_unlock(&w->lock);
+    if (g->nomem) {
+        free(g->found);
+        return PyErr_NoMemory();
+    }
+    list = PyList_New((Py_ssize_t)g->n);
+    for (size_t i = 0; list != NULL && i < g->n; i++)
+        PyList_SET_ITEM(list, (Py_ssize_t)i, Py_NewRef(g->found[i]->req));
+    free(g->found);
+    return list;
+}
+
+static PyObject *tm_requests_from(TagMatcherObject *self, PyObject *arg)
+{
+    Gather g = {.by_source = 1};
+    long long source = PyLong_AsLongLong(arg);
+
+    if (source == -1 && PyErr_Occurred())
+        return NULL;
+    g.source = source;
+    return tm_gather(self, &g);
+}
+
+static PyObject *tm_requests_matching(TagMatcherObject *self, PyObject *const *args,
+                                      Py_ssize_t nargs)
+{
+    Gather g = {.by_source = 0};
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "requests_matching(tag, mask)");
+        return NULL;
+    }
+    if (tm_u64(args[0], &g.tag) < 0 || tm_u64(args[1], &g.mask) < 0)
+        return NULL;
+    return tm_gather(self, &g);
+}
+
+/* req.complete(TagInfo(source, tag, length)).  Its common case, a request
+ * not done and without callbacks, is done here as Request.complete does it
+ * (done True, the result, nothing left to cancel; its error stays None), by
+ * attribute: no Python frame.  Anything else calls complete().  A new
+ * reference (None), or NULL with an exception. */
+static PyObject *complete_recv(PyObject *req, int64_t source, uint64_t tag, uint64_t length)
+{
+    PyObject *s = PyLong_FromLongLong(source), *t = PyLong_FromUnsignedLongLong(tag),
+             *n = PyLong_FromUnsignedLongLong(length), *info = NULL, *cbs = NULL,
+             *done = NULL, *r = NULL;
+
+    if (s == NULL || t == NULL || n == NULL || (info = ti_make(s, t, n)) == NULL
+            || (cbs = PyObject_GetAttr(req, s_callbacks)) == NULL
+            || (done = PyObject_GetAttr(req, s_done)) == NULL)
+        goto out;
+    if (cbs != Py_None || done != Py_False) {
+        r = PyObject_CallMethodOneArg(req, s_complete, info);
+        goto out;
+    }
+    if (PyObject_SetAttr(req, s_done, Py_True) == 0 && PyObject_SetAttr(req, s_result, info) == 0
+            && PyObject_SetAttr(req, s_cancel, Py_None) == 0)
+        r = Py_NewRef(Py_None);
+out:
+    Py_XDECREF(s);
+    Py_XDECREF(t);
+    Py_XDECREF(n);
+    Py_XDECREF(info);
+    Py_XDECREF(cbs);
+    Py_XDECREF(done);
+    return r;
+}
+
+/* Complete the receives the data plane matched: how many, or -1 with the
+ * exception of a completion (the rest stay on the done list, in order). */
+static long tm_deliver_done(TagMatcherObject *self)
+{
+    ucxdp_worker_t *w = self->worker->w;
+    ucxdp_link_t list, *l;
+    PyObject *r, *req, *payload;
+    long n = 0;
+
+    ucxdp_tag_take_done(w, &list);
+    while ((l = list.next) != &list) {
+        PRecv *p = (PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
+        ucxdp_tag_recv_t t = p->r;         /* (the outcome, kept: p is freed first) */
+        int notify = (t.info_tag & self->notify_mask & ~t.m.mask) != 0;
+
+        l->prev->next = l->next;           /* off the list */
+        l->next->prev = l->prev;
+        req = Py_NewRef(p->req);
+        precv_free(p);                     /* (its handle is 0 before any callback runs) */
+        if (t.status == UCXDP_OK) {
+            r = complete_recv(req, t.info_source, t.info_tag, t.info_length);
+            if (r != NULL && notify && self->notify != Py_None) {
+                Py_DECREF(r);
+                r = PyObject_CallOneArg(self->notify, req);
+            }
+        } else {                           /* HANDOFF; NO_MEMORY: payload None */
+            payload = t.handoff == NULL ? Py_NewRef(Py_None)
+                : PyBytes_FromStringAndSize(t.handoff, (Py_ssize_t)t.info_length);
+            free(t.handoff);
+            r = payload == NULL ? NULL
+                : PyObject_CallFunction(self->handoff, "OLKN", req, (long long)t.info_source,
+                                        (unsigned long long)t.info_tag, payload);
+        }
+        Py_DECREF(req);
+        if (r == NULL) {
+            ucxdp_tag_return_done(w, &list);
+            return -1;
+        }
+        Py_DECREF(r);
+        n++;
+    }
+    return n;
+}
+
+static PyObject *tm_deliver(TagMatcherObject *self, PyObject *unused)
+{
+    long n = tm_deliver_done(self);
+
+    return n < 0 ? NULL : PyLong_FromLong(n);
+}
+
+static void free_posted(ucxdp_recv_t *r, void *m)
+{
+    ucxdp_match_remove(m, r);
+    precv_free((PRecv *)r);
+}
+
+/* Drop every receive and unexpected message the matcher holds (their
+ * requests' handles become 0) and the callables it holds (None then: a
+ * call after this raises, never crashes).  The worker stays until dealloc
+ * (it holds no Python object). */
+static int tm_clear(TagMatcherObject *self)
+{
+    ucxdp_worker_t *w = self->worker->w;
+    ucxdp_link_t list, *l;
+    ucxdp_tag_unexp_t *u;
+
+    ucxdp_match_each_posted(&w->matcher, free_posted, &w->matcher);
+    ucxdp_tag_take_done(w, &list);
+    while ((l = list.next) != &list) {
+        PRecv *p = (PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
+        l->prev->next = l->next;
+        l->next->prev = l->prev;
+        free(p->r.handoff);
+        precv_free(p);
+    }
+    while ((u = ucxdp_tag_probe(w, UCXDP_ANY_SOURCE, 0, 0, 1)) != NULL)
+        unexp_free(u);
+    Py_SETREF(self->unexp_cls, Py_NewRef(Py_None));
+    Py_SETREF(self->handoff, Py_NewRef(Py_None));
+    Py_SETREF(self->notify, Py_NewRef(Py_None));
+    return 0;
+}
+
+typedef struct {
+    visitproc visit;
+    void *arg;
+    int rc;
+} Visit;
+
+static void visit_posted(ucxdp_recv_t *r, void *arg)
+{
+    Visit *v = arg;
+
+    if (v->rc == 0)
+        v->rc = v->visit(((PRecv *)r)->req, v->arg);
+}
+
+/* The objects the matcher keeps alive: its callables, and the requests and
+ * messages in its queues (a posted request refers back to its worker, which
+ * holds the matcher: the collector sees that cycle through here). */
+static int tm_traverse(TagMatcherObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->unexp_cls);
+    Py_VISIT(self->handoff);
+    Py_VISIT(self->notify);
+    if (self->worker != NULL) {
+        ucxdp_worker_t *w = self->worker->w;
+        Visit v = {visit, arg, 0};
+        ucxdp_link_t *l;
+
+        pthread_mutex_lock(&w->lock);
+        ucxdp_match_each_posted(&w->matcher, visit_posted, &v);
+        for (l = w->done.next; v.rc == 0 && l != &w->done; l = l->next)
+            v.rc = visit(((PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done)))->req, arg);
+        for (l = w->matcher.unexp.next; v.rc == 0 && l != &w->matcher.unexp; l = l->next) {
+            ucxdp_tag_unexp_t *u = (ucxdp_tag_unexp_t *)((char *)l - offsetof(ucxdp_tag_unexp_t, m)
+                                                         - offsetof(ucxdp_unexp_t, all));
+            if (u->user != NULL)
+                v.rc = visit((PyObject *)u->user, arg);
+        }
+        pthread_mutex_unlock(&w->lock);
+        if (v.rc)
+            return v.rc;
+    }
+    return 0;
+}
+
+static void tm_dealloc(TagMatcherObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->worker != NULL)
+        tm_clear(self);
+    Py_XDECREF(self->worker);
+    Py_XDECREF(self->unexp_cls);
+    Py_XDECREF(self->handoff);
+    Py_XDECREF(self->notify);
+    Py_XDECREF(self->bucket_mask);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *tm_get_bucket_mask(TagMatcherObject *self, void *closure)
+{
+    return Py_NewRef(self->bucket_mask);
+}
+
+static int tm_set_bucket_mask(TagMatcherObject *self, PyObject *v, void *closure)
+{
+    uint64_t mask = 0;
+
+    if (v == NULL || (v != Py_None && tm_u64(v, &mask) < 0)) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "bucket_mask: an int or None");
+        return -1;
+    }
+    if (ucxdp_match_set_bucket_mask(&self->worker->w->matcher, mask) < 0) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "bucket_mask changes only while no receive is posted");
+        return -1;
+    }
+    Py_SETREF(self->bucket_mask, Py_NewRef(v));
+    return 0;
+}
+
+static PyObject *tm_get_notify_mask(TagMatcherObject *self, void *closure)
+{
+    return PyLong_FromUnsignedLongLong(self->notify_mask);
+}
+
+static int tm_set_notify_mask(TagMatcherObject *self, PyObject *v, void *closure)
+{
+    if (v == NULL) {
+        PyErr_SetString(PyExc_TypeError, "notify_mask: an int");
+        return -1;
+    }
+    return tm_u64(v, &self->notify_mask);
+}
+
+static PyObject *tm_get_notify(TagMatcherObject *self, void *closure)
+{
+    return Py_NewRef(self->notify);
+}
+
+static int tm_set_notify(TagMatcherObject *self, PyObject *v, void *closure)
+{
+    Py_SETREF(self->notify, Py_NewRef(v == NULL ? Py_None : v));
+    return 0;
+}
+
+static PyObject *tm_counts(TagMatcherObject *self, PyObject *unused)
+{
+    return Py_BuildValue("(nn)", (Py_ssize_t)ucxdp_match_posted_count(&self->worker->w->matcher),
+                         (Py_ssize_t)self->worker->w->matcher.nunexp);
+}
+
+static PyGetSetDef tm_getset[] = {
+    {"bucket_mask", (getter)tm_get_bucket_mask, (setter)tm_set_bucket_mask,
+     "a layer's common mask (None: none); set while no receive is posted", NULL},
+    {"notify_mask", (getter)tm_get_notify_mask, (setter)tm_set_notify_mask,
+     "tag bits whose match notify(req) hears of", NULL},
+    {"notify", (getter)tm_get_notify, (setter)tm_set_notify, "notify(req), or None", NULL},
+    {NULL},
+};
+
+#define FASTMETH(name, fn) {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL, NULL}
+static PyMethodDef tm_methods[] = {
+    {"post", (PyCFunction)tm_post, METH_O, NULL},
+    {"remove", (PyCFunction)tm_remove, METH_O, NULL},
+    FASTMETH("match_posted", tm_match_posted),
+    FASTMETH("first_for", tm_first_for),
+    {"find_unexpected", (PyCFunction)(void (*)(void))tm_find_unexpected,
+     METH_VARARGS | METH_KEYWORDS, NULL},
+    {"queue_unexpected", (PyCFunction)tm_queue_unexpected, METH_O, NULL},
+    {"unexpected_depth", (PyCFunction)tm_unexpected_depth, METH_NOARGS, NULL},
+    {"posted_count", (PyCFunction)tm_posted_count, METH_NOARGS, NULL},
+    FASTMETH("idle_for", tm_idle_for),
+    {"requests_from", (PyCFunction)tm_requests_from, METH_O, NULL},
+    FASTMETH("requests_matching", tm_requests_matching),
+    {"deliver", (PyCFunction)tm_deliver, METH_NOARGS, NULL},
+    {"counts", (PyCFunction)tm_counts, METH_NOARGS, "counts() -> (posted, unexpected)"},
+    {NULL},
+};
+
+static PyTypeObject TagMatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._dp.TagMatcher",
+    .tp_doc = "TagMatcher(worker, UnexpectedMessage, handoff): the worker's one "
+              "tag matcher (tag.c), with ucxpy.tag.TagMatcher's interface.",
+    .tp_basicsize = sizeof(TagMatcherObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = tm_new,
+    .tp_dealloc = (destructor)tm_dealloc,
+    .tp_traverse = (traverseproc)tm_traverse,
+    .tp_clear = (inquiry)tm_clear,
+    .tp_methods = tm_methods,
+    .tp_getset = tm_getset,
+};
+
+/* -- Inbox -------------------------------------------------------------------------- */
+typedef struct {
+    PyObject_HEAD
+    TagMatcherObject *matcher;
+    ucxpy_ring_t *ring;
+    ucxdp_inbox_t in;
+    int ready;
+} InboxObject;
+
+static PyObject *inbox_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    PyObject *matcher;
+    unsigned long long ring;
+    unsigned int am_id;
+    InboxObject *self;
+
+    if (!PyArg_ParseTuple(args, "O!KI:Inbox", &TagMatcherType, &matcher, &ring, &am_id))
+        return NULL;
+    if (ring == 0 || am_id > 255) {
+        PyErr_SetString(PyExc_ValueError, "Inbox: a ring address and an active-message id");
+        return NULL;
+    }
+    self = (InboxObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->matcher = (TagMatcherObject *)Py_NewRef(matcher);
+    if (ucxdp_inbox_init(&self->in, (struct ucxpy_ring *)(uintptr_t)ring, am_id) != UCXDP_OK) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    self->ready = 1;
+    return (PyObject *)self;
+}
+
+static void inbox_dealloc(InboxObject *self)
+{
+    if (self->ready)
+        ucxdp_inbox_cleanup(&self->in);
+    Py_XDECREF(self->matcher);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *inbox_add_conn(InboxObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t conn;
+    long long source;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "add_conn(conn, source)");
+        return NULL;
+    }
+    source = PyLong_AsLongLong(args[1]);
+    if (tm_u64(args[0], &conn) < 0 || (source == -1 && PyErr_Occurred()))
+        return NULL;
+    if (ucxdp_inbox_add_conn(&self->in, conn, source) != UCXDP_OK) {
+        if (conn == 0) {
+            PyErr_SetString(PyExc_ValueError, "add_conn: connection id 0");
+            return NULL;
+        }
+        return PyErr_NoMemory();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *inbox_forget_conn(InboxObject *self, PyObject *arg)
+{
+    uint64_t conn;
+
+    if (tm_u64(arg, &conn) < 0)
+        return NULL;
+    ucxdp_inbox_forget_conn(&self->in, conn);
+    Py_RETURN_NONE;
+}
+
+static PyObject *inbox_dispatch(InboxObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    long long limit;
+    int spins, wake, bad;
+    long n;
+
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "dispatch(limit, spins)");
+        return NULL;
+    }
+    limit = PyLong_AsLongLong(args[0]);
+    spins = (int)PyLong_AsLong(args[1]);
+    if (PyErr_Occurred())
+        return NULL;
+    n = ucxdp_inbox_dispatch(self->matcher->worker->w, &self->in, (long)limit, spins, &wake, &bad);
+    if (n > 0 && tm_deliver_done(self->matcher) < 0)
+        return NULL;
+    return PyLong_FromLongLong((long long)n | (wake ? INBOX_WAKE_BIT : 0)
+                               | (bad ? INBOX_BAD_BIT : 0));
+}
+
+static PyObject *inbox_conns(InboxObject *self, PyObject *unused)
+{
+    return PyLong_FromSize_t(self->in.nconns);
+}
+
+static PyMethodDef inbox_methods[] = {
+    FASTMETH("add_conn", inbox_add_conn),
+    {"forget_conn", (PyCFunction)inbox_forget_conn, METH_O, NULL},
+    FASTMETH("dispatch", inbox_dispatch),
+    {"conns", (PyCFunction)inbox_conns, METH_NOARGS, "how many connections are registered"},
+    {NULL},
+};
+
+static PyTypeObject InboxType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._dp.Inbox",
+    .tp_doc = "Inbox(matcher, ring address, eager am id): a shm inbox's eager messages, "
+              "taken and matched in C (inbox.c).",
+    .tp_basicsize = sizeof(InboxObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = inbox_new,
+    .tp_dealloc = (destructor)inbox_dealloc,
+    .tp_methods = inbox_methods,
+};
+
 /* -- the capsule ------------------------------------------------------------------ */
 static ucxdp_worker_t *api_worker_of(void *o)
 {
@@ -1064,7 +2003,23 @@ PyMODINIT_FUNC PyInit__dp(void)
 
     if (PyType_Ready(&WorkerType) < 0 || PyType_Ready(&KeyType) < 0
             || PyType_Ready(&SymType) < 0 || PyType_Ready(&CallType) < 0
-            || PyType_Ready(&MatcherType) < 0)
+            || PyType_Ready(&MatcherType) < 0 || PyType_Ready(&TagMatcherType) < 0
+            || PyType_Ready(&InboxType) < 0 || PyType_Ready(&TagInfoType) < 0)
+        return NULL;
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
+    INTERN(s_handle, "handle")
+    INTERN(s_source, "source")
+    INTERN(s_tag, "tag")
+    INTERN(s_mask, "mask")
+    INTERN(s_buf, "buf")
+    INTERN(s_length, "length")
+    INTERN(s_complete, "complete")
+    INTERN(s_callbacks, "_callbacks")
+    INTERN(s_done, "done")
+    INTERN(s_result, "result")
+    INTERN(s_cancel, "_cancel")
+#undef INTERN
+    if ((zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     m = PyModule_Create(&module);
     if (m == NULL)
@@ -1075,6 +2030,11 @@ PyMODINIT_FUNC PyInit__dp(void)
             || PyModule_AddObjectRef(m, "Symmetric", (PyObject *)&SymType) < 0
             || PyModule_AddObjectRef(m, "SymmetricCall", (PyObject *)&CallType) < 0
             || PyModule_AddObjectRef(m, "Matcher", (PyObject *)&MatcherType) < 0
+            || PyModule_AddObjectRef(m, "TagMatcher", (PyObject *)&TagMatcherType) < 0
+            || PyModule_AddObjectRef(m, "Inbox", (PyObject *)&InboxType) < 0
+            || PyModule_AddObjectRef(m, "TagInfo", (PyObject *)&TagInfoType) < 0
+            || PyModule_AddIntConstant(m, "WAKE_BIT", INBOX_WAKE_BIT) < 0
+            || PyModule_AddIntConstant(m, "BAD_BIT", INBOX_BAD_BIT) < 0
             || capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
         Py_XDECREF(capsule);
         Py_DECREF(m);

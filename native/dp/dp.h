@@ -13,6 +13,9 @@
  * Files, by concern (each opens with its own theory of operation):
  *   worker.c  the worker: its lock and its counters
  *   rma.c     put, get and atomics on a peer's memory mapped here
+ *   match.c   tag matching (match.h)
+ *   tag.c     tagged receives and unexpected messages on the worker's matcher
+ *   inbox.c   the shm inbox's eager messages, consumed and matched in C
  *   binding.c the one Python binding (extension types, and a capsule with
  *             this API for other extension modules and libucp)
  *
@@ -34,20 +37,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "match.h"
+
 /* -- status: UCS's values ----------------------------------------------------- */
 typedef enum {
     UCXDP_OK = 0,
     UCXDP_INPROGRESS = 1,
+    /* (not UCS's) a receive matched a message the data plane does not
+     * deliver itself (a buffer too small, or none): its payload is in the
+     * receive's `handoff`, and the caller's reference path delivers it or
+     * reports the error */
+    UCXDP_HANDOFF = 2,
     UCXDP_ERR_NO_MEMORY = -4,
     UCXDP_ERR_INVALID_PARAM = -5,          /* a bad operation, size or alignment */
     UCXDP_ERR_INVALID_ADDR = -7,           /* the region is no longer registered */
+    UCXDP_ERR_MESSAGE_TRUNCATED = -9,
     UCXDP_ERR_OUT_OF_RANGE = -19,          /* outside the key's region */
 } ucxdp_status_t;
 
 /* -- counters ------------------------------------------------------------------- */
 /* What a worker's data plane executed (proof of use, ucxpy-info's stats and
  * traces read them).  Relaxed atomics: exact, never torn, read at any time. */
-#define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes)
+#define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes) \
+    X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff)
 #define UCXDP_COUNTER_FIELD(name) uint64_t name;
 typedef struct {
     UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
@@ -60,9 +72,12 @@ typedef struct {
 typedef struct ucxdp_worker {
     pthread_mutex_t lock;
     ucxdp_counters_t counters;
+    ucxdp_matcher_t matcher;               /* the worker's one matcher (tag.c) */
+    ucxdp_link_t done;                     /* matched receives not yet delivered (tag.c) */
 } ucxdp_worker_t;
 
-/* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL. */
+/* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL and wants
+ * its queues empty (their objects are their owners'). */
 ucxdp_status_t ucxdp_worker_create(ucxdp_worker_t **out);
 void ucxdp_worker_destroy(ucxdp_worker_t *w);
 /* A consistent copy of the counters. */
@@ -109,6 +124,93 @@ ucxdp_status_t ucxdp_get(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t re
 ucxdp_status_t ucxdp_atomic(ucxdp_worker_t *w, const ucxdp_rkey_t *key, uint64_t remote_addr,
                             unsigned size, ucxdp_amo_op_t op, uint64_t value, uint64_t compare,
                             uint64_t *old);
+
+/* -- tagged messages (tag.c) --------------------------------------------------- */
+/* A posted tagged receive.  The caller sets the matcher fields (source, tag,
+ * mask), `buffer` and `capacity`, and owns the memory; the worker links it
+ * while it is posted or waits in the done list. */
+typedef struct ucxdp_tag_recv {
+    ucxdp_recv_t m;
+    void *buffer;                          /* NULL: every match is handed to the caller */
+    uint64_t capacity;
+    /* the outcome, once matched */
+    ucxdp_status_t status;                 /* OK, HANDOFF (see `handoff`), NO_MEMORY */
+    int64_t info_source;
+    uint64_t info_tag;
+    uint64_t info_length;
+    void *handoff;                         /* HANDOFF: the eager payload's copy (free()) */
+    ucxdp_link_t done;
+} ucxdp_tag_recv_t;
+
+/* An unexpected message: an eager payload kept in `data`, or, with `user`
+ * set, the caller's own object (a rendezvous offer its path queued). */
+typedef struct ucxdp_tag_unexp {
+    ucxdp_unexp_t m;
+    uint64_t length;
+    void *user;
+    uint8_t data[];
+} ucxdp_tag_unexp_t;
+
+/* Post `r`: *taken = NULL and posted, or *taken = the oldest unexpected
+ * message `r` matches, out of the queue (r not posted; the caller delivers
+ * it and frees it with free()). */
+ucxdp_status_t ucxdp_tag_post(ucxdp_worker_t *w, ucxdp_tag_recv_t *r, ucxdp_tag_unexp_t **taken);
+/* Withdraw a posted receive: 1, or 0 when it is not posted (matched). */
+int ucxdp_tag_cancel(ucxdp_worker_t *w, ucxdp_tag_recv_t *r);
+/* An eager message arrived: into the earliest posted receive it matches (then
+ * on the done list), else kept as an unexpected message.  NO_MEMORY: neither
+ * (the caller keeps the frame). */
+ucxdp_status_t ucxdp_tag_eager(ucxdp_worker_t *w, int64_t source, uint64_t tag,
+                               const void *payload, uint64_t length);
+/* A message the caller's path handles arrived: the earliest posted receive it
+ * matches, taken out (not on the done list), or NULL. */
+ucxdp_tag_recv_t *ucxdp_tag_match(ucxdp_worker_t *w, int64_t source, uint64_t tag);
+/* Queue the caller's unexpected message `u` (its m.source, m.tag, length,
+ * user set; allocated with malloc). */
+void ucxdp_tag_queue(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u);
+/* The oldest unexpected message matching, out of the queue when `remove`. */
+ucxdp_tag_unexp_t *ucxdp_tag_probe(ucxdp_worker_t *w, int64_t source, uint64_t tag,
+                                   uint64_t mask, int remove);
+/* Move every matched receive of the done list to `out` (an initialized list
+ * head), in completion order. */
+void ucxdp_tag_take_done(ucxdp_worker_t *w, ucxdp_link_t *out);
+/* Put receives taken by ucxdp_tag_take_done back in front (not delivered). */
+void ucxdp_tag_return_done(ucxdp_worker_t *w, ucxdp_link_t *list);
+
+/* ucxdp_tag_eager with the worker's lock held by the caller (inbox.c) */
+ucxdp_status_t ucxdp_tag_eager_locked(ucxdp_worker_t *w, int64_t source, uint64_t tag,
+                                      const void *payload, uint64_t length);
+
+/* -- the shm inbox (inbox.c) ---------------------------------------------------- */
+struct ucxpy_ring;
+
+/* The connections whose frames the data plane takes: a frame's connection
+ * id -> the source its messages are matched as.  Python registers a
+ * connection once its frames may be matched (wired up, not held, its peer
+ * not failed) and forgets it otherwise. */
+typedef struct {
+    uint64_t conn;                         /* 0: a free entry */
+    int64_t source;
+} ucxdp_conn_t;
+
+typedef struct ucxdp_inbox {
+    struct ucxpy_ring *ring;               /* the consumer's handle (Python's transport owns it) */
+    unsigned eager_am_id;                  /* the frames taken: this id, an 8-byte tag header */
+    ucxdp_conn_t *conns;                   /* open addressing, `nconns` live of `cap` */
+    size_t cap, nconns;
+} ucxdp_inbox_t;
+
+ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsigned eager_am_id);
+void ucxdp_inbox_cleanup(ucxdp_inbox_t *in);
+ucxdp_status_t ucxdp_inbox_add_conn(ucxdp_inbox_t *in, uint64_t conn, int64_t source);
+void ucxdp_inbox_forget_conn(ucxdp_inbox_t *in, uint64_t conn);
+/* Take up to `limit` frames, in order, while each is an eager message of a
+ * registered connection, polling an empty inbox up to `spins` times first;
+ * stops at any other frame (the caller's path takes it).  Returns how many;
+ * *wake set when a producer waits for space (the caller wakes it); *bad set
+ * when the ring is corrupt. */
+long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int spins,
+                          int *wake, int *bad);
 
 /* -- the C API of the Python binding (ucxpy._dp's capsule) ---------------------- */
 /* Extension modules (mpi_shim._accel) and libucp (through its bridge) reach

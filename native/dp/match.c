@@ -232,6 +232,15 @@ int ucxdp_match_remove(ucxdp_matcher_t *m, ucxdp_recv_t *r)
 
 ucxdp_recv_t *ucxdp_match_arrived(ucxdp_matcher_t *m, int64_t source, uint64_t tag)
 {
+    ucxdp_recv_t *best = ucxdp_match_peek(m, source, tag);
+
+    if (best != NULL)
+        ucxdp_match_remove(m, best);
+    return best;
+}
+
+ucxdp_recv_t *ucxdp_match_peek(const ucxdp_matcher_t *m, int64_t source, uint64_t tag)
+{
     ucxdp_recv_t *best = m->exact.count ? hash_first(&m->exact, source, tag, UCXDP_FULL_MASK)
                                         : NULL;
     ucxdp_link_t *l;
@@ -252,8 +261,6 @@ ucxdp_recv_t *ucxdp_match_arrived(ucxdp_matcher_t *m, int64_t source, uint64_t t
             break;
         }
     }
-    if (best != NULL)
-        ucxdp_match_remove(m, best);
     return best;
 }
 
@@ -322,6 +329,25 @@ ucxdp_unexp_t *ucxdp_match_post(ucxdp_matcher_t *m, ucxdp_recv_t *r, int *err)
     }
     *err = ucxdp_match_post_only(m, r);
     return NULL;
+}
+
+int ucxdp_match_idle_for(const ucxdp_matcher_t *m, int64_t source, uint64_t tag, uint64_t mask)
+{
+    if (m->nwild || m->nunexp)
+        return 0;
+    if (mask == UCXDP_FULL_MASK) {
+        if (m->exact.count && hash_first(&m->exact, source, tag, UCXDP_FULL_MASK) != NULL)
+            return 0;
+    } else if (m->exact.count) {
+        return 0;
+    }
+    if (m->bucketed.count) {
+        if (mask != UCXDP_FULL_MASK && mask != m->bucket_mask)
+            return 0;
+        if (hash_first(&m->bucketed, source, tag & m->bucket_mask, m->bucket_mask) != NULL)
+            return 0;
+    }
+    return 1;
 }
 
 void ucxdp_match_each_posted(ucxdp_matcher_t *m, void (*fn)(ucxdp_recv_t *, void *), void *arg)

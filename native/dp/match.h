@@ -85,6 +85,8 @@ int ucxdp_match_is_posted(const ucxdp_recv_t *r);
 /* A message (source, tag) arrived: the earliest posted receive it matches,
  * taken out, or NULL (queue it with ucxdp_match_unexpected). */
 ucxdp_recv_t *ucxdp_match_arrived(ucxdp_matcher_t *m, int64_t source, uint64_t tag);
+/* The receive ucxdp_match_arrived would take, left posted, or NULL. */
+ucxdp_recv_t *ucxdp_match_peek(const ucxdp_matcher_t *m, int64_t source, uint64_t tag);
 /* Queue an unexpected message, after every other one.  -1: no memory. */
 int ucxdp_match_unexpected(ucxdp_matcher_t *m, ucxdp_unexp_t *u);
 /* The oldest unexpected message (source, tag, mask) matches, taken out of
@@ -93,6 +95,12 @@ ucxdp_unexp_t *ucxdp_match_probe(ucxdp_matcher_t *m, int64_t source, uint64_t ta
                                  uint64_t mask, int remove);
 /* Take an unexpected message out of the queue (the caller's own reasons). */
 void ucxdp_match_unexp_remove(ucxdp_matcher_t *m, ucxdp_unexp_t *u);
+
+/* Could a message from `source` with `tag` (under `mask`) find nothing but a
+ * receive about to be posted for it (no wildcard receive, no unexpected
+ * message, no posted receive of its key, under `mask` none at all of
+ * another kind)?  The blocking receive's shortcut (Worker.tag_try_recv). */
+int ucxdp_match_idle_for(const ucxdp_matcher_t *m, int64_t source, uint64_t tag, uint64_t mask);
 
 /* Every posted receive, in posting order within each queue: `fn(r, arg)`;
  * fn may remove r (and only r).  For peer failure and shutdown. */

@@ -4,8 +4,8 @@
  * Theory of operation.  One ucxdp_worker_t stands beside each core Worker
  * (Python's ucxpy.Worker makes it through ucxpy._dp.Worker; libucp's
  * ucp_worker_h reaches the same one through the bridge).  Its lock guards the
- * state that operations share; its counters say what the data plane executed
- * and are read without the lock.
+ * state that operations share (the matcher and the done list of tag.c); its
+ * counters say what the data plane executed and are read without the lock.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +18,16 @@ ucxdp_status_t ucxdp_worker_create(ucxdp_worker_t **out)
 
     if (w == NULL)
         return UCXDP_ERR_NO_MEMORY;
-    if (pthread_mutex_init(&w->lock, NULL) != 0) {
+    if (ucxdp_match_init(&w->matcher) < 0) {
         free(w);
         return UCXDP_ERR_NO_MEMORY;
     }
+    if (pthread_mutex_init(&w->lock, NULL) != 0) {
+        ucxdp_match_cleanup(&w->matcher);
+        free(w);
+        return UCXDP_ERR_NO_MEMORY;
+    }
+    w->done.next = w->done.prev = &w->done;
     *out = w;
     return UCXDP_OK;
 }
@@ -31,6 +37,7 @@ void ucxdp_worker_destroy(ucxdp_worker_t *w)
     if (w == NULL)
         return;
     pthread_mutex_destroy(&w->lock);
+    ucxdp_match_cleanup(&w->matcher);
     free(w);
 }
 

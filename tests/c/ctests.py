@@ -17,9 +17,12 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-DP = os.path.join(ROOT, "native", "dp")
-#: the data plane's files a C test links (binding.c is Python's)
-DP_SOURCES = ["worker.c", "rma.c", "match.c"]
+NATIVE = os.path.join(ROOT, "native")
+DP = os.path.join(NATIVE, "dp")
+#: the data plane's files a C test links (binding.c is Python's), and the
+#: ring (native/ring.c) its inbox reads
+DP_SOURCES = [os.path.join(DP, s) for s in ("worker.c", "rma.c", "match.c", "tag.c", "inbox.c")] \
+    + [os.path.join(NATIVE, "ring.c")]
 CFLAGS = ["-O1", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-pthread"]
 VARIANTS = {
     "plain": [],
@@ -37,8 +40,8 @@ def run(test: str, variant: str, out: str, timeout: float = 120) -> subprocess.C
     """Build ``test`` in ``variant`` into ``out`` and run it; the run's
     CompletedProcess (a failed build raises CalledProcessError)."""
     exe = os.path.join(out, f"{os.path.basename(test)[:-2]}-{variant}")
-    subprocess.run(["gcc", *CFLAGS, *VARIANTS[variant], "-I", DP, "-I", HERE, test,
-                    *(os.path.join(DP, s) for s in DP_SOURCES), "-o", exe],
+    subprocess.run(["gcc", *CFLAGS, *VARIANTS[variant], "-I", DP, "-I", NATIVE, "-I", HERE,
+                    test, *DP_SOURCES, "-o", exe],
                    check=True, capture_output=True, text=True)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1", UBSAN_OPTIONS="print_stacktrace=1",
                TSAN_OPTIONS="halt_on_error=1")

@@ -90,7 +90,7 @@ def stall_report():
         f"tep={world.ep(p)._tep!r} pending={getattr(world.ep(p)._tep, 'pending', None)} "
         f"incoming={list(world.ep(p).incoming)}" for p in peers)
         + f"; rndv sends={len(w.rndv.sends)} recvs={len(w.rndv.recvs)} "
-          f"unexpected={len(w.matcher.unexpected)}", flush=True)
+          f"unexpected={w.matcher.unexpected_depth()}", flush=True)
 
 
 def on_usr1(*_):

@@ -191,16 +191,9 @@ class TransportEndpoint(abc.ABC):
     #: it only when that frame could match nothing but the waiting receive.
     recv_eager = None
 
-    #: Optional native drain of frames already queued (None: not offered):
-    #: ``drain_eager(am_id, tag, queue, source) -> count`` gives the incoming
-    #: frames that are ``am_id`` frames with exactly ``tag`` to the receives
-    #: of ``queue`` (the tag matcher's deque of exact receives posted for
-    #: ``source`` and ``tag``), oldest first, each while its buffer fits and
-    #: it has no completion callback: copies the payload, consumes the frame,
-    #: removes the receive from ``queue`` and completes it.  Stops at
-    #: anything else, which stays for the Python path in order.  The core
-    #: calls it only when nothing but ``queue``'s receives could match.
-    drain_eager = None
+    #: The id this connection's frames carry in its interface's inbox, for
+    #: the interface's ``native`` consumer (None: no inbox of that kind)
+    native_conn = None
 
     #: Optional native fast path of an eager send (None: not offered):
     #: ``send_eager(am_id, tag, buf, max_payload) -> bool`` sends ``buf``
@@ -219,10 +212,6 @@ class TransportEndpoint(abc.ABC):
     #: as RendezvousProtocol.start_recv would; False with nothing done where
     #: it does not apply (start_recv then does it all and reports errors).
     get_and_ack = None
-
-    #: True when the interface's ``progress()`` itself completes posted
-    #: receives natively, from any source (shm's ``dispatch_tag``)
-    dispatches = False
 
     #: Optional native rendezvous offer (None: not offered; only on a lane
     #: with ``Caps.GET_ZCOPY``): ``send_rts(tag, sreq_id, mv) -> bool`` sends
@@ -482,9 +471,21 @@ class Interface(abc.ABC):
     #: set by the core (``ucxpy.rndv.split_floor``): rendezvous offers on
     #: this interface of at least this many bytes are split (the sender puts
     #: part while the receiver gets the rest), smaller ones the receiver
-    #: reads whole; what a native rendezvous get (``get_and_ack``, shm's
-    #: ``dispatch_tag``) may take is below it
+    #: reads whole; what a native rendezvous get (``get_and_ack``) may
+    #: take is below it
     split_floor: int = NO_SPLIT
+    #: Optional: the address of a native inbox this interface receives into
+    #: (0: none).  The owner may then set ``native`` to a consumer of it (the
+    #: data plane's ``ucxpy._dp.Inbox``): ``dispatch(limit, spins)`` takes
+    #: the frames it handles at the front of the inbox, in order, and stops
+    #: at the first other one.  The interface calls it from its
+    #: ``progress()`` (while ``owner.native_dispatch``) and from
+    #: ``poll_native(spins)``, its owner's wait, before handling any frame
+    #: itself, and calls ``forget_conn(native_conn)`` when a connection goes.
+    #: The consumer runs the owner's protocols: the interface moves bytes and
+    #: knows no tags.
+    native_ring: int = 0
+    native = None
 
     def __init__(self, owner: TransportOwner, config) -> None:
         self.owner = owner

@@ -88,8 +88,8 @@ from functools import partial
 from typing import Callable, Optional
 
 from .. import auth
-from .._fastpath import (WAKE_BIT as _WAKE_BIT, dispatch_tag as _dispatch_tag,
-                         drain_tag as _drain_tag, get_and_ack as _get_and_ack,
+from .._dp import BAD_BIT as _NATIVE_BAD
+from .._fastpath import (WAKE_BIT as _WAKE_BIT, get_and_ack as _get_and_ack,
                          offer_rts as _offer_rts, recv_tag as _recv_tag,
                          send_rts as _send_rts, send_tag as _send_tag)
 from .._native import ffi, lib
@@ -99,6 +99,10 @@ from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolEr
 from .liveness import PidWatch
 from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
 from .shm_md import RKEY, RKEY_MAGIC, ShmMemoryDomain
+
+#: the lowest flag bit of a count the native consumer returns (BAD_BIT;
+#: WAKE_BIT is the one above it)
+_NATIVE_FLAGS = _NATIVE_BAD
 
 log = logging.getLogger("ucxpy.shm")
 
@@ -249,8 +253,6 @@ class ShmEndpoint(TransportEndpoint):
     """One connection: we push frames marked ``_out`` into the peer's inbox;
     its frames, marked ``_in``, arrive in ours."""
 
-    dispatches = True           # ShmInterface._poll: dispatch_tag
-
     def __init__(self, iface: "ShmInterface", peer: Optional[Inbox], out_src: int, in_src: int,
                  peer_pid: int, peer_sock: bytes, peer_probe: int, accepted: bool):
         self.iface = iface
@@ -265,6 +267,8 @@ class ShmEndpoint(TransportEndpoint):
             self.offer_rts = partial(_offer_rts, self, iface.pid)
         self._out = out_src
         self._in = in_src
+        #: the id our peer's frames carry in our inbox (the contract's native_conn)
+        self.native_conn = in_src
         self._peer_pid = peer_pid
         self._peer_sock = peer_sock
         self._peer_probe = peer_probe
@@ -426,19 +430,6 @@ class ShmEndpoint(TransportEndpoint):
             return n - _WAKE_BIT, got
         return n, got
 
-    def drain_eager(self, am_id: int, tag: int, queue, source: int) -> int:
-        """The contract's drain: one C call (native/fastpath.c) completes the
-        posted receives of ``queue`` from this connection's frames at the
-        front of our inbox."""
-        iface = self.iface
-        if self._exc is not None or self._closed or iface._in_poll or iface._rx is None:
-            return 0
-        n = _drain_tag(iface._rx_addr, self._in, am_id, tag, queue, source)
-        if n >= _WAKE_BIT:
-            iface._wake_waiters()
-            return n - _WAKE_BIT
-        return n
-
     def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
         """The contract's fast send: one C call (native/fastpath.c) pushes the
         frame into the peer's inbox when nothing is queued before it."""
@@ -480,8 +471,8 @@ class ShmEndpoint(TransportEndpoint):
 
     def get_and_ack(self, rts, buf) -> bool:
         """The contract's native rendezvous get: one C call reads the offer
-        by CMA and answers ATS on the owner's lane, as ``dispatch_tag`` does
-        for an offer it matches in the inbox (not one the receiver splits)."""
+        by CMA and answers ATS on the owner's lane (not for an offer the
+        receiver splits)."""
         owner = self.owner_ep
         lane = owner._tep if owner is not None else None
         if lane is None or rts.size >= self.iface.split_floor:
@@ -661,7 +652,11 @@ class ShmInterface(Interface):
         self.rejected = 0
         #: frames of unknown sources dropped (refused or closed connections)
         self.dropped_frames = 0
-        self.native_rx = 0          # frames dispatch_tag took
+        #: the owner's consumer of our inbox's frames (the contract's
+        #: ``native``: the data plane's Inbox, set by the worker), and how
+        #: many frames it took
+        self.native = None
+        self.native_rx = 0
         now = time.monotonic()
         self._housekeeping_every = _HOUSEKEEPING
         self._next_housekeeping = now + _HOUSEKEEPING
@@ -750,6 +745,8 @@ class ShmInterface(Interface):
         self._eps.discard(ep)
         self._pending.discard(ep)
         if self._by_src.get(ep._in) is ep:
+            if self.native is not None:
+                self.native.forget_conn(ep._in)
             del self._by_src[ep._in]
             self._dropped[ep._in] = ep._peer_pid
         pid = ep._peer_pid
@@ -878,29 +875,57 @@ class ShmInterface(Interface):
             n += self._housekeeping(now)
         return n
 
+    @property
+    def native_ring(self) -> int:
+        """The contract's ``native_ring``: the address of our inbox's
+        consumer handle (native/ring.c), or 0 once it is gone."""
+        return self._rx_addr if self._rx is not None else 0
+
+    def poll_native(self, spins: int) -> int:
+        """Let the ``native`` consumer take the frames it handles at the
+        front of our inbox, polling an empty inbox up to ``spins`` times (a
+        blocking receive's wait): how many it took.  Anything else stays for
+        :meth:`progress`, in order."""
+        native = self.native
+        if native is None or self._rx is None or self._corrupt or self._in_poll:
+            return 0
+        n = native.dispatch(_BATCH, spins)
+        if n >= _NATIVE_FLAGS:
+            n = self._native_flags(n)
+        self.native_rx += n
+        return n
+
+    def _native_flags(self, n: int) -> int:
+        """The consumer's count without its flags, acting on them: a
+        producer waits for space (wake it), the ring is corrupt (reset it)."""
+        if n & _NATIVE_BAD:
+            self._corrupt = True
+        if n & _WAKE_BIT:
+            self._wake_waiters()
+        return n & (_NATIVE_BAD - 1)
+
     def _poll(self, limit: int = _BATCH) -> int:
         """Deliver up to ``limit`` frames of our inbox; returns how many.
-        Runs of eager messages and rendezvous offers for posted receives,
-        and of ATS for rendezvous sends, go through one C call
-        (``dispatch_tag``, when the owner offers what it needs as
-        ``native_dispatch``); every other frame through ``owner.recv_frame``."""
+        Runs of frames the owner's ``native`` consumer handles (eager
+        messages of wired-up connections: the data plane, native/dp/inbox.c)
+        go through one C call; every other frame through
+        ``owner.recv_frame``."""
         rx = self._rx
         out = self._peek_out
         n = 0
         rc = _peek(rx, out)
         if rc == 0:
             return 0
-        native = getattr(self.owner, "native_dispatch", None)
+        native = self.native
+        if native is not None and not self.owner.native_dispatch:
+            native = None
         if native is not None:
-            matcher, sends, pool = native
-            split = self.split_floor
-            n = _dispatch_tag(self._rx_addr, self._by_src, matcher, limit, sends, split, pool)
+            n = native.dispatch(limit, 0)
             if n:
-                if n >= _WAKE_BIT:
-                    n -= _WAKE_BIT
-                    self._wake_waiters()
+                if n >= _NATIVE_FLAGS:
+                    n = self._native_flags(n)
                 self.native_rx += n
-                if n >= limit:
+                if n >= limit or self._corrupt:
                     return n
                 rc = _peek(rx, out)
         view = self._rx_view
@@ -935,15 +960,15 @@ class ShmInterface(Interface):
                 if n >= limit or self._closed:      # (a callback may close us)
                     break
                 if native is not None:
-                    k = _dispatch_tag(self._rx_addr, by_src, matcher, limit - n, sends, split,
-                                      pool)
+                    k = native.dispatch(limit - n, 0)
                     if k:
-                        if k >= _WAKE_BIT:
-                            k -= _WAKE_BIT
-                            wake = True
+                        if k >= _NATIVE_FLAGS:
+                            if k & _WAKE_BIT:
+                                wake = True
+                            k = self._native_flags(k & ~_WAKE_BIT)
                         self.native_rx += k
                         n += k
-                        if n >= limit:
+                        if n >= limit or self._corrupt:
                             break
                 rc = _peek(rx, out)
         finally:
@@ -954,6 +979,7 @@ class ShmInterface(Interface):
             self._wake_waiters()
         if rc < 0 and not self._closed:
             self._corrupt = True
+        if self._corrupt and not self._closed:
             self._reset()
         return n
 
@@ -1099,6 +1125,7 @@ class ShmInterface(Interface):
 
     def _unmap_inbox(self) -> None:
         self._rx = None
+        self.native = None          # (it reads the ring being unmapped)
         if self._rx_view is not None:
             self._rx_view.release()
             self._rx_view = None

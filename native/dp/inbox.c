@@ -1,0 +1,166 @@
+/*
+ * inbox.c — the shm inbox's eager messages, consumed and matched in C.
+ *
+ * Theory of operation.  A process's shm inbox is one ring (native/ring.c)
+ * that all its same-host peers push frames into; each frame carries its
+ * connection's id.  The transport owns the ring and knows bytes only; the
+ * data plane consumes from it the frames whose protocol it runs: eager
+ * messages (`eager_am_id`, an 8-byte little-endian tag as the header, the
+ * payload as the message) of connections Python registered, which tag.c
+ * matches and delivers.  It stops, leaving the frame in the ring, at the
+ * first frame that is anything else (another protocol, a connection not
+ * registered, a close record): the caller's Python path takes that one, and
+ * then calls again.  So every connection's frames are handled in order, by
+ * whichever side, and MPI's order holds.
+ *
+ * The connection table is open addressing on the 64-bit connection id (ids
+ * are random and never 0), with backward-shift deletion; it doubles when
+ * half full.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dp.h"
+#include "ucxpy_native.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "an eager frame's tag is little-endian (ucxpy.wire.EAGER): it is read as is"
+#endif
+
+#define CONNS_MIN 16
+
+static inline size_t conn_slot(uint64_t conn, size_t cap)
+{
+    uint64_t h = conn * 0x9E3779B97F4A7C15ULL;
+    return (size_t)(h >> 32) & (cap - 1);
+}
+
+ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsigned eager_am_id)
+{
+    in->conns = calloc(CONNS_MIN, sizeof(*in->conns));
+    if (in->conns == NULL)
+        return UCXDP_ERR_NO_MEMORY;
+    in->ring = ring;
+    in->eager_am_id = eager_am_id;
+    in->cap = CONNS_MIN;
+    in->nconns = 0;
+    return UCXDP_OK;
+}
+
+void ucxdp_inbox_cleanup(ucxdp_inbox_t *in)
+{
+    free(in->conns);
+    in->conns = NULL;
+    in->cap = in->nconns = 0;
+}
+
+static ucxdp_conn_t *conn_find(const ucxdp_inbox_t *in, uint64_t conn)
+{
+    size_t i = conn_slot(conn, in->cap);
+
+    while (in->conns[i].conn != 0) {
+        if (in->conns[i].conn == conn)
+            return &in->conns[i];
+        i = (i + 1) & (in->cap - 1);
+    }
+    return NULL;
+}
+
+static void conn_put(ucxdp_conn_t *table, size_t cap, uint64_t conn, int64_t source)
+{
+    size_t i = conn_slot(conn, cap);
+
+    while (table[i].conn != 0 && table[i].conn != conn)
+        i = (i + 1) & (cap - 1);
+    table[i].conn = conn;
+    table[i].source = source;
+}
+
+ucxdp_status_t ucxdp_inbox_add_conn(ucxdp_inbox_t *in, uint64_t conn, int64_t source)
+{
+    ucxdp_conn_t *c;
+
+    if (conn == 0)
+        return UCXDP_ERR_INVALID_PARAM;
+    c = conn_find(in, conn);
+    if (c != NULL) {
+        c->source = source;
+        return UCXDP_OK;
+    }
+    if (2 * (in->nconns + 1) > in->cap) {
+        size_t cap = in->cap * 2;
+        ucxdp_conn_t *table = calloc(cap, sizeof(*table));
+        if (table == NULL)
+            return UCXDP_ERR_NO_MEMORY;
+        for (size_t i = 0; i < in->cap; i++)
+            if (in->conns[i].conn != 0)
+                conn_put(table, cap, in->conns[i].conn, in->conns[i].source);
+        free(in->conns);
+        in->conns = table;
+        in->cap = cap;
+    }
+    conn_put(in->conns, in->cap, conn, source);
+    in->nconns++;
+    return UCXDP_OK;
+}
+
+void ucxdp_inbox_forget_conn(ucxdp_inbox_t *in, uint64_t conn)
+{
+    ucxdp_conn_t *c = conn == 0 ? NULL : conn_find(in, conn);
+    size_t i, j, home;
+
+    if (c == NULL)
+        return;
+    /* backward-shift deletion: later entries of the same probe run move up */
+    i = (size_t)(c - in->conns);
+    for (j = (i + 1) & (in->cap - 1); in->conns[j].conn != 0; j = (j + 1) & (in->cap - 1)) {
+        home = conn_slot(in->conns[j].conn, in->cap);
+        /* j's entry may fill the hole at i when its home is not in (i, j] */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            in->conns[i] = in->conns[j];
+            i = j;
+        }
+    }
+    in->conns[i].conn = 0;
+    in->nconns--;
+}
+
+long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int spins,
+                          int *wake, int *bad)
+{
+    ucxpy_ring_t *ring = in->ring;
+    uint64_t out[UCXPY_RING_PEEK_OUT], tag;
+    const ucxdp_conn_t *c;
+    long count = 0;
+    int rc;
+
+    *wake = *bad = 0;
+    rc = ucxpy_ring_peek(ring, out);
+    while (rc == 0 && spins-- > 0) {
+        ucxpy_cpu_relax();
+        rc = ucxpy_ring_peek(ring, out);
+    }
+    if (rc != 1) {
+        *bad = rc < 0;
+        return 0;
+    }
+    pthread_mutex_lock(&w->lock);
+    while (count < limit) {
+        if (out[0] != in->eager_am_id || out[2] != sizeof tag
+                || (c = conn_find(in, out[5])) == NULL)
+            break;
+        memcpy(&tag, ring->data + out[1], sizeof tag);
+        if (ucxdp_tag_eager_locked(w, c->source, tag, ring->data + out[3], out[4]) != UCXDP_OK)
+            break;                         /* (no memory: the caller's path tries and reports) */
+        if (ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY)
+            *wake = 1;
+        count++;
+        rc = ucxpy_ring_peek(ring, out);
+        if (rc != 1) {
+            *bad = rc < 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return count;
+}
