@@ -51,9 +51,6 @@ int     ucxpy_ring_push(ucxpy_ring_t *r, unsigned am_id,
 int     ucxpy_ring_push_close(ucxpy_ring_t *r);
 int     ucxpy_ring_peek(ucxpy_ring_t *r, uint64_t *out);
 int     ucxpy_ring_release(ucxpy_ring_t *r);
-int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint64_t source, uint8_t am_id, uint64_t tag,
-                            uint64_t mask, void *buf, uint64_t capacity, int spins,
-                            uint64_t *wake, uint64_t *got_tag);
 int     ucxpy_ring_arm_consumer(ucxpy_ring_t *r);
 void    ucxpy_ring_disarm_consumer(ucxpy_ring_t *r);
 void    ucxpy_ring_disarm_producer(ucxpy_ring_t *r);

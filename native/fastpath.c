@@ -1,22 +1,13 @@
-/* ucxpy._fastpath: the native fast path of a blocking exact-tag receive
- * (UCXPY_FASTPATH; ucxpy.worker.Worker.tag_recv / recv_poller).
+/* ucxpy._fastpath: what is left of the core's first native fast path, until
+ * the native data plane (native/dp) takes the eager send and the rendezvous
+ * over: an eager send pushed into a peer's ring, the rendezvous offer and
+ * its CMA read, and the API lock.
  *
- * A CPython extension rather than a cffi function so the receive buffer is
- * any writable buffer-protocol object taken as it is ("w*": bytearray,
- * memoryview, numpy array), with no cffi export to create and release per
- * call.  It compiles native/ring.c in (the rings themselves are created
- * through the cffi module ucxpy._native; the ring handle is passed as its
- * address).  The ring is a process's inbox, which all its same-host peers
- * write to; ``source`` is the connection whose frames a receive may take.
- *
- * recv_tag(ring address, source, am_id, tag, mask, buffer, spins) -> (n, tag)
- *   n >= 0: the next frame was an eager message of connection ``source``
- *           whose tag equals ``tag`` under ``mask``; n = payload length,
- *           plus WAKE_BIT when a producer waits for space (the caller wakes
- *           it); its tag
- *   -1:     no frame within ``spins`` polls (or a closed/corrupt ring: the
- *           Python path reports that)
- *   -2:     the next frame is another one (left in the ring, in order)
+ * A CPython extension rather than a cffi function so a buffer is any
+ * buffer-protocol object taken as it is, with no cffi export to create and
+ * release per call.  It compiles native/ring.c in (the rings themselves are
+ * created through the cffi module ucxpy._native; a ring handle is passed as
+ * its address).
  *
  * send_tag(ring address, am_id, tag, buffer, max_payload) -> rc
  *   pushes one eager frame (header: the 8-byte little-endian tag, payload:
@@ -48,27 +39,6 @@
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the frame header's tag is little-endian (wire.EAGER); send_tag copies it as is"
 #endif
-
-static PyObject *
-recv_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
-{
-    unsigned long long ring, source, tag, mask;
-    int am_id, spins;
-    Py_buffer buf;
-    uint64_t wake = 0, got = 0;
-    int64_t n;
-
-    if (!fc_nargs("recv_tag", nargs, 7) || !fc_ull(args[0], &ring) || !fc_ull(args[1], &source)
-            || !fc_int(args[2], &am_id) || !fc_ull(args[3], &tag) || !fc_ull(args[4], &mask)
-            || !fc_int(args[6], &spins) || !fc_buffer(args[5], &buf, 1))
-        return NULL;
-    n = ucxpy_ring_recv_tag((ucxpy_ring_t *)(uintptr_t)ring, source, (uint8_t)am_id, tag,
-                            mask, buf.buf, (uint64_t)buf.len, spins, &wake, &got);
-    PyBuffer_Release(&buf);
-    if (n >= 0 && wake)
-        n |= WAKE_BIT;
-    return Py_BuildValue("(LK)", (long long)n, (unsigned long long)got);
-}
 
 static PyObject *
 send_tag(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -887,8 +857,6 @@ rndv_configure(PyObject *self, PyObject *arg)
 static PyMethodDef methods[] = {
     {"send_tag", (PyCFunction)(void (*)(void))send_tag, METH_FASTCALL,
      "push one eager frame into a ring"},
-    {"recv_tag", (PyCFunction)(void (*)(void))recv_tag, METH_FASTCALL,
-     "the next eager frame of a ring, if it is the one"},
     {"tcp_recv_tag", (PyCFunction)(void (*)(void))ucxpy_tcp_recv_tag, METH_FASTCALL,
      "the next eager frame of a tcp socket, if it is the one and all there (native/tcp_fast.c)"},
     {"tcp_send_tag", (PyCFunction)(void (*)(void))ucxpy_tcp_send_tag, METH_FASTCALL,

@@ -394,42 +394,6 @@ int ucxpy_ring_release(ucxpy_ring_t *r)
     return wake_check(&s->prod_waiting);
 }
 
-/* The native fast path of a blocking tagged receive (native/fastpath.c):
- * waits up to ``spins`` polls for a frame; if the next frame comes from
- * ``source`` and is an eager tag frame (``am_id``, an 8-byte little-endian
- * tag header) whose tag equals ``tag`` under ``mask`` and whose payload fits
- * ``capacity``, copies the payload to ``buf``, consumes the frame and returns
- * its length (``*got_tag``: its tag; ``*wake``: a producer waits for space).
- * Returns -1 when no frame came (or the ring is corrupt: the Python path
- * reports that) and -2 when the next frame is another one, which stays in
- * the ring for the Python path, in order. */
-int64_t ucxpy_ring_recv_tag(ucxpy_ring_t *r, uint64_t source, uint8_t am_id, uint64_t tag,
-                            uint64_t mask, void *buf, uint64_t capacity, int spins,
-                            uint64_t *wake, uint64_t *got_tag)
-{
-    uint64_t out[UCXPY_RING_PEEK_OUT], t;
-    int rc;
-
-    for (;;) {
-        rc = ucxpy_ring_peek(r, out);
-        if (rc > 0)
-            break;
-        if (rc < 0 || spins-- <= 0)
-            return -1;
-        ucxpy_cpu_relax();
-    }
-    if (rc != 1 || out[5] != source || out[0] != am_id || out[2] != sizeof t ||
-            out[4] > capacity)
-        return -2;
-    memcpy(&t, r->data + out[1], sizeof t);
-    if ((t ^ tag) & mask)
-        return -2;
-    *got_tag = t;
-    memcpy(buf, r->data + out[3], out[4]);
-    *wake = ucxpy_ring_release(r) == UCXPY_RING_NOTIFY;
-    return (int64_t)out[4];
-}
-
 /* Consumer is about to sleep: ask producers for a wake-up.  Returns 1 if
  * the ring already has data: do not sleep then. */
 int ucxpy_ring_arm_consumer(ucxpy_ring_t *r)

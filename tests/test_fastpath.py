@@ -1,8 +1,10 @@
-"""The native fast path of blocking exact-tag receives (``UCXPY_FASTPATH``,
-``Worker.recv_poller``, ``ucxpy_ring_recv_tag`` in native/ring.c): real
-two-rank jobs, with it and without it (the Python reference path), the
-same data checked both ways and the path taken counted
-(``Worker.fast_recvs``)."""
+"""The native paths of tagged messages (``UCXPY_FASTPATH``): the data
+plane's matcher and shm inbox consumer (native/dp: ``Worker.recv_poller``,
+``Worker.tag_try_recv``), tcp's socket fast path, the native sends and
+rendezvous offers, and mpi_shim's calls in C: real two-rank jobs, with them
+and without them (the Python reference path), the same data checked both
+ways and the path taken counted (``Worker.fast_recvs``, the data plane's
+counters)."""
 from __future__ import annotations
 
 import os
@@ -107,6 +109,18 @@ def test_tcp_lanes_take_the_fast_path_too(fastpath):
     totals = [int(r[2]) for r in re.findall(r"FASTPATH OK (\d) (\d+) (\d+)", proc.stdout)]
     assert len(totals) == 2, proc.stdout
     assert all(t > 0 for t in totals) if fastpath == "y" else totals == [0, 0], totals
+
+
+@pytest.mark.parametrize("prog,marker", [("tag_suite.py", "TAG-SUITE OK"),
+                                         ("mpi_p2p.py", "MPI-P2P OK")])
+def test_suites_with_the_python_protocol_at_every_size(prog, marker):
+    """The protocol table's "Python" entry at every size
+    (``UCXPY_PROTO_PYTHON=all``): the data plane matches nothing itself and
+    hands every eager message to the Python reference protocol, which
+    matches in the same (C) queues; the suites pass."""
+    proc = _job(prog, "y", TAG_SUITE_MAX=str(1 << 20), UCXPY_PROTO_PYTHON="all")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count(marker) == 2, proc.stdout[-3000:]
 
 
 @pytest.mark.parametrize("prog,marker", [("tag_suite.py", "TAG-SUITE OK"),
@@ -368,6 +382,38 @@ def test_a_window_of_receives_completes_in_one_wait(shm_pair):
     assert after["tag_handoff"] - before["tag_handoff"] == 1
 
 
+def test_sizes_the_python_protocol_runs_are_handed_to_it():
+    """UCXPY_PROTO_PYTHON (the protocol table's "Python" entries): eager
+    messages of those sizes go to the Python protocol, in order with the
+    others, which the data plane takes; each receive gets its own message
+    whichever side delivered it."""
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    from conftest import Pair
+    p = Pair("shm", proto_python=((100, 199), (1000, 1000)))
+    try:
+        a, b = p.workers
+        ep = p.eps[0][1]
+        ep.tag_send(b"wire", 99)                   # a -> b carries a's wire-up
+        assert b.tag_recv(bytearray(4), 99, source=0, timeout=10).length == 4
+        sizes = [10, 150, 1000, 999, 199, 200, 0]
+        bufs = [bytearray(1024) for _ in sizes]
+        before = _dp_counts(b)["tag_eager"]
+        reqs = [b.tag_recv_nb(x, 7, source=0) for x in bufs]
+        for i, n in enumerate(sizes):
+            ep.tag_send(bytes([i]) * n, 7)
+        p.wait(*reqs)
+        assert [r.result.length for r in reqs] == sizes
+        assert all(bytes(x[:n]) == bytes([i]) * n for i, (x, n) in enumerate(zip(bufs, sizes)))
+        assert _dp_counts(b)["tag_eager"] - before == 4            # 10, 999, 200, 0
+        got = bytearray(200)
+        ep.tag_send(b"x" * 150, 8)
+        assert b.tag_recv(got, 8, source=0, timeout=10).length == 150   # (not try_recv's)
+        assert _dp_counts(b)["tag_eager"] - before == 4
+    finally:
+        p.close()
+
+
 def test_a_wait_takes_its_message_in_the_data_plane(shm_pair):
     """A wait on a posted receive polls the inbox natively (recv_poller):
     the message is matched and copied in C, whatever else is posted (here
@@ -444,19 +490,25 @@ def test_a_posted_receive_is_named_by_its_handle_until_it_matches(shm_pair):
     assert r.done and r.result.length == 5 and bytes(got) == b"early" and not r.handle
 
 
-def test_the_native_frame_calls_check_their_arguments():
-    """send_tag, recv_tag, tcp_send_tag, tcp_recv_tag and send_rts take their
-    arguments without an argument tuple (METH_FASTCALL, native/pyfastcall.h) and refuse
+def test_the_native_frame_calls_check_their_arguments(shm_pair):
+    """send_tag, tcp_send_tag, tcp_recv_tag and send_rts take their arguments
+    without an argument tuple (METH_FASTCALL, native/pyfastcall.h) and refuse
     a wrong count, a wrong type, an int out of range, a read-only or
     non-contiguous buffer as PyArg_ParseTuple would, before touching a ring
-    or a socket (ring 0 and fd -1 here)."""
+    or a socket (ring 0 and fd -1 here); so does the data plane's
+    Inbox.try_recv, before touching its inbox."""
     from ucxpy import _fastpath as f
+    p, a, b, ep = shm_pair
+    inbox = _shm_iface(b).native
     with pytest.raises(TypeError):
-        f.recv_tag(0, 0, 1, 0, 0, bytearray(8))                 # 6 of 7
+        inbox.try_recv(1, 0, 0, bytearray(8))                   # 4 of 5
+    with pytest.raises(BufferError):
+        inbox.try_recv(1, 0, 0, b"read-only", 0)
+    with pytest.raises(BufferError):
+        inbox.try_recv(1, 0, 0, memoryview(bytearray(8))[::2], 0)
+    assert inbox.try_recv(1, 0, 0, bytearray(8), 0) == (-1, 0)   # (an empty inbox)
     with pytest.raises(TypeError):
         f.send_tag("ring", 1, 0, b"x", 8)
-    with pytest.raises(BufferError):
-        f.recv_tag(0, 0, 1, 0, 0, b"read-only", 0)
     with pytest.raises(OverflowError):
         f.tcp_send_tag(1 << 40, 1, 0, b"x", 8)
     with pytest.raises(BufferError):

@@ -292,17 +292,6 @@ def test_ring_frames_carry_their_producers_source():
     assert lib.ucxpy_ring_attach_producer(a, r.base, r.size, 0, 1) == -1   # sources are nonzero
 
 
-def test_ring_recv_tag_takes_only_its_sources_frame():
-    r = Ring().init()
-    tag = struct.pack("<Q", 5)
-    lib.ucxpy_ring_push(r.prod, 9, tag, 8, b"mine", 4)
-    buf = ffi.new("char[16]")
-    wake, got = ffi.new("uint64_t *"), ffi.new("uint64_t *")
-    assert lib.ucxpy_ring_recv_tag(r.cons, 8, 9, 5, ~0 & (2**64 - 1), buf, 16, 0, wake, got) == -2
-    assert lib.ucxpy_ring_recv_tag(r.cons, 7, 9, 5, ~0 & (2**64 - 1), buf, 16, 0, wake, got) == 4
-    assert ffi.buffer(buf, 4)[:] == b"mine" and got[0] == 5
-
-
 def test_ring_lock_busy_and_dead_holder():
     r = Ring().init()
     shared_lock = 128 + 8                        # the producers' block: head, then lock

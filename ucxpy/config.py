@@ -38,6 +38,25 @@ def parse_size(text: str) -> int:
         raise ConfigError(f"not a size: {text!r}") from None
 
 
+def parse_size_ranges(text: str) -> tuple:
+    """'1K-64K,1M-inf' / 'all' / '' -> ((first, last), ...) byte counts,
+    both ends included ('all': every size; '' or 'none': none)."""
+    t = str(text).strip().lower()
+    if t in ("", "none", "n", "no"):
+        return ()
+    if t in ("all", "y", "yes"):
+        return ((0, 1 << 62),)
+    out = []
+    for part in t.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        first = parse_size(lo) if lo.strip() else 0
+        last = parse_size(hi) if sep else first
+        if first < 0 or last < first:
+            raise ConfigError(f"not a size range: {part!r}")
+        out.append((first, last))
+    return tuple(sorted(out))
+
+
 def parse_bool(text: str) -> bool:
     t = text.strip().lower()
     if t in ("1", "y", "yes", "on", "true"):
@@ -127,11 +146,16 @@ class Config:
                                "shared-memory teams one process may belong to at once (more "
                                "communicators use messages)")
     fastpath: bool = _opt(True, parse_bool,
-                          "native fast path: a blocking exact-tag receive whose message is "
-                          "the next eager frame of the peer's shm ring is matched and copied "
-                          "by one C call; eager sends, put/get and fetching atomics on "
-                          "mapped peer memory too (n = the pure-Python path only, the "
-                          "reference)")
+                          "the native data plane (native/dp): tag matching in C for every "
+                          "caller, the shm inbox's eager messages matched and delivered in C, "
+                          "eager sends, put/get and atomics on mapped peer memory (n = the "
+                          "pure-Python matcher and protocols only, the reference)")
+    proto_python: tuple = _opt((), parse_size_ranges,
+                               "message sizes whose eager messages the Python reference "
+                               "protocol runs instead of the native data plane: comma-separated "
+                               "ranges such as 1K-64K, or all (the data plane hands exactly "
+                               "those to Python, after matching in the same queues; "
+                               "ucxpy-info -e prints the table)")
     busy_poll: float = _opt(0.002, float,
                             "seconds a waiting worker spins before sleeping on file descriptors")
     oversubscribed: str = _opt("auto", parse_tristate,

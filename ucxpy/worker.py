@@ -462,7 +462,7 @@ class Worker:
                 return req.done
             return poller
         recv = tep.recv_eager if tep is not None else None
-        if recv is None or req.buf is None:
+        if recv is None or req.buf is None or self.config.proto_python:
             return None
         m, tag, buf = self.matcher, req.tag, req.buf
 
@@ -486,6 +486,8 @@ class Worker:
         found = [i for i in self.ifaces if getattr(i, "native_ring", None)]
         for iface in found:
             iface.native = _dp.Inbox(self.matcher, iface.native_ring, TAG_EAGER)
+            # the protocol table's "Python" entries (UCXPY_PROTO_PYTHON)
+            iface.native.hand_sizes(self.config.proto_python)
         if len(found) == 1:
             self._poll_native = found[0].poll_native
 
@@ -917,15 +919,17 @@ class Worker:
         return None having consumed nothing (then post the receive as usual).
 
         Applies when ``source`` is a worker id whose frames all arrive on one
-        transport endpoint offering ``recv_eager`` (shm), and nothing posted
-        or queued could take the message instead: no wildcard or masked
-        receive posted, no exact one for this source and tag (none at all for
-        a masked ``tag_mask``), an empty unexpected queue; and without
+        transport endpoint, of an interface whose inbox the data plane reads
+        (shm: ``Inbox.try_recv``, native/dp/inbox.c) or offering
+        ``recv_eager`` (tcp), and nothing posted or queued could take the
+        message instead (the matcher's ``idle_for``: no wildcard or masked
+        receive posted, no exact one for this source and tag, none at all for
+        a masked ``tag_mask``, an empty unexpected queue); and without
         tracing, statistics or a progress thread.  Then one C call spins
-        briefly on the peer's ring and, if the next frame is an eager message
-        matching ``tag`` under ``tag_mask`` that fits ``buf``, copies it into
-        ``buf`` and consumes it: no request, matcher or progress pass.  A
-        buffer that is not writable and contiguous gives None."""
+        briefly on the inbox or socket and, if the next frame is an eager
+        message matching ``tag`` under ``tag_mask`` that fits ``buf``, copies
+        it into ``buf`` and consumes it: no request, matcher or progress
+        pass.  A buffer that is not writable and contiguous gives None."""
         if type(source) is not int or source < 0 or not self.config.fastpath \
                 or self.tr is not None or self.lock is not None:
             return None
@@ -936,14 +940,24 @@ class Worker:
         if ep is None or ep.failed is not None or len(ep.incoming) != 1:
             return None
         for tep in ep.incoming:
-            recv = tep.recv_eager
-        if recv is None:
-            return None
+            pass
         over = self._oversubscribed
         if over is None:
             over = self.oversubscribed()
+        iface = tep.iface
         try:
-            n, got = recv(TAG_EAGER, tag, tag_mask, buf, 0 if over else FAST_SPINS)
+            if iface.native is not None:
+                if not iface.native_idle:
+                    return None
+                n, got = iface.native.try_recv(tep.native_conn, tag, tag_mask, buf,
+                                               0 if over else FAST_SPINS)
+                if n >= 0:
+                    n = iface.native_flags(n)
+            else:
+                recv = tep.recv_eager
+                if recv is None or self.config.proto_python:
+                    return None
+                n, got = recv(TAG_EAGER, tag, tag_mask, buf, 0 if over else FAST_SPINS)
         except (TypeError, ValueError, BufferError):
             return None
         if n < 0:

@@ -1174,7 +1174,10 @@ static PyTypeObject TagInfoType = {
  * Inbox(matcher, ring address, eager am id): a shm inbox's eager frames,
  * taken in C (inbox.c): add_conn(conn, source), forget_conn(conn),
  * dispatch(limit, spins) -> how many, plus WAKE_BIT when a producer waits
- * for space, plus BAD_BIT when the ring is corrupt; then deliver(). */
+ * for space, plus BAD_BIT when the ring is corrupt; then deliver();
+ * try_recv(conn, tag, mask, buffer, spins) -> (n, tag), a blocking
+ * receive's shortcut; hand_sizes(ranges): the payload sizes whose messages
+ * it leaves to the caller's (Python) protocol. */
 #define PRECV_MAGIC 0x52454356u            /* "RECV" */
 #define INBOX_WAKE_BIT (1LL << 62)
 #define INBOX_BAD_BIT (1LL << 61)
@@ -1936,6 +1939,66 @@ static PyObject *inbox_dispatch(InboxObject *self, PyObject *const *args, Py_ssi
                                | (bad ? INBOX_BAD_BIT : 0));
 }
 
+/* try_recv(conn, tag, mask, buffer, spins) -> (n, its tag): n >= 0 the
+ * message's length (plus WAKE_BIT when a producer waits for space); -1 no
+ * frame; -2 another frame first (ucxdp_inbox_try_recv).  A buffer that is
+ * not one writable block raises BufferError. */
+static PyObject *inbox_try_recv(InboxObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t conn, tag, mask, got = 0;
+    Py_buffer view;
+    int spins, wake;
+    int64_t n;
+
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "try_recv(conn, tag, mask, buffer, spins)");
+        return NULL;
+    }
+    if (tm_u64(args[0], &conn) < 0 || tm_u64(args[1], &tag) < 0 || tm_u64(args[2], &mask) < 0)
+        return NULL;
+    spins = (int)PyLong_AsLong(args[4]);
+    if (spins == -1 && PyErr_Occurred())
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    n = ucxdp_inbox_try_recv(self->matcher->worker->w, &self->in, conn, tag, mask, view.buf,
+                             (uint64_t)view.len, spins, &got, &wake);
+    PyBuffer_Release(&view);
+    if (n >= 0 && wake)
+        n |= INBOX_WAKE_BIT;
+    return Py_BuildValue("(LK)", (long long)n, (unsigned long long)got);
+}
+
+/* hand_sizes([(first, last), ...]): the payload sizes whose messages the
+ * caller's (Python) protocol runs; [] none */
+static PyObject *inbox_hand_sizes(InboxObject *self, PyObject *arg)
+{
+    uint64_t ranges[UCXDP_INBOX_RANGES][2];
+    PyObject *seq = PySequence_Fast(arg, "hand_sizes: a sequence of (first, last) pairs");
+    Py_ssize_t n;
+
+    if (seq == NULL)
+        return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > UCXDP_INBOX_RANGES) {
+        Py_DECREF(seq);
+        return PyErr_Format(PyExc_ValueError, "hand_sizes: at most %d ranges",
+                            UCXDP_INBOX_RANGES);
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long lo, hi;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KK:hand_sizes", &lo, &hi)) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+        ranges[i][0] = lo;
+        ranges[i][1] = hi;
+    }
+    Py_DECREF(seq);
+    ucxdp_inbox_hand_sizes(&self->in, (const uint64_t (*)[2])ranges, (int)n);
+    Py_RETURN_NONE;
+}
+
 static PyObject *inbox_conns(InboxObject *self, PyObject *unused)
 {
     return PyLong_FromSize_t(self->in.nconns);
@@ -1945,6 +2008,9 @@ static PyMethodDef inbox_methods[] = {
     FASTMETH("add_conn", inbox_add_conn),
     {"forget_conn", (PyCFunction)inbox_forget_conn, METH_O, NULL},
     FASTMETH("dispatch", inbox_dispatch),
+    FASTMETH("try_recv", inbox_try_recv),
+    {"hand_sizes", (PyCFunction)inbox_hand_sizes, METH_O,
+     "hand_sizes([(first, last), ...]): sizes whose messages the Python protocol runs"},
     {"conns", (PyCFunction)inbox_conns, METH_NOARGS, "how many connections are registered"},
     {NULL},
 };

@@ -59,7 +59,7 @@ typedef enum {
 /* What a worker's data plane executed (proof of use, ucxpy-info's stats and
  * traces read them).  Relaxed atomics: exact, never torn, read at any time. */
 #define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes) \
-    X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff)
+    X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct)
 #define UCXDP_COUNTER_FIELD(name) uint64_t name;
 typedef struct {
     UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
@@ -193,17 +193,26 @@ typedef struct {
     int64_t source;
 } ucxdp_conn_t;
 
+#define UCXDP_INBOX_RANGES 8
+
 typedef struct ucxdp_inbox {
     struct ucxpy_ring *ring;               /* the consumer's handle (Python's transport owns it) */
     unsigned eager_am_id;                  /* the frames taken: this id, an 8-byte tag header */
     ucxdp_conn_t *conns;                   /* open addressing, `nconns` live of `cap` */
     size_t cap, nconns;
+    /* payload sizes [first, last] the caller's protocol runs (the protocol
+     * table's "Python" entries): such frames are left to the caller */
+    uint64_t handed[UCXDP_INBOX_RANGES][2];
+    int nhanded;
 } ucxdp_inbox_t;
 
 ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsigned eager_am_id);
 void ucxdp_inbox_cleanup(ucxdp_inbox_t *in);
 ucxdp_status_t ucxdp_inbox_add_conn(ucxdp_inbox_t *in, uint64_t conn, int64_t source);
 void ucxdp_inbox_forget_conn(ucxdp_inbox_t *in, uint64_t conn);
+/* The payload sizes whose messages the caller's protocol runs: `n` ranges
+ * [first, last] (INVALID_PARAM beyond UCXDP_INBOX_RANGES). */
+ucxdp_status_t ucxdp_inbox_hand_sizes(ucxdp_inbox_t *in, const uint64_t (*ranges)[2], int n);
 /* Take up to `limit` frames, in order, while each is an eager message of a
  * registered connection, polling an empty inbox up to `spins` times first;
  * stops at any other frame (the caller's path takes it).  Returns how many;
@@ -211,6 +220,17 @@ void ucxdp_inbox_forget_conn(ucxdp_inbox_t *in, uint64_t conn);
  * when the ring is corrupt. */
 long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int spins,
                           int *wake, int *bad);
+/* A blocking receive's shortcut, for a receive nothing posted or queued
+ * could take the message from (the caller checked: ucxdp_match_idle_for):
+ * polls an empty inbox up to `spins` times; when the next frame is an eager
+ * message of connection `conn` (registered) whose tag equals `tag` under `mask` and whose
+ * payload fits `capacity`, copies it to `buffer`, consumes it and returns
+ * its length (*got: its tag; *wake: a producer waits for space).  -1: no
+ * frame (or a corrupt ring: the caller's path reports it); -2: another frame
+ * first, left in the inbox. */
+int64_t ucxdp_inbox_try_recv(ucxdp_worker_t *w, ucxdp_inbox_t *in, uint64_t conn, uint64_t tag,
+                             uint64_t mask, void *buffer, uint64_t capacity, int spins,
+                             uint64_t *got, int *wake);
 
 /* -- the C API of the Python binding (ucxpy._dp's capsule) ---------------------- */
 /* Extension modules (mpi_shim._accel) and libucp (through its bridge) reach

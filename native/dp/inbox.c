@@ -9,9 +9,15 @@
  * payload as the message) of connections Python registered, which tag.c
  * matches and delivers.  It stops, leaving the frame in the ring, at the
  * first frame that is anything else (another protocol, a connection not
- * registered, a close record): the caller's Python path takes that one, and
- * then calls again.  So every connection's frames are handled in order, by
- * whichever side, and MPI's order holds.
+ * registered, a close record, a message of a size the caller's protocol runs:
+ * the protocol table's "Python" entries): the caller's Python path takes
+ * that one, and then calls again.  So every connection's frames are handled
+ * in order, by whichever side, and MPI's order holds.
+ *
+ * A blocking receive that nothing posted or queued could take from it
+ * (Worker.tag_try_recv checks that) reads the next frame straight into its
+ * buffer when it is that message (ucxdp_inbox_try_recv): no request, no
+ * matcher.
  *
  * The connection table is open addressing on the 64-bit connection id (ids
  * are random and never 0), with backward-shift deletion; it doubles when
@@ -44,6 +50,7 @@ ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsi
     in->eager_am_id = eager_am_id;
     in->cap = CONNS_MIN;
     in->nconns = 0;
+    in->nhanded = 0;
     return UCXDP_OK;
 }
 
@@ -125,6 +132,27 @@ void ucxdp_inbox_forget_conn(ucxdp_inbox_t *in, uint64_t conn)
     in->nconns--;
 }
 
+ucxdp_status_t ucxdp_inbox_hand_sizes(ucxdp_inbox_t *in, const uint64_t (*ranges)[2], int n)
+{
+    if (n < 0 || n > UCXDP_INBOX_RANGES)
+        return UCXDP_ERR_INVALID_PARAM;
+    for (int i = 0; i < n; i++) {
+        in->handed[i][0] = ranges[i][0];
+        in->handed[i][1] = ranges[i][1];
+    }
+    in->nhanded = n;
+    return UCXDP_OK;
+}
+
+/* whether the caller's protocol runs messages of `length` bytes */
+static inline int handed(const ucxdp_inbox_t *in, uint64_t length)
+{
+    for (int i = 0; i < in->nhanded; i++)
+        if (length >= in->handed[i][0] && length <= in->handed[i][1])
+            return 1;
+    return 0;
+}
+
 long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int spins,
                           int *wake, int *bad)
 {
@@ -147,7 +175,7 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
     pthread_mutex_lock(&w->lock);
     while (count < limit) {
         if (out[0] != in->eager_am_id || out[2] != sizeof tag
-                || (c = conn_find(in, out[5])) == NULL)
+                || (c = conn_find(in, out[5])) == NULL || handed(in, out[4]))
             break;
         memcpy(&tag, ring->data + out[1], sizeof tag);
         if (ucxdp_tag_eager_locked(w, c->source, tag, ring->data + out[3], out[4]) != UCXDP_OK)
@@ -163,4 +191,35 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
     }
     pthread_mutex_unlock(&w->lock);
     return count;
+}
+
+int64_t ucxdp_inbox_try_recv(ucxdp_worker_t *w, ucxdp_inbox_t *in, uint64_t conn, uint64_t tag,
+                             uint64_t mask, void *buffer, uint64_t capacity, int spins,
+                             uint64_t *got, int *wake)
+{
+    ucxpy_ring_t *ring = in->ring;
+    uint64_t out[UCXPY_RING_PEEK_OUT], t;
+    int rc;
+
+    *wake = 0;
+    for (;;) {
+        rc = ucxpy_ring_peek(ring, out);
+        if (rc > 0)
+            break;
+        if (rc < 0 || spins-- <= 0)
+            return -1;
+        ucxpy_cpu_relax();
+    }
+    if (rc != 1 || out[5] != conn || out[0] != in->eager_am_id || out[2] != sizeof t
+            || out[4] > capacity || conn_find(in, conn) == NULL || handed(in, out[4]))
+        return -2;
+    memcpy(&t, ring->data + out[1], sizeof t);
+    if ((t ^ tag) & mask)
+        return -2;
+    *got = t;
+    memcpy(buffer, ring->data + out[3], out[4]);
+    *wake = ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY;
+    UCXDP_COUNT(w, tag_eager, 1);
+    UCXDP_COUNT(w, tag_direct, 1);
+    return (int64_t)out[4];
 }

@@ -203,13 +203,34 @@ static void test_two_processes(void)
     }
     CHECK(taken == NMSG);
     CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    /* the stranger's frame stays, in order, and stops the consumer */
-    CHECK(ucxdp_inbox_dispatch(w, &in, 64, 0, &wake, &bad) == 0);
-    CHECK(ucxpy_ring_peek(&ring, out) == 1 && out[5] == STRANGER);
-    CHECK(ucxpy_ring_release(&ring) >= 0);
-    CHECK(ucxdp_inbox_dispatch(w, &in, 64, 0, &wake, &bad) == 0);  /* OTHER: not ours */
-    CHECK(ucxpy_ring_peek(&ring, out) == 1 && out[0] == OTHER && out[5] == CONN);
-    CHECK(ucxpy_ring_release(&ring) >= 0);
+    /* the stranger's frame stays, in order, and stops the consumer; a
+     * blocking receive's shortcut does not take it either */
+    {
+        char one[8];
+        uint64_t got = 0;
+        ucxpy_ring_t mine;
+
+        CHECK(ucxdp_inbox_dispatch(w, &in, 64, 0, &wake, &bad) == 0);
+        CHECK(ucxdp_inbox_try_recv(w, &in, STRANGER, 0, 0, one, 8, 0, &got, &wake) == -2);
+        CHECK(ucxpy_ring_peek(&ring, out) == 1 && out[5] == STRANGER);
+        CHECK(ucxpy_ring_release(&ring) >= 0);
+        CHECK(ucxdp_inbox_dispatch(w, &in, 64, 0, &wake, &bad) == 0);  /* OTHER: not ours */
+        CHECK(ucxdp_inbox_try_recv(w, &in, CONN, 0, 0, one, 8, 0, &got, &wake) == -2);
+        CHECK(ucxpy_ring_peek(&ring, out) == 1 && out[0] == OTHER && out[5] == CONN);
+        CHECK(ucxpy_ring_release(&ring) >= 0);
+        CHECK(ucxdp_inbox_try_recv(w, &in, CONN, 0, 0, one, 8, 3, &got, &wake) == -1);
+        /* an eager message of CONN: taken when its tag matches under the
+         * mask and it fits, else left */
+        CHECK(ucxpy_ring_attach_producer(&mine, mem, size, CONN, (uint32_t)getpid()) == 0);
+        push(&mine, EAGER, 0x1234, "payload", 7);
+        CHECK(ucxdp_inbox_try_recv(w, &in, CONN, 0x1200, ~(uint64_t)0xFF, one, 4, 0, &got,
+                                   &wake) == -2);                    /* too small */
+        CHECK(ucxdp_inbox_try_recv(w, &in, CONN, 0x1235, UCXDP_FULL_MASK, one, 8, 0, &got,
+                                   &wake) == -2);                    /* another tag */
+        CHECK(ucxdp_inbox_try_recv(w, &in, CONN, 0x1200, ~(uint64_t)0xFF, one, 8, 0, &got,
+                                   &wake) == 7);
+        CHECK(got == 0x1234 && memcmp(one, "payload", 7) == 0);
+    }
     /* the posted ones got the even-numbered messages of their tag, in order:
      * message i (tag i % 3) goes to the oldest receive of that tag */
     {

@@ -301,13 +301,47 @@ def _reaches(worker, iface, remote) -> bool:
         return False
 
 
+#: who runs a protocol on the receiving side (the protocol table's entries)
+NATIVE = "native (native/dp)"
+PYTHON = "Python"
+
+
+def execution_ranges(iface, config) -> list:
+    """``[(first, last, protocol, executor)]``: :func:`protocol_ranges` with
+    who runs each range on the receiving side.  The eager messages of an
+    interface whose inbox the data plane reads (``native_ring``) run in C,
+    except the sizes ``UCXPY_PROTO_PYTHON`` hands to the Python reference
+    protocol; everything else (rendezvous, other interfaces, the data plane
+    off) runs in Python, after matching in the same queues."""
+    native = bool(config.fastpath and getattr(iface, "native_ring", 0))
+    handed = config.proto_python
+    out = []
+    for lo, hi, proto in protocol_ranges(iface.attrs, config):
+        if not native or proto not in (EAGER_SHORT, EAGER_COPY):
+            out.append((lo, hi, proto, PYTHON))
+            continue
+        cur = lo
+        for hlo, hhi in handed:            # (sorted) cut the Python ranges out
+            if hhi < cur or hlo > hi:
+                continue
+            if hlo > cur:
+                out.append((cur, hlo - 1, proto, NATIVE))
+            out.append((max(hlo, cur), min(hhi, hi), proto, PYTHON))
+            cur = min(hhi, hi) + 1
+            if cur > hi:
+                break
+        if cur <= hi:
+            out.append((cur, hi, proto, NATIVE))
+    return out
+
+
 def _print_ranges(iface, config, out) -> None:
     short, rndv = protocol_thresholds(iface.attrs, config)
     print(f"#   short_thresh={fmt_size(short)}  rndv_thresh={fmt_size(rndv)}  "
           f"max_frame={fmt_size(iface.attrs.max_frame)}", file=out)
-    for lo, hi, proto in protocol_ranges(iface.attrs, config):
+    for lo, hi, proto, who in execution_ranges(iface, config):
         span = f"{fmt_size(lo)} .. {fmt_size(hi)}" if hi < _INF else f"{fmt_size(lo)} .. inf"
-        print(f"#   {span:<22} {iface.name:<6} {proto}", file=out)
+        print(f"#   {span:<22} {iface.name:<6} {proto:<30} {who}", file=out)
 
 
 # --------------------------------------------------------------- -d

@@ -189,6 +189,8 @@ class TransportEndpoint(abc.ABC):
     #: its length; else n is -1 (no frame) or -2 (another frame, left for
     #: ``progress`` in order).  The core calls
     #: it only when that frame could match nothing but the waiting receive.
+    #: (tcp's, until the data plane runs the tcp eager path; an interface
+    #: with a ``native`` inbox consumer has the data plane do this.)
     recv_eager = None
 
     #: The id this connection's frames carry in its interface's inbox, for
@@ -481,7 +483,11 @@ class Interface(abc.ABC):
     #: at the first other one.  The interface calls it from its
     #: ``progress()`` (while ``owner.native_dispatch``) and from
     #: ``poll_native(spins)``, its owner's wait, before handling any frame
-    #: itself, and calls ``forget_conn(native_conn)`` when a connection goes.
+    #: itself, and calls ``forget_conn(native_conn)`` when a connection goes;
+    #: ``native_idle`` says whether the owner may call the consumer itself
+    #: now (not from inside the interface's own poll), and
+    #: ``native_flags(n)`` acts on the flags of a count the consumer
+    #: returned (a producer to wake, a corrupt inbox).
     #: The consumer runs the owner's protocols: the interface moves bytes and
     #: knows no tags.
     native_ring: int = 0

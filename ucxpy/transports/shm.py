@@ -90,7 +90,7 @@ from typing import Callable, Optional
 from .. import auth
 from .._dp import BAD_BIT as _NATIVE_BAD
 from .._fastpath import (WAKE_BIT as _WAKE_BIT, get_and_ack as _get_and_ack,
-                         offer_rts as _offer_rts, recv_tag as _recv_tag,
+                         offer_rts as _offer_rts,
                          send_rts as _send_rts, send_tag as _send_tag)
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
@@ -417,19 +417,6 @@ class ShmEndpoint(TransportEndpoint):
         return n
 
     # -- receiving (frames arrive through ShmInterface.progress) -----------------
-    def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:
-        """The contract's fast path: one C call (native/fastpath.c) polls our
-        inbox, checks that the next frame is this connection's and copies its
-        payload into ``buf``."""
-        iface = self.iface
-        if self._exc is not None or self._closed or iface._in_poll or iface._rx is None:
-            return -1, 0
-        n, got = _recv_tag(iface._rx_addr, self._in, am_id, tag, mask, buf, spins)
-        if n >= _WAKE_BIT:
-            iface._wake_waiters()
-            return n - _WAKE_BIT, got
-        return n, got
-
     def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
         """The contract's fast send: one C call (native/fastpath.c) pushes the
         frame into the peer's inbox when nothing is queued before it."""
@@ -894,6 +881,17 @@ class ShmInterface(Interface):
             n = self._native_flags(n)
         self.native_rx += n
         return n
+
+    @property
+    def native_idle(self) -> bool:
+        """May the ``native`` consumer take a frame from our inbox now (not
+        from inside our own poll, which holds one; the inbox whole)?"""
+        return self.native is not None and self._rx is not None and not self._corrupt \
+            and not self._in_poll
+
+    def native_flags(self, n: int) -> int:
+        """A count the ``native`` consumer returned, its flags acted on."""
+        return self._native_flags(n) if n >= _NATIVE_FLAGS else n
 
     def _native_flags(self, n: int) -> int:
         """The consumer's count without its flags, acting on them: a
