@@ -19,7 +19,7 @@ import pytest
 
 from conftest import ROOT
 
-LIBUCP = os.path.join(ROOT, "ucxpy", "lib", "libucp.so.0")
+from ucxpy.tools.ucx import LIBUCP
 RUNNER = os.path.join(ROOT, "conformance", "mpich", "run.py")
 BASELINE = os.path.join(ROOT, "conformance", "mpich", "baseline-ci.json")
 BIN = os.path.dirname(sys.executable)

@@ -22,7 +22,7 @@ import pytest
 
 from conftest import ROOT
 
-LIBUCP = os.path.join(ROOT, "ucxpy", "lib", "libucp.so.0")
+from ucxpy.tools.ucx import LIBUCP
 RUNNER = os.path.join(ROOT, "conformance", "openmpi", "run.py")
 BASELINE = os.path.join(ROOT, "conformance", "openmpi", "baseline-ci.json")
 

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import ROOT
 
-LIBUCP = os.path.join(ROOT, "ucxpy", "lib", "libucp.so.0")
+from ucxpy.tools.ucx import LIBUCP
 BIN = os.path.dirname(sys.executable)
 OMPI_LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"
 OMPI_MPIRUN = "/usr/bin/mpirun"

@@ -124,19 +124,6 @@ def job_key(config) -> Optional[bytes]:
     return None
 
 
-def key_from_env(env=None) -> Optional[bytes]:
-    """The key ``UCXPY_AUTH_KEY`` / ``UCXPY_AUTH_KEY_FILE`` give, or None
-    (ConfigError if the file is unusable or the key too short)."""
-    from .config import setting
-    text = setting(ENV_KEY, env)
-    if text:
-        key = text.encode("utf-8", "surrogateescape")
-        check_key(key)
-        return key
-    path = setting(ENV_KEY_FILE, env)
-    return read_key_file(path) if path else None
-
-
 def interface_key(config) -> bytes:
     """The key a transport proves with: the job key, else :func:`process_key`."""
     return job_key(config) or process_key()

@@ -122,7 +122,7 @@ class CContext:
     def __init__(self):
         self.context = Context()
         self.workers = []
-        if auth.key_from_env() is None:
+        if config.auth_key_from_env() is None:
             print("ucxpy libucp: no job key (UCXPY_AUTH_KEY): peers in other processes "
                   "cannot authenticate to this one over the network transports; start the "
                   "job under ucxpy-ucx", file=sys.stderr)

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Callable, Dict, Optional
 
+from . import auth
 from .errors import ConfigError
 
 PREFIX = "UCXPY_"
@@ -214,7 +215,7 @@ class Config:
     def validate(self) -> None:
         if isinstance(self.tls, str):
             self.tls = tuple(x.strip() for x in self.tls.split(",") if x.strip())
-        from .context import TRANSPORTS, transports
+        from .transports import TRANSPORTS, transports
         unknown = [t for t in self.tls if t not in TRANSPORTS and t != "all"]
         if unknown:         # (the installed packages' entry points: read only when needed)
             known = transports()
@@ -233,7 +234,6 @@ class Config:
             raise ConfigError("UCXPY_SHM_RING_SIZE must be a power of two >= 4096")
         if self.shm_coll_slot < 4096 or self.shm_coll_slot % 64:
             raise ConfigError("UCXPY_SHM_COLL_SLOT must be a multiple of 64, at least 4096")
-        from . import auth
         if isinstance(self.auth_key, bytes):
             self.auth_key = self.auth_key.decode("utf-8", "surrogateescape")
         if self.auth_key:
@@ -243,11 +243,10 @@ class Config:
 
     def items(self):
         """(env name, value) pairs of the core options; the key is masked."""
-        from .auth import MASK
         for f in _fields():
             value = getattr(self, f.name)
             if f.name == "auth_key" and value:
-                value = MASK
+                value = auth.MASK
             yield PREFIX + f.name.upper(), value
 
 
@@ -324,6 +323,18 @@ def setting(name: str, env=None):
     return _parse(name, var.parse, str(text))
 
 
+def auth_key_from_env(env=None) -> Optional[bytes]:
+    """The job key ``UCXPY_AUTH_KEY`` / ``UCXPY_AUTH_KEY_FILE`` give, or None
+    (ConfigError if the file is unusable or the key too short)."""
+    text = setting(auth.ENV_KEY, env)
+    if text:
+        key = text.encode("utf-8", "surrogateescape")
+        auth.check_key(key)
+        return key
+    path = setting(auth.ENV_KEY_FILE, env)
+    return auth.read_key_file(path) if path else None
+
+
 def variables(plugins: bool = True) -> Dict[str, Var]:
     """Every declared variable, by name: the core's, every transport's and
     launcher's (their modules are imported for it), and (``plugins``) those
@@ -332,7 +343,7 @@ def variables(plugins: bool = True) -> Dict[str, Var]:
     import importlib
     from importlib import metadata
 
-    from .context import transports
+    from .transports import transports
     for mod in dict.fromkeys(t.split(":")[0] for t in transports().values()):
         try:
             importlib.import_module(mod)

@@ -55,7 +55,7 @@ ENDPOINT_API = ("tag_send_nb", "tag_send_sync_nb", "tag_send", "send_message", "
 #: split, so a new method must choose.
 WORKER_LOCK_FREE = {
     # they call wait_until (locked) and take their native fast paths only
-    # without a lock (_wait_exact, recv_poller and tag_try_recv check it)
+    # without a lock (recv_poller and tag_try_recv check it)
     "wait_for", "wait_all", "recv_poller", "tag_try_recv",
     # the transports' callbacks: they run inside progress(), which holds it
     "recv_frame", "recv_dest", "conn_failed",

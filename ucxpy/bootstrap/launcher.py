@@ -309,7 +309,7 @@ class Job:
         self.n = opts.np
         self.job_id = os.urandom(6).hex()       # a label, not a secret
         try:
-            key = auth.key_from_env()
+            key = config.auth_key_from_env()
         except ConfigError as e:
             raise SystemExit(f"{PROG}: {e}") from None
         self.key = key or auth.generate_key().encode()

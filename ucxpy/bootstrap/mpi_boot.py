@@ -24,7 +24,7 @@ import time
 from array import array
 
 from ..errors import BootstrapError
-from . import Bootstrap, BootstrapTimeout, resolve_timeout
+from .base import Bootstrap, BootstrapTimeout, resolve_timeout
 
 __all__ = ["MpiBootstrap"]
 

@@ -33,7 +33,7 @@ import time
 
 from .. import config
 from ..errors import BootstrapError
-from . import Bootstrap, BootstrapTimeout, resolve_timeout
+from .base import Bootstrap, BootstrapTimeout, resolve_timeout
 
 __all__ = ["PmiBootstrap", "pmi_available"]
 

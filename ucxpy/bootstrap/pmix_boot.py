@@ -56,7 +56,7 @@ import threading
 import time
 
 from ..errors import BootstrapError, PeerFailure
-from . import Bootstrap, BootstrapTimeout, resolve_timeout
+from .base import Bootstrap, BootstrapTimeout, resolve_timeout
 
 try:
     from .._pmix import ffi, lib

@@ -71,7 +71,7 @@ import zmq
 
 from .. import auth, config
 from ..errors import BootstrapError, ConfigError, PeerFailure
-from . import Bootstrap, BootstrapTimeout, resolve_timeout
+from .base import Bootstrap, BootstrapTimeout, resolve_timeout
 
 __all__ = ["ZmqBootstrap", "PROTOCOL_VERSION"]
 
@@ -192,7 +192,7 @@ class ZmqBootstrap(Bootstrap):
         except ConfigError:
             raise BootstrapError("UCXPY_BOOTSTRAP_CONNECT_TIMEOUT is not a number") from None
         try:
-            key = auth.key_from_env(env) or b""
+            key = config.auth_key_from_env(env) or b""
         except ConfigError as e:
             raise BootstrapError(str(e)) from None
         return cls(addr, rank=_env_int(env, "UCXPY_RANK"), size=size,

@@ -229,6 +229,29 @@ def print_config(config, out, full: bool = False) -> None:
         print("# not declared by any component (misspelt?): " + ", ".join(unknown), file=out)
 
 
+def self_test(config) -> dict:
+    """Statistics of a loopback exchange (one message per protocol) on a
+    fresh worker with counting on (``-s``)."""
+    from ..context import LOOPBACK, Context
+    from ..trace import Recorder, discard
+    cfg = dataclasses.replace(config, stats=False, trace="", tls=(LOOPBACK,))
+    w = Context(cfg).create_worker()
+    w.tr = Recorder(w, cfg)
+    try:
+        ep = w.connect(w.address_bytes)
+        ep.transport_endpoint()
+        sizes = [0, ep.short_thresh + 1, ep.rndv_thresh]
+        buf = bytearray(max(sizes))
+        for i, n in enumerate(sizes):
+            r = w.tag_recv_nb(buf, tag=i)
+            ep.tag_send_nb(bytes(n), i).wait(10)
+            r.wait(10)
+        return w.stats()
+    finally:
+        discard(w.tr)
+        w.close()
+
+
 # --------------------------------------------------------------- -e
 
 def print_protocols(config, out) -> int:
@@ -497,7 +520,7 @@ def print_memory_domains(config, out) -> None:
 
 def print_stats(config, out) -> int:
     """What the statistics count, and those of a loopback self-test."""
-    from ..trace import COUNTERS, self_test
+    from ..trace import COUNTERS
     print("# Statistics (Worker.stats(); UCXPY_STATS=y prints them at exit, "
           "UCXPY_TRACE=DIR records them in each trace header)", file=out)
     print(_table(list(COUNTERS), ("counter", "meaning")), file=out)

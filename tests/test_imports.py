@@ -1,0 +1,99 @@
+"""Imports point one way (issue 44): no circle among a package's own
+modules, counting every import, at module level or inside a function (a
+function-level import of a sibling that imports back is still a circle in
+the design, only hidden from the interpreter).  The core (ucxpy) has none.
+(mpi_shim's and shmem's circles are still to be taken apart: issue 44;
+``python ../shared/tools/import_circles.py mpi_shim shmem`` lists them.)"""
+from __future__ import annotations
+
+import ast
+import os
+
+from conftest import ROOT
+
+
+def _modules(pkg: str) -> dict:
+    """module name -> file, for every module of ``pkg``"""
+    out = {}
+    for root, dirs, files in os.walk(os.path.join(ROOT, pkg)):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for f in files:
+            if f.endswith(".py"):
+                rel = os.path.relpath(os.path.join(root, f), ROOT)[:-3].replace(os.sep, ".")
+                out[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = \
+                    os.path.join(root, f)
+    return out
+
+
+def _deps(name: str, path: str, known: dict) -> set:
+    """The package's modules ``name`` imports, anywhere in its file."""
+    package = name if path.endswith("__init__.py") else name.rpartition(".")[0]
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t and t != name:
+                out.add(t)
+    return out
+
+
+def circles(pkg: str) -> list:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    known = _modules(pkg)
+    graph = {m: _deps(m, p, known) for m, p in known.items()}
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_core_has_no_import_circle():
+    assert circles("ucxpy") == []
+
+
+def test_the_rule_finds_a_circle(tmp_path, monkeypatch):
+    """A function-level import back is a circle."""
+    pkg = tmp_path / "pkgx"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import g\n")
+    (pkg / "c.py").write_text("import os\nfrom .b import f\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", str(tmp_path))
+    assert circles("pkgx") == [["pkgx.a", "pkgx.b"]]
