@@ -291,6 +291,8 @@ class _Side:
                           src, tag, mask, None)
         req.ident = ident
         m = self.m.post(req)
+        if m is True:                      # (the data plane delivered it)
+            return req
         if m is not None:                  # Worker._post's unexpected path
             if m.tag & self.m.notify_mask & ~mask:
                 req.add_done_callback(self.m.notify)

@@ -119,7 +119,8 @@ class TagMatcher:
     def post(self, req: RecvRequest):
         """Post ``req``, or return the oldest unexpected message it matches,
         taken out of the queue (``req`` is then not posted: the caller
-        delivers the message to it)."""
+        delivers the message to it).  (The data plane's matcher may also
+        return True: it delivered that message itself.)"""
         if self.unexpected:
             m = self.find_unexpected(req.source, req.tag, req.mask, True)
             if m is not None:

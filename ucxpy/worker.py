@@ -881,6 +881,8 @@ class Worker:
             self.tr.recv_posted(src, tag, tag_mask, req.capacity)
         m = self.matcher.post(req)
         if m is not None:               # it arrived first (req is not posted)
+            if m is True:               # (the data plane delivered it: req is done)
+                return req
             if m.tag & self.matcher.notify_mask & ~tag_mask:
                 req.add_done_callback(self.matcher.notify)
             self._deliver_unexpected(req, m)

@@ -1150,7 +1150,9 @@ static PyTypeObject TagInfoType = {
 /* TagMatcher(worker, UnexpectedMessage, handoff): ucxpy.tag.
  * TagMatcher's interface on tag.c, the worker's one matcher:
  *   post(req) -> None, or the oldest unexpected message the RecvRequest
- *                matches (then it is not posted; the caller delivers it)
+ *                matches (then it is not posted; the caller delivers it),
+ *                or True when that message was an eager payload kept here
+ *                that fits: delivered and the request completed
  *   remove(req) -> bool          withdraw a posted receive (cancel)
  *   match_posted(source, tag)    the earliest posted receive that a message
  *                                the caller's path handles matches, taken
@@ -1258,10 +1260,10 @@ static PRecv *precv_of(PyObject *req)
     return p->magic == PRECV_MAGIC && p->req == req ? p : NULL;
 }
 
-static void unexp_free(ucxdp_tag_unexp_t *u)
+static void unexp_free(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u)
 {
     Py_XDECREF((PyObject *)u->user);
-    free(u);
+    ucxdp_tag_unexp_free(w, u);
 }
 
 /* an unexpected message as Python sees it: the caller's object, or a new
@@ -1292,6 +1294,8 @@ static int tm_u64(PyObject *o, uint64_t *v)
     *v = x;
     return 0;
 }
+
+static PyObject *complete_recv(PyObject *req, int64_t source, uint64_t tag, uint64_t length);
 
 static PyObject *tm_post(TagMatcherObject *self, PyObject *req)
 {
@@ -1325,12 +1329,31 @@ static PyObject *tm_post(TagMatcherObject *self, PyObject *req)
         PyErr_NoMemory();
         goto fail;
     }
+    if (u != NULL && u->user == NULL && p->r.buffer != NULL && u->length <= p->r.capacity) {
+        /* an eager payload kept here, into a buffer it fits: delivered now,
+         * one copy (True: done) */
+        uint64_t rmask = p->r.m.mask;
+        PyObject *r;
+
+        memcpy(p->r.buffer, u->data, u->length);
+        r = complete_recv(req, u->m.source, u->m.tag, u->length);
+        if (r != NULL && (u->m.tag & self->notify_mask & ~rmask) && self->notify != Py_None) {
+            Py_DECREF(r);
+            r = PyObject_CallOneArg(self->notify, req);
+        }
+        unexp_free(self->worker->w, u);
+        if (r != NULL) {
+            Py_DECREF(r);
+            out = Py_NewRef(Py_True);
+        }
+        goto fail;
+    }
     if (u != NULL) {                       /* it arrived first: the caller delivers it */
         out = unexp_object(self, u, 1);
         if (out == NULL)
             ucxdp_tag_queue(self->worker->w, u);    /* (kept: no message lost) */
         else
-            unexp_free(u);
+            unexp_free(self->worker->w, u);
         goto fail;
     }
     p->magic = PRECV_MAGIC;
@@ -1436,7 +1459,7 @@ static PyObject *tm_find_unexpected(TagMatcherObject *self, PyObject *args, PyOb
         if (out == NULL)
             ucxdp_tag_queue(self->worker->w, u);   /* (kept, as the newest: no loss) */
         else
-            unexp_free(u);
+            unexp_free(self->worker->w, u);
     }
     return out;
 }
@@ -1444,7 +1467,7 @@ static PyObject *tm_find_unexpected(TagMatcherObject *self, PyObject *args, PyOb
 static PyObject *tm_queue_unexpected(TagMatcherObject *self, PyObject *msg)
 {
     PyObject *src = NULL, *tag = NULL, *len = NULL;
-    ucxdp_tag_unexp_t *u = malloc(sizeof(*u));
+    ucxdp_tag_unexp_t *u = ucxdp_tag_unexp_alloc(self->worker->w, 0);
     long long source;
     uint64_t t, n;
     int ok = 0;
@@ -1467,7 +1490,8 @@ static PyObject *tm_queue_unexpected(TagMatcherObject *self, PyObject *msg)
     Py_XDECREF(tag);
     Py_XDECREF(len);
     if (!ok) {
-        free(u);
+        u->user = NULL;
+        ucxdp_tag_unexp_free(self->worker->w, u);
         return NULL;
     }
     Py_RETURN_NONE;
@@ -1683,7 +1707,7 @@ static int tm_clear(TagMatcherObject *self)
         precv_free(p);
     }
     while ((u = ucxdp_tag_probe(w, UCXDP_ANY_SOURCE, 0, 0, 1)) != NULL)
-        unexp_free(u);
+        unexp_free(self->worker->w, u);
     Py_SETREF(self->unexp_cls, Py_NewRef(Py_None));
     Py_SETREF(self->handoff, Py_NewRef(Py_None));
     Py_SETREF(self->notify, Py_NewRef(Py_None));

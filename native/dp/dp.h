@@ -69,11 +69,17 @@ typedef struct {
     __atomic_fetch_add(&(w)->counters.name, (uint64_t)(n), __ATOMIC_RELAXED)
 
 /* -- the worker ------------------------------------------------------------------ */
+/* freed unexpected messages kept for the next ones, by size class (tag.c) */
+#define UCXDP_POOL_CLASSES 12              /* 4 KiB .. 8 MiB, powers of two */
+#define UCXDP_POOL_DEPTH 64                /* blocks kept per class */
+
 typedef struct ucxdp_worker {
     pthread_mutex_t lock;
     ucxdp_counters_t counters;
     ucxdp_matcher_t matcher;               /* the worker's one matcher (tag.c) */
     ucxdp_link_t done;                     /* matched receives not yet delivered (tag.c) */
+    void *pool[UCXDP_POOL_CLASSES][UCXDP_POOL_DEPTH];
+    int npool[UCXDP_POOL_CLASSES];
 } ucxdp_worker_t;
 
 /* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL and wants
@@ -148,12 +154,20 @@ typedef struct ucxdp_tag_unexp {
     ucxdp_unexp_t m;
     uint64_t length;
     void *user;
+    uint64_t room;                         /* bytes `data` has (set by the allocation) */
     uint8_t data[];
 } ucxdp_tag_unexp_t;
 
+/* An unexpected message with room for `length` bytes of payload, or NULL;
+ * freed with ucxdp_tag_unexp_free.  Large ones come from the worker's pool
+ * (a window of unexpected 64 KiB messages would otherwise take fresh pages,
+ * and their faults, from the allocator for every message). */
+ucxdp_tag_unexp_t *ucxdp_tag_unexp_alloc(ucxdp_worker_t *w, uint64_t length);
+void ucxdp_tag_unexp_free(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u);
+
 /* Post `r`: *taken = NULL and posted, or *taken = the oldest unexpected
  * message `r` matches, out of the queue (r not posted; the caller delivers
- * it and frees it with free()). */
+ * it and frees it with ucxdp_tag_unexp_free). */
 ucxdp_status_t ucxdp_tag_post(ucxdp_worker_t *w, ucxdp_tag_recv_t *r, ucxdp_tag_unexp_t **taken);
 /* Withdraw a posted receive: 1, or 0 when it is not posted (matched). */
 int ucxdp_tag_cancel(ucxdp_worker_t *w, ucxdp_tag_recv_t *r);
@@ -166,7 +180,7 @@ ucxdp_status_t ucxdp_tag_eager(ucxdp_worker_t *w, int64_t source, uint64_t tag,
  * matches, taken out (not on the done list), or NULL. */
 ucxdp_tag_recv_t *ucxdp_tag_match(ucxdp_worker_t *w, int64_t source, uint64_t tag);
 /* Queue the caller's unexpected message `u` (its m.source, m.tag, length,
- * user set; allocated with malloc). */
+ * user set; from ucxdp_tag_unexp_alloc). */
 void ucxdp_tag_queue(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u);
 /* The oldest unexpected message matching, out of the queue when `remove`. */
 ucxdp_tag_unexp_t *ucxdp_tag_probe(ucxdp_worker_t *w, int64_t source, uint64_t tag,

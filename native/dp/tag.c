@@ -26,6 +26,79 @@
 
 #define CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
 
+/* -- the unexpected messages' pool ------------------------------------------------- */
+#define POOL_MIN_SHIFT 12                  /* 4 KiB: smaller ones come from malloc */
+
+/* the class of a block of `bytes`, or -1 (malloc's) */
+static int pool_class(uint64_t bytes)
+{
+    int c = 0;
+
+    if (bytes <= ((uint64_t)1 << POOL_MIN_SHIFT) / 2)
+        return -1;
+    while (((uint64_t)1 << (POOL_MIN_SHIFT + c)) < bytes)
+        if (++c == UCXDP_POOL_CLASSES)
+            return -1;
+    return c;
+}
+
+/* a block of class `c` (or of `bytes` from malloc when c < 0), its room set */
+static ucxdp_tag_unexp_t *block_new(int c, uint64_t bytes)
+{
+    size_t size = c < 0 ? (size_t)bytes : (size_t)1 << (POOL_MIN_SHIFT + c);
+    ucxdp_tag_unexp_t *u = malloc(size);
+
+    if (u != NULL)
+        u->room = size - sizeof(*u);
+    return u;
+}
+
+ucxdp_tag_unexp_t *ucxdp_tag_unexp_alloc(ucxdp_worker_t *w, uint64_t length)
+{
+    uint64_t bytes = sizeof(ucxdp_tag_unexp_t) + length;
+    int c = pool_class(bytes);
+    ucxdp_tag_unexp_t *u = NULL;
+
+    if (c >= 0) {
+        pthread_mutex_lock(&w->lock);
+        if (w->npool[c] > 0)
+            u = w->pool[c][--w->npool[c]];
+        pthread_mutex_unlock(&w->lock);
+    }
+    return u != NULL ? u : block_new(c, bytes);
+}
+
+void ucxdp_tag_unexp_free(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u)
+{
+    int c;
+
+    if (u == NULL)
+        return;
+    /* (its class by what it can hold: a caller's message says a length it
+     * does not carry here) */
+    c = pool_class(sizeof(*u) + u->room);
+    if (c >= 0 && ((size_t)1 << (POOL_MIN_SHIFT + c)) == sizeof(*u) + u->room) {
+        pthread_mutex_lock(&w->lock);
+        if (w->npool[c] < UCXDP_POOL_DEPTH) {
+            w->pool[c][w->npool[c]++] = u;
+            u = NULL;
+        }
+        pthread_mutex_unlock(&w->lock);
+    }
+    free(u);
+}
+
+/* the lock held (inbox.c's dispatch holds it for a batch) */
+static ucxdp_tag_unexp_t *unexp_alloc_locked(ucxdp_worker_t *w, uint64_t length)
+{
+    uint64_t bytes = sizeof(ucxdp_tag_unexp_t) + length;
+    int c = pool_class(bytes);
+
+    if (c >= 0 && w->npool[c] > 0)
+        return w->pool[c][--w->npool[c]];
+    return block_new(c, bytes);
+}
+
 static inline void done_append(ucxdp_worker_t *w, ucxdp_tag_recv_t *r)
 {
     r->done.prev = w->done.prev;
@@ -66,7 +139,7 @@ static ucxdp_status_t eager_locked(ucxdp_worker_t *w, int64_t source, uint64_t t
 
     UCXDP_COUNT(w, tag_eager, 1);
     if (m == NULL) {
-        u = malloc(sizeof(*u) + length);
+        u = unexp_alloc_locked(w, length);
         if (u == NULL)
             return UCXDP_ERR_NO_MEMORY;
         u->m.source = source;

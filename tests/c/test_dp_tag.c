@@ -85,7 +85,7 @@ static void test_one_worker(void)
     CHECK(u != NULL && u->length == 5 && u->m.source == 2 && u->user == NULL);
     CHECK(ucxdp_tag_post(w, &rc, &u) == UCXDP_OK && u != NULL);
     CHECK(u != NULL && memcmp(u->data, "early", 5) == 0 && u->m.tag == 9);
-    free(u);
+    ucxdp_tag_unexp_free(w, u);
     CHECK(ucxdp_tag_probe(w, UCXDP_ANY_SOURCE, 0, 0, 0) == NULL);
     /* cancel: once */
     CHECK(ucxdp_tag_post(w, &rc, &u) == UCXDP_OK && u == NULL);
@@ -268,7 +268,7 @@ static void test_two_processes(void)
                 fill(want, i, msg_size(i));
                 CHECK(u != NULL && u->length == msg_size(i)
                       && memcmp(u->data, want, msg_size(i)) == 0);
-                free(u);
+                ucxdp_tag_unexp_free(w, u);
             }
         CHECK(w->matcher.nunexp == 0 && ucxdp_match_posted_count(&w->matcher) == 0);
     }
@@ -305,6 +305,36 @@ static void test_conns(void)
     ucxdp_inbox_cleanup(&in);
 }
 
+/* -- the unexpected messages' pool: blocks come back by the room they have ---------- */
+static void test_pool(void)
+{
+    ucxdp_worker_t *w;
+    ucxdp_tag_unexp_t *a, *b, *c, *small;
+
+    CHECK(ucxdp_worker_create(&w) == UCXDP_OK);
+    a = ucxdp_tag_unexp_alloc(w, 60 * 1024);       /* the 64 KiB class */
+    CHECK(a != NULL && a->room >= 60 * 1024);
+    memset(a->data, 0xAB, 60 * 1024);             /* (ASan: the room is there) */
+    a->length = 60 * 1024;
+    ucxdp_tag_unexp_free(w, a);
+    b = ucxdp_tag_unexp_alloc(w, 40 * 1024);       /* same class: the same block */
+    CHECK(b == a);
+    c = ucxdp_tag_unexp_alloc(w, 100 * 1024);      /* a larger class: another one */
+    CHECK(c != NULL && c != a && c->room >= 100 * 1024);
+    /* a caller's message that says a large length but carries nothing: kept
+     * by its room, never handed out as a large block */
+    small = ucxdp_tag_unexp_alloc(w, 0);
+    small->length = 1 << 20;
+    ucxdp_tag_unexp_free(w, small);
+    small = ucxdp_tag_unexp_alloc(w, 1 << 20);
+    CHECK(small != NULL && small->room >= (1 << 20));
+    memset(small->data, 0, 1 << 20);
+    ucxdp_tag_unexp_free(w, small);
+    ucxdp_tag_unexp_free(w, b);
+    ucxdp_tag_unexp_free(w, c);
+    ucxdp_worker_destroy(w);                       /* frees what the pool keeps (ASan: no leak) */
+}
+
 /* -- threads: posts and cancels beside a dispatcher --------------------------------- */
 typedef struct {
     ucxdp_worker_t *w;
@@ -321,7 +351,7 @@ static void *poster(void *arg)
         ucxdp_tag_unexp_t *u;
         ucxdp_tag_post(s->w, &r, &u);
         if (u != NULL)
-            free(u);
+            ucxdp_tag_unexp_free(s->w, u);
         else
             ucxdp_tag_cancel(s->w, &r);
     }
@@ -353,6 +383,7 @@ static void test_threads(void)
 int main(void)
 {
     test_one_worker();
+    test_pool();
     test_conns();
     test_two_processes();
     test_threads();
