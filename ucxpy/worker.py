@@ -1,7 +1,6 @@
 """Worker: the progress engine, wire-up and frame dispatch (UCX's ucp_worker)."""
 from __future__ import annotations
 
-import collections
 import os
 import random
 import select
