@@ -8,16 +8,21 @@ from . import _dp
 from .errors import Canceled, TimeoutError
 
 
-class Request:
+class Request(_dp.RequestCore):
     """Completion handle of a non-blocking operation.
 
     ``test()`` progresses the worker once and reports completion; ``wait()``
     progresses until completion and returns the result (a :class:`TagInfo` for
     receives, ``None`` for sends) or raises the operation's error;
     ``cancel()`` tries to withdraw an operation that has not matched yet.
+
+    Its fields (``worker``, ``done``, ``exc``, ``result``, ``_callbacks``,
+    ``_cancel``) are C (``ucxpy._dp.RequestCore``, native/dp/binding.c), so
+    the data plane completes a request without a Python frame; they behave
+    as ``__slots__`` would.
     """
 
-    __slots__ = ("worker", "done", "exc", "result", "_callbacks", "_cancel", "__weakref__")
+    __slots__ = ()
 
     def __init__(self, worker, cancel: Optional[Callable[["Request"], bool]] = None):
         self.worker = worker

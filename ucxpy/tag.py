@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import collections
 
+from . import _dp
 from .errors import TruncationError
 from .request import Request, TagInfo
 
@@ -59,26 +60,16 @@ RESERVED_TAG_BASE = 0xFF << 56
 ANY_SIZE = 1 << 62
 
 
-class RecvRequest(Request):
-    """A posted tagged receive."""
+class RecvRequest(_dp.RecvCore, Request):
+    """A posted tagged receive: ``RecvRequest(worker, buf, source, tag,
+    mask, cancel)`` (``buf`` None: a receive of any size, capacity
+    :data:`ANY_SIZE`).  Its fields (``buf``, ``capacity``, ``source``,
+    ``tag``, ``mask``, ``seq``, and Request's) and its ``__init__`` are C
+    (``ucxpy._dp.RecvCore``): the data plane's matcher reads and completes it
+    without attribute lookups.  ``handle`` is its C receive's address while
+    it is posted in the data plane's matcher, else 0."""
 
-    __slots__ = ("buf", "capacity", "source", "tag", "mask", "seq", "handle")
-
-    def __init__(self, worker, buf, source, tag, mask, cancel):
-        # Request.__init__ inlined: this runs once per posted receive
-        self.worker = worker
-        self.done = False
-        self.exc = None
-        self.result = None
-        self._callbacks = None
-        self._cancel = cancel
-        self.buf = buf
-        self.capacity = len(buf) if buf is not None else ANY_SIZE
-        self.source = source
-        self.tag = tag
-        self.mask = mask
-        self.seq = 0
-        self.handle = 0         # the native matcher's name for it while posted
+    __slots__ = ()
 
 
 class UnexpectedMessage:

@@ -1146,6 +1146,185 @@ static PyTypeObject TagInfoType = {
     .tp_members = ti_members,
 };
 
+/* -- RequestCore and RecvCore: the fields of ucxpy's requests, in C ------------------ */
+/* ucxpy.request.Request derives from RequestCore and ucxpy.tag.RecvRequest
+ * from RecvCore (and Request): their fields are these structs' members
+ * (worker, done, exc, result, _callbacks, _cancel; buf, capacity, source,
+ * tag, mask, seq), so the binding reads and completes a receive without
+ * attribute lookups; Python keeps their methods.  RecvCore's __init__ is
+ * RecvRequest's (worker, buf, source, tag, mask, cancel), with no Python
+ * frame.  `handle` says whether the receive is posted in the data plane's
+ * matcher (its C receive's address, else 0). */
+typedef struct PRecv PRecv;
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *worker, *done, *exc, *result, *callbacks, *cancel;
+    PyObject *weakrefs;
+} RequestCoreObject;
+
+typedef struct {
+    RequestCoreObject base;
+    PyObject *buf, *capacity, *source, *tag, *mask, *seq;
+    PRecv *precv;                          /* posted here: its C receive */
+} RecvCoreObject;
+
+#define ANY_SIZE (1LL << 62)               /* ucxpy.tag.ANY_SIZE */
+
+static PyTypeObject RequestCoreType, RecvCoreType;
+
+static int rq_traverse(RequestCoreObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->worker);
+    Py_VISIT(self->done);
+    Py_VISIT(self->exc);
+    Py_VISIT(self->result);
+    Py_VISIT(self->callbacks);
+    Py_VISIT(self->cancel);
+    return 0;
+}
+
+static int rq_clear(RequestCoreObject *self)
+{
+    Py_CLEAR(self->worker);
+    Py_CLEAR(self->done);
+    Py_CLEAR(self->exc);
+    Py_CLEAR(self->result);
+    Py_CLEAR(self->callbacks);
+    Py_CLEAR(self->cancel);
+    return 0;
+}
+
+static int rc_clear(RecvCoreObject *self);
+
+/* (a Python subclass's dealloc has cleared its own slots and calls this) */
+static void rq_dealloc(RequestCoreObject *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakrefs != NULL)
+        PyObject_ClearWeakRefs((PyObject *)self);
+    if (PyObject_TypeCheck((PyObject *)self, &RecvCoreType))
+        rc_clear((RecvCoreObject *)self);
+    else
+        rq_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef rq_members[] = {
+    {"worker", T_OBJECT_EX, offsetof(RequestCoreObject, worker), 0, NULL},
+    {"done", T_OBJECT_EX, offsetof(RequestCoreObject, done), 0, NULL},
+    {"exc", T_OBJECT_EX, offsetof(RequestCoreObject, exc), 0, NULL},
+    {"result", T_OBJECT_EX, offsetof(RequestCoreObject, result), 0, NULL},
+    {"_callbacks", T_OBJECT_EX, offsetof(RequestCoreObject, callbacks), 0, NULL},
+    {"_cancel", T_OBJECT_EX, offsetof(RequestCoreObject, cancel), 0, NULL},
+    {NULL},
+};
+
+static PyTypeObject RequestCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._dp.RequestCore",
+    .tp_doc = "The fields of ucxpy.request.Request (its base).",
+    .tp_basicsize = sizeof(RequestCoreObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)rq_dealloc,
+    .tp_traverse = (traverseproc)rq_traverse,
+    .tp_clear = (inquiry)rq_clear,
+    .tp_weaklistoffset = offsetof(RequestCoreObject, weakrefs),
+    .tp_members = rq_members,
+};
+
+static int rc_traverse(RecvCoreObject *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->buf);
+    Py_VISIT(self->capacity);
+    Py_VISIT(self->source);
+    Py_VISIT(self->tag);
+    Py_VISIT(self->mask);
+    Py_VISIT(self->seq);
+    return rq_traverse(&self->base, visit, arg);
+}
+
+static int rc_clear(RecvCoreObject *self)
+{
+    Py_CLEAR(self->buf);
+    Py_CLEAR(self->capacity);
+    Py_CLEAR(self->source);
+    Py_CLEAR(self->tag);
+    Py_CLEAR(self->mask);
+    Py_CLEAR(self->seq);
+    return rq_clear(&self->base);
+}
+
+/* RecvRequest(worker, buf, source, tag, mask, cancel): buf None is a
+ * receive of any size (capacity ANY_SIZE) */
+static int rc_init(RecvCoreObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *names[] = {"worker", "buf", "source", "tag", "mask", "cancel", NULL};
+    PyObject *worker, *buf, *source, *tag, *mask, *cancel, *cap;
+    RequestCoreObject *b = &self->base;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOO:RecvRequest", names, &worker, &buf,
+                                     &source, &tag, &mask, &cancel))
+        return -1;
+    if (buf == Py_None) {
+        cap = PyLong_FromLongLong(ANY_SIZE);
+    } else {
+        Py_ssize_t n = PyObject_Length(buf);
+        cap = n < 0 ? NULL : PyLong_FromSsize_t(n);
+    }
+    if (cap == NULL)
+        return -1;
+    Py_XSETREF(b->worker, Py_NewRef(worker));
+    Py_XSETREF(b->done, Py_NewRef(Py_False));
+    Py_XSETREF(b->exc, Py_NewRef(Py_None));
+    Py_XSETREF(b->result, Py_NewRef(Py_None));
+    Py_XSETREF(b->callbacks, Py_NewRef(Py_None));
+    Py_XSETREF(b->cancel, Py_NewRef(cancel));
+    Py_XSETREF(self->buf, Py_NewRef(buf));
+    Py_XSETREF(self->capacity, cap);
+    Py_XSETREF(self->source, Py_NewRef(source));
+    Py_XSETREF(self->tag, Py_NewRef(tag));
+    Py_XSETREF(self->mask, Py_NewRef(mask));
+    Py_XSETREF(self->seq, PyLong_FromLong(0));
+    return self->seq == NULL ? -1 : 0;
+}
+
+static PyObject *rc_get_handle(RecvCoreObject *self, void *closure)
+{
+    return PyLong_FromVoidPtr(self->precv);
+}
+
+static PyMemberDef rc_members[] = {
+    {"buf", T_OBJECT_EX, offsetof(RecvCoreObject, buf), 0, NULL},
+    {"capacity", T_OBJECT_EX, offsetof(RecvCoreObject, capacity), 0, NULL},
+    {"source", T_OBJECT_EX, offsetof(RecvCoreObject, source), 0, NULL},
+    {"tag", T_OBJECT_EX, offsetof(RecvCoreObject, tag), 0, NULL},
+    {"mask", T_OBJECT_EX, offsetof(RecvCoreObject, mask), 0, NULL},
+    {"seq", T_OBJECT_EX, offsetof(RecvCoreObject, seq), 0, NULL},
+    {NULL},
+};
+
+static PyGetSetDef rc_getset[] = {
+    {"handle", (getter)rc_get_handle, NULL,
+     "the address of its C receive while posted in the data plane's matcher, else 0", NULL},
+    {NULL},
+};
+
+static PyTypeObject RecvCoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._dp.RecvCore",
+    .tp_doc = "The fields of ucxpy.tag.RecvRequest (its base) and its __init__.",
+    .tp_basicsize = sizeof(RecvCoreObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_base = &RequestCoreType,
+    .tp_init = (initproc)rc_init,
+    .tp_traverse = (traverseproc)rc_traverse,
+    .tp_clear = (inquiry)rc_clear,
+    .tp_members = rc_members,
+    .tp_getset = rc_getset,
+};
+
 /* -- TagMatcher and Inbox: the worker's matcher for Python's receives --------------- */
 /* TagMatcher(worker, UnexpectedMessage, handoff): ucxpy.tag.
  * TagMatcher's interface on tag.c, the worker's one matcher:
@@ -1163,7 +1342,8 @@ static PyTypeObject TagInfoType = {
  *   requests_from(source), requests_matching(tag, mask)
  *   bucket_mask, notify_mask, notify   as ucxpy.tag.TagMatcher's
  *   deliver() -> n               complete the receives matched in C
- * A posted request's `handle` attribute names its C receive (0: none).  The
+ * A posted request (a RecvCore: its fields are C) names its C receive
+ * (`handle`, 0 when not posted here).  The
  * data plane copies an eager payload into a receive whose buffer it fits;
  * deliver() then completes it with TagInfo(source, tag, length) (complete_recv),
  * then calls notify(req)
@@ -1184,12 +1364,12 @@ static PyTypeObject TagInfoType = {
 #define INBOX_WAKE_BIT (1LL << 62)
 #define INBOX_BAD_BIT (1LL << 61)
 
-typedef struct {
+struct PRecv {
     ucxdp_tag_recv_t r;
     unsigned magic;
     PyObject *req;                         /* the RecvRequest (strong) */
     Py_buffer view;                        /* its buffer while posted (.obj NULL: none) */
-} PRecv;
+};
 
 typedef struct {
     PyObject_HEAD
@@ -1199,8 +1379,7 @@ typedef struct {
 } TagMatcherObject;
 
 static PyTypeObject TagMatcherType;
-static PyObject *s_handle, *s_source, *s_tag, *s_mask, *s_buf, *s_length, *s_complete,
-                *s_callbacks, *s_done, *s_result, *s_cancel, *zero;
+static PyObject *s_source, *s_tag, *s_length, *s_complete;
 
 static PyObject *tm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -1220,44 +1399,29 @@ static PyObject *tm_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     return (PyObject *)self;
 }
 
-/* Release what a PRecv holds and free it; its request's handle becomes 0.
- * An exception already set stays set (setting a slot to 0 cannot fail the
- * receive: its own failure is kept out of the way). */
+/* Release what a PRecv holds and free it; its request's handle becomes 0. */
 static void precv_free(PRecv *p)
 {
-    PyObject *type, *value, *tb;
 
     if (p->view.obj != NULL)
         PyBuffer_Release(&p->view);
     if (p->req != NULL) {
-        PyErr_Fetch(&type, &value, &tb);
-        if (PyObject_SetAttr(p->req, s_handle, zero) < 0)
-            PyErr_WriteUnraisable(p->req);
-        PyErr_Restore(type, value, tb);
+        ((RecvCoreObject *)p->req)->precv = NULL;
         Py_DECREF(p->req);
     }
     p->magic = 0;
     PyMem_Free(p);
 }
 
-/* the posted PRecv of `req`, or NULL (no exception set) */
+/* the posted PRecv of `req`, or NULL */
 static PRecv *precv_of(PyObject *req)
 {
-    PyObject *h = PyObject_GetAttr(req, s_handle);
-    PRecv *p = NULL;
+    PRecv *p;
 
-    if (h == NULL) {
-        PyErr_Clear();                     /* (a request never posted here has none) */
+    if (!PyObject_TypeCheck(req, &RecvCoreType))
         return NULL;
-    }
-    if (PyLong_CheckExact(h))
-        p = PyLong_AsVoidPtr(h);
-    Py_DECREF(h);
-    if (p == NULL || PyErr_Occurred()) {
-        PyErr_Clear();
-        return NULL;
-    }
-    return p->magic == PRECV_MAGIC && p->req == req ? p : NULL;
+    p = ((RecvCoreObject *)req)->precv;
+    return p != NULL && p->magic == PRECV_MAGIC && p->req == req ? p : NULL;
 }
 
 static void unexp_free(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u)
@@ -1299,26 +1463,30 @@ static PyObject *complete_recv(PyObject *req, int64_t source, uint64_t tag, uint
 
 static PyObject *tm_post(TagMatcherObject *self, PyObject *req)
 {
-    PyObject *src = NULL, *tag = NULL, *mask = NULL, *buf = NULL, *h = NULL, *out = NULL;
+    RecvCoreObject *rc = (RecvCoreObject *)req;
     ucxdp_tag_unexp_t *u;
+    PyObject *out = NULL;
     long long source;
     PRecv *p;
 
+    if (!PyObject_TypeCheck(req, &RecvCoreType)) {
+        PyErr_SetString(PyExc_TypeError, "post: a ucxpy.tag.RecvRequest");
+        return NULL;
+    }
+    if (rc->source == NULL || rc->tag == NULL || rc->mask == NULL || rc->buf == NULL) {
+        PyErr_SetString(PyExc_TypeError, "post: a RecvRequest not initialized");
+        return NULL;
+    }
     p = PyMem_Calloc(1, sizeof(*p));
     if (p == NULL)
         return PyErr_NoMemory();
-    if ((src = PyObject_GetAttr(req, s_source)) == NULL
-            || (tag = PyObject_GetAttr(req, s_tag)) == NULL
-            || (mask = PyObject_GetAttr(req, s_mask)) == NULL
-            || (buf = PyObject_GetAttr(req, s_buf)) == NULL)
-        goto fail;
-    source = PyLong_AsLongLong(src);
-    if ((source == -1 && PyErr_Occurred()) || tm_u64(tag, &p->r.m.tag) < 0
-            || tm_u64(mask, &p->r.m.mask) < 0)
+    source = PyLong_AsLongLong(rc->source);
+    if ((source == -1 && PyErr_Occurred()) || tm_u64(rc->tag, &p->r.m.tag) < 0
+            || tm_u64(rc->mask, &p->r.m.mask) < 0)
         goto fail;
     p->r.m.source = source;
-    if (buf != Py_None) {
-        if (PyObject_GetBuffer(buf, &p->view, PyBUF_WRITABLE) == 0) {
+    if (rc->buf != Py_None) {
+        if (PyObject_GetBuffer(rc->buf, &p->view, PyBUF_WRITABLE) == 0) {
             p->r.buffer = p->view.buf;
             p->r.capacity = (uint64_t)p->view.len;
         } else {
@@ -1358,21 +1526,10 @@ static PyObject *tm_post(TagMatcherObject *self, PyObject *req)
     }
     p->magic = PRECV_MAGIC;
     p->req = Py_NewRef(req);
-    if ((h = PyLong_FromVoidPtr(p)) == NULL || PyObject_SetAttr(req, s_handle, h) < 0) {
-        ucxdp_tag_cancel(self->worker->w, &p->r);
-        Py_CLEAR(p->req);
-        goto fail;
-    }
-    out = Py_NewRef(Py_None);
-    p = NULL;
+    rc->precv = p;
+    return Py_NewRef(Py_None);
 fail:
-    if (p != NULL)
-        precv_free(p);
-    Py_XDECREF(src);
-    Py_XDECREF(tag);
-    Py_XDECREF(mask);
-    Py_XDECREF(buf);
-    Py_XDECREF(h);
+    precv_free(p);
     return out;
 }
 
@@ -1600,33 +1757,31 @@ static PyObject *tm_requests_matching(TagMatcherObject *self, PyObject *const *a
 
 /* req.complete(TagInfo(source, tag, length)).  Its common case, a request
  * not done and without callbacks, is done here as Request.complete does it
- * (done True, the result, nothing left to cancel; its error stays None), by
- * attribute: no Python frame.  Anything else calls complete().  A new
- * reference (None), or NULL with an exception. */
+ * (done True, the result, nothing left to cancel; its error stays None), on
+ * its C fields (RequestCore): no Python frame.  Anything else calls
+ * complete().  A new reference (None), or NULL with an exception. */
 static PyObject *complete_recv(PyObject *req, int64_t source, uint64_t tag, uint64_t length)
 {
     PyObject *s = PyLong_FromLongLong(source), *t = PyLong_FromUnsignedLongLong(tag),
-             *n = PyLong_FromUnsignedLongLong(length), *info = NULL, *cbs = NULL,
-             *done = NULL, *r = NULL;
+             *n = PyLong_FromUnsignedLongLong(length), *info = NULL, *r = NULL;
+    RequestCoreObject *q = (RequestCoreObject *)req;
 
-    if (s == NULL || t == NULL || n == NULL || (info = ti_make(s, t, n)) == NULL
-            || (cbs = PyObject_GetAttr(req, s_callbacks)) == NULL
-            || (done = PyObject_GetAttr(req, s_done)) == NULL)
+    if (s == NULL || t == NULL || n == NULL || (info = ti_make(s, t, n)) == NULL)
         goto out;
-    if (cbs != Py_None || done != Py_False) {
-        r = PyObject_CallMethodOneArg(req, s_complete, info);
-        goto out;
-    }
-    if (PyObject_SetAttr(req, s_done, Py_True) == 0 && PyObject_SetAttr(req, s_result, info) == 0
-            && PyObject_SetAttr(req, s_cancel, Py_None) == 0)
+    if (PyObject_TypeCheck(req, &RequestCoreType) && q->done == Py_False
+            && (q->callbacks == NULL || q->callbacks == Py_None)) {
+        Py_XSETREF(q->done, Py_NewRef(Py_True));
+        Py_XSETREF(q->result, Py_NewRef(info));
+        Py_XSETREF(q->cancel, Py_NewRef(Py_None));
         r = Py_NewRef(Py_None);
+    } else {
+        r = PyObject_CallMethodOneArg(req, s_complete, info);
+    }
 out:
     Py_XDECREF(s);
     Py_XDECREF(t);
     Py_XDECREF(n);
     Py_XDECREF(info);
-    Py_XDECREF(cbs);
-    Py_XDECREF(done);
     return r;
 }
 
@@ -2094,23 +2249,16 @@ PyMODINIT_FUNC PyInit__dp(void)
     if (PyType_Ready(&WorkerType) < 0 || PyType_Ready(&KeyType) < 0
             || PyType_Ready(&SymType) < 0 || PyType_Ready(&CallType) < 0
             || PyType_Ready(&MatcherType) < 0 || PyType_Ready(&TagMatcherType) < 0
-            || PyType_Ready(&InboxType) < 0 || PyType_Ready(&TagInfoType) < 0)
+            || PyType_Ready(&InboxType) < 0 || PyType_Ready(&TagInfoType) < 0
+            || PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&RecvCoreType) < 0)
         return NULL;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
-    INTERN(s_handle, "handle")
     INTERN(s_source, "source")
     INTERN(s_tag, "tag")
-    INTERN(s_mask, "mask")
-    INTERN(s_buf, "buf")
     INTERN(s_length, "length")
     INTERN(s_complete, "complete")
-    INTERN(s_callbacks, "_callbacks")
-    INTERN(s_done, "done")
-    INTERN(s_result, "result")
-    INTERN(s_cancel, "_cancel")
 #undef INTERN
-    if ((zero = PyLong_FromLong(0)) == NULL)
-        return NULL;
+
     m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
@@ -2123,6 +2271,8 @@ PyMODINIT_FUNC PyInit__dp(void)
             || PyModule_AddObjectRef(m, "TagMatcher", (PyObject *)&TagMatcherType) < 0
             || PyModule_AddObjectRef(m, "Inbox", (PyObject *)&InboxType) < 0
             || PyModule_AddObjectRef(m, "TagInfo", (PyObject *)&TagInfoType) < 0
+            || PyModule_AddObjectRef(m, "RequestCore", (PyObject *)&RequestCoreType) < 0
+            || PyModule_AddObjectRef(m, "RecvCore", (PyObject *)&RecvCoreType) < 0
             || PyModule_AddIntConstant(m, "WAKE_BIT", INBOX_WAKE_BIT) < 0
             || PyModule_AddIntConstant(m, "BAD_BIT", INBOX_BAD_BIT) < 0
             || capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
