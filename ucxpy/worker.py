@@ -113,6 +113,8 @@ class Worker:
         #: the poll of the one interface whose inbox the data plane reads
         #: (ShmInterface.poll_native), or None
         self._poll_native = None
+        #: tag_recv_nb's common case in one call (the data plane's), or None
+        self._post_new = None if self.dp is None else self.matcher.post_new
         self._payloads = PayloadPool()       # unexpected eager payloads
         self.rndv = RendezvousProtocol(self)
         self.am = ActiveMessages(self)
@@ -866,6 +868,20 @@ class Worker:
         layer above keeps its fields in the core's request, as UCP's
         ``request_size`` lets MPI libraries do: one object per receive).  It
         must complete through RecvRequest's ``complete``."""
+        post_new = self._post_new
+        if post_new is not None and self.tr is None:
+            # the common case in one C call (the data plane's post_new: a
+            # worker id, a plain byte buffer, a live source); else the lines below
+            r = post_new(self, buf, tag, tag_mask, source, request_class or RecvRequest,
+                         self._cancel_recv)
+            if r is not None:
+                if type(r) is not tuple:
+                    return r
+                req, m = r              # an unexpected message the Python path delivers
+                if m.tag & self.matcher.notify_mask & ~tag_mask:
+                    req.add_done_callback(self.matcher.notify)
+                self._deliver_unexpected(req, m)
+                return req
         src = source if type(source) is int else self._source_id(source)
         return self._post((request_class or RecvRequest)(
             self, recv_view(buf), src, tag & FULL_MASK, tag_mask, self._cancel_recv))

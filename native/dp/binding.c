@@ -1332,6 +1332,7 @@ static PyTypeObject RecvCoreType = {
  *                matches (then it is not posted; the caller delivers it),
  *                or True when that message was an eager payload kept here
  *                that fits: delivered and the request completed
+ *   post_new(...)                Worker.tag_recv_nb's common case in one call
  *   remove(req) -> bool          withdraw a posted receive (cancel)
  *   match_posted(source, tag)    the earliest posted receive that a message
  *                                the caller's path handles matches, taken
@@ -1531,6 +1532,99 @@ static PyObject *tm_post(TagMatcherObject *self, PyObject *req)
 fail:
     precv_free(p);
     return out;
+}
+
+/* post_new(worker, buf, tag, mask, source, cls, cancel): Worker.tag_recv_nb's
+ * common case in one call: a receive from a worker id (an int) into one
+ * writable byte block (recv_view's answer: a flat 'B' memoryview), of class
+ * `cls` (RecvRequest or a subclass), whose source's endpoint has not
+ * failed, is made (RecvCore's fields filled as its __init__ fills them) and
+ * posted as post() does.  Returns the request (posted, or done), or
+ * (request, message) when an unexpected message that the caller's path
+ * delivers took it, or None with nothing made (the Python lines then do it
+ * all, and raise what they raise). */
+static PyObject *tm_post_new(TagMatcherObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *worker, *buf, *tagobj, *mask, *source, *cls, *cancel, *mv = NULL, *eps = NULL,
+             *ep, *failed = NULL, *cap = NULL, *seq = NULL, *req = NULL, *out = NULL, *r;
+    RecvCoreObject *rc;
+    Py_buffer *v;
+    int overflow;
+
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError,
+                        "post_new(worker, buf, tag, mask, source, cls, cancel)");
+        return NULL;
+    }
+    worker = args[0], buf = args[1], tagobj = args[2], mask = args[3], source = args[4];
+    cls = args[5], cancel = args[6];
+    if (!PyLong_CheckExact(tagobj) || !PyLong_CheckExact(mask) || !PyLong_CheckExact(source)
+            || !PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &RecvCoreType))
+        Py_RETURN_NONE;
+    if (PyLong_AsLongLongAndOverflow(source, &overflow) < 0 || overflow || PyErr_Occurred()) {
+        PyErr_Clear();                     /* (ANY_SOURCE and the like: the Python lines) */
+        Py_RETURN_NONE;
+    }
+    if (PyLong_AsUnsignedLongLong(tagobj) == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();                     /* (negative or wider than 64 bits: the Python
+                                            * lines mask it) */
+        Py_RETURN_NONE;
+    }
+    /* the buffer: what recv_view returns as it is */
+    if (Py_TYPE(buf) == &PyMemoryView_Type)
+        mv = Py_NewRef(buf);
+    else if ((mv = PyMemoryView_FromObject(buf)) == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    v = PyMemoryView_GET_BUFFER(mv);
+    if (v->readonly || v->ndim != 1 || (v->format != NULL && strcmp(v->format, "B"))
+            || !PyBuffer_IsContiguous(v, 'C'))
+        goto done;
+    /* a source whose endpoint failed: the Python lines complete it with the error */
+    if ((eps = PyObject_GetAttrString(worker, "endpoints")) == NULL || !PyDict_CheckExact(eps))
+        goto done;
+    ep = PyDict_GetItemWithError(eps, source);
+    if (ep != NULL && ((failed = PyObject_GetAttrString(ep, "failed")) == NULL
+                       || failed != Py_None))
+        goto done;
+    if (PyErr_Occurred() || (cap = PyLong_FromSsize_t(v->len)) == NULL
+            || (seq = PyLong_FromLong(0)) == NULL
+            || (req = ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, 0)) == NULL)
+        goto done;
+    rc = (RecvCoreObject *)req;
+    rc->base.worker = Py_NewRef(worker);
+    rc->base.done = Py_NewRef(Py_False);
+    rc->base.exc = Py_NewRef(Py_None);
+    rc->base.result = Py_NewRef(Py_None);
+    rc->base.callbacks = Py_NewRef(Py_None);
+    rc->base.cancel = Py_NewRef(cancel);
+    rc->buf = Py_NewRef(mv);
+    rc->capacity = Py_NewRef(cap);
+    rc->source = Py_NewRef(source);
+    rc->tag = Py_NewRef(tagobj);
+    rc->mask = Py_NewRef(mask);
+    rc->seq = Py_NewRef(seq);
+    r = tm_post(self, req);
+    if (r == NULL)
+        goto done;
+    if (r == Py_None || r == Py_True) {
+        Py_DECREF(r);
+        out = Py_NewRef(req);
+    } else {
+        out = PyTuple_Pack(2, req, r);     /* (the caller's path delivers it) */
+        Py_DECREF(r);
+    }
+done:
+    Py_XDECREF(mv);
+    Py_XDECREF(eps);
+    Py_XDECREF(failed);
+    Py_XDECREF(cap);
+    Py_XDECREF(seq);
+    Py_XDECREF(req);
+    if (out != NULL || PyErr_Occurred())
+        return out;
+    Py_RETURN_NONE;
 }
 
 static PyObject *tm_remove(TagMatcherObject *self, PyObject *req)
@@ -1992,6 +2086,7 @@ static PyGetSetDef tm_getset[] = {
 #define FASTMETH(name, fn) {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL, NULL}
 static PyMethodDef tm_methods[] = {
     {"post", (PyCFunction)tm_post, METH_O, NULL},
+    FASTMETH("post_new", tm_post_new),
     {"remove", (PyCFunction)tm_remove, METH_O, NULL},
     FASTMETH("match_posted", tm_match_posted),
     FASTMETH("first_for", tm_first_for),
