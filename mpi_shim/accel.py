@@ -76,6 +76,8 @@ def configure(worker) -> None:
         "recv_ack": _recv_ack, "flush_progress": flush_progress, "request": Request,
         "recv_op": RecvOp, "posted_recv": PostedRecv, "sent_op": _SENT,
         "send_op": SendOp, "ucxpy_request": ucxpy.Request,
+        "post_new": worker._post_new, "post_taken": worker._post_taken,
+        "cancel_recv": worker._cancel_recv,
         "wait_op": E.ENGINE.wait,
         "op_codes": atomic_op_codes(_accel.NOOP_BIT), "sum_op": SUM,
         "tag_ub": E.TAG_UB, "mask_tag": E.MASK_TAG, "mask_any_tag": E.MASK_ANY_TAG,

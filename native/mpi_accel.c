@@ -59,6 +59,8 @@ static struct {
     int enabled, np_fields;
     PyTypeObject *handle, *comm_impl, *op_type, *ndarray, *request, *recv_op, *send_op,
                  *ucxpy_request, *posted_recv;
+    /* the worker's post_new (None: off), _post_taken and _cancel_recv */
+    PyObject *post_new, *post_taken, *cancel_recv;
     Py_ssize_t h_off, const_off, revoked_off, eps_off, peers_off, p2p_off;
     Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, so_keep, ur_done, ur_exc,
                pr_comm;
@@ -70,7 +72,7 @@ static struct {
     long long any_tag;
     unsigned long flush_every, flushes;
     PyObject *s_tag_send_nb, *s_wait, *s_tag_try_recv, *s_tag, *s_length, *s_set,
-             *s_native, *s_tag_recv_nb, *s_finish, *s_wait_for, *s_wait_all,
+             *s_native, *s_tag_recv_nb, *s_lock, *s_finish, *s_wait_for, *s_wait_all,
              *s_oversubscribed;
 } S;
 
@@ -412,7 +414,7 @@ static PyObject *
 call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
           PyObject **comm, int *declined)
 {
-    PyObject *c, *peers, *tagobj, *r, *call[6];
+    PyObject *c, *peers, *tagobj, *r, *call[7];
     Py_ssize_t n = method == S.s_tag_recv_nb ? 6 : 5;
     long long source, tag = S.any_tag;
     unsigned long long wire;
@@ -448,7 +450,37 @@ call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
     call[3] = any ? S.mask_any_tag_obj : S.mask_tag_obj;
     call[4] = PyTuple_GET_ITEM(peers, source);
     call[5] = (PyObject *)S.posted_recv;    /* (tag_recv_nb's request_class) */
-    r = PyObject_VectorcallMethod(method, call, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    call[6] = S.cancel_recv;
+    r = NULL;
+    if (method == S.s_tag_recv_nb && S.post_new != Py_None) {
+        /* tag_recv_nb's common case without its Python frame: the data
+         * plane's post_new (None: it declined; the method does it all).
+         * Not when a progress thread's lock serializes the worker's calls. */
+        PyObject *lock = PyObject_GetAttr(S.worker, S.s_lock);
+
+        if (lock == NULL) {
+            Py_DECREF(tagobj);
+            return NULL;
+        }
+        if (lock == Py_None)
+            r = PyObject_Vectorcall(S.post_new, call, 7, NULL);
+        Py_DECREF(lock);
+        if (r == Py_None) {
+            Py_CLEAR(r);
+        } else if (r != NULL && PyTuple_CheckExact(r)) {
+            /* (request, message): the Python path delivers the message */
+            PyObject *taken = PyObject_Vectorcall(S.post_taken, &PyTuple_GET_ITEM(r, 0), 2,
+                                                  NULL);
+            Py_DECREF(r);
+            Py_DECREF(tagobj);
+            return taken;
+        } else if (r == NULL) {
+            Py_DECREF(tagobj);
+            return NULL;
+        }
+    }
+    if (r == NULL)
+        r = PyObject_VectorcallMethod(method, call, n | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     Py_DECREF(tagobj);
     return r;
 }
@@ -1364,6 +1396,9 @@ configure(PyObject *module, PyObject *cfg)
             || take_type(cfg, "request", &S.request) < 0
             || take_type(cfg, "recv_op", &S.recv_op) < 0
             || take_type(cfg, "posted_recv", &S.posted_recv) < 0
+            || take(cfg, "post_new", &S.post_new) < 0
+            || take(cfg, "post_taken", &S.post_taken) < 0
+            || take(cfg, "cancel_recv", &S.cancel_recv) < 0
             || take_type(cfg, "send_op", &S.send_op) < 0
             || take_type(cfg, "ucxpy_request", &S.ucxpy_request) < 0
             || take(cfg, "wait_op", &S.wait_op) < 0
@@ -1458,6 +1493,7 @@ PyInit__accel(void)
     INTERN(s_set, "_set");
     INTERN(s_native, "_native");
     INTERN(s_tag_recv_nb, "tag_recv_nb");
+    INTERN(s_lock, "lock");
     INTERN(s_finish, "finish");
     INTERN(s_wait_for, "wait_for");
     INTERN(s_wait_all, "wait_all");

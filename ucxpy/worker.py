@@ -875,16 +875,19 @@ class Worker:
             r = post_new(self, buf, tag, tag_mask, source, request_class or RecvRequest,
                          self._cancel_recv)
             if r is not None:
-                if type(r) is not tuple:
-                    return r
-                req, m = r              # an unexpected message the Python path delivers
-                if m.tag & self.matcher.notify_mask & ~tag_mask:
-                    req.add_done_callback(self.matcher.notify)
-                self._deliver_unexpected(req, m)
-                return req
+                return r if type(r) is not tuple else self._post_taken(*r)
         src = source if type(source) is int else self._source_id(source)
         return self._post((request_class or RecvRequest)(
             self, recv_view(buf), src, tag & FULL_MASK, tag_mask, self._cancel_recv))
+
+    def _post_taken(self, req, m):
+        """``post_new`` gave ``req`` the unexpected message ``m``, which the
+        Python path delivers (a rendezvous offer, a message it handed over):
+        ``req``, once that is under way."""
+        if m.tag & self.matcher.notify_mask & ~req.mask:
+            req.add_done_callback(self.matcher.notify)
+        self._deliver_unexpected(req, m)
+        return req
 
     def tag_recv_any_nb(self, tag: int = 0, tag_mask: int = FULL_MASK,
                         source=ANY_SOURCE) -> Request:
