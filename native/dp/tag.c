@@ -53,18 +53,21 @@ static ucxdp_tag_unexp_t *block_new(int c, uint64_t bytes)
     return u;
 }
 
+/* a block of class `c` from the pool (the lock held), or NULL */
+static ucxdp_tag_unexp_t *pool_take(ucxdp_worker_t *w, int c)
+{
+    return c >= 0 && w->npool[c] > 0 ? w->pool[c][--w->npool[c]] : NULL;
+}
+
 ucxdp_tag_unexp_t *ucxdp_tag_unexp_alloc(ucxdp_worker_t *w, uint64_t length)
 {
     uint64_t bytes = sizeof(ucxdp_tag_unexp_t) + length;
     int c = pool_class(bytes);
-    ucxdp_tag_unexp_t *u = NULL;
+    ucxdp_tag_unexp_t *u;
 
-    if (c >= 0) {
-        pthread_mutex_lock(&w->lock);
-        if (w->npool[c] > 0)
-            u = w->pool[c][--w->npool[c]];
-        pthread_mutex_unlock(&w->lock);
-    }
+    pthread_mutex_lock(&w->lock);
+    u = pool_take(w, c);
+    pthread_mutex_unlock(&w->lock);
     return u != NULL ? u : block_new(c, bytes);
 }
 
@@ -93,10 +96,9 @@ static ucxdp_tag_unexp_t *unexp_alloc_locked(ucxdp_worker_t *w, uint64_t length)
 {
     uint64_t bytes = sizeof(ucxdp_tag_unexp_t) + length;
     int c = pool_class(bytes);
+    ucxdp_tag_unexp_t *u = pool_take(w, c);
 
-    if (c >= 0 && w->npool[c] > 0)
-        return w->pool[c][--w->npool[c]];
-    return block_new(c, bytes);
+    return u != NULL ? u : block_new(c, bytes);
 }
 
 static inline void done_append(ucxdp_worker_t *w, ucxdp_tag_recv_t *r)

@@ -876,9 +876,7 @@ class ShmInterface(Interface):
         native = self.native
         if native is None or self._rx is None or self._corrupt or self._in_poll:
             return 0
-        n = native.dispatch(_BATCH, spins)
-        if n >= _NATIVE_FLAGS:
-            n = self._native_flags(n)
+        n = self.native_flags(native.dispatch(_BATCH, spins))
         self.native_rx += n
         return n
 
@@ -918,10 +916,8 @@ class ShmInterface(Interface):
         if native is not None and not self.owner.native_dispatch:
             native = None
         if native is not None:
-            n = native.dispatch(limit, 0)
+            n = self.native_flags(native.dispatch(limit, 0))
             if n:
-                if n >= _NATIVE_FLAGS:
-                    n = self._native_flags(n)
                 self.native_rx += n
                 if n >= limit or self._corrupt:
                     return n
