@@ -66,6 +66,8 @@ def test_matcher_agrees_with_the_reference_model(seed, make):
         else:
             src, tag = rnd.choice(SOURCES[1:]), rnd.choice(TAGS)
             want = next((r for r in posted if matches(r, src, tag)), None)
+            assert m.first_for(src, tag) is want, (seed, src, tag)   # a look, no match
+            assert m.posted_count() == len(posted)
             got = m.match_posted(src, tag)
             assert got is want, (seed, src, tag)
             if want is not None:
@@ -309,3 +311,86 @@ def test_the_native_bucket_mask_changes_only_while_nothing_is_posted():
     m.remove(r)
     m.bucket_mask = 0xFF
     assert m.bucket_mask == 0xFF
+
+
+def test_first_for_prefers_the_earliest_of_exact_bucketed_and_wildcard(make):
+    """first_for is match_posted without the match: of an exact, a bucketed
+    and a wildcard receive that all take a message, the earliest posted wins;
+    a wildcard posted after the candidate is not looked at."""
+    m = make()
+    m.bucket_mask = FULL_MASK ^ 0xFF
+    assert m.first_for(1, 0x105) is None
+    late_wild = req(ANY_SOURCE, 0x105)
+    bucketed = req(1, 0x100, FULL_MASK ^ 0xFF)
+    exact = req(1, 0x105)
+    for r in (bucketed, exact, late_wild):
+        m.post(r)
+    assert m.first_for(1, 0x105) is bucketed            # earlier than the exact one
+    assert m.first_for(2, 0x105) is late_wild           # only the wildcard takes source 2
+    assert m.first_for(1, 0x1FF) is bucketed and m.first_for(1, 0x205) is None
+    assert m.posted_count() == 3                          # nothing was taken
+    assert m.match_posted(1, 0x105) is bucketed
+    assert m.first_for(1, 0x105) is exact                # the wildcard came after it
+    m.remove(exact)
+    assert m.first_for(1, 0x105) is late_wild
+    early_wild = req(1, 0x5, 0xF)
+    m.post(early_wild)                                    # wildcard on tag bits, posted last
+    assert m.first_for(1, 0x105) is late_wild            # the earlier wildcard still wins
+    m.remove(late_wild)
+    assert m.first_for(1, 0x105) is early_wild and m.first_for(2, 0x105) is None
+    assert m.first_for(1, 0x15) is early_wild and m.first_for(1, 0x8) is None
+
+
+def test_first_for_an_exact_receive_before_a_later_wildcard(make):
+    m = make()
+    exact, wild = req(3, 9), req(ANY_SOURCE, 9)
+    m.post(exact)
+    m.post(wild)
+    assert m.first_for(3, 9) is exact and m.first_for(4, 9) is wild
+    assert m.first_for(3, 8) is None
+
+
+def test_the_python_matcher_completes_every_match_at_once():
+    """deliver() completes the receives matched elsewhere: the Python
+    matcher has none waiting, ever."""
+    m = TagMatcher()
+    m.post(r := req(1, 2))
+    assert m.deliver() == 0
+    assert m.match_posted(1, 2) is r and m.deliver() == 0
+
+
+class _Worker:
+    def __init__(self, matcher):
+        self.matcher = matcher
+
+
+@pytest.mark.parametrize("mask,notified", [(FULL_MASK, False), (FULL_MASK ^ 0xF0, True),
+                                           (0xF, True), (FULL_MASK ^ 0xF, False)])
+def test_handoff_matched_delivers_and_notifies_on_masked_notify_bits(mask, notified):
+    """A match the data plane hands off is delivered here, and its worker's
+    matcher hears of it when the message's tag has notify bits the receive
+    did not name (a receive on a masked tag)."""
+    from ucxpy.tag import handoff_matched
+    m = TagMatcher()
+    heard = []
+    m.notify_mask = 0xF0
+    m.notify = heard.append
+    r = RecvRequest(_Worker(m), bytearray(8), 1, 0x10, mask, None)
+    handoff_matched(r, 1, 0x10, memoryview(b"abc"))
+    assert r.done and bytes(r.buf[:3]) == b"abc" and tuple(r.result) == (1, 0x10, 3)
+    assert heard == ([r] if notified else [])
+
+
+def test_handoff_matched_reports_a_message_too_large_or_not_kept():
+    from ucxpy.errors import UcxpyError
+    from ucxpy.tag import handoff_matched
+    m = TagMatcher()
+    r = RecvRequest(_Worker(m), bytearray(2), 1, 5, FULL_MASK, None)
+    handoff_matched(r, 1, 5, memoryview(b"abcd"))
+    assert r.done and isinstance(r.exc, TruncationError)
+    assert r.exc.size == 4 and r.exc.capacity == 2
+    r = RecvRequest(_Worker(m), bytearray(8), 1, 5, FULL_MASK, None)
+    handoff_matched(r, 1, 5, None)
+    assert r.done and isinstance(r.exc, UcxpyError)
+    assert "out of memory" in str(r.exc) and "0x5" in str(r.exc)
+    assert bytes(r.buf) == bytes(8)
