@@ -39,7 +39,7 @@ FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c
 
 # The native data plane (native/dp/): its C files and the one Python binding.
 DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c", "native/dp/tag.c",
-              "native/dp/inbox.c", "native/ring.c"]
+              "native/dp/inbox.c", "native/dp/lane.c", "native/ring.c"]
 DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES,
                include_dirs=["native/dp", "native"],
                extra_compile_args=STRICT)

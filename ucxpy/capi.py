@@ -60,6 +60,7 @@ import weakref
 from . import auth, config, errors
 from .context import Context
 from .request import TagInfo
+from .tag import RecvRequest
 from .worker import usable_cpus
 
 config.declare(
@@ -211,6 +212,25 @@ def _count_lane(w: CWorker, ep) -> None:
     if tep is not None and id(ep) not in w.counted:
         w.counted.add(id(ep))
         w.lanes[tep.iface.name] = w.lanes.get(tep.iface.name, 0) + 1
+
+
+def ep_lane(ep):
+    """``(lane, eager_max)``: the data plane's view of the connection
+    Endpoint ``ep`` sends on (a ``ucxpy._dp.Lane``) and the largest message
+    its protocol sends eagerly, which libucp then sends in C; None where
+    there is none (not connected yet, another transport, tracing)."""
+    tep = ep._tep
+    lane = tep.native_lane if tep is not None else None
+    if lane is None or lane.dead or ep.failed is not None or ep.worker.tr is not None:
+        return None
+    return lane, ep.rndv_thresh - 1
+
+
+def wake_peer(ep) -> None:
+    """libucp's push into ``ep``'s peer inbox found the peer asleep."""
+    tep = ep._tep
+    if tep is not None:
+        tep.wake_peer()
 
 
 def flush(w: CWorker, ep) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from . import wire
+from . import _dp, wire
 from .address import WorkerAddress
 from .atomics import OPS as ATOMIC_OPS, POST_OPS
 from .buffers import COMPLETED, send_view  # noqa: F401  (re-exported)
@@ -71,13 +71,19 @@ class Endpoint:
         return tep
 
     def _bind(self, tep) -> None:
-        """Send on ``tep`` from now on (and by its native fast paths)."""
-        self._tep = tep
+        """Send on ``tep`` from now on (and by its native fast paths; a
+        connection into a peer's native inbox gets the data plane's view of
+        it, a ``_dp.Lane``, which libucp sends eager messages by)."""
+        old, self._tep = self._tep, tep
+        if old is not None and old is not tep and old.native_tx:
+            old.set_native_lane(None)
         if self.worker.config.fastpath:
             self._fast_send = tep.send_eager
             if tep.iface.attrs.caps & Caps.GET_ZCOPY:
                 self._fast_rts = tep.send_rts       # (None where not offered)
                 self._fast_offer = tep.offer_rts
+            if self.worker.dp is not None and tep.native_tx:
+                tep.set_native_lane(_dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame))
 
     def _move_to(self, tep) -> None:
         """Leave our own connection for ``tep``, the one the peer opened to

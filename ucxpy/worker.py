@@ -193,6 +193,26 @@ class Worker:
                 n += cb()
         return n
 
+    def progress_all(self) -> int:
+        """:meth:`progress` with every interface polled, those that carry no
+        endpoint yet too (a C caller's timer pass: libucp's progress runs
+        ours about once a millisecond while the data plane has the rest)."""
+        n = self.progress()
+        for fn in self._cold:
+            n += fn()
+        return n
+
+    def _sync_py_poll(self) -> None:
+        """Tell the data plane how much of our progress it cannot do: the
+        interfaces with endpoints other than those whose inbox it reads, and
+        the layers' callbacks (libucp's progress runs ours on every call
+        while there are any)."""
+        dp = self.dp
+        if dp is None:
+            return
+        native = [i.progress for i in self.ifaces if getattr(i, "native", None) is not None]
+        dp.py_poll = sum(1 for fn in self._hot if fn not in native) + len(self._callbacks)
+
     def add_progress_callback(self, cb: Callable[[], int]) -> None:
         """Run ``cb()`` at the end of every :meth:`progress` (UCS's callback
         queue): layers above the core advance their own state machines from
@@ -200,6 +220,7 @@ class Worker:
         which :meth:`wait_until` uses to decide between spinning and sleeping."""
         if cb not in self._callbacks:
             self._callbacks.append(cb)
+            self._sync_py_poll()
 
     def remove_progress_callback(self, cb: Callable[[], int]) -> None:
         """Stop calling ``cb`` from :meth:`progress` (no error if absent)."""
@@ -207,6 +228,7 @@ class Worker:
             self._callbacks.remove(cb)
         except ValueError:
             pass
+        self._sync_py_poll()
 
     def _fail_closed_peers(self) -> int:
         """Fail the endpoints whose grace (see conn_failed) is over, unless a
@@ -236,6 +258,7 @@ class Worker:
         if fn in self._cold:
             self._cold.remove(fn)
             self._hot.append(fn)
+            self._sync_py_poll()
 
     def wait_until(self, cond: Callable[[], bool], timeout: Optional[float] = None,
                    what="operation", lock=None,

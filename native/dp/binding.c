@@ -126,6 +126,34 @@ static PyMethodDef worker_methods[] = {
     {NULL},
 };
 
+static PyObject *worker_get_py_poll(WorkerObject *self, void *closure)
+{
+    return PyLong_FromUnsignedLong(__atomic_load_n(&self->w->py_poll, __ATOMIC_RELAXED));
+}
+
+static int worker_set_py_poll(WorkerObject *self, PyObject *v, void *closure)
+{
+    unsigned long n = v != NULL ? PyLong_AsUnsignedLong(v) : 0;
+
+    if (v == NULL) {
+        PyErr_SetString(PyExc_TypeError, "py_poll cannot be deleted");
+        return -1;
+    }
+    if (n == (unsigned long)-1 && PyErr_Occurred())
+        return -1;
+    __atomic_store_n(&self->w->py_poll, (uint32_t)(n > UINT32_MAX ? UINT32_MAX : n),
+                     __ATOMIC_RELAXED);
+    return 0;
+}
+
+static PyGetSetDef worker_getset[] = {
+    {"py_poll", (getter)worker_get_py_poll, (setter)worker_set_py_poll,
+     "how many sources of work Python's progress polls beyond the data plane's inbox "
+     "(another transport's endpoints, a layer's callbacks): a C caller's progress (libucp) "
+     "runs Python's every time while it is not 0", NULL},
+    {NULL},
+};
+
 static PyTypeObject WorkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ucxpy._dp.Worker",
@@ -135,6 +163,7 @@ static PyTypeObject WorkerType = {
     .tp_new = worker_new,
     .tp_dealloc = (destructor)worker_dealloc,
     .tp_methods = worker_methods,
+    .tp_getset = worker_getset,
 };
 
 /* -- MappedKey -------------------------------------------------------------------- */
@@ -1414,6 +1443,25 @@ static void precv_free(PRecv *p)
     PyMem_Free(p);
 }
 
+/* An external caller's receive (libucp's) that Python's path matched: the
+ * caller's Python request standing for it (its adopt hook), or NULL with an
+ * exception. */
+static void *(*adopt_hook)(ucxdp_tag_recv_t *r);
+
+static PyObject *adopt(ucxdp_tag_recv_t *r)
+{
+    if (adopt_hook == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a receive of an external caller, who gave no adopt hook");
+        return NULL;
+    }
+    return (PyObject *)adopt_hook(r);
+}
+
+static inline int is_ext(const ucxdp_recv_t *m)
+{
+    return ((const ucxdp_tag_recv_t *)m)->owner == UCXDP_OWNER_EXT;
+}
+
 /* the posted PRecv of `req`, or NULL */
 static PRecv *precv_of(PyObject *req)
 {
@@ -1655,6 +1703,8 @@ static PyObject *tm_match_posted(TagMatcherObject *self, PyObject *const *args, 
     r = ucxdp_tag_match(self->worker->w, source, tag);
     if (r == NULL)
         Py_RETURN_NONE;
+    if (r->owner == UCXDP_OWNER_EXT)
+        return adopt(r);
     p = (PRecv *)r;
     req = Py_NewRef(p->req);
     precv_free(p);
@@ -1662,7 +1712,8 @@ static PyObject *tm_match_posted(TagMatcherObject *self, PyObject *const *args, 
 }
 
 /* first_for(source, tag) -> the posted receive match_posted would give
- * that message, left posted, or None */
+ * that message, left posted, or None; True when that is an external
+ * caller's receive (libucp's) */
 static PyObject *tm_first_for(TagMatcherObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     ucxdp_worker_t *w = self->worker->w;
@@ -1682,6 +1733,8 @@ static PyObject *tm_first_for(TagMatcherObject *self, PyObject *const *args, Py_
     pthread_mutex_unlock(&w->lock);
     if (r == NULL)
         Py_RETURN_NONE;
+    if (is_ext(r))
+        Py_RETURN_TRUE;
     return Py_NewRef(((PRecv *)r)->req);
 }
 
@@ -1780,7 +1833,7 @@ typedef struct {
     int by_source;
     int64_t source;
     uint64_t tag, mask;
-    PRecv **found;
+    ucxdp_tag_recv_t **found;
     size_t n, cap;
     int nomem;
 } Gather;
@@ -1788,13 +1841,12 @@ typedef struct {
 static void gather_one(ucxdp_recv_t *r, void *arg)
 {
     Gather *g = arg;
-    PRecv *p = (PRecv *)r;
 
     if (g->by_source ? r->source != g->source : ((r->tag ^ g->tag) & g->mask) != 0)
         return;
     if (g->n == g->cap) {
         size_t cap = g->cap ? 2 * g->cap : 16;
-        PRecv **f = realloc(g->found, cap * sizeof(*f));
+        ucxdp_tag_recv_t **f = realloc(g->found, cap * sizeof(*f));
         if (f == NULL) {
             g->nomem = 1;
             return;
@@ -1802,7 +1854,7 @@ static void gather_one(ucxdp_recv_t *r, void *arg)
         g->found = f;
         g->cap = cap;
     }
-    g->found[g->n++] = p;
+    g->found[g->n++] = (ucxdp_tag_recv_t *)r;
 }
 
 static PyObject *tm_gather(TagMatcherObject *self, Gather *g)
@@ -1812,14 +1864,28 @@ static PyObject *tm_gather(TagMatcherObject *self, Gather *g)
 
     pthread_mutex_lock(&w->lock);
     ucxdp_match_each_posted(&w->matcher, gather_one, g);
+    /* an external caller's receive leaves the matcher here: every caller
+     * of these fails the receives it gathers (a failed peer, a revoked
+     * communicator), and it is Python's to complete from now on */
+    for (size_t i = 0; !g->nomem && i < g->n; i++)
+        if (g->found[i]->owner == UCXDP_OWNER_EXT)
+            ucxdp_match_remove(&w->matcher, &g->found[i]->m);
     pthread_mutex_unlock(&w->lock);
     if (g->nomem) {
         free(g->found);
         return PyErr_NoMemory();
     }
     list = PyList_New((Py_ssize_t)g->n);
-    for (size_t i = 0; list != NULL && i < g->n; i++)
-        PyList_SET_ITEM(list, (Py_ssize_t)i, Py_NewRef(g->found[i]->req));
+    for (size_t i = 0; list != NULL && i < g->n; i++) {
+        ucxdp_tag_recv_t *r = g->found[i];
+        PyObject *o = r->owner == UCXDP_OWNER_EXT ? adopt(r) : Py_NewRef(((PRecv *)r)->req);
+
+        if (o == NULL) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, o);
+    }
     free(g->found);
     return list;
 }
@@ -1888,7 +1954,7 @@ static long tm_deliver_done(TagMatcherObject *self)
     PyObject *r, *req, *payload;
     long n = 0;
 
-    ucxdp_tag_take_done(w, &list);
+    ucxdp_tag_take_done(w, UCXDP_OWNER_PY, &list);
     while ((l = list.next) != &list) {
         PRecv *p = (PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
         ucxdp_tag_recv_t t = p->r;         /* (the outcome, kept: p is freed first) */
@@ -1914,7 +1980,7 @@ static long tm_deliver_done(TagMatcherObject *self)
         }
         Py_DECREF(req);
         if (r == NULL) {
-            ucxdp_tag_return_done(w, &list);
+            ucxdp_tag_return_done(w, UCXDP_OWNER_PY, &list);
             return -1;
         }
         Py_DECREF(r);
@@ -1932,6 +1998,8 @@ static PyObject *tm_deliver(TagMatcherObject *self, PyObject *unused)
 
 static void free_posted(ucxdp_recv_t *r, void *m)
 {
+    if (is_ext(r))                         /* (its owner's: left posted) */
+        return;
     ucxdp_match_remove(m, r);
     precv_free((PRecv *)r);
 }
@@ -1947,7 +2015,7 @@ static int tm_clear(TagMatcherObject *self)
     ucxdp_tag_unexp_t *u;
 
     ucxdp_match_each_posted(&w->matcher, free_posted, &w->matcher);
-    ucxdp_tag_take_done(w, &list);
+    ucxdp_tag_take_done(w, UCXDP_OWNER_PY, &list);
     while ((l = list.next) != &list) {
         PRecv *p = (PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
         l->prev->next = l->next;
@@ -1973,7 +2041,7 @@ static void visit_posted(ucxdp_recv_t *r, void *arg)
 {
     Visit *v = arg;
 
-    if (v->rc == 0)
+    if (v->rc == 0 && !is_ext(r))
         v->rc = v->visit(((PRecv *)r)->req, v->arg);
 }
 
@@ -1992,7 +2060,9 @@ static int tm_traverse(TagMatcherObject *self, visitproc visit, void *arg)
 
         pthread_mutex_lock(&w->lock);
         ucxdp_match_each_posted(&w->matcher, visit_posted, &v);
-        for (l = w->done.next; v.rc == 0 && l != &w->done; l = l->next)
+        ucxdp_link_t *done = &w->done[UCXDP_OWNER_PY];
+
+        for (l = done->next; v.rc == 0 && l != done; l = l->next)
             v.rc = visit(((PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done)))->req, arg);
         for (l = w->matcher.unexp.next; v.rc == 0 && l != &w->matcher.unexp; l = l->next) {
             ucxdp_tag_unexp_t *u = (ucxdp_tag_unexp_t *)((char *)l - offsetof(ucxdp_tag_unexp_t, m)
@@ -2149,13 +2219,19 @@ static PyObject *inbox_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return PyErr_NoMemory();
     }
     self->ready = 1;
+    self->matcher->worker->w->inbox = &self->in;
     return (PyObject *)self;
 }
 
 static void inbox_dealloc(InboxObject *self)
 {
-    if (self->ready)
+    if (self->ready) {
+        ucxdp_worker_t *w = self->matcher->worker->w;
+
+        if (w->inbox == &self->in)
+            w->inbox = NULL;
         ucxdp_inbox_cleanup(&self->in);
+    }
     Py_XDECREF(self->matcher);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -2207,6 +2283,8 @@ static PyObject *inbox_dispatch(InboxObject *self, PyObject *const *args, Py_ssi
     if (PyErr_Occurred())
         return NULL;
     n = ucxdp_inbox_dispatch(self->matcher->worker->w, &self->in, (long)limit, spins, &wake, &bad);
+    if (__atomic_exchange_n(&self->in.owed_wake, 0, __ATOMIC_RELAXED))
+        wake = 1;                          /* (a C caller's progress took that frame) */
     if (n > 0 && tm_deliver_done(self->matcher) < 0)
         return NULL;
     return PyLong_FromLongLong((long long)n | (wake ? INBOX_WAKE_BIT : 0)
@@ -2289,6 +2367,31 @@ static PyMethodDef inbox_methods[] = {
     {NULL},
 };
 
+static PyObject *inbox_get_busy(InboxObject *self, void *closure)
+{
+    return PyBool_FromLong(__atomic_load_n(&self->in.py_busy, __ATOMIC_RELAXED));
+}
+
+static int inbox_set_busy(InboxObject *self, PyObject *v, void *closure)
+{
+    int b = v != NULL ? PyObject_IsTrue(v) : -1;
+
+    if (b < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "busy cannot be deleted");
+        return -1;
+    }
+    __atomic_store_n(&self->in.py_busy, b, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static PyGetSetDef inbox_getset[] = {
+    {"busy", (getter)inbox_get_busy, (setter)inbox_set_busy,
+     "the transport has frames of its own queued (a full ring): a C caller's progress "
+     "(libucp) then runs Python's", NULL},
+    {NULL},
+};
+
 static PyTypeObject InboxType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ucxpy._dp.Inbox",
@@ -2299,6 +2402,105 @@ static PyTypeObject InboxType = {
     .tp_new = inbox_new,
     .tp_dealloc = (destructor)inbox_dealloc,
     .tp_methods = inbox_methods,
+    .tp_getset = inbox_getset,
+};
+
+/* -- Lane ----------------------------------------------------------------------------- */
+/* Lane(ring address, eager am id, max frame): a connection to a peer's inbox
+ * for C senders (lane.c); `open` and `dead` are Python's to keep current
+ * (start: closed, alive).  eager(worker, tag, buffer) -> 0 sent, 1 sent and
+ * the peer sleeps (wake it), -1 declined (nothing sent): the C send, for
+ * tests. */
+typedef struct {
+    PyObject_HEAD
+    ucxdp_lane_t lane;
+} LaneObject;
+
+static PyTypeObject LaneType;
+
+static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    unsigned long long ring, max_frame;
+    unsigned int am_id;
+    LaneObject *self;
+
+    if (!PyArg_ParseTuple(args, "KIK:Lane", &ring, &am_id, &max_frame))
+        return NULL;
+    if (ring == 0 || am_id > 255) {
+        PyErr_SetString(PyExc_ValueError, "Lane: a ring address and an active-message id");
+        return NULL;
+    }
+    self = (LaneObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->lane.ring = (struct ucxpy_ring *)(uintptr_t)ring;
+    self->lane.eager_am_id = am_id;
+    self->lane.max_frame = max_frame;
+    return (PyObject *)self;
+}
+
+static PyObject *lane_eager(LaneObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    uint64_t tag;
+    Py_buffer view;
+    ucxdp_status_t st;
+    int wake;
+
+    if (nargs != 3 || !PyObject_TypeCheck(args[0], &WorkerType)) {
+        PyErr_SetString(PyExc_TypeError, "eager(worker, tag, buffer)");
+        return NULL;
+    }
+    if (tm_u64(args[1], &tag) < 0 || PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    st = ucxdp_lane_eager(((WorkerObject *)args[0])->w, &self->lane, tag, view.buf,
+                          (uint64_t)view.len, &wake);
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(st != UCXDP_OK ? -1 : wake);
+}
+
+#define LANE_FLAG(name)                                                                  \
+    static PyObject *lane_get_##name(LaneObject *self, void *closure)                    \
+    {                                                                                    \
+        return PyBool_FromLong(self->lane.name);                                         \
+    }                                                                                    \
+    static int lane_set_##name(LaneObject *self, PyObject *v, void *closure)             \
+    {                                                                                    \
+        int b = v != NULL ? PyObject_IsTrue(v) : -1;                                     \
+        if (b < 0) {                                                                     \
+            if (!PyErr_Occurred())                                                       \
+                PyErr_SetString(PyExc_TypeError, #name " cannot be deleted");            \
+            return -1;                                                                   \
+        }                                                                                \
+        self->lane.name = b;                                                             \
+        return 0;                                                                        \
+    }
+LANE_FLAG(open)
+LANE_FLAG(dead)
+#undef LANE_FLAG
+
+static PyGetSetDef lane_getset[] = {
+    {"open", (getter)lane_get_open, (setter)lane_set_open,
+     "a frame pushed now is next in the connection's order", NULL},
+    {"dead", (getter)lane_get_dead, (setter)lane_set_dead,
+     "the connection is gone for good (set before its ring is unmapped)", NULL},
+    {NULL},
+};
+
+static PyMethodDef lane_methods[] = {
+    FASTMETH("eager", lane_eager),
+    {NULL},
+};
+
+static PyTypeObject LaneType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._dp.Lane",
+    .tp_doc = "Lane(ring address, eager am id, max frame): a connection to a peer's shm "
+              "inbox, for the data plane's C senders (lane.c).",
+    .tp_basicsize = sizeof(LaneObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = lane_new,
+    .tp_methods = lane_methods,
+    .tp_getset = lane_getset,
 };
 
 /* -- the capsule ------------------------------------------------------------------ */
@@ -2320,6 +2522,25 @@ static ucxdp_worker_t *api_rkey_worker(void *o)
         ? ((KeyObject *)o)->worker->w : NULL;
 }
 
+static long api_inbox_progress(ucxdp_worker_t *w, long limit, unsigned *flags)
+{
+    ucxdp_inbox_t *in = w->inbox;
+
+    *flags = 0;
+    return in != NULL ? ucxdp_inbox_progress(w, in, limit, flags) : 0;
+}
+
+static ucxdp_lane_t *api_lane_of(void *o)
+{
+    return o != NULL && PyObject_TypeCheck((PyObject *)o, &LaneType) ? &((LaneObject *)o)->lane
+                                                                      : NULL;
+}
+
+static void api_set_adopt(void *(*fn)(ucxdp_tag_recv_t *r))
+{
+    adopt_hook = fn;
+}
+
 static const ucxdp_api_t api = {
     .version = UCXDP_API_VERSION,
     .worker_of = api_worker_of,
@@ -2328,6 +2549,15 @@ static const ucxdp_api_t api = {
     .put = ucxdp_put,
     .get = ucxdp_get,
     .atomic = ucxdp_atomic,
+    .tag_post = ucxdp_tag_post,
+    .tag_cancel = ucxdp_tag_cancel,
+    .tag_take_done = ucxdp_tag_take_done,
+    .tag_unexp_free = ucxdp_tag_unexp_free,
+    .tag_probe = ucxdp_tag_probe,
+    .inbox_progress = api_inbox_progress,
+    .set_adopt = api_set_adopt,
+    .lane_of = api_lane_of,
+    .lane_eager = ucxdp_lane_eager,
 };
 
 static struct PyModuleDef module = {
@@ -2345,6 +2575,7 @@ PyMODINIT_FUNC PyInit__dp(void)
             || PyType_Ready(&SymType) < 0 || PyType_Ready(&CallType) < 0
             || PyType_Ready(&MatcherType) < 0 || PyType_Ready(&TagMatcherType) < 0
             || PyType_Ready(&InboxType) < 0 || PyType_Ready(&TagInfoType) < 0
+            || PyType_Ready(&LaneType) < 0
             || PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&RecvCoreType) < 0)
         return NULL;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
@@ -2365,6 +2596,7 @@ PyMODINIT_FUNC PyInit__dp(void)
             || PyModule_AddObjectRef(m, "Matcher", (PyObject *)&MatcherType) < 0
             || PyModule_AddObjectRef(m, "TagMatcher", (PyObject *)&TagMatcherType) < 0
             || PyModule_AddObjectRef(m, "Inbox", (PyObject *)&InboxType) < 0
+            || PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0
             || PyModule_AddObjectRef(m, "TagInfo", (PyObject *)&TagInfoType) < 0
             || PyModule_AddObjectRef(m, "RequestCore", (PyObject *)&RequestCoreType) < 0
             || PyModule_AddObjectRef(m, "RecvCore", (PyObject *)&RecvCoreType) < 0

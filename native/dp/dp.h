@@ -16,6 +16,7 @@
  *   match.c   tag matching (match.h)
  *   tag.c     tagged receives and unexpected messages on the worker's matcher
  *   inbox.c   the shm inbox's eager messages, consumed and matched in C
+ *   lane.c    the shm eager send into a peer's inbox
  *   binding.c the one Python binding (extension types, and a capsule with
  *             this API for other extension modules and libucp)
  *
@@ -48,6 +49,7 @@ typedef enum {
      * receive's `handoff`, and the caller's reference path delivers it or
      * reports the error */
     UCXDP_HANDOFF = 2,
+    UCXDP_ERR_NO_RESOURCE = -2,            /* declined for now: the caller's path sends */
     UCXDP_ERR_NO_MEMORY = -4,
     UCXDP_ERR_INVALID_PARAM = -5,          /* a bad operation, size or alignment */
     UCXDP_ERR_INVALID_ADDR = -7,           /* the region is no longer registered */
@@ -59,7 +61,7 @@ typedef enum {
 /* What a worker's data plane executed (proof of use, ucxpy-info's stats and
  * traces read them).  Relaxed atomics: exact, never torn, read at any time. */
 #define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes) \
-    X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct)
+    X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct) X(tag_send)
 #define UCXDP_COUNTER_FIELD(name) uint64_t name;
 typedef struct {
     UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
@@ -73,11 +75,25 @@ typedef struct {
 #define UCXDP_POOL_CLASSES 12              /* 4 KiB .. 8 MiB, powers of two */
 #define UCXDP_POOL_DEPTH 64                /* blocks kept per class */
 
+/* Who posted a receive, and so takes it from which done list: the Python
+ * binding (ucxpy._dp.TagMatcher) or an external C caller (libucp). */
+enum { UCXDP_OWNER_PY, UCXDP_OWNER_EXT, UCXDP_OWNERS };
+
+struct ucxdp_inbox;
+
 typedef struct ucxdp_worker {
     pthread_mutex_t lock;
     ucxdp_counters_t counters;
     ucxdp_matcher_t matcher;               /* the worker's one matcher (tag.c) */
-    ucxdp_link_t done;                     /* matched receives not yet delivered (tag.c) */
+    /* matched receives not yet delivered, per owner (tag.c) */
+    ucxdp_link_t done[UCXDP_OWNERS];
+    /* the shm inbox whose eager messages this worker matches, or NULL (set
+     * by the binding's Inbox while it lives) */
+    struct ucxdp_inbox *inbox;
+    /* Python's progress has work of its own beyond that inbox (another
+     * transport's endpoints, a layer's callbacks): a C caller progressing
+     * this worker then calls it every time (relaxed atomic, set by Python) */
+    uint32_t py_poll;
     void *pool[UCXDP_POOL_CLASSES][UCXDP_POOL_DEPTH];
     int npool[UCXDP_POOL_CLASSES];
 } ucxdp_worker_t;
@@ -139,6 +155,7 @@ typedef struct ucxdp_tag_recv {
     ucxdp_recv_t m;
     void *buffer;                          /* NULL: every match is handed to the caller */
     uint64_t capacity;
+    uint8_t owner;                         /* UCXDP_OWNER_*: the done list it goes to */
     /* the outcome, once matched */
     ucxdp_status_t status;                 /* OK, HANDOFF (see `handoff`), NO_MEMORY */
     int64_t info_source;
@@ -185,11 +202,13 @@ void ucxdp_tag_queue(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u);
 /* The oldest unexpected message matching, out of the queue when `remove`. */
 ucxdp_tag_unexp_t *ucxdp_tag_probe(ucxdp_worker_t *w, int64_t source, uint64_t tag,
                                    uint64_t mask, int remove);
-/* Move every matched receive of the done list to `out` (an initialized list
- * head), in completion order. */
-void ucxdp_tag_take_done(ucxdp_worker_t *w, ucxdp_link_t *out);
+/* Move every matched receive of `owner`'s done list to `out` (a list head,
+ * initialized here), in completion order. */
+void ucxdp_tag_take_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *out);
 /* Put receives taken by ucxdp_tag_take_done back in front (not delivered). */
-void ucxdp_tag_return_done(ucxdp_worker_t *w, ucxdp_link_t *list);
+void ucxdp_tag_return_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *list);
+/* The receive a done-list link belongs to. */
+#define UCXDP_DONE_RECV(l) ((ucxdp_tag_recv_t *)((char *)(l) - offsetof(ucxdp_tag_recv_t, done)))
 
 /* ucxdp_tag_eager with the worker's lock held by the caller (inbox.c) */
 ucxdp_status_t ucxdp_tag_eager_locked(ucxdp_worker_t *w, int64_t source, uint64_t tag,
@@ -218,6 +237,13 @@ typedef struct ucxdp_inbox {
      * table's "Python" entries): such frames are left to the caller */
     uint64_t handed[UCXDP_INBOX_RANGES][2];
     int nhanded;
+    /* a producer waits for space and a consumer that cannot wake it
+     * (ucxdp_inbox_progress's caller) took the frame: the binding's next
+     * dispatch reports it to Python, which wakes it */
+    int owed_wake;
+    /* Python has frames of its own queued for this transport's peers (a
+     * full ring): its progress must run to push them (set by Python) */
+    int py_busy;
 } ucxdp_inbox_t;
 
 ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsigned eager_am_id);
@@ -234,6 +260,14 @@ ucxdp_status_t ucxdp_inbox_hand_sizes(ucxdp_inbox_t *in, const uint64_t (*ranges
  * when the ring is corrupt. */
 long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int spins,
                           int *wake, int *bad);
+/* A C caller's progress (libucp's, which has no wake-up of its own):
+ * ucxdp_inbox_dispatch without spinning, under the same lock; a wake owed
+ * to a producer is kept for Python (owed_wake).  *flags: UCXDP_INBOX_WAKE
+ * (one is owed), UCXDP_INBOX_BAD (a corrupt ring), UCXDP_INBOX_LEFT (a frame
+ * the caller's path runs is next), UCXDP_INBOX_BUSY (py_busy): each a reason
+ * to run Python's progress. */
+enum { UCXDP_INBOX_WAKE = 1, UCXDP_INBOX_BAD = 2, UCXDP_INBOX_LEFT = 4, UCXDP_INBOX_BUSY = 8 };
+long ucxdp_inbox_progress(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, unsigned *flags);
 /* A blocking receive's shortcut, for a receive nothing posted or queued
  * could take the message from (the caller checked: ucxdp_match_idle_for):
  * polls an empty inbox up to `spins` times; when the next frame is an eager
@@ -246,12 +280,30 @@ int64_t ucxdp_inbox_try_recv(ucxdp_worker_t *w, ucxdp_inbox_t *in, uint64_t conn
                              uint64_t mask, void *buffer, uint64_t capacity, int spins,
                              uint64_t *got, int *wake);
 
+/* -- the shm eager send (lane.c) ------------------------------------------------- */
+/* A connection to a peer's inbox, kept by Python's transport (lane.c says
+ * what the flags mean). */
+typedef struct ucxdp_lane {
+    struct ucxpy_ring *ring;               /* the peer's inbox, as our producer handle */
+    unsigned eager_am_id;
+    uint64_t max_frame;                    /* the largest payload a frame carries */
+    int open;                              /* a frame pushed now is next in order */
+    int dead;                              /* gone for good (set before its ring goes) */
+} ucxdp_lane_t;
+
+/* Push an eager message of `length` bytes with `tag` into the lane: UCXDP_OK
+ * (sent; *wake: the peer sleeps, wake it), or UCXDP_ERR_NO_RESOURCE with
+ * nothing sent (the lane is not open, the ring full or busy, the message too
+ * large for a frame): the caller's path sends it. */
+ucxdp_status_t ucxdp_lane_eager(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint64_t tag,
+                                const void *buffer, uint64_t length, int *wake);
+
 /* -- the C API of the Python binding (ucxpy._dp's capsule) ---------------------- */
 /* Extension modules (mpi_shim._accel) and libucp (through its bridge) reach
  * the data plane of the Python process they run in through this table, so
  * there is one data plane per process, whoever calls it. */
 #define UCXDP_CAPSULE "ucxpy._dp._C_API"
-#define UCXDP_API_VERSION 1
+#define UCXDP_API_VERSION 2
 
 typedef struct ucxdp_api {
     int version;
@@ -264,6 +316,24 @@ typedef struct ucxdp_api {
     ucxdp_status_t (*get)(ucxdp_worker_t *, const ucxdp_rkey_t *, uint64_t, void *, size_t);
     ucxdp_status_t (*atomic)(ucxdp_worker_t *, const ucxdp_rkey_t *, uint64_t, unsigned,
                              ucxdp_amo_op_t, uint64_t, uint64_t, uint64_t *);
+    /* tagged receives of an external caller (owner UCXDP_OWNER_EXT) */
+    ucxdp_status_t (*tag_post)(ucxdp_worker_t *, ucxdp_tag_recv_t *, ucxdp_tag_unexp_t **);
+    int (*tag_cancel)(ucxdp_worker_t *, ucxdp_tag_recv_t *);
+    void (*tag_take_done)(ucxdp_worker_t *, int, ucxdp_link_t *);
+    void (*tag_unexp_free)(ucxdp_worker_t *, ucxdp_tag_unexp_t *);
+    ucxdp_tag_unexp_t *(*tag_probe)(ucxdp_worker_t *, int64_t, uint64_t, uint64_t, int);
+    /* the worker's inbox progressed by an external caller: ucxdp_inbox_progress
+     * (0 and no flags when the worker has no inbox) */
+    long (*inbox_progress)(ucxdp_worker_t *, long, unsigned *);
+    /* `adopt(r)`: a Python request (a new reference, or NULL with an
+     * exception) standing for the external receive `r`, which Python's path
+     * matched (taken out of the matcher) and now delivers or fails through
+     * it.  The external caller registers it once; called with the GIL. */
+    void (*set_adopt)(void *(*adopt)(ucxdp_tag_recv_t *r));
+    /* the C lane behind a ucxpy._dp.Lane, else NULL (no error set) */
+    ucxdp_lane_t *(*lane_of)(void *py_object);
+    ucxdp_status_t (*lane_eager)(ucxdp_worker_t *, const ucxdp_lane_t *, uint64_t, const void *,
+                                 uint64_t, int *);
 } ucxdp_api_t;
 
 #endif

@@ -51,6 +51,7 @@ ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsi
     in->cap = CONNS_MIN;
     in->nconns = 0;
     in->nhanded = 0;
+    in->owed_wake = in->py_busy = 0;
     return UCXDP_OK;
 }
 
@@ -191,6 +192,26 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
     }
     pthread_mutex_unlock(&w->lock);
     return count;
+}
+
+long ucxdp_inbox_progress(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, unsigned *flags)
+{
+    uint64_t out[UCXPY_RING_PEEK_OUT];
+    int wake, bad;
+    long n = ucxdp_inbox_dispatch(w, in, limit, 0, &wake, &bad);
+
+    *flags = 0;
+    if (wake) {
+        __atomic_store_n(&in->owed_wake, 1, __ATOMIC_RELAXED);
+        *flags |= UCXDP_INBOX_WAKE;
+    }
+    if (bad)
+        *flags |= UCXDP_INBOX_BAD;
+    else if (n < limit && ucxpy_ring_peek(in->ring, out) == 1)
+        *flags |= UCXDP_INBOX_LEFT;
+    if (__atomic_load_n(&in->py_busy, __ATOMIC_RELAXED))
+        *flags |= UCXDP_INBOX_BUSY;
+    return n;
 }
 
 int64_t ucxdp_inbox_try_recv(ucxdp_worker_t *w, ucxdp_inbox_t *in, uint64_t conn, uint64_t tag,

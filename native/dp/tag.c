@@ -103,10 +103,12 @@ static ucxdp_tag_unexp_t *unexp_alloc_locked(ucxdp_worker_t *w, uint64_t length)
 
 static inline void done_append(ucxdp_worker_t *w, ucxdp_tag_recv_t *r)
 {
-    r->done.prev = w->done.prev;
-    r->done.next = &w->done;
-    w->done.prev->next = &r->done;
-    w->done.prev = &r->done;
+    ucxdp_link_t *head = &w->done[r->owner < UCXDP_OWNERS ? r->owner : UCXDP_OWNER_PY];
+
+    r->done.prev = head->prev;
+    r->done.next = head;
+    head->prev->next = &r->done;
+    head->prev = &r->done;
 }
 
 ucxdp_status_t ucxdp_tag_post(ucxdp_worker_t *w, ucxdp_tag_recv_t *r, ucxdp_tag_unexp_t **taken)
@@ -217,31 +219,35 @@ ucxdp_tag_unexp_t *ucxdp_tag_probe(ucxdp_worker_t *w, int64_t source, uint64_t t
     return u == NULL ? NULL : CONTAINER(u, ucxdp_tag_unexp_t, m);
 }
 
-void ucxdp_tag_take_done(ucxdp_worker_t *w, ucxdp_link_t *out)
+void ucxdp_tag_take_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *out)
 {
+    ucxdp_link_t *done = &w->done[owner];
+
     pthread_mutex_lock(&w->lock);
-    if (w->done.next != &w->done) {
-        out->next = w->done.next;
-        out->prev = w->done.prev;
+    if (done->next != done) {
+        out->next = done->next;
+        out->prev = done->prev;
         out->next->prev = out;
         out->prev->next = out;
-        w->done.next = w->done.prev = &w->done;
+        done->next = done->prev = done;
     } else {
         out->next = out->prev = out;
     }
     pthread_mutex_unlock(&w->lock);
 }
 
-void ucxdp_tag_return_done(ucxdp_worker_t *w, ucxdp_link_t *list)
+void ucxdp_tag_return_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *list)
 {
+    ucxdp_link_t *done = &w->done[owner];
+
     if (list->next == list)
         return;
     pthread_mutex_lock(&w->lock);
     /* list's entries, then what is on the done list now */
-    list->prev->next = w->done.next;
-    w->done.next->prev = list->prev;
-    w->done.next = list->next;
-    list->next->prev = &w->done;
+    list->prev->next = done->next;
+    done->next->prev = list->prev;
+    done->next = list->next;
+    list->next->prev = done;
     list->next = list->prev = list;
     pthread_mutex_unlock(&w->lock);
 }

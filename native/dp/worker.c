@@ -27,7 +27,8 @@ ucxdp_status_t ucxdp_worker_create(ucxdp_worker_t **out)
         free(w);
         return UCXDP_ERR_NO_MEMORY;
     }
-    w->done.next = w->done.prev = &w->done;
+    for (int i = 0; i < UCXDP_OWNERS; i++)
+        w->done[i].next = w->done[i].prev = &w->done[i];
     *out = w;
     return UCXDP_OK;
 }

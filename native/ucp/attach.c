@@ -44,6 +44,7 @@ const ucxs_bridge_t *ucxs_py;
 static const ucxs_core_t core = {
     .complete = ucxs_core_complete,
     .am_arrived = ucxs_core_am_arrived,
+    .ext_recv = ucxs_core_ext_recv,
 };
 
 static void say(const char *entry, const char *fmt, va_list ap, const char *tail)

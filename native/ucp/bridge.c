@@ -21,6 +21,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +30,8 @@
 #define FNS(X)                                                                           \
     X(context_create) X(worker_create) X(worker_destroy) X(ep_create) X(ep_close)         \
     X(flush) X(tag_probe) X(am_handler) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)   \
-    X(rkey_unpack) X(rkey_map) X(context_info) X(status_of) X(failure)
+    X(rkey_unpack) X(rkey_map) X(context_info) X(status_of) X(failure) X(ep_lane)         \
+    X(wake_peer)
 
 #define FN_ENUM(name) FN_##name,
 #define FN_NAME(name) #name,
@@ -38,11 +40,13 @@ static const char *const fn_names[] = {FNS(FN_NAME)};
 static PyObject *fns[FN_COUNT];            /* the adapter's functions */
 static const ucxs_core_t *core;            /* libucp's completion entry points */
 static PyObject *tag_info_type;            /* ucxpy.TagInfo: a receive's result */
+static PyObject *recv_request_type;        /* ucxpy.tag.RecvRequest */
 /* attribute names, interned once */
 #define NAMES(X) X(done) X(exc) X(result) X(tag) X(length) X(pending) X(add_done_callback) \
     X(cancel) X(worker) X(progress) X(tag_send_nb) X(tag_send_sync_nb) X(tag_recv_nb)      \
     X(tag_recv_message_nb) X(am_send_nb) X(receive) X(put_nb) X(get_nb) X(atomic_post)      \
-    X(atomic_fetch_nb) X(atomic_fetch_now) X(add) X(swap) X(cswap) X(and) X(or) X(xor)
+    X(atomic_fetch_nb) X(atomic_fetch_now) X(add) X(swap) X(cswap) X(and) X(or) X(xor)     \
+    X(progress_all) X(_post_taken) X(_cancel_recv) X(lock) X(tr)
 #define NAME_DECL(n) static PyObject *s_##n;
 NAMES(NAME_DECL)
 
@@ -50,6 +54,10 @@ static ucxs_bridge_t table;                /* the operations (below) */
 /* calls from libucp into Python in this process (entries(): the proof that
  * a steady-state message needs none) */
 static uint64_t py_entries;
+/* libucp's one lock (bridge.h: try_lock / lock / unlock) */
+static pthread_mutex_t py_lock;
+/* core requests still pending in Python for libucp (Completions not yet called) */
+static uint64_t py_pending;
 
 /* -- the one template ---------------------------------------------------------- */
 /* The status of the exception being raised, printed once; clears it. */
@@ -174,6 +182,7 @@ static PyObject *completion_call(completion_t *self, PyObject *args, PyObject *k
     ucs_status_t status = outcome_of(r, "completion", &info);
     if (PyDict_DelItem(self->pending, self->key) < 0)
         PyErr_Clear();                     /* not pending (never was): nothing to undo */
+    __atomic_fetch_sub(&py_pending, 1, __ATOMIC_RELAXED);
     core->complete(self->req, status, info.sender_tag, info.length);
     Py_RETURN_NONE;
 }
@@ -225,6 +234,8 @@ static ucs_status_t track(const char *op, PyObject *r, PyObject *worker, void *r
     if (c->key == NULL || PyDict_SetItem(pending, c->key, r) < 0 ||
         (res = PyObject_CallMethodOneArg(r, s_add_done_callback, (PyObject *)c)) == NULL)
         status = raised(op);
+    else
+        __atomic_fetch_add(&py_pending, 1, __ATOMIC_RELAXED);
 out:
     Py_XDECREF(res);
     Py_XDECREF((PyObject *)c);
@@ -287,8 +298,38 @@ static PyObject *py(void *obj)
     if (!Py_IsInitialized())                                                             \
         return dead;                                                                     \
     __atomic_fetch_add(&py_entries, 1, __ATOMIC_RELAXED);                                \
-    PyGILState_STATE gil_ = PyGILState_Ensure()
-#define LEAVE PyGILState_Release(gil_)
+    PyGILState_STATE gil_ = PyGILState_Ensure();                                         \
+    b_lock()
+#define LEAVE                                                                            \
+    b_unlock();                                                                          \
+    PyGILState_Release(gil_)
+
+/* -- the lock ------------------------------------------------------------------- */
+static int b_try_lock(void)
+{
+    return pthread_mutex_trylock(&py_lock) == 0;
+}
+
+/* Wait for the lock without holding the GIL: its holder may be waiting for
+ * the GIL (a bridge operation), or about to finish without it (libucp's
+ * data-plane calls, which never take the GIL while they hold the lock). */
+static void b_lock(void)
+{
+    if (pthread_mutex_trylock(&py_lock) == 0)
+        return;
+    if (Py_IsInitialized() && PyGILState_Check()) {
+        PyThreadState *ts = PyEval_SaveThread();
+        pthread_mutex_lock(&py_lock);
+        PyEval_RestoreThread(ts);
+    } else {
+        pthread_mutex_lock(&py_lock);
+    }
+}
+
+static void b_unlock(void)
+{
+    pthread_mutex_unlock(&py_lock);
+}
 
 /* -- operations ------------------------------------------------------------------ */
 static void b_attach(const ucxs_core_t *c)
@@ -329,7 +370,7 @@ static const void *dp_object(PyObject *obj, const char *attr, int key)
 
 static ucs_status_t b_worker_create(void *ctx, void *cworker, const ucxs_ops_t *ops,
                                     void **worker, void **address, size_t *address_length,
-                                    int *oversubscribed, ucxdp_worker_t **dp)
+                                    int *oversubscribed, ucxdp_worker_t **dp, int *dp_tag)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
     PyObject *w = NULL, *a = NULL, *core_worker = NULL;
@@ -346,6 +387,21 @@ static ucs_status_t b_worker_create(void *ctx, void *cworker, const ucxs_ops_t *
         goto out;
     }
     *dp = (ucxdp_worker_t *)dp_object(core_worker, "dp", 0);
+    *dp_tag = 0;
+    if (*dp != NULL) {
+        /* not while the core traces (each receive is an event there) or a
+         * progress thread drives the worker (its own lock) */
+        PyObject *lock = PyObject_GetAttr(core_worker, s_lock);
+        PyObject *tr = lock != NULL ? PyObject_GetAttr(core_worker, s_tr) : NULL;
+        if (tr == NULL) {
+            s = raised("ucp_worker_create");
+            Py_XDECREF(lock);
+            goto out;
+        }
+        *dp_tag = lock == Py_None && tr == Py_None;
+        Py_DECREF(lock);
+        Py_DECREF(tr);
+    }
     *address_length = (size_t)PyBytes_GET_SIZE(a);
     *address = malloc(*address_length);
     if (*address == NULL) {
@@ -370,12 +426,13 @@ static ucs_status_t b_worker_destroy(void *worker)
     return s;
 }
 
-static unsigned b_progress(void *worker)
+static unsigned b_progress(void *worker, int full)
 {
     ENTER_OR(0);
     unsigned n = 0;
     PyObject *w = core_worker(worker);
-    PyObject *res = w != NULL ? PyObject_CallMethodNoArgs(w, s_progress) : NULL;
+    PyObject *res = w != NULL ? PyObject_CallMethodNoArgs(w, full ? s_progress_all : s_progress)
+                              : NULL;
     if (res == NULL)
         raised("ucp_worker_progress");
     else {
@@ -417,6 +474,37 @@ static ucs_status_t on_pair(int fn, void *a, void *b)
 static ucs_status_t b_ep_close(void *worker, void *ep)
 {
     return on_pair(FN_ep_close, worker, ep);
+}
+
+static ucs_status_t b_ep_lane(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max)
+{
+    ENTER_OR(UCS_ERR_UNSUPPORTED);
+    ucs_status_t s = UCS_ERR_UNSUPPORTED;
+    PyObject *l = NULL;
+    unsigned long long max;
+    PyObject *res = call(FN_ep_lane, Py_BuildValue("(O)", py(ep)));
+
+    if (res == NULL) {
+        s = raised("ucp_tag_send_nbx");
+    } else if (res != Py_None && table.dp != NULL) {
+        if (!PyArg_ParseTuple(res, "OK", &l, &max)) {
+            s = raised("ucp_tag_send_nbx");
+        } else if ((*lane = table.dp->lane_of(l)) != NULL) {
+            *ref = Py_NewRef(l);
+            *eager_max = max;
+            s = UCS_OK;
+        }
+    }
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
+static void b_wake_peer(void *ep)
+{
+    ENTER_OR();
+    plain(FN_wake_peer, call(FN_wake_peer, Py_BuildValue("(O)", py(ep))));
+    LEAVE;
 }
 
 static ucs_status_t b_flush(void *worker, void *ep)
@@ -467,6 +555,68 @@ static ucs_status_t b_tag_recv(void *worker, void *buf, size_t length, uint64_t 
     Py_XDECREF(w);
     LEAVE;
     return s;
+}
+
+/* A core RecvRequest for the data-plane receive `r` of CWorker `worker` (a
+ * new reference, or NULL: raised): r's buffer, source, tag and mask. */
+static PyObject *recv_request(PyObject *worker, ucxdp_tag_recv_t *r, PyObject *cancel)
+{
+    PyObject *w = core_worker(worker), *req;
+
+    if (w == NULL)
+        return NULL;
+    req = PyObject_CallFunction(recv_request_type, "ONLKKO", w,
+                                view(r->buffer, (size_t)r->capacity, PyBUF_WRITE),
+                                (long long)r->m.source, (unsigned long long)r->m.tag,
+                                (unsigned long long)r->m.mask, cancel);
+    Py_DECREF(w);
+    return req;
+}
+
+static ucs_status_t b_tag_recv_taken(void *worker, ucxdp_worker_t *dp, ucxdp_tag_recv_t *r,
+                                     ucxdp_tag_unexp_t *u, void *req, ucp_tag_recv_info_t *info)
+{
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    PyObject *user = (PyObject *)u->user, *w = core_worker(worker), *cancel = NULL, *rr = NULL;
+    ucs_status_t s;
+
+    u->user = NULL;
+    table.dp->tag_unexp_free(dp, u);
+    if (w != NULL && (cancel = PyObject_GetAttr(w, s__cancel_recv)) != NULL
+            && (rr = recv_request(worker, r, cancel)) != NULL) {
+        PyObject *args[] = {Py_NewRef(rr), Py_NewRef(user)};
+        s = track("ucp_tag_recv_nbx", method(s__post_taken, w, 2, args), worker, req, info);
+    } else {
+        s = raised("ucp_tag_recv_nbx");
+    }
+    Py_XDECREF(rr);
+    Py_XDECREF(cancel);
+    Py_XDECREF(w);
+    Py_DECREF(user);
+    LEAVE;
+    return s;
+}
+
+/* The data plane's adopt hook (dp.h's set_adopt): libucp's receive `r`,
+ * which Python's path matched (or gathered to fail), as a core RecvRequest
+ * whose completion reaches libucp's request.  Called in Python's path, so
+ * with the GIL and the lock held. */
+static void *b_adopt(ucxdp_tag_recv_t *r)
+{
+    void *req, *worker;
+    PyObject *rr;
+
+    core->ext_recv(r, &req, &worker);
+    rr = recv_request(worker, r, Py_None);
+    if (rr == NULL)
+        return NULL;
+    if (track("ucp_tag_recv_nbx", Py_NewRef(rr), worker, req, NULL) != UCS_INPROGRESS) {
+        Py_DECREF(rr);
+        PyErr_SetString(PyExc_RuntimeError,
+                        "libucp: cannot follow a receive Python's path matched");
+        return NULL;
+    }
+    return rr;
 }
 
 static ucs_status_t b_tag_probe(void *worker, uint64_t tag, uint64_t mask, int remove,
@@ -735,6 +885,11 @@ static ucs_status_t b_context_info(void *ctx, char **text)
 static ucxs_bridge_t table = {
     .abi = UCXS_BRIDGE_ABI,
     .attach = b_attach,
+    .try_lock = b_try_lock,
+    .lock = b_lock,
+    .unlock = b_unlock,
+    .py_pending = &py_pending,
+    .tag_recv_taken = b_tag_recv_taken,
     .release = b_release,
     .context_create = b_context_create,
     .worker_create = b_worker_create,
@@ -742,6 +897,8 @@ static ucxs_bridge_t table = {
     .progress = b_progress,
     .ep_create = b_ep_create,
     .ep_close = b_ep_close,
+    .ep_lane = b_ep_lane,
+    .wake_peer = b_wake_peer,
     .flush = b_flush,
     .cancel = b_cancel,
     .tag_send = b_tag_send,
@@ -852,6 +1009,16 @@ PyMODINIT_FUNC PyInit__ucp_bridge(void)
     tag_info_type = PyObject_GetAttrString(adapter, "TagInfo");
     if (tag_info_type == NULL)
         goto fail;
+    recv_request_type = PyObject_GetAttrString(adapter, "RecvRequest");
+    if (recv_request_type == NULL)
+        goto fail;
+    {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+        pthread_mutex_init(&py_lock, &a);
+        pthread_mutexattr_destroy(&a);
+    }
     for (int i = 0; i < FN_COUNT; i++) {
         fns[i] = PyObject_GetAttrString(adapter, fn_names[i]);
         if (fns[i] == NULL)
@@ -866,6 +1033,8 @@ PyMODINIT_FUNC PyInit__ucp_bridge(void)
     if (table.dp == NULL || table.dp->version != UCXDP_API_VERSION) {
         PyErr_Clear();
         table.dp = NULL;
+    } else {
+        table.dp->set_adopt(b_adopt);
     }
     PyObject *cap = PyCapsule_New((void *)&table, UCXS_BRIDGE_CAPSULE, NULL);
     if (cap == NULL || PyModule_AddObject(m, "table", cap) < 0) {

@@ -22,7 +22,7 @@
 
 #include "../dp/dp.h"
 
-#define UCXS_BRIDGE_ABI 4
+#define UCXS_BRIDGE_ABI 5
 #define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
 
 /* What a worker carried, counted by libucp (the proof-of-use report reads
@@ -39,6 +39,10 @@ typedef struct ucxs_core {
      * message's reference, NULL when the data is here) */
     void (*am_arrived)(void *cworker, unsigned id, const void *header, size_t header_length,
                        const void *data, size_t length, void *desc);
+    /* a receive libucp posted in the data plane (`r`), which Python's path
+     * matched: its C request and the CWorker it belongs to; from now on it
+     * completes through `complete` */
+    void (*ext_recv)(ucxdp_tag_recv_t *r, void **req, void **worker);
 } ucxs_core_t;
 
 /* The bridge's side: every operation libucp needs from the core. */
@@ -48,22 +52,50 @@ typedef struct ucxs_bridge {
      * runs its stock operations there, without Python (see rma.c) */
     const ucxdp_api_t *dp;
     void (*attach)(const ucxs_core_t *core);
+    /* The one lock of libucp's use of the core: every bridge operation holds
+     * it while in Python, and libucp holds it around its own data-plane
+     * calls, so Python and C never drive one worker at once.  try_lock does
+     * not wait (libucp's fast paths: on failure they take the bridge's way,
+     * which waits without holding the GIL); lock waits (a thread holding the
+     * GIL gives it up while it waits).  Recursive. */
+    int (*try_lock)(void);
+    void (*lock)(void);
+    void (*unlock)(void);
+    /* requests the core still runs in Python for libucp (each completes
+     * through `complete`): while any, libucp's progress runs Python's */
+    const uint64_t *py_pending;
     void (*release)(void *obj);
     ucs_status_t (*context_create)(void **ctx);
-    /* `*dp`: the core worker's data plane, or NULL (UCXPY_FASTPATH=n) */
+    /* `*dp`: the core worker's data plane, or NULL (UCXPY_FASTPATH=n);
+     * `*dp_tag`: libucp may post receives and progress there itself (no
+     * tracing, no progress thread) */
     ucs_status_t (*worker_create)(void *ctx, void *cworker, const ucxs_ops_t *ops,
                                   void **worker, void **address, size_t *address_length,
-                                  int *oversubscribed, ucxdp_worker_t **dp);
+                                  int *oversubscribed, ucxdp_worker_t **dp, int *dp_tag);
     ucs_status_t (*worker_destroy)(void *worker);
-    unsigned (*progress)(void *worker);
+    /* `full`: poll every interface, those without endpoints too (libucp's
+     * timer pass, when it progressed in C alone for a while) */
+    unsigned (*progress)(void *worker, int full);
     ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);
     ucs_status_t (*ep_close)(void *worker, void *ep);
+    /* The data plane's view of the connection Endpoint `ep` sends on: `*ref`
+     * a new reference keeping it, `*lane` its C lane, `*eager_max` the
+     * largest message sent eagerly; UCS_ERR_UNSUPPORTED where there is none
+     * (not connected yet, another transport). */
+    ucs_status_t (*ep_lane)(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max);
+    /* a push into `ep`'s lane found its peer asleep: wake it */
+    void (*wake_peer)(void *ep);
     ucs_status_t (*flush)(void *worker, void *ep_or_null);
     ucs_status_t (*cancel)(void *worker, void *req);
     ucs_status_t (*tag_send)(void *worker, void *ep, const void *buf, size_t length,
                              uint64_t tag, int sync, void *req, ucp_tag_recv_info_t *info);
     ucs_status_t (*tag_recv)(void *worker, void *buf, size_t length, uint64_t tag,
                              uint64_t mask, void *req, ucp_tag_recv_info_t *info);
+    /* `r` (posted by libucp) took the unexpected message `u`, whose protocol
+     * Python runs (u->user: its Python object): Python delivers it into r's
+     * buffer; `u` is freed here */
+    ucs_status_t (*tag_recv_taken)(void *worker, ucxdp_worker_t *dp, ucxdp_tag_recv_t *r,
+                                   ucxdp_tag_unexp_t *u, void *req, ucp_tag_recv_info_t *info);
     ucs_status_t (*tag_probe)(void *worker, uint64_t tag, uint64_t mask, int remove,
                               ucp_tag_recv_info_t *info, void **message);
     ucs_status_t (*msg_recv)(void *worker, void *buf, size_t length, void *message,

@@ -48,6 +48,8 @@ ucs_status_t ucp_ep_create(ucp_worker_h worker, const ucp_ep_params_t *params, u
 static ucs_status_t ep_close(ucp_ep_h ep)
 {
     ucs_status_t status = ucxs_py->ep_close(ep->worker->py, ep->py);
+    if (ep->lane_ref != NULL)
+        ucxs_py->release(ep->lane_ref);
     ucxs_py->release(ep->py);
     free(ep);
     return status;

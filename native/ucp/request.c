@@ -184,6 +184,54 @@ void ucxs_core_complete(void *handle, ucs_status_t status, uint64_t tag, size_t 
     ucxs_queue_push(req->worker, &req->ev);
 }
 
+void ucxs_core_ext_recv(ucxdp_tag_recv_t *r, void **handle, void **cworker)
+{
+    ucxs_req_t *req = (ucxs_req_t *)((char *)r - offsetof(ucxs_req_t, dtr));
+
+    req->flags &= ~(uint32_t)UCXS_REQ_DP;  /* Python's to complete now */
+    *handle = req;
+    *cworker = req->worker->py;
+}
+
+/* The outcome of a data-plane receive the data plane matched. */
+static void dp_outcome(ucxs_req_t *req)
+{
+    ucxdp_tag_recv_t *r = &req->dtr;
+
+    req->flags &= ~(uint32_t)UCXS_REQ_DP;
+    req->info.sender_tag = r->info_tag;
+    req->info.length = (size_t)r->info_length;
+    if (r->status == UCXDP_OK) {
+        req->status = UCS_OK;
+    } else if (r->status == UCXDP_HANDOFF) {
+        /* (libucp's receives always have a buffer: a handed-off eager
+         * message did not fit in it) */
+        free(r->handoff);
+        r->handoff = NULL;
+        req->status = UCS_ERR_MESSAGE_TRUNCATED;
+    } else {
+        req->status = (ucs_status_t)r->status;
+    }
+}
+
+unsigned ucxs_dp_done(ucp_worker_h worker)
+{
+    ucxdp_link_t list, *l;
+    unsigned n = 0;
+
+    ucxs_py->dp->tag_take_done(worker->dp, UCXDP_OWNER_EXT, &list);
+    while ((l = list.next) != &list) {
+        ucxs_req_t *req = (ucxs_req_t *)((char *)UCXDP_DONE_RECV(l) - offsetof(ucxs_req_t, dtr));
+
+        list.next = l->next;
+        l->next->prev = &list;
+        dp_outcome(req);
+        ucxs_queue_push(worker, &req->ev);
+        n++;
+    }
+    return n;
+}
+
 void ucxs_req_dispatch(ucxs_req_t *req)
 {
     void *h = ucxs_req_handle(req);
@@ -245,6 +293,22 @@ void ucp_request_cancel(ucp_worker_h worker, void *request)
 {
     ucxs_req_t *req = ucxs_req_of(request);
     if (!(req->flags & UCXS_REQ_COMPLETED) && req->status == UCS_INPROGRESS) {
+        if (req->flags & UCXS_REQ_DP) {
+            int removed;
+
+            ucxs_py->lock();
+            /* (still posted in the data plane: nobody else completes it) */
+            removed = (req->flags & UCXS_REQ_DP) && ucxs_py->dp->tag_cancel(worker->dp, &req->dtr);
+            ucxs_py->unlock();
+            if (removed) {
+                req->flags &= ~(uint32_t)UCXS_REQ_DP;
+                req->status = UCS_ERR_CANCELED;
+                ucxs_req_dispatch(req);
+                return;
+            }
+            /* matched meanwhile: on the done list (completes in progress),
+             * or Python's (adopted: its core request is cancelled below) */
+        }
         ucxs_py->cancel(worker->py, req);
         /* as UCP does, a cancelled request completes inside the call: MPICH
          * cancels the netmod half of an ANY_SOURCE receive its self path

@@ -80,6 +80,10 @@ struct ucp_worker {
                                               since the last worker flush (ucxs_rma_posted) */
     unsigned idle;                         /* progress calls in a row that found nothing */
     unsigned loopback_done;                /* sends to itself completed this progress call */
+    int dp_tag;                            /* receives posted and progressed in the data
+                                              plane (tag.c, worker.c) */
+    uint64_t py_last;                      /* when progress last ran Python's (ns) */
+    uint64_t py_calls, c_calls;            /* progress calls that ran Python's / only C */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed
@@ -102,6 +106,11 @@ struct ucp_ep {
     ucp_worker_h worker;
     void *py;                              /* ucxpy.Endpoint */
     int loopback;                          /* to its own worker (tag.c: as UCX's self) */
+    /* the data plane's view of the connection it sends on (tag.c), or NULL */
+    ucxdp_lane_t *lane;
+    void *lane_ref;                        /* the bridge's reference keeping it */
+    uint64_t eager_max;                    /* the largest eager message */
+    unsigned lane_asks;                    /* times the bridge found none */
 };
 
 struct ucp_mem {
@@ -162,6 +171,7 @@ enum {
     UCXS_REQ_AM = 16,                      /* recv_info is a length, not a tag_info */
     UCXS_REQ_FETCH = 32,                   /* an atomic's old value (info.sender_tag) to `reply` */
     UCXS_REQ_LOOPBACK = 64,                /* a send to its own worker (tag.c) */
+    UCXS_REQ_DP = 128,                     /* a receive posted in the data plane (`dtr`) */
 };
 
 struct ucxs_req {
@@ -177,6 +187,7 @@ struct ucxs_req {
     void *reply;                           /* UCXS_REQ_FETCH: reply_size bytes */
     size_t reply_size;
     ucxs_req_t *next_free;
+    ucxdp_tag_recv_t dtr;                  /* UCXS_REQ_DP: the data plane's receive */
 };
 
 /* The caller's area follows our header, 16-byte aligned; a request handle is
@@ -212,7 +223,8 @@ _Static_assert(UCXDP_OK == (int)UCS_OK && UCXDP_INPROGRESS == (int)UCS_INPROGRES
                && UCXDP_ERR_NO_MEMORY == (int)UCS_ERR_NO_MEMORY
                && UCXDP_ERR_INVALID_PARAM == (int)UCS_ERR_INVALID_PARAM
                && UCXDP_ERR_INVALID_ADDR == (int)UCS_ERR_INVALID_ADDR
-               && UCXDP_ERR_OUT_OF_RANGE == (int)UCS_ERR_OUT_OF_RANGE,
+               && UCXDP_ERR_OUT_OF_RANGE == (int)UCS_ERR_OUT_OF_RANGE
+               && UCXDP_ERR_NO_RESOURCE == (int)UCS_ERR_NO_RESOURCE,
                "the data plane's status values are UCS's");
 
 /* The data plane runs a put/get (`put`) or an atomic for `ep` through `rkey`
@@ -260,6 +272,10 @@ void ucxs_dispatch_except(ucp_worker_h worker, ucxs_event_t *keep);
 void ucxs_req_dispatch(ucxs_req_t *req);          /* request.c */
 void ucxs_am_dispatch(ucp_worker_h worker, ucxs_event_t *ev);   /* am.c */
 void ucxs_core_complete(void *req, ucs_status_t status, uint64_t tag, size_t length);
+void ucxs_core_ext_recv(ucxdp_tag_recv_t *r, void **req, void **cworker);
+/* Complete libucp's receives the data plane matched (its done list): how
+ * many were queued for dispatch (request.c). */
+unsigned ucxs_dp_done(ucp_worker_h worker);
 void ucxs_core_am_arrived(void *cworker, unsigned id, const void *header,
                           size_t header_length, const void *data, size_t length, void *desc);
 

@@ -12,10 +12,69 @@
  * into bytes (datatype.c), makes the request (request.c) and lets
  * ucxs_req_posted decide what the caller sees.  A probe looks at what has
  * arrived without progressing, as UCP's does.
+ *
+ * An eager send on a connection into a same-host peer's inbox goes by the
+ * data plane too (dp_send): its lane (lane.c), which the bridge gives once
+ * the core connected, takes the frame when nothing of Python's is queued
+ * before it; otherwise, and for anything else, the core sends.
+ *
+ * A receive (not of a probed message) goes to the worker's data plane
+ * directly when it has one (dp_recv): the request carries the data plane's
+ * receive, posted in the one matcher all the process's callers share, and
+ * an eager message the data plane matches to it completes it from
+ * ucp_worker_progress without Python (worker.c).  A message Python's path
+ * runs (a rendezvous offer, any frame of a connection the data plane does
+ * not read) still finds it there: Python adopts the receive (bridge.c) and
+ * completes it as any other.
  */
 #include <stdlib.h>
+#include <string.h>
 
 #include "shim.h"
+
+/* Times the bridge may find no lane for an endpoint before libucp stops
+ * asking (another transport's endpoint never has one). */
+#define LANE_ASKS 8
+
+/* Send in the data plane: 1 sent, 0 not (the core's way). */
+static int dp_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
+{
+    int wake;
+    ucxdp_status_t st;
+
+    if (length > ep->eager_max || !ucxs_py->try_lock())
+        return 0;
+    st = ucxs_py->dp->lane_eager(ep->worker->dp, ep->lane, tag, data, length, &wake);
+    ucxs_py->unlock();
+    if (st != UCXDP_OK)
+        return 0;
+    if (wake)
+        ucxs_py->wake_peer(ep->py);
+    return 1;
+}
+
+/* After a send the core made: the lane to send by from now on, if any. */
+static void find_lane(ucp_ep_h ep)
+{
+    void *ref;
+    ucxdp_lane_t *lane;
+    uint64_t max;
+
+    if (ep->lane != NULL && !ep->lane->dead)
+        return;
+    if (ep->lane_asks >= LANE_ASKS)
+        return;
+    if (ucxs_py->ep_lane(ep->py, &ref, &lane, &max) != UCS_OK) {
+        ep->lane_asks++;
+        return;
+    }
+    if (ep->lane_ref != NULL)
+        ucxs_py->release(ep->lane_ref);
+    ep->lane_ref = ref;
+    ep->lane = lane;
+    ep->eager_max = max;
+    ep->lane_asks = 0;
+}
 
 static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buffer, size_t count,
                              ucp_tag_t tag, int sync, ucxs_req_t *req,
@@ -28,18 +87,23 @@ static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buf
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
     ep->worker->ops.tag_send++;
     status = ucxs_dt_send(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
-    if (status == UCS_OK)
+    if (status != UCS_OK) {
+        ucxs_error(entry, "cannot take the send buffer's datatype");
+    } else if (!sync && ep->lane != NULL && dp_send(ep, data, req->dt.length, tag)) {
+        status = UCS_OK;                   /* (in the peer's inbox: done) */
+    } else {
         status = ucxs_py->tag_send(ep->worker->py, ep->py, data, req->dt.length, tag, sync,
                                    req, &req->info);
-    else
-        ucxs_error(entry, "cannot take the send buffer's datatype");
+        if (ep->worker->dp_tag && !ep->loopback)
+            find_lane(ep);
+    }
     if (ep->loopback) {
         req->flags |= UCXS_REQ_LOOPBACK;
         /* as UCX's self transport: the receive this send matches completes
          * within the send (Open MPI's Testsome looks once, right after): the
          * core delivers the message, then its completions are dispatched,
          * all but the send's own (its callback never runs inside the call) */
-        ucxs_py->progress(ep->worker->py);
+        ucxs_py->progress(ep->worker->py, 0);
         ucxs_dispatch_except(ep->worker, &req->ev);
     }
     return ucxs_req_posted(req, status, param);
@@ -83,6 +147,52 @@ ucs_status_ptr_t ucp_tag_send_sync_nb(ucp_ep_h ep, const void *buffer, size_t co
     return send_old("ucp_tag_send_sync_nb", ep, buffer, count, datatype, tag, 1, cb);
 }
 
+/* Post `req`'s receive in the data plane: UCS_INPROGRESS (posted), the
+ * outcome of an unexpected message it took, or UCS_ERR_NO_RESOURCE when the
+ * lock is busy (the bridge's way then). */
+static ucs_status_t dp_recv(ucp_worker_h worker, ucxs_req_t *req, void *data, size_t length,
+                            ucp_tag_t tag, ucp_tag_t tag_mask)
+{
+    static char empty;
+    const ucxdp_api_t *dp = ucxs_py->dp;
+    ucxdp_tag_recv_t *r = &req->dtr;
+    ucxdp_tag_unexp_t *u;
+    ucxdp_status_t st;
+    ucs_status_t status;
+
+    memset(r, 0, sizeof(*r));
+    r->m.source = UCXDP_ANY_SOURCE;
+    r->m.tag = tag & tag_mask;
+    r->m.mask = tag_mask;
+    r->buffer = data != NULL ? data : &empty;
+    r->capacity = length;
+    r->owner = UCXDP_OWNER_EXT;
+    if (!ucxs_py->try_lock())
+        return UCS_ERR_NO_RESOURCE;
+    req->flags |= UCXS_REQ_DP;             /* (before it can match: ext_recv clears it) */
+    st = dp->tag_post(worker->dp, r, &u);
+    ucxs_py->unlock();
+    if (st != UCXDP_OK) {
+        req->flags &= ~(uint32_t)UCXS_REQ_DP;
+        return (ucs_status_t)st;
+    }
+    if (u == NULL)
+        return UCS_INPROGRESS;
+    req->flags &= ~(uint32_t)UCXS_REQ_DP;
+    if (u->user != NULL)                   /* Python's protocol: it delivers */
+        return ucxs_py->tag_recv_taken(worker->py, worker->dp, r, u, req, &req->info);
+    req->info.sender_tag = u->m.tag;
+    req->info.length = (size_t)u->length;
+    if (u->length <= length) {
+        memcpy(r->buffer, u->data, (size_t)u->length);
+        status = UCS_OK;
+    } else {
+        status = UCS_ERR_MESSAGE_TRUNCATED;
+    }
+    dp->tag_unexp_free(worker->dp, u);
+    return status;
+}
+
 /* A receive into `buffer` (`message`: a probed message, else a posted receive). */
 static ucs_status_ptr_t tag_recv(const char *entry, ucp_worker_h worker, void *buffer, size_t count,
                              ucp_tag_t tag, ucp_tag_t tag_mask, ucp_tag_message_h message,
@@ -101,6 +211,9 @@ static ucs_status_ptr_t tag_recv(const char *entry, ucp_worker_h worker, void *b
     else if (message != NULL)
         status = ucxs_py->msg_recv(worker->py, data, req->dt.length, message->py, req,
                                    &req->info);
+    else if (worker->dp_tag && (status = dp_recv(worker, req, data, req->dt.length, tag,
+                                                 tag_mask)) != UCS_ERR_NO_RESOURCE)
+        ;                                  /* (the data plane's) */
     else
         status = ucxs_py->tag_recv(worker->py, data, req->dt.length, tag, tag_mask, req,
                                    &req->info);

@@ -15,6 +15,17 @@
  * only appends to the queue, which this progress pass keeps draining).
  * On a host with more of the job's ranks than CPUs, a run of idle progress
  * calls yields the CPU (capi.oversubscribed), as the core's own waits do.
+ *
+ * With the data plane (w->dp_tag), progress is C first: the shm inbox's
+ * eager messages are matched and libucp's receives completed there
+ * (dp_progress), and Python's progress runs only when it has something to
+ * do: a frame the data plane left for it, a producer to wake, a request
+ * still running in Python, work Python polls beyond the inbox (another
+ * transport's endpoints: py_poll), and otherwise at most once per
+ * PY_EVERY_NS of calls (its timers: liveness, connection requests, which
+ * that pass polls on every interface).  A steady-state exchange of eager
+ * messages between same-host ranks then enters Python about once a
+ * millisecond, whatever its rate.
  * A flush covers RMA and atomics (UCP's contract): it returns at once when
  * every one since the last worker flush was done within its call
  * (rma_in_flight, counted by rma.c and atomic.c), else the core flushes.
@@ -22,11 +33,14 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "shim.h"
 
 #define MAX_AM_HEADER 512   /* within the core's limit for a user header */
 #define LOOPBACK_PASSES 2   /* more core passes after a send to itself completed */
+#define PY_EVERY_NS 1000000ULL  /* Python's progress at least this often, while called */
+#define DP_BATCH 64         /* inbox frames per progress call */
 
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev)
 {
@@ -102,7 +116,7 @@ static ucs_status_t worker_address(ucp_worker_h w)
     size_t length;
     ucs_status_t status = ucxs_py->worker_create(w->context->py, w, &w->ops, &w->py,
                                                  &core_address, &length, &w->oversubscribed,
-                                                 &w->dp);
+                                                 &w->dp, &w->dp_tag);
     if (status != UCS_OK)
         return status;
     w->address_length = UCXS_ADDRESS_HEADER + length;
@@ -194,11 +208,56 @@ ucs_status_t ucp_worker_query(ucp_worker_h w, ucp_worker_attr_t *attr)
  * time slice while the rank that can make progress waits for the CPU. */
 #define IDLE_YIELD 4
 
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* The data plane's part of a progress call: its inbox, then libucp's
+ * receives it completed.  *py: Python's progress has work now. */
+static unsigned dp_progress(ucp_worker_h w, int *py)
+{
+    unsigned flags = 0;
+    unsigned n;
+
+    if (!ucxs_py->try_lock()) {            /* another thread is in Python */
+        *py = 1;
+        return 0;
+    }
+    n = (unsigned)ucxs_py->dp->inbox_progress(w->dp, DP_BATCH, &flags);
+    ucxs_py->unlock();
+    if (n != 0)                            /* (frames taken: receives they completed) */
+        n += ucxs_dp_done(w);
+    *py = flags != 0 || __atomic_load_n(&w->dp->py_poll, __ATOMIC_RELAXED) != 0
+        || __atomic_load_n(ucxs_py->py_pending, __ATOMIC_RELAXED) != 0;
+    return n;
+}
+
 unsigned ucp_worker_progress(ucp_worker_h w)
 {
+    int full = 0;
     w->loopback_done = 0;
     unsigned n = dispatch(w);               /* what earlier calls queued */
-    n += ucxs_py->progress(w->py);
+    if (w->dp_tag) {
+        int py;
+        uint64_t now;
+
+        n += dp_progress(w, &py);
+        now = now_ns();
+        full = now - w->py_last >= PY_EVERY_NS;
+        if (!py && !full) {
+            w->c_calls++;
+            n += dispatch(w);
+            goto idle;
+        }
+        w->py_last = now;
+    }
+    w->py_calls++;
+    n += ucxs_py->progress(w->py, full);
+    if (w->dp_tag)                          /* (Python's inbox pass completes ours too) */
+        n += ucxs_dp_done(w);
     n += dispatch(w);
     /* a send to this worker itself completed: the core completes the receive
      * it matched a pass later (its data follows the match); as with UCX's
@@ -206,9 +265,12 @@ unsigned ucp_worker_progress(ucp_worker_h w)
      * Testsome right after a synchronous send to self) */
     for (int pass = 0; w->loopback_done && pass < LOOPBACK_PASSES; pass++) {
         w->loopback_done = 0;
-        n += ucxs_py->progress(w->py);
+        n += ucxs_py->progress(w->py, 0);
+        if (w->dp_tag)
+            n += ucxs_dp_done(w);
         n += dispatch(w);
     }
+idle:
     if (n != 0)
         w->idle = 0;
     else if (w->oversubscribed && ++w->idle >= IDLE_YIELD) {

@@ -50,7 +50,7 @@ static int take_done(ucxdp_worker_t *w, ucxdp_tag_recv_t **out, int n)
     ucxdp_link_t list, *l;
     int k = 0;
 
-    ucxdp_tag_take_done(w, &list);
+    ucxdp_tag_take_done(w, UCXDP_OWNER_PY, &list);
     for (l = list.next; l != &list && k < n; l = l->next)
         out[k++] = (ucxdp_tag_recv_t *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
     return k;
@@ -99,9 +99,9 @@ static void test_one_worker(void)
     CHECK(ucxdp_tag_eager(w, 1, 7, "1", 1) == UCXDP_OK);
     {
         ucxdp_link_t list;
-        ucxdp_tag_take_done(w, &list);
+        ucxdp_tag_take_done(w, UCXDP_OWNER_PY, &list);
         CHECK(ucxdp_tag_eager(w, 1, 7, "2", 1) == UCXDP_OK);
-        ucxdp_tag_return_done(w, &list);
+        ucxdp_tag_return_done(w, UCXDP_OWNER_PY, &list);
     }
     CHECK(take_done(w, done, 4) == 2 && done[0] == &ra && done[1] == &rb);
     ucxdp_worker_counters(w, &k);

@@ -197,6 +197,26 @@ class TransportEndpoint(abc.ABC):
     #: the interface's ``native`` consumer (None: no inbox of that kind)
     native_conn = None
 
+    #: Optional: the address of the peer's native inbox this connection
+    #: pushes frames into, as a producer (0: none), and the largest payload
+    #: a frame there carries.  The owner may then give the connection a
+    #: native sender's view of it (``set_native_lane(lane)``, a
+    #: ``ucxpy._dp.Lane``), whose ``open`` the connection keeps true exactly
+    #: while a frame pushed now would be next in its order (nothing queued,
+    #: accepted, not closing) and whose ``dead`` it sets, for good, before
+    #: it lets go of that inbox.
+    native_tx: int = 0
+    native_max_frame: int = 0
+    #: the lane given by ``set_native_lane`` (None: none)
+    native_lane = None
+
+    def set_native_lane(self, lane) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no native inbox to push into")
+
+    def wake_peer(self) -> None:
+        """A native push into the peer's inbox found the peer asleep: wake it."""
+        raise NotImplementedError(f"{type(self).__name__} has no native inbox to push into")
+
     #: Optional native fast path of an eager send (None: not offered):
     #: ``send_eager(am_id, tag, buf, max_payload) -> bool`` sends ``buf``
     #: (any contiguous buffer-protocol object) as one ``am_id`` frame with

@@ -285,6 +285,7 @@ class ShmEndpoint(TransportEndpoint):
         self._busy_holder = 0      # who held the peer inbox's lock when we last found it taken
         self._busy_since = 0.0     # since when
         self._closed_seen = 0.0    # when the peer's inbox was first found closed
+        self._lane = None          # the native senders' view (set_native_lane)
 
     def __repr__(self):
         state = "failed" if self._exc else "closed" if self._closed else \
@@ -295,6 +296,33 @@ class ShmEndpoint(TransportEndpoint):
     @property
     def pending(self) -> int:
         return len(self._queue)
+
+    # -- the native senders' view (the contract's native_tx / set_native_lane) ----
+    @property
+    def native_tx(self) -> int:
+        return self._tx_addr if self._tx is not None else 0
+
+    @property
+    def native_max_frame(self) -> int:
+        return self._max_frame
+
+    @property
+    def native_lane(self):
+        return self._lane
+
+    def set_native_lane(self, lane) -> None:
+        old, self._lane = self._lane, lane
+        if old is not None and old is not lane:
+            old.open = False
+            old.dead = True
+        self._lane_sync()
+
+    def _lane_sync(self) -> None:
+        """Keep the native lane's ``open`` exactly what send_eager checks."""
+        lane = self._lane
+        if lane is not None:
+            lane.open = not (self._queue or self._held or self._exc is not None or
+                             self._closing or self._tx is None)
 
     # -- sending ---------------------------------------------------------------
     def send(self, am_id: int, header, payload=b"",
@@ -335,7 +363,7 @@ class ShmEndpoint(TransportEndpoint):
         else:
             self._queue.append((am_id, header, payload, on_complete))
             done = False
-        self.iface._pending.add(self)
+        self.iface._queued(self)
         return done
 
     def _push_exc(self, rc: int) -> BaseException:
@@ -414,6 +442,8 @@ class ShmEndpoint(TransportEndpoint):
             self.iface._wake(self._peer_sock)
         if not queue:
             self.iface._pending.discard(self)
+            if self._lane is not None:
+                self._lane_sync()
         return n
 
     # -- receiving (frames arrive through ShmInterface.progress) -----------------
@@ -466,9 +496,11 @@ class ShmEndpoint(TransportEndpoint):
             return False
         return _get_and_ack(self, lane, rts.rkey, rts.raddr, buf[:rts.size], rts.sreq_id)
 
-    def _wake_peer(self) -> None:
+    def wake_peer(self) -> None:
         """A native push found the peer asleep: wake it."""
         self.iface._wake(self._peer_sock)
+
+    _wake_peer = wake_peer          # (native/fastpath.c's name)
 
     # -- one-sided ---------------------------------------------------------------
     def pack_local_key(self, buf) -> tuple:
@@ -535,7 +567,7 @@ class ShmEndpoint(TransportEndpoint):
             return
         self._closing = True
         self._queue.append(_CLOSE)
-        self.iface._pending.add(self)
+        self.iface._queued(self)
         self._flush()
 
     def _shutdown(self) -> None:
@@ -550,6 +582,7 @@ class ShmEndpoint(TransportEndpoint):
         if self._exc is not None:
             return
         self._exc = exc
+        self._lane_sync()
         notify = not (self._closed or self._closing)   # a closing owner is not told
         self._closed = True
         queued, self._queue = self._queue, deque()
@@ -561,6 +594,10 @@ class ShmEndpoint(TransportEndpoint):
             self.iface.owner.conn_failed(self, exc)
 
     def _release_resources(self, close_sent: bool) -> None:
+        lane, self._lane = self._lane, None
+        if lane is not None:                 # (before the inbox goes)
+            lane.open = False
+            lane.dead = True
         tx, self._tx = self._tx, None
         if tx is not None and not close_sent and not self._held:
             # best effort: the peer forgets our source at once
@@ -731,6 +768,8 @@ class ShmInterface(Interface):
     def _forget(self, ep: ShmEndpoint) -> None:
         self._eps.discard(ep)
         self._pending.discard(ep)
+        if not self._pending and self.native is not None:
+            self.native.busy = False
         if self._by_src.get(ep._in) is ep:
             if self.native is not None:
                 self.native.forget_conn(ep._in)
@@ -739,6 +778,16 @@ class ShmInterface(Interface):
         pid = ep._peer_pid
         if not any(e._peer_pid == pid for e in self._eps):
             self._peers.unwatch(pid)
+
+    def _queued(self, ep: ShmEndpoint) -> None:
+        """``ep`` has frames queued: our progress pushes them (and tells a C
+        caller's progress, libucp's, that it must run ours: ``busy``; a
+        native sender's lane closes until they are out)."""
+        self._pending.add(ep)
+        if self.native is not None:
+            self.native.busy = True
+        if ep._lane is not None:
+            ep._lane.open = False
 
     def _send_ctl(self, dest: bytes, msg: bytes, ep: Optional[ShmEndpoint] = None) -> None:
         try:
@@ -754,7 +803,9 @@ class ShmInterface(Interface):
         if ep is not None and ep._held:
             ep._held = False            # our CONNECT is in: frames may follow it
             if ep._queue:
-                self._pending.add(ep)
+                self._queued(ep)
+            else:
+                ep._lane_sync()
 
     def _wake(self, dest: bytes) -> None:
         try:
@@ -855,6 +906,8 @@ class ShmInterface(Interface):
         if self._pending:
             for ep in list(self._pending):
                 n += ep._flush()
+            if not self._pending and self.native is not None:
+                self.native.busy = False
         if self._armed:
             self._disarm()
         now = time.monotonic()
