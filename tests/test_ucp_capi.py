@@ -57,6 +57,55 @@ def test_request_contract_c_harness(tmp_path):
     assert out.count("ok - ") >= 25
 
 
+def _dataplane(tmp_path, *args):
+    """Build and run tests/ucp/dataplane.c (two processes over shm): its
+    output and both workers' final reports."""
+    import glob
+    import json
+    lib = os.path.dirname(ucx.LIBUCP)
+    exe = tmp_path / "dataplane"
+    if not exe.exists():
+        _compile(tmp_path, "dataplane.c", "dataplane", "cc",
+                 ["-L" + lib, "-lucp", "-lucs", "-Wl,-rpath," + lib])
+    reports = tmp_path / ("reports" + "-".join(args))
+    reports.mkdir()
+    env = dict(os.environ, UCXPY_TLS="shm", UCXPY_UCP_REPORT=str(reports))
+    rc, out, err = _run([str(exe), *args], timeout=240, env=env)
+    assert rc == 0 and "\n0 failed" in out, out + err
+    assert "not ok" not in out, out
+    final = [json.load(open(p)) for p in glob.glob(str(reports / "*.json"))]
+    assert len(final) == 2, final
+    return out, final
+
+
+def test_tag_path_on_the_data_plane_two_processes(tmp_path):
+    """tests/ucp/dataplane.c: two processes of plain C on libucp over shm.
+    Every check of the harness passes: a ping-pong, unexpected messages in
+    order, masks, truncation of posted and unexpected receives, cancel,
+    rendezvous into receives posted before and after the offer, a
+    synchronous send.  Each worker's data plane sent and matched the
+    ping-pong's messages (the reports: who carried it)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    out, final = _dataplane(tmp_path)
+    assert out.count("ok - ") >= 10, out
+    for r in final:
+        assert r["dp"]["tag_send"] >= 19990 and r["dp"]["tag_expected"] >= 19990, r
+
+
+def test_steady_eager_exchange_enters_python_by_timer_only(tmp_path):
+    """The same harness's 8 B ping-pong alone (20000 round trips): libucp's
+    progress enters Python for its timer pass (once per ms of calls) and
+    wire-up, never per message; the bound, a quarter of the round trips,
+    holds unless a round trip takes 200 us (a loaded machine's worst)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    out, final = _dataplane(tmp_path, "pingpong")
+    for r in final:
+        assert r["dp"]["tag_send"] >= 19990 and r["dp"]["tag_expected"] >= 19990, r
+        assert r["py_entries"] < 20000 // 4, r
+
+
 @pytest.fixture(scope="module")
 def basics(tmp_path_factory):
     return _compile(tmp_path_factory.mktemp("mpi"), "mpi_basics.c", "mpi_basics", MPICC)

@@ -380,8 +380,10 @@ def _report(w: CWorker, final: bool = True) -> None:
         w.report_name = f"{socket.gethostname()}-{os.getpid()}-{_reports}.json"
     for ep in list(w.worker.endpoints.values()):
         _count_lane(w, ep)
+    ops = bridge.ops(w.ops)
+    progress = {k: ops.pop(k, 0) for k in ("progress_py", "progress_c")}
     record = {"pid": os.getpid(), "host": socket.gethostname(), "libucp": loaded_libucp(),
-              "ops": bridge.ops(w.ops), "py_entries": bridge.entries(),
+              "ops": ops, "progress": progress, "py_entries": bridge.entries(),
               "dp": w.worker.dp.counters() if w.worker.dp is not None else {},
               "tls": [i.name for i in w.worker.ifaces],
               "lanes": w.lanes, "final": final}

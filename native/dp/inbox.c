@@ -154,6 +154,15 @@ static inline int handed(const ucxdp_inbox_t *in, uint64_t length)
     return 0;
 }
 
+/* The connection of the frame ucxpy_ring_peek described in `out` when
+ * dispatch takes that frame, else NULL. */
+static inline const ucxdp_conn_t *takes(const ucxdp_inbox_t *in, const uint64_t *out)
+{
+    if (out[0] != in->eager_am_id || out[2] != sizeof(uint64_t) || handed(in, out[4]))
+        return NULL;
+    return conn_find(in, out[5]);
+}
+
 long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int spins,
                           int *wake, int *bad)
 {
@@ -175,8 +184,7 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
     }
     pthread_mutex_lock(&w->lock);
     while (count < limit) {
-        if (out[0] != in->eager_am_id || out[2] != sizeof tag
-                || (c = conn_find(in, out[5])) == NULL || handed(in, out[4]))
+        if ((c = takes(in, out)) == NULL)
             break;
         memcpy(&tag, ring->data + out[1], sizeof tag);
         if (ucxdp_tag_eager_locked(w, c->source, tag, ring->data + out[3], out[4]) != UCXDP_OK)
@@ -207,8 +215,8 @@ long ucxdp_inbox_progress(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, unsi
     }
     if (bad)
         *flags |= UCXDP_INBOX_BAD;
-    else if (n < limit && ucxpy_ring_peek(in->ring, out) == 1)
-        *flags |= UCXDP_INBOX_LEFT;
+    else if (n < limit && ucxpy_ring_peek(in->ring, out) == 1 && takes(in, out) == NULL)
+        *flags |= UCXDP_INBOX_LEFT;        /* (one it takes arrived since: the next call) */
     if (__atomic_load_n(&in->py_busy, __ATOMIC_RELAXED))
         *flags |= UCXDP_INBOX_BUSY;
     return n;

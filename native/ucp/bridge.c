@@ -953,12 +953,14 @@ static PyObject *m_ops(PyObject *self, PyObject *arg)
     const ucxs_ops_t *ops = PyLong_AsVoidPtr(arg);
     if (ops == NULL)
         return PyErr_Occurred() ? NULL : PyDict_New();
-    return Py_BuildValue("{sKsKsKsKsKsKsK}", "tag_send", (unsigned long long)ops->tag_send,
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "tag_send", (unsigned long long)ops->tag_send,
                          "tag_recv", (unsigned long long)ops->tag_recv,
                          "am_send", (unsigned long long)ops->am_send,
                          "am_recv", (unsigned long long)ops->am_recv,
                          "put", (unsigned long long)ops->put, "get", (unsigned long long)ops->get,
-                         "atomic", (unsigned long long)ops->atomic);
+                         "atomic", (unsigned long long)ops->atomic,
+                         "progress_py", (unsigned long long)ops->progress_py,
+                         "progress_c", (unsigned long long)ops->progress_c);
 }
 
 static PyObject *m_entries(PyObject *self, PyObject *unused)

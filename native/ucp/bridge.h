@@ -29,6 +29,9 @@
  * it through the bridge: ucxpy/capi.py). */
 typedef struct ucxs_ops {
     uint64_t tag_send, tag_recv, am_send, am_recv, put, get, atomic;
+    /* ucp_worker_progress calls that ran Python's progress / the data
+     * plane's alone (worker.c) */
+    uint64_t progress_py, progress_c;
 } ucxs_ops_t;
 
 /* libucp's side: called by the bridge with the GIL held. */

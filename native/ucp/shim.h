@@ -83,7 +83,6 @@ struct ucp_worker {
     int dp_tag;                            /* receives posted and progressed in the data
                                               plane (tag.c, worker.c) */
     uint64_t py_last;                      /* when progress last ran Python's (ns) */
-    uint64_t py_calls, c_calls;            /* progress calls that ran Python's / only C */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed

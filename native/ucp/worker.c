@@ -248,13 +248,13 @@ unsigned ucp_worker_progress(ucp_worker_h w)
         now = now_ns();
         full = now - w->py_last >= PY_EVERY_NS;
         if (!py && !full) {
-            w->c_calls++;
+            w->ops.progress_c++;
             n += dispatch(w);
             goto idle;
         }
         w->py_last = now;
     }
-    w->py_calls++;
+    w->ops.progress_py++;
     n += ucxs_py->progress(w->py, full);
     if (w->dp_tag)                          /* (Python's inbox pass completes ours too) */
         n += ucxs_dp_done(w);

@@ -10,7 +10,10 @@
  *     leaves a frame of an unregistered connection and the other kind in
  *     the ring, and every byte is checked;
  *   - threads: one thread posts and cancels receives while another
- *     dispatches the inbox (the worker's lock; ThreadSanitizer's variant).
+ *     dispatches the inbox (the worker's lock; ThreadSanitizer's variant);
+ *   - a C sender's lane (lane.c) into that inbox, and a C caller's progress
+ *     (ucxdp_inbox_progress): an external owner's receives on their own
+ *     done list, and the reasons it gives to run Python's progress.
  */
 #include <pthread.h>
 #include <stdlib.h>
@@ -380,9 +383,75 @@ static void test_threads(void)
     ucxdp_worker_destroy(s.w);
 }
 
+static void test_lane_and_progress(void)
+{
+    size_t size;
+    void *mem = map_ring(&size);
+    ucxpy_ring_t ring, tx;
+    ucxdp_worker_t *w;
+    ucxdp_inbox_t in;
+    ucxdp_lane_t lane;
+    ucxdp_tag_recv_t ext, py, *done[4];
+    ucxdp_tag_unexp_t *u;
+    ucxdp_link_t list;
+    ucxdp_counters_t c;
+    unsigned char big[2048], a[16], b[16];
+    uint64_t v = 0x1122334455667788ULL;
+    unsigned flags;
+    int wake;
+
+    CHECK(mem != NULL && ucxdp_worker_create(&w) == UCXDP_OK);
+    CHECK(ucxpy_ring_attach(&ring, mem, size) == 0);
+    CHECK(ucxpy_ring_attach_producer(&tx, mem, size, CONN, (uint32_t)getpid()) == 0);
+    CHECK(ucxdp_inbox_init(&in, &ring, EAGER) == UCXDP_OK);
+    CHECK(ucxdp_inbox_add_conn(&in, CONN, 3) == UCXDP_OK);
+    memset(&lane, 0, sizeof(lane));
+    lane.ring = &tx;
+    lane.eager_am_id = EAGER;
+    lane.max_frame = 1024;
+
+    /* closed, dead, too large: declined, nothing sent */
+    CHECK(ucxdp_lane_eager(w, &lane, 7, &v, sizeof v, &wake) == UCXDP_ERR_NO_RESOURCE);
+    lane.open = 1;
+    memset(big, 1, sizeof big);
+    CHECK(ucxdp_lane_eager(w, &lane, 7, big, sizeof big, &wake) == UCXDP_ERR_NO_RESOURCE);
+    lane.dead = 1;
+    CHECK(ucxdp_lane_eager(w, &lane, 7, &v, sizeof v, &wake) == UCXDP_ERR_NO_RESOURCE);
+    lane.dead = 0;
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && flags == 0);
+
+    /* an external owner's receive and one of Python's: each on its list */
+    ext = recv_of(UCXDP_ANY_SOURCE, 7, UCXDP_FULL_MASK, a, sizeof a);
+    ext.owner = UCXDP_OWNER_EXT;
+    py = recv_of(3, 8, UCXDP_FULL_MASK, b, sizeof b);
+    CHECK(ucxdp_tag_post(w, &ext, &u) == UCXDP_OK && u == NULL);
+    CHECK(ucxdp_tag_post(w, &py, &u) == UCXDP_OK && u == NULL);
+    CHECK(ucxdp_lane_eager(w, &lane, 8, "pyth", 4, &wake) == UCXDP_OK);
+    CHECK(ucxdp_lane_eager(w, &lane, 7, &v, sizeof v, &wake) == UCXDP_OK);
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 2 && flags == 0);
+    ucxdp_tag_take_done(w, UCXDP_OWNER_EXT, &list);
+    CHECK(list.next == &ext.done && ext.done.next == &list);
+    CHECK(ext.status == UCXDP_OK && ext.info_source == 3 && ext.info_length == sizeof v
+          && memcmp(a, &v, sizeof v) == 0);
+    CHECK(take_done(w, done, 4) == 1 && done[0] == &py && memcmp(b, "pyth", 4) == 0);
+    ucxdp_worker_counters(w, &c);
+    CHECK(c.tag_send == 2 && c.tag_expected == 2);
+
+    /* a frame of another kind is left, and says so; so does py_busy */
+    CHECK(ucxpy_ring_push(&tx, OTHER, &v, sizeof v, "z", 1) >= 0);
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && flags == UCXDP_INBOX_LEFT);
+    in.py_busy = 1;
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0
+          && flags == (UCXDP_INBOX_LEFT | UCXDP_INBOX_BUSY));
+    ucxdp_inbox_cleanup(&in);
+    ucxdp_worker_destroy(w);
+    munmap(mem, size);
+}
+
 int main(void)
 {
     test_one_worker();
+    test_lane_and_progress();
     test_pool();
     test_conns();
     test_two_processes();

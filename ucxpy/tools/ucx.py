@@ -165,7 +165,10 @@ def carried(folder: str) -> list:
             r = json.load(f)
         ops = " ".join(f"{k}={v}" for k, v in r["ops"].items() if v) or "none"
         dp = " ".join(f"{k}={v}" for k, v in r.get("dp", {}).items() if v) or "none"
+        pr = r.get("progress", {})
         lines.append(f"pid {r['pid']} on {r['host']}: operations {ops}; data plane {dp}; "
+                     f"progress calls {pr.get('progress_c', 0)} in C alone, "
+                     f"{pr.get('progress_py', 0)} with Python's; "
                      f"entries into Python {r.get('py_entries', '?')}")
     return lines
 

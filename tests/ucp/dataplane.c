@@ -1,0 +1,314 @@
+/*
+ * dataplane.c — libucp's tag path on ucxpy's data plane, two processes.
+ *
+ * The parent and a forked child each make a libucp worker, swap worker
+ * addresses through pipes and talk over shm (the test sets UCXPY_TLS).
+ * Each check prints "ok - <name>" or "not ok - <name>: why" (TAP-like, the
+ * child's lines prefixed "# child: " on failure); the exit status is the
+ * number of failed checks.  tests/test_ucp_capi.py builds and runs it and
+ * reads both workers' reports (UCXPY_UCP_REPORT): the data plane's counters
+ * and how often libucp entered Python.
+ *
+ * What it pins down, on the receiver's side (the child), each with data
+ * checked:
+ *  - a ping-pong of 8 B messages: receives posted in the data plane, frames
+ *    sent by it (the report shows it, and how few entries into Python);
+ *  - unexpected eager messages taken by later receives, in order per tag,
+ *    a masked receive, and one that does not fit (truncation);
+ *  - a posted receive a larger eager message does not fit;
+ *  - cancel of a posted receive: UCS_ERR_CANCELED within the call;
+ *  - rendezvous (1 MiB) into a receive posted before the offer (Python's
+ *    path adopts it) and after it (the receive takes Python's offer);
+ *  - a synchronous send into a posted receive.
+ *
+ * `dataplane pingpong` runs the ping-pong alone (its reports then count
+ * the entries into Python of a steady 8 B exchange, and nothing else).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ucp/api/ucp.h>
+
+#define PINGS 20000
+#define UNEXP 50
+#define BIG (1 << 20)
+#define TAG_PING 0x100
+#define TAG_UNEXP 0x200
+#define TAG_GO 0x300
+#define TAG_BIG 0x400
+#define TAG_SYNC 0x500
+
+static int failures;
+static const char *who = "";
+static int pingpong_only;
+static ucp_context_h ctx;
+static ucp_worker_h worker;
+static ucp_ep_h ep;
+
+#define CHECK(name, cond, ...)                                                         \
+    do {                                                                               \
+        if (cond) {                                                                    \
+            printf("ok - %s%s\n", who, name);                                          \
+        } else {                                                                       \
+            printf("not ok - %s%s: ", who, name);                                      \
+            printf(__VA_ARGS__);                                                       \
+            printf("\n");                                                              \
+            failures++;                                                                \
+        }                                                                              \
+        fflush(stdout);                                                                \
+    } while (0)
+
+/* Wait for `r` (a request, NULL, or an error pointer): its status, and its
+ * tag info for receives. */
+static ucs_status_t wait_req(void *r, ucp_tag_recv_info_t *info)
+{
+    ucs_status_t st;
+
+    if (r == NULL)
+        return UCS_OK;
+    if (UCS_PTR_IS_ERR(r))
+        return UCS_PTR_STATUS(r);
+    for (long i = 0; (st = ucp_request_check_status(r)) == UCS_INPROGRESS; i++) {
+        ucp_worker_progress(worker);
+        if (i > 200000000L) {
+            printf("# %sstuck waiting\n", who);
+            exit(98);
+        }
+    }
+    if (info != NULL)
+        ucp_tag_recv_request_test(r, info);
+    ucp_request_free(r);
+    return st;
+}
+
+static ucs_status_t send_tag(const void *buf, size_t n, ucp_tag_t tag)
+{
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    return wait_req(ucp_tag_send_nbx(ep, buf, n, tag, &p), NULL);
+}
+
+static void *recv_post(void *buf, size_t n, ucp_tag_t tag, ucp_tag_t mask,
+                       ucp_tag_recv_info_t *info)
+{
+    ucp_request_param_t p = {.op_attr_mask = UCP_OP_ATTR_FIELD_RECV_INFO,
+                             .recv_info.tag_info = info};
+    return ucp_tag_recv_nbx(worker, buf, n, tag, mask, &p);
+}
+
+static ucs_status_t recv_tag(void *buf, size_t n, ucp_tag_t tag, ucp_tag_t mask,
+                             ucp_tag_recv_info_t *info)
+{
+    void *r = recv_post(buf, n, tag, mask, info);
+    return r == NULL ? UCS_OK : wait_req(r, info);
+}
+
+static void setup(int rfd, int wfd)
+{
+    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
+                           .features = UCP_FEATURE_TAG};
+    ucp_worker_params_t wp = {.field_mask = 0};
+    ucp_address_t *addr;
+    size_t len, peer_len;
+    void *peer;
+
+    if (ucp_init(&params, NULL, &ctx) != UCS_OK || ucp_worker_create(ctx, &wp, &worker) != UCS_OK
+            || ucp_worker_get_address(worker, &addr, &len) != UCS_OK) {
+        printf("not ok - %ssetup\n", who);
+        exit(97);
+    }
+    if (write(wfd, &len, sizeof len) != sizeof len || write(wfd, addr, len) != (ssize_t)len
+            || read(rfd, &peer_len, sizeof peer_len) != sizeof peer_len
+            || (peer = malloc(peer_len)) == NULL
+            || read(rfd, peer, peer_len) != (ssize_t)peer_len) {
+        printf("not ok - %saddress exchange\n", who);
+        exit(97);
+    }
+    ucp_worker_release_address(worker, addr);
+    ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                                 .address = peer};
+    if (ucp_ep_create(worker, &ep_params, &ep) != UCS_OK) {
+        printf("not ok - %sep_create\n", who);
+        exit(97);
+    }
+    free(peer);
+}
+
+static void teardown(void)
+{
+    ucp_request_param_t p = {.op_attr_mask = 0};
+    wait_req(ucp_ep_close_nbx(ep, &p), NULL);
+    ucp_worker_destroy(worker);
+    ucp_cleanup(ctx);
+}
+
+static void fill(uint8_t *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)(seed * 31 + i * 7);
+}
+
+static int same(const uint8_t *b, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != (uint8_t)(seed * 31 + i * 7))
+            return 0;
+    return 1;
+}
+
+/* the sender: the parent */
+static void sender(void)
+{
+    uint64_t v, got;
+    uint8_t *big = malloc(BIG), small[64];
+    ucp_tag_recv_info_t info;
+
+    for (uint64_t i = 0; i < PINGS; i++) {
+        v = i * 3 + 1;
+        send_tag(&v, sizeof v, TAG_PING);
+        if (recv_tag(&got, sizeof got, TAG_PING, UINT64_MAX, &info) != UCS_OK || got != v + 1) {
+            CHECK("ping-pong", 0, "round %llu: %llu back", (unsigned long long)i,
+                  (unsigned long long)got);
+            break;
+        }
+    }
+    if (pingpong_only)
+        return;
+    /* unexpected ones: all sent before the child posts a receive */
+    for (unsigned i = 0; i < UNEXP; i++) {
+        fill(small, sizeof small, i);
+        send_tag(small, 8 + i % 40, TAG_UNEXP | (i % 3));
+    }
+    fill(small, sizeof small, 77);
+    send_tag(small, 64, TAG_UNEXP | 0xF0);         /* taken by an 8-byte receive */
+    send_tag(small, 1, TAG_GO);                    /* the child posts now */
+    recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* it posted: a receive too small, */
+    fill(small, sizeof small, 78);
+    send_tag(small, 64, TAG_UNEXP | 0xF1);         /* which this does not fit */
+    recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* it posted the big receive */
+    fill(big, BIG, 5);
+    send_tag(big, BIG, TAG_BIG);                   /* into a receive posted before */
+    fill(big, BIG, 6);
+    {                                              /* offered before its receive */
+        ucp_request_param_t p = {.op_attr_mask = 0};
+        void *offer = ucp_tag_send_nbx(ep, big, BIG, TAG_BIG | 1, &p);
+        send_tag(small, 1, TAG_GO);
+        CHECK("rendezvous send of an offer taken by a later receive",
+              wait_req(offer, NULL) == UCS_OK, "failed");
+    }
+    v = 0x5157;
+    {
+        ucp_request_param_t p = {.op_attr_mask = 0};
+        CHECK("synchronous send into a posted receive",
+              wait_req(ucp_tag_send_sync_nbx(ep, &v, sizeof v, TAG_SYNC, &p), NULL) == UCS_OK,
+              "failed");
+    }
+    recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* the child is done */
+    free(big);
+}
+
+/* the receiver: the child */
+static void receiver(void)
+{
+    uint64_t got = 0, v;
+    uint8_t *big = calloc(1, BIG), small[64], one;
+    ucp_tag_recv_info_t info;
+    int ok = 1;
+    ucs_status_t st;
+
+    for (uint64_t i = 0; i < PINGS && ok; i++) {
+        st = recv_tag(&got, sizeof got, TAG_PING, UINT64_MAX, &info);
+        ok = st == UCS_OK && got == i * 3 + 1 && info.length == 8 && info.sender_tag == TAG_PING;
+        v = got + 1;
+        send_tag(&v, sizeof v, TAG_PING);
+    }
+    CHECK("8 B ping-pong, every message checked", ok, "got %llu", (unsigned long long)got);
+    if (pingpong_only)
+        return;
+
+    recv_tag(&one, 1, TAG_GO, UINT64_MAX, &info);  /* every unexpected one is here */
+    ok = 1;
+    /* per tag, in order: tag 0's, then tag 1's by a masked receive, then 2's */
+    for (unsigned t = 0; t < 3; t++) {
+        for (unsigned i = t; i < UNEXP; i += 3) {
+            memset(small, 0, sizeof small);
+            st = t == 1 ? recv_tag(small, sizeof small, TAG_UNEXP | 1, ~(ucp_tag_t)0xC, &info)
+                        : recv_tag(small, sizeof small, TAG_UNEXP | t, UINT64_MAX, &info);
+            if (st != UCS_OK || info.length != 8 + i % 40 || info.sender_tag != (TAG_UNEXP | t)
+                    || !same(small, info.length, i)) {
+                ok = 0;
+                printf("# unexpected %u (tag %u): status %d, length %zu, tag %llx\n", i, t, st,
+                       info.length, (unsigned long long)info.sender_tag);
+            }
+        }
+    }
+    CHECK("unexpected eager messages, in order per tag, a masked receive", ok, "see above");
+    st = recv_tag(small, 8, TAG_UNEXP | 0xF0, UINT64_MAX, &info);
+    CHECK("an unexpected message larger than its receive: truncated",
+          st == UCS_ERR_MESSAGE_TRUNCATED, "status %d", st);
+
+    void *posted = recv_post(small, 8, TAG_UNEXP | 0xF1, UINT64_MAX, &info);
+    void *cancelled = recv_post(small, 8, 0xDEAD, UINT64_MAX, &info);
+    ucp_request_cancel(worker, cancelled);
+    CHECK("cancel of a posted receive completes it within the call",
+          ucp_request_check_status(cancelled) == UCS_ERR_CANCELED, "status %d",
+          ucp_request_check_status(cancelled));
+    ucp_request_free(cancelled);
+    send_tag(&one, 1, TAG_GO);
+    st = wait_req(posted, &info);
+    CHECK("a posted receive an eager message does not fit: truncated",
+          st == UCS_ERR_MESSAGE_TRUNCATED, "status %d", st);
+
+    posted = recv_post(big, BIG, TAG_BIG, UINT64_MAX, &info);
+    send_tag(&one, 1, TAG_GO);
+    st = wait_req(posted, &info);
+    CHECK("rendezvous into a receive posted before the offer",
+          st == UCS_OK && info.length == BIG && same(big, BIG, 5), "status %d, length %zu", st,
+          info.length);
+    recv_tag(&one, 1, TAG_GO, UINT64_MAX, &info);  /* the second offer is here */
+    memset(big, 0, BIG);
+    st = recv_tag(big, BIG, TAG_BIG | 1, UINT64_MAX, &info);
+    CHECK("rendezvous: a receive posted after the offer takes it",
+          st == UCS_OK && info.length == BIG && same(big, BIG, 6), "status %d, length %zu", st,
+          info.length);
+    got = 0;
+    st = recv_tag(&got, sizeof got, TAG_SYNC, UINT64_MAX, &info);
+    CHECK("a synchronous send's message", st == UCS_OK && got == 0x5157, "status %d", st);
+    send_tag(&one, 1, TAG_GO);
+    free(big);
+}
+
+int main(int argc, char **argv)
+{
+    int to_child[2], to_parent[2], status = 0;
+    pid_t pid;
+
+    pingpong_only = argc > 1 && strcmp(argv[1], "pingpong") == 0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (pipe(to_child) < 0 || pipe(to_parent) < 0)
+        return 97;
+    pid = fork();
+    if (pid < 0)
+        return 97;
+    if (pid == 0) {
+        who = "child: ";
+        setup(to_child[0], to_parent[1]);
+        receiver();
+        teardown();
+        return failures;
+    }
+    setup(to_parent[0], to_child[1]);
+    sender();
+    teardown();
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) {
+        printf("not ok - the child ended abnormally\n");
+        failures++;
+    } else {
+        failures += WEXITSTATUS(status);
+    }
+    printf("%d failed\n", failures);
+    return failures;
+}
