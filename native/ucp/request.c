@@ -219,6 +219,8 @@ unsigned ucxs_dp_done(ucp_worker_h worker)
     ucxdp_link_t list, *l;
     unsigned n = 0;
 
+    /* (under the lock: a cancel in another thread reads the flags there) */
+    ucxs_py->lock();
     ucxs_py->dp->tag_take_done(worker->dp, UCXDP_OWNER_EXT, &list);
     while ((l = list.next) != &list) {
         ucxs_req_t *req = (ucxs_req_t *)((char *)UCXDP_DONE_RECV(l) - offsetof(ucxs_req_t, dtr));
@@ -229,6 +231,7 @@ unsigned ucxs_dp_done(ucp_worker_h worker)
         ucxs_queue_push(worker, &req->ev);
         n++;
     }
+    ucxs_py->unlock();
     return n;
 }
 
