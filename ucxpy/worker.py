@@ -521,6 +521,8 @@ class Worker:
             iface.native.hand_sizes(self.config.proto_python)
         if len(found) == 1:
             self._poll_native = found[0].poll_native
+        # what a native caller's progress polls to know ours has work
+        self.dp.poll_fds = [fd for i in self.ifaces for fd in i.control_fds()]
 
     def _native_register(self, tep) -> None:
         """Frames of ``tep`` may now be matched in C (wired up, nothing held,

@@ -146,7 +146,56 @@ static int worker_set_py_poll(WorkerObject *self, PyObject *v, void *closure)
     return 0;
 }
 
+static PyObject *worker_get_poll_fds(WorkerObject *self, void *closure)
+{
+    PyObject *l = PyList_New(self->w->npoll_fds);
+
+    for (int i = 0; l != NULL && i < self->w->npoll_fds; i++) {
+        PyObject *v = PyLong_FromLong(self->w->poll_fds[i]);
+        if (v == NULL) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SET_ITEM(l, i, v);
+    }
+    return l;
+}
+
+static int worker_set_poll_fds(WorkerObject *self, PyObject *v, void *closure)
+{
+    PyObject *seq = v != NULL ? PySequence_Fast(v, "poll_fds: a sequence of descriptors") : NULL;
+    int fds[UCXDP_POLL_FDS];
+    Py_ssize_t n;
+
+    if (seq == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "poll_fds cannot be deleted");
+        return -1;
+    }
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > UCXDP_POLL_FDS)                /* (the rest: the C caller's timer pass) */
+        n = UCXDP_POLL_FDS;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long fd = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+        if (fd == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        fds[i] = (int)fd;
+    }
+    Py_DECREF(seq);
+    pthread_mutex_lock(&self->w->lock);
+    memcpy(self->w->poll_fds, fds, (size_t)n * sizeof(int));
+    self->w->npoll_fds = (int)n;
+    pthread_mutex_unlock(&self->w->lock);
+    return 0;
+}
+
 static PyGetSetDef worker_getset[] = {
+    {"poll_fds", (getter)worker_get_poll_fds, (setter)worker_set_poll_fds,
+     "descriptors readable when Python's progress has work no C consumer sees (a "
+     "connection request): a C caller's progress (libucp) polls them now and then (the "
+     "first 8; its timer pass covers any more)", NULL},
     {"py_poll", (getter)worker_get_py_poll, (setter)worker_set_py_poll,
      "how many sources of work Python's progress polls beyond the data plane's inbox "
      "(another transport's endpoints, a layer's callbacks): a C caller's progress (libucp) "

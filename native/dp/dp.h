@@ -75,6 +75,8 @@ typedef struct {
 #define UCXDP_POOL_CLASSES 12              /* 4 KiB .. 8 MiB, powers of two */
 #define UCXDP_POOL_DEPTH 64                /* blocks kept per class */
 
+#define UCXDP_POLL_FDS 8
+
 /* Who posted a receive, and so takes it from which done list: the Python
  * binding (ucxpy._dp.TagMatcher) or an external C caller (libucp). */
 enum { UCXDP_OWNER_PY, UCXDP_OWNER_EXT, UCXDP_OWNERS };
@@ -94,6 +96,11 @@ typedef struct ucxdp_worker {
      * transport's endpoints, a layer's callbacks): a C caller progressing
      * this worker then calls it every time (relaxed atomic, set by Python) */
     uint32_t py_poll;
+    /* descriptors readable when Python's progress has work nobody else sees
+     * (a connection request): a C caller polls them now and then (set by
+     * Python once, at the worker's start) */
+    int poll_fds[UCXDP_POLL_FDS];
+    int npoll_fds;
     void *pool[UCXDP_POOL_CLASSES][UCXDP_POOL_DEPTH];
     int npool[UCXDP_POOL_CLASSES];
 } ucxdp_worker_t;

@@ -83,6 +83,8 @@ struct ucp_worker {
     int dp_tag;                            /* receives posted and progressed in the data
                                               plane (tag.c, worker.c) */
     uint64_t py_last;                      /* when progress last ran Python's (ns) */
+    uint64_t py_every;                     /* its timer pass's interval now (ns) */
+    unsigned fds_tick;                     /* C-only progress calls (worker.c) */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed

@@ -30,6 +30,7 @@
  * every one since the last worker flush was done within its call
  * (rma_in_flight, counted by rma.c and atomic.c), else the core flushes.
  */
+#include <poll.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +40,10 @@
 
 #define MAX_AM_HEADER 512   /* within the core's limit for a user header */
 #define LOOPBACK_PASSES 2   /* more core passes after a send to itself completed */
-#define PY_EVERY_NS 1000000ULL  /* Python's progress at least this often, while called */
+#define PY_EVERY_NS 1000000ULL  /* Python's progress at least this often, while called, */
+#define PY_EVERY_MAX_NS 100000000ULL    /* or as rarely as this while the GIL is contended */
+#define PY_SLOW_NS 500000ULL    /* a timer pass this long waited for the GIL */
+#define FDS_EVERY 64        /* C-only progress calls between polls of Python's descriptors */
 #define DP_BATCH 64         /* inbox frames per progress call */
 
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev)
@@ -143,6 +147,7 @@ ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t 
     if (w == NULL)
         return UCS_ERR_NO_MEMORY;
     w->context = context;
+    w->py_every = PY_EVERY_NS;
     pthread_mutex_init(&w->lock, NULL);
     status = worker_address(w);
     if (status != UCS_OK) {
@@ -215,6 +220,21 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
 }
 
+/* Whether a descriptor Python's progress watches is readable (a
+ * connection request, a control message). */
+static int fds_ready(ucp_worker_h w)
+{
+    struct pollfd p[UCXDP_POLL_FDS];
+    int n = w->dp->npoll_fds;
+
+    for (int i = 0; i < n; i++) {
+        p[i].fd = w->dp->poll_fds[i];
+        p[i].events = POLLIN;
+        p[i].revents = 0;
+    }
+    return n > 0 && poll(p, (nfds_t)n, 0) > 0;
+}
+
 /* The data plane's part of a progress call: its inbox, then libucp's
  * receives it completed.  *py: Python's progress has work now. */
 static unsigned dp_progress(ucp_worker_h w, int *py)
@@ -238,26 +258,38 @@ static unsigned dp_progress(ucp_worker_h w, int *py)
 unsigned ucp_worker_progress(ucp_worker_h w)
 {
     int full = 0;
+    uint64_t now = 0;
     w->loopback_done = 0;
     unsigned n = dispatch(w);               /* what earlier calls queued */
     if (w->dp_tag) {
         int py;
-        uint64_t now;
 
         n += dp_progress(w, &py);
+        if (!py && ++w->fds_tick % FDS_EVERY == 0)
+            py = fds_ready(w);
         now = now_ns();
-        full = now - w->py_last >= PY_EVERY_NS;
+        full = now - w->py_last >= w->py_every;
         if (!py && !full) {
             w->ops.progress_c++;
             n += dispatch(w);
             goto idle;
         }
-        w->py_last = now;
     }
     w->ops.progress_py++;
     n += ucxs_py->progress(w->py, full);
-    if (w->dp_tag)                          /* (Python's inbox pass completes ours too) */
-        n += ucxs_dp_done(w);
+    if (w->dp_tag) {
+        uint64_t end = now_ns();
+
+        /* a timer pass that waited for the GIL (a Python thread of the
+         * process spins) makes the next ones rarer, so the C path keeps
+         * its pace; a quick one brings them back to PY_EVERY_NS */
+        if (full)
+            w->py_every = end - now > PY_SLOW_NS
+                ? (w->py_every * 2 < PY_EVERY_MAX_NS ? w->py_every * 2 : PY_EVERY_MAX_NS)
+                : PY_EVERY_NS;
+        w->py_last = end;
+        n += ucxs_dp_done(w);               /* (Python's inbox pass completes ours too) */
+    }
     n += dispatch(w);
     /* a send to this worker itself completed: the core completes the receive
      * it matched a pass later (its data follows the match); as with UCX's

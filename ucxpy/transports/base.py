@@ -553,6 +553,14 @@ class Interface(abc.ABC):
         lets an idle worker sleep in ``select`` instead of spinning."""
         return []
 
+    def control_fds(self) -> list:
+        """File descriptors, fixed for the interface's life, that are
+        readable when :meth:`progress` has work no native consumer of its
+        inbox sees (a connection request, a control message): a native
+        caller's progress (libucp's) polls them, without side effects, to
+        know when to run ours.  [] when there are none."""
+        return []
+
     def close(self) -> None:
         """Release every resource (idempotent)."""
 

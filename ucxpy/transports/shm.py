@@ -1111,6 +1111,11 @@ class ShmInterface(Interface):
         return n
 
     # -- sleeping ----------------------------------------------------------------
+    def control_fds(self) -> list:
+        """The contract's: the control socket (connection requests, accepts,
+        closes, wake-ups)."""
+        return [] if self._closed else [self._sock.fileno()]
+
     def wait_fds(self) -> list:
         if self._closed:
             return []

@@ -953,6 +953,13 @@ class TcpInterface(Interface):
             else:
                 self._timed.discard(ep)
 
+    def control_fds(self) -> list:
+        """The contract's: the epoll descriptor (a connection request, data,
+        room for queued sends), or the listening socket without epoll."""
+        if self._closed:
+            return []
+        return [self._poller.fileno()] if isinstance(self._poller, select.epoll) else [self._lfd]
+
     def wait_fds(self) -> list:
         """The epoll descriptor: readable when any socket of ours has work
         (incoming data, a connect completing, room for queued sends).  While
