@@ -73,6 +73,7 @@ struct ucp_worker {
     size_t address_length;
     pthread_mutex_t lock;                  /* the event queue */
     ucxs_event_t *head, *tail;
+    unsigned queued;                       /* events in the queue (read without the lock) */
     ucxs_am_slot_t *am;                    /* UCXS_AM_IDS slots, made on first use */
     ucxs_ops_t ops;                        /* operations posted (proof of use) */
     int oversubscribed;                    /* more local ranks than CPUs */
@@ -84,7 +85,8 @@ struct ucp_worker {
                                               plane (tag.c, worker.c) */
     uint64_t py_last;                      /* when progress last ran Python's (ns) */
     uint64_t py_every;                     /* its timer pass's interval now (ns) */
-    unsigned fds_tick;                     /* C-only progress calls (worker.c) */
+    unsigned tick;                         /* C-only progress calls (worker.c) */
+    uint64_t fds_last;                     /* when they last polled Python's descriptors */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed

@@ -43,7 +43,8 @@
 #define PY_EVERY_NS 1000000ULL  /* Python's progress at least this often, while called, */
 #define PY_EVERY_MAX_NS 100000000ULL    /* or as rarely as this while the GIL is contended */
 #define PY_SLOW_NS 500000ULL    /* a timer pass this long waited for the GIL */
-#define FDS_EVERY 64        /* C-only progress calls between polls of Python's descriptors */
+#define CLOCK_EVERY 16      /* C-only progress calls between looks at the clock */
+#define FDS_EVERY_NS 50000ULL   /* between polls of Python's descriptors (a syscall) */
 #define DP_BATCH 64         /* inbox frames per progress call */
 
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev)
@@ -55,6 +56,7 @@ void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev)
     else
         worker->head = ev;
     worker->tail = ev;
+    __atomic_fetch_add(&worker->queued, 1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&worker->lock);
 }
 
@@ -68,6 +70,7 @@ int ucxs_queue_take(ucp_worker_h worker, ucxs_event_t *ev)
             *p = ev->next;
             if (worker->tail == ev)
                 worker->tail = prev;
+            __atomic_fetch_sub(&worker->queued, 1, __ATOMIC_RELAXED);
             found = 1;
             break;
         }
@@ -79,12 +82,16 @@ int ucxs_queue_take(ucp_worker_h worker, ucxs_event_t *ev)
 static ucxs_event_t *queue_pop(ucp_worker_h worker)
 {
     ucxs_event_t *ev;
+    /* (most progress calls find nothing: no lock for that) */
+    if (__atomic_load_n(&worker->queued, __ATOMIC_ACQUIRE) == 0)
+        return NULL;
     pthread_mutex_lock(&worker->lock);
     ev = worker->head;
     if (ev != NULL) {
         worker->head = ev->next;
         if (worker->head == NULL)
             worker->tail = NULL;
+        __atomic_fetch_sub(&worker->queued, 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&worker->lock);
     return ev;
@@ -265,10 +272,14 @@ unsigned ucp_worker_progress(ucp_worker_h w)
         int py;
 
         n += dp_progress(w, &py);
-        if (!py && ++w->fds_tick % FDS_EVERY == 0)
-            py = fds_ready(w);
-        now = now_ns();
-        full = now - w->py_last >= w->py_every;
+        if (py || ++w->tick % CLOCK_EVERY == 0) {
+            now = now_ns();
+            full = now - w->py_last >= w->py_every;
+            if (!py && !full && now - w->fds_last >= FDS_EVERY_NS) {
+                w->fds_last = now;
+                py = fds_ready(w);
+            }
+        }
         if (!py && !full) {
             w->ops.progress_c++;
             n += dispatch(w);
