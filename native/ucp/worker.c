@@ -42,7 +42,7 @@
 #define LOOPBACK_PASSES 2   /* more core passes after a send to itself completed */
 #define PY_EVERY_NS 1000000ULL  /* Python's progress at least this often, while called, */
 #define PY_EVERY_MAX_NS 100000000ULL    /* or as rarely as this while the GIL is contended */
-#define PY_SLOW_NS 500000ULL    /* a timer pass this long waited for the GIL */
+#define PY_SLOW_NS 200000ULL    /* a timer pass this long waited for the GIL */
 #define CLOCK_EVERY 16      /* C-only progress calls between looks at the clock */
 #define FDS_EVERY_NS 50000ULL   /* between polls of Python's descriptors (a syscall) */
 #define DP_BATCH 64         /* inbox frames per progress call */
@@ -292,12 +292,14 @@ unsigned ucp_worker_progress(ucp_worker_h w)
         uint64_t end = now_ns();
 
         /* a timer pass that waited for the GIL (a Python thread of the
-         * process spins) makes the next ones rarer, so the C path keeps
-         * its pace; a quick one brings them back to PY_EVERY_NS */
-        if (full)
-            w->py_every = end - now > PY_SLOW_NS
-                ? (w->py_every * 2 < PY_EVERY_MAX_NS ? w->py_every * 2 : PY_EVERY_MAX_NS)
-                : PY_EVERY_NS;
+         * process holds it) makes the next ones twice as rare, so the C
+         * path keeps its pace; a quick one an eighth less rare, so that a
+         * holder letting go now and then does not bring them all back */
+        if (full && end - now > PY_SLOW_NS)
+            w->py_every = w->py_every * 2 < PY_EVERY_MAX_NS ? w->py_every * 2 : PY_EVERY_MAX_NS;
+        else if (full)
+            w->py_every = w->py_every - w->py_every / 8 > PY_EVERY_NS
+                ? w->py_every - w->py_every / 8 : PY_EVERY_NS;
         w->py_last = end;
         n += ucxs_dp_done(w);               /* (Python's inbox pass completes ours too) */
     }
