@@ -14,7 +14,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
 
-.PHONY: install deps run test test-c test-c-san test-c-tsan test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-oshmem bench-scale bench-tcp bench-torch conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
+.PHONY: install deps run test test-c test-c-san test-c-tsan test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-capi bench-oshmem bench-scale bench-tcp bench-torch conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -113,6 +113,8 @@ bench: install
 	$(PY) bench/run_bench.py --tls shm,tcp,tcp+tls,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
 	$(PY) bench/fabtests_ref.py
 	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
+	$(PY) bench/capi_bench.py --repeat 5 --json bench/results/capi.json
+	$(PY) bench/gil_bench.py --json bench/results/gil.json
 	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
 	$(PY) bench/scale.py --json bench/results/scale.json
 	$(PY) bench/tcp_bench.py --json bench/results/tcp.json
@@ -137,6 +139,15 @@ bench-ucp: install
 	$(PY) -m pip install -q -e '.[bench]'
 	mkdir -p bench/results
 	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
+
+## issue 43's targets through the C ABI: MPICH and Open MPI on ucxpy's libucp
+## beside each on the real UCX (latency, message rate, Allreduce, bandwidth),
+## and a C ping-pong beside a Python thread holding the GIL (part of bench)
+bench-capi: install
+	$(PY) -m pip install -q -e '.[bench]'
+	mkdir -p bench/results
+	$(PY) bench/capi_bench.py --repeat 5 --json bench/results/capi.json
+	$(PY) bench/gil_bench.py --json bench/results/gil.json
 
 ## Open MPI's OSHMEM over ucxpy's libucp.so.0 beside OSHMEM over the system
 ## UCX and ucxpy's own shmem (part of bench; alone here)

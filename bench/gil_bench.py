@@ -126,6 +126,7 @@ def main(argv=None) -> int:
     print(f"(reported) beside a spinning Python thread, which also takes one of the 2 CPUs "
           f"(the scheduler decides, run to run): ucxpy keeps {spin:.2f}x what UCX keeps")
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows,
                        "runs": {f"{k[0]} {k[1]}": v for k, v in runs.items()}}, f, indent=1)
