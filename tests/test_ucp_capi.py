@@ -120,6 +120,43 @@ def test_mpich_c_program(basics, n):
 
 
 @needs_mpich
+@pytest.mark.parametrize("traced", [False, True], ids=["data-plane", "traced"])
+def test_a_python_protocol_plug_in_under_mpich(basics, tmp_path, traced):
+    """UCXPY_PROTO_PLUGIN=pipelined-copy:64K-inf under MPICH's C program
+    through libucp (issue 43, step 5): mpi_basics.c checks its data (ring
+    exchanges up to 4 MiB, a 2 MiB Bcast), every message of 64 KiB and more
+    moving by the plug-in written in Python (receives the data plane posted
+    are adopted when the plug-in's offer matches them); ucxpy-trace merges
+    the plug-in's events, an offer, a clear-to-send, the fragments' send and
+    the receive per message (tracing keeps libucp off the data plane: both
+    ways run)."""
+    import json
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    env = dict(os.environ, UCXPY_PROTO_PLUGIN="pipelined-copy:64K-inf",
+               UCXPY_PIPELINED_FRAG="32K")
+    if traced:
+        env["UCXPY_TRACE"] = str(trace)
+    rc, out, err = _run([UCXPY_UCX, "--check", MPIEXEC, "-n", "2", basics], env=env)
+    assert rc == 0, out + err
+    assert sorted(out.split("\n"))[-2:] == ["rank 0: OK", "rank 1: OK"], out + err
+    if not traced:
+        return
+    merged = tmp_path / "job.json"
+    subprocess.run([os.path.join(BIN, "ucxpy-trace"), "merge", str(trace), "-o", str(merged)],
+                   check=True, capture_output=True, timeout=120)
+    events = json.loads(merged.read_text())
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    names = {}
+    for e in events:
+        if e.get("cat") == "plugin":
+            names[e["name"]] = names.get(e["name"], 0) + 1
+    offers = names.get("pipelined-copy:offer", 0)
+    assert offers >= 4, names
+    assert names.get("pipelined-copy:received") == offers == names.get("pipelined-copy:cts")
+
+
+@needs_mpich
 def test_mpich_thread_multiple(tmp_path):
     """MPI_THREAD_MULTIPLE: four threads per rank exchange eager and
     rendezvous messages at once through libucp (tests/ucp/mpi_threads.c)."""

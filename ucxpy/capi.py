@@ -223,7 +223,13 @@ def ep_lane(ep):
     lane = tep.native_lane if tep is not None else None
     if lane is None or lane.dead or ep.failed is not None or ep.worker.tr is not None:
         return None
-    return lane, ep.rndv_thresh - 1
+    limit = ep.rndv_thresh - 1
+    plugin = ep.worker.protocol
+    if plugin is not None:              # (the sizes of a protocol plug-in are its own)
+        limit = min(limit, plugin.low - 1)
+    if limit < 0:
+        return None
+    return lane, limit
 
 
 def wake_peer(ep) -> None:

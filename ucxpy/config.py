@@ -157,6 +157,12 @@ class Config:
                                "ranges such as 1K-64K, or all (the data plane hands exactly "
                                "those to Python, after matching in the same queues; "
                                "ucxpy-info -e prints the table)")
+    proto_plugin: str = _opt("", str,
+                             "a tagged-message protocol written in Python for the sizes it "
+                             "names, in place of the stock ones, as name:sizes (the shipped "
+                             "pipelined-copy, or module:Class of a ucxpy.protocols.Protocol; "
+                             "sizes as UCXPY_PROTO_PYTHON's), e.g. pipelined-copy:64K-inf; "
+                             "every rank of a job must name the same one")
     busy_poll: float = _opt(0.002, float,
                             "seconds a waiting worker spins before sleeping on file descriptors")
     oversubscribed: str = _opt("auto", parse_tristate,

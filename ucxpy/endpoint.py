@@ -142,6 +142,11 @@ class Endpoint:
         offer by its ``send_rts`` (shm)."""
         tag &= 0xFFFF_FFFF_FFFF_FFFF
         mv = None
+        plugin = self.worker.protocol
+        if plugin is not None:              # (UCXPY_PROTO_PLUGIN: its sizes are its own)
+            mv = send_view(buf)
+            if plugin.covers(mv.nbytes):
+                return plugin.send(self, mv, tag)
         fast = self._fast_send
         if fast is not None:
             w = self.worker
@@ -173,7 +178,13 @@ class Endpoint:
         """Like :meth:`tag_send_nb`, but the request completes only once the
         receiver has matched the message (MPI's synchronous send, UCP's
         ``ucp_tag_send_sync_nbx``): whatever its size, the message goes by
-        rendezvous, whose data moves only after the match."""
+        rendezvous, whose data moves only after the match (or by the protocol
+        plug-in for the sizes it runs, which moves it after the match too)."""
+        plugin = self.worker.protocol
+        if plugin is not None:
+            mv = send_view(buf)
+            if plugin.covers(mv.nbytes):
+                return plugin.send(self, mv, tag & 0xFFFF_FFFF_FFFF_FFFF)
         return self.send_message(send_view(buf), wire.AmId.TAG_EAGER,
                                  wire.EAGER.pack(tag & 0xFFFF_FFFF_FFFF_FFFF), wire.AmId.TAG_RTS,
                                  wire.RTS, (tag & 0xFFFF_FFFF_FFFF_FFFF,), rndv=True)

@@ -31,6 +31,8 @@ class AmId(enum.IntEnum):
     RNDV_FIN = 17     # header: FIN (the sender's part has landed)
     LANE_MOVE = 18    # header: empty (the sender's last frame on this connection:
                       # it goes on on the one this side opened, see Endpoint._move_to)
+    PLUGIN = 19       # header: the protocol plug-in's kind byte + its own header
+                      # (ucxpy.protocols: UCXPY_PROTO_PLUGIN)
     USER = 32         # first id available to active-message users
 
 

@@ -9,7 +9,7 @@ import threading
 import time
 from typing import Callable, Optional
 
-from . import _dp, wire
+from . import _dp, protocols, wire
 from .address import WorkerAddress
 from .am import ActiveMessages
 from .buffers import PayloadPool, recv_view  # noqa: F401  (recv_view re-exported)
@@ -131,8 +131,11 @@ class Worker:
                          (AmId.RNDV_DATA, self.rndv.on_data), (AmId.RNDV_ATS, self.rndv.on_ats),
                          (AmId.CLOSE, self._on_close), (AmId.AM_EAGER, self.am.on_eager),
                          (AmId.AM_RTS, self.am.on_rts), (AmId.RNDV_RTP, self.rndv.on_rtp),
-                         (AmId.RNDV_FIN, self.rndv.on_fin), (AmId.LANE_MOVE, self._on_lane_move)):
+                         (AmId.RNDV_FIN, self.rndv.on_fin), (AmId.LANE_MOVE, self._on_lane_move),
+                         (AmId.PLUGIN, self._on_plugin)):
             self._handlers[am_id] = h
+        #: the protocol plug-in (UCXPY_PROTO_PLUGIN), or None
+        self.protocol = protocols.load(self, self.config.proto_plugin)
         for am_id, h in self.rma.handlers.items():
             self._handlers[am_id] = h
         self.ifaces = []
@@ -788,6 +791,8 @@ class Worker:
             self._native_forget(tep)
         self.rndv.fail_peer(ep, exc)
         self.rma.fail_peer(ep, exc)
+        if self.protocol is not None:
+            self.protocol.fail_peer(ep, exc)
         for req in self.matcher.requests_from(ep.remote_id):
             self.matcher.remove(req)
             req.complete(exc=exc)
@@ -844,13 +849,40 @@ class Worker:
                 req.add_done_callback(self.matcher.notify)
             self._recv_rndv(req, src, tag, rts)
 
+    def _on_plugin(self, tep, header, payload):
+        if self.protocol is None or not header:
+            raise ProtocolError("a protocol plug-in's frame, and no plug-in here "
+                                "(UCXPY_PROTO_PLUGIN differs between the ranks)")
+        self.protocol.on_frame(tep.owner_ep, header[0], header[1:], payload)
+
+    def _plugin_offer(self, ep, tag, offer):
+        """A protocol plug-in's offer of a tagged message arrived from ``ep``:
+        matched in the one matcher as a rendezvous offer, or kept."""
+        src = ep.remote_id
+        req = self.matcher.match_posted(src, tag)
+        if req is None:
+            self.matcher.queue_unexpected(UnexpectedMessage(src, tag, offer.size, rts=offer))
+            return
+        if tag & self.matcher.notify_mask & ~req.mask:
+            req.add_done_callback(self.matcher.notify)
+        self._recv_rndv(req, src, tag, offer)
+
     def _recv_rndv(self, req, src, tag, rts):
+        plugin = type(rts) is protocols.PluginOffer
         if rts.size > req.capacity:
             from .errors import TruncationError
-            self.rndv.drop(rts)
+            if plugin:
+                rts.protocol.drop(rts)
+            else:
+                self.rndv.drop(rts)
             req.complete(exc=TruncationError(
                 f"message of {rts.size} bytes from {src} (tag {tag:#x}) does not fit "
                 f"in receive buffer of {req.capacity} bytes", rts.size, req.capacity))
+            return
+        if plugin:
+            if req.buf is None:             # a receive of any size
+                req.buf = bytearray(rts.size)
+            rts.protocol.start_recv(req, rts, TagInfo(src, tag, rts.size))
             return
         if req.buf is None:                 # a receive of any size
             req.buf = bytearray(rts.size)

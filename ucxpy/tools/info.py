@@ -355,7 +355,37 @@ def execution_ranges(iface, config) -> list:
                 break
         if cur <= hi:
             out.append((cur, hi, proto, NATIVE))
-    return out
+    return _plugin_cut(out, config)
+
+
+def _plugin_cut(rows: list, config) -> list:
+    """``rows`` with the sizes of the protocol plug-in (UCXPY_PROTO_PLUGIN)
+    given to it: it runs them in Python, whatever the stock table said."""
+    from ..protocols import parse_spec
+    name, ranges = parse_spec(config.proto_plugin)
+    if not name:
+        return rows
+    out = []
+    for lo, hi, proto, who in rows:
+        cur = lo
+        for plo, phi in ranges:
+            if phi < cur or plo > hi:
+                continue
+            if plo > cur:
+                out.append((cur, plo - 1, proto, who))
+            out.append((max(plo, cur), min(phi, hi), f"plug-in {name}", PYTHON))
+            cur = min(phi, hi) + 1
+            if cur > hi:
+                break
+        if cur <= hi:
+            out.append((cur, hi, proto, who))
+    merged = []                          # (the plug-in's range is one row)
+    for row in out:
+        if merged and merged[-1][2:] == row[2:] and merged[-1][1] + 1 == row[0]:
+            merged[-1] = (merged[-1][0], row[1], *row[2:])
+        else:
+            merged.append(row)
+    return merged
 
 
 def _print_ranges(iface, config, out) -> None:
