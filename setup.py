@@ -40,14 +40,16 @@ FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c
 # The native data plane (native/dp/): its C files and the one Python binding.
 DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c", "native/dp/tag.c",
               "native/dp/inbox.c", "native/dp/lane.c", "native/ring.c"]
+DP_HEADERS = ["native/dp/dp.h", "native/dp/match.h", "native/ucxpy_native.h"]
 DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES,
-               include_dirs=["native/dp", "native"],
+               include_dirs=["native/dp", "native"], depends=DP_HEADERS,
                extra_compile_args=STRICT)
 
 # mpi_shim's hottest entry points in C (native/mpi_accel.c): Send, Recv, Put,
 # Get, Flush, Fetch_and_op and Compare_and_swap take their common case there.
 MPI_ACCEL = Extension("mpi_shim._accel", ["native/mpi_accel.c"],
-                      include_dirs=["native"], extra_compile_args=STRICT)
+                      include_dirs=["native"], depends=DP_HEADERS,
+                      extra_compile_args=STRICT)
 
 
 

@@ -77,13 +77,13 @@ class Endpoint:
         old, self._tep = self._tep, tep
         if old is not None and old is not tep and old.native_tx:
             old.set_native_lane(None)
-        if self.worker.config.fastpath:
+        if self.worker.config.fastpath and self.worker.protocol is None:
             self._fast_send = tep.send_eager
             if tep.iface.attrs.caps & Caps.GET_ZCOPY:
                 self._fast_rts = tep.send_rts       # (None where not offered)
                 self._fast_offer = tep.offer_rts
-            if self.worker.dp is not None and tep.native_tx:
-                tep.set_native_lane(_dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame))
+        if self.worker.config.fastpath and self.worker.dp is not None and tep.native_tx:
+            tep.set_native_lane(_dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame))
 
     def _move_to(self, tep) -> None:
         """Leave our own connection for ``tep``, the one the peer opened to
@@ -142,11 +142,6 @@ class Endpoint:
         offer by its ``send_rts`` (shm)."""
         tag &= 0xFFFF_FFFF_FFFF_FFFF
         mv = None
-        plugin = self.worker.protocol
-        if plugin is not None:              # (UCXPY_PROTO_PLUGIN: its sizes are its own)
-            mv = send_view(buf)
-            if plugin.covers(mv.nbytes):
-                return plugin.send(self, mv, tag)
         fast = self._fast_send
         if fast is not None:
             w = self.worker
@@ -171,8 +166,13 @@ class Endpoint:
                         if req is not None:
                             w.fast_offers += 1
                             return req
-        return self.send_message(send_view(buf) if mv is None else mv, wire.AmId.TAG_EAGER,
-                                 wire.EAGER.pack(tag), wire.AmId.TAG_RTS, wire.RTS, (tag,))
+        if mv is None:
+            mv = send_view(buf)
+        plugin = self.worker.protocol
+        if plugin is not None and plugin.covers(mv.nbytes):
+            return plugin.send(self, mv, tag)   # (UCXPY_PROTO_PLUGIN: no fast path then)
+        return self.send_message(mv, wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
+                                 wire.AmId.TAG_RTS, wire.RTS, (tag,))
 
     def tag_send_sync_nb(self, buf, tag: int) -> Request:
         """Like :meth:`tag_send_nb`, but the request completes only once the
