@@ -8,15 +8,22 @@
  * header), and publishes its table of operations in a capsule, which libucp
  * imports (attach.c).
  *
- * Every operation has one shape: take the GIL, build the arguments (raw
+ * Every operation has one shape: take the GIL and libucp's lock (ENTER:
+ * the lock is waited for with the GIL given up), build the arguments (raw
  * memory as memoryviews over the caller's bytes, handles as the references
  * we hold), make one call — an adapter function, or for the hot operations
  * (send, receive, progress, put/get, active messages) the core's public
  * method directly (`method`) — turn its result or its exception into a
- * ucs_status_t at one `out:`, drop the GIL.  A core Request still pending
- * gets a Completion, which queues its outcome for the C request (`track`).  An exception is printed
- * to stderr once, here, with the entry point it failed, and mapped by
- * capi.status_of; a status is never lost (no PyErr_Clear without one).
+ * ucs_status_t at one `out:`, drop both (LEAVE).  A core Request still
+ * pending gets a Completion, which queues its outcome for the C request
+ * (`track`) and is counted (`py_pending`: libucp's progress runs Python's
+ * while any).  An exception is printed to stderr once, here, with the
+ * entry point it failed, and mapped by capi.status_of; a status is never
+ * lost (no PyErr_Clear without one).
+ *
+ * The data plane's receives of libucp that Python's path matches come back
+ * here through its adopt hook (b_adopt): a core RecvRequest over the C
+ * buffer, tracked like any other.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -13,7 +13,8 @@
  * `release`.  Operations that may complete later take the C request (`req`)
  * and return UCS_OK with `info` filled, UCS_INPROGRESS (the completion comes
  * later through ucxs_core_t.complete, from inside a bridge call), or an
- * error.  Every operation takes and drops the GIL itself.
+ * error.  Every operation takes and drops the GIL itself, and libucp's lock
+ * (try_lock / lock / unlock below).
  */
 #ifndef UCXPY_UCP_BRIDGE_H
 #define UCXPY_UCP_BRIDGE_H
