@@ -12,7 +12,7 @@ from ucxpy import wire
 IDS = {"WIREUP": 1, "TAG_EAGER": 2, "TAG_RTS": 3, "RNDV_RTR": 4, "RNDV_DATA": 5,
        "RNDV_ATS": 6, "CLOSE": 7, "AM_EAGER": 8, "AM_RTS": 9, "RMA_PUT": 10, "RMA_ACK": 11,
        "RMA_GET": 12, "RMA_GET_REP": 13, "RMA_AMO": 14, "RMA_AMO_REP": 15, "RNDV_RTP": 16,
-       "RNDV_FIN": 17, "LANE_MOVE": 18, "USER": 32}
+       "RNDV_FIN": 17, "LANE_MOVE": 18, "PLUGIN": 19, "USER": 32}
 
 
 def test_moved_wireup_header_is_pinned():
