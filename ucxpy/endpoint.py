@@ -180,12 +180,11 @@ class Endpoint:
         ``ucp_tag_send_sync_nbx``): whatever its size, the message goes by
         rendezvous, whose data moves only after the match (or by the protocol
         plug-in for the sizes it runs, which moves it after the match too)."""
+        mv = send_view(buf)
         plugin = self.worker.protocol
-        if plugin is not None:
-            mv = send_view(buf)
-            if plugin.covers(mv.nbytes):
-                return plugin.send(self, mv, tag & 0xFFFF_FFFF_FFFF_FFFF)
-        return self.send_message(send_view(buf), wire.AmId.TAG_EAGER,
+        if plugin is not None and plugin.covers(mv.nbytes):
+            return plugin.send(self, mv, tag & 0xFFFF_FFFF_FFFF_FFFF)
+        return self.send_message(mv, wire.AmId.TAG_EAGER,
                                  wire.EAGER.pack(tag & 0xFFFF_FFFF_FFFF_FFFF), wire.AmId.TAG_RTS,
                                  wire.RTS, (tag & 0xFFFF_FFFF_FFFF_FFFF,), rndv=True)
 

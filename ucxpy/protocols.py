@@ -44,6 +44,7 @@ import struct
 from typing import Optional
 
 from . import config
+from .buffers import recv_view, send_view
 from .config import ConfigError, parse_size, parse_size_ranges
 from .errors import ProtocolError
 from .request import Request, TagInfo
@@ -160,6 +161,7 @@ class PipelinedCopy(Protocol):
     def send(self, ep, mv, tag):
         req = Request(self.worker)
         sid = next(self._ids)
+        mv = send_view(mv)                 # (a flat byte view already from the core)
         self.sends[sid] = (ep, mv, req)
         self.counts["offers"] += 1
         self.trace("offer", ep, tag=tag, size=mv.nbytes, send=sid)
@@ -193,8 +195,7 @@ class PipelinedCopy(Protocol):
             req.complete(info)
             return
         rid = next(self._ids)
-        buf = req.buf if type(req.buf) is memoryview else memoryview(req.buf)
-        self.recvs[rid] = [ep, req, buf.cast("B") if buf.format != "B" else buf, size, 0, info]
+        self.recvs[rid] = [ep, req, recv_view(req.buf), size, 0, info]
         self.trace("cts", ep, size=size, send=offer.state, recv=rid)
         self.frame(ep, CTS, _CTS.pack(offer.state, rid))
 
@@ -207,10 +208,9 @@ class PipelinedCopy(Protocol):
         if rid == 0 or n == 0:
             req.complete()
             return
-        data = mv.cast("B") if mv.format != "B" or mv.ndim != 1 else mv
         last = (n - 1) // self.frag * self.frag
         for off in range(0, n, self.frag):
-            piece = data[off:off + self.frag]
+            piece = mv[off:off + self.frag]
             if off == last:
                 if self.frame(ep, FRAG, _FRAG.pack(rid, off), piece, req._sent):
                     req.complete()

@@ -2005,7 +2005,7 @@ static long tm_deliver_done(TagMatcherObject *self)
 
     ucxdp_tag_take_done(w, UCXDP_OWNER_PY, &list);
     while ((l = list.next) != &list) {
-        PRecv *p = (PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
+        PRecv *p = (PRecv *)UCXDP_DONE_RECV(l);
         ucxdp_tag_recv_t t = p->r;         /* (the outcome, kept: p is freed first) */
         int notify = (t.info_tag & self->notify_mask & ~t.m.mask) != 0;
 
@@ -2066,7 +2066,7 @@ static int tm_clear(TagMatcherObject *self)
     ucxdp_match_each_posted(&w->matcher, free_posted, &w->matcher);
     ucxdp_tag_take_done(w, UCXDP_OWNER_PY, &list);
     while ((l = list.next) != &list) {
-        PRecv *p = (PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
+        PRecv *p = (PRecv *)UCXDP_DONE_RECV(l);
         l->prev->next = l->next;
         l->next->prev = l->prev;
         free(p->r.handoff);
@@ -2112,7 +2112,7 @@ static int tm_traverse(TagMatcherObject *self, visitproc visit, void *arg)
         ucxdp_link_t *done = &w->done[UCXDP_OWNER_PY];
 
         for (l = done->next; v.rc == 0 && l != done; l = l->next)
-            v.rc = visit(((PRecv *)((char *)l - offsetof(ucxdp_tag_recv_t, done)))->req, arg);
+            v.rc = visit(((PRecv *)UCXDP_DONE_RECV(l))->req, arg);
         for (l = w->matcher.unexp.next; v.rc == 0 && l != &w->matcher.unexp; l = l->next) {
             ucxdp_tag_unexp_t *u = (ucxdp_tag_unexp_t *)((char *)l - offsetof(ucxdp_tag_unexp_t, m)
                                                          - offsetof(ucxdp_unexp_t, all));
@@ -2421,15 +2421,23 @@ static PyObject *inbox_get_busy(InboxObject *self, void *closure)
     return PyBool_FromLong(__atomic_load_n(&self->in.py_busy, __ATOMIC_RELAXED));
 }
 
-static int inbox_set_busy(InboxObject *self, PyObject *v, void *closure)
+/* A flag attribute's new value `v`: 0 or 1, or -1 with an exception
+ * (deleting `name`, or a value without a truth). */
+static int flag_of(PyObject *v, const char *name)
 {
     int b = v != NULL ? PyObject_IsTrue(v) : -1;
 
-    if (b < 0) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "busy cannot be deleted");
+    if (b < 0 && !PyErr_Occurred())
+        PyErr_Format(PyExc_TypeError, "%s cannot be deleted", name);
+    return b;
+}
+
+static int inbox_set_busy(InboxObject *self, PyObject *v, void *closure)
+{
+    int b = flag_of(v, "busy");
+
+    if (b < 0)
         return -1;
-    }
     __atomic_store_n(&self->in.py_busy, b, __ATOMIC_RELAXED);
     return 0;
 }
@@ -2514,12 +2522,9 @@ static PyObject *lane_eager(LaneObject *self, PyObject *const *args, Py_ssize_t 
     }                                                                                    \
     static int lane_set_##name(LaneObject *self, PyObject *v, void *closure)             \
     {                                                                                    \
-        int b = v != NULL ? PyObject_IsTrue(v) : -1;                                     \
-        if (b < 0) {                                                                     \
-            if (!PyErr_Occurred())                                                       \
-                PyErr_SetString(PyExc_TypeError, #name " cannot be deleted");            \
+        int b = flag_of(v, #name);                                                       \
+        if (b < 0)                                                                       \
             return -1;                                                                   \
-        }                                                                                \
         self->lane.name = b;                                                             \
         return 0;                                                                        \
     }

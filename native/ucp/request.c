@@ -184,9 +184,15 @@ void ucxs_core_complete(void *handle, ucs_status_t status, uint64_t tag, size_t 
     ucxs_queue_push(req->worker, &req->ev);
 }
 
+/* The request whose data-plane receive `r` is. */
+static inline ucxs_req_t *req_of_dtr(ucxdp_tag_recv_t *r)
+{
+    return (ucxs_req_t *)((char *)r - offsetof(ucxs_req_t, dtr));
+}
+
 void ucxs_core_ext_recv(ucxdp_tag_recv_t *r, void **handle, void **cworker)
 {
-    ucxs_req_t *req = (ucxs_req_t *)((char *)r - offsetof(ucxs_req_t, dtr));
+    ucxs_req_t *req = req_of_dtr(r);
 
     req->flags &= ~(uint32_t)UCXS_REQ_DP;  /* Python's to complete now */
     *handle = req;
@@ -223,7 +229,7 @@ unsigned ucxs_dp_done(ucp_worker_h worker)
     ucxs_py->lock();
     ucxs_py->dp->tag_take_done(worker->dp, UCXDP_OWNER_EXT, &list);
     while ((l = list.next) != &list) {
-        ucxs_req_t *req = (ucxs_req_t *)((char *)UCXDP_DONE_RECV(l) - offsetof(ucxs_req_t, dtr));
+        ucxs_req_t *req = req_of_dtr(UCXDP_DONE_RECV(l));
 
         list.next = l->next;
         l->next->prev = &list;

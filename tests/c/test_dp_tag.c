@@ -55,7 +55,7 @@ static int take_done(ucxdp_worker_t *w, ucxdp_tag_recv_t **out, int n)
 
     ucxdp_tag_take_done(w, UCXDP_OWNER_PY, &list);
     for (l = list.next; l != &list && k < n; l = l->next)
-        out[k++] = (ucxdp_tag_recv_t *)((char *)l - offsetof(ucxdp_tag_recv_t, done));
+        out[k++] = UCXDP_DONE_RECV(l);
     return k;
 }
 
