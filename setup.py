@@ -2,9 +2,9 @@
 
 ``ucxpy._native`` (shm rings, atomics, CMA) is always built, and so are
 ``ucxpy._pybuffer`` (a base class that lets Python handle objects export the
-buffer protocol, native/pybuffer.c) and ``ucxpy._fastpath`` (the receive
-fast path, native/fastpath.c), and ``mpi_shim._accel`` (mpi_shim's hottest
-calls in C, native/mpi_accel.c).  The RDMA
+buffer protocol, native/pybuffer.c), ``ucxpy._apilock`` (the API lock,
+native/apilock.c), ``ucxpy._dp`` (the native data plane, native/dp/) and
+``mpi_shim._accel`` (mpi_shim's hottest calls in C, native/mpi_accel.c).  The RDMA
 modules (``ucxpy._ofi``, ``ucxpy._verbs``) are added when their headers exist
 (see native/build_rdma.py; ``UCXPY_NO_RDMA=1`` skips them), and so is the
 PMIx client binding (``ucxpy._pmix``, native/build_pmix.py, where libpmix-dev's
@@ -32,14 +32,13 @@ STRICT = ["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-Wno-unused-param
 
 # A plain C extension: the buffer-protocol base class (native/pybuffer.c).
 PYBUFFER = Extension("ucxpy._pybuffer", ["native/pybuffer.c"], extra_compile_args=STRICT)
-# The receive fast path (native/fastpath.c), with the ring code compiled in.
-FASTPATH = Extension("ucxpy._fastpath", ["native/fastpath.c", "native/tcp_fast.c", "native/ring.c",
-                                          "native/atomics.c", "native/cma.c"],
-                     include_dirs=["native"], extra_compile_args=STRICT)
+# The API lock of a worker serving threads (native/apilock.c).
+APILOCK = Extension("ucxpy._apilock", ["native/apilock.c"], extra_compile_args=STRICT)
 
 # The native data plane (native/dp/): its C files and the one Python binding.
 DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c", "native/dp/tag.c",
-              "native/dp/inbox.c", "native/dp/lane.c", "native/ring.c"]
+              "native/dp/inbox.c", "native/dp/lane.c", "native/dp/rndv.c", "native/dp/tcp.c",
+              "native/ring.c", "native/cma.c"]
 DP_HEADERS = ["native/dp/dp.h", "native/dp/match.h", "native/ucxpy_native.h"]
 DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES,
                include_dirs=["native/dp", "native"], depends=DP_HEADERS,
@@ -67,7 +66,7 @@ class BuildExt(build_ext):
         build_ucp.build(out)
 
 
-EXTENSIONS = [PYBUFFER, FASTPATH, DP, MPI_ACCEL] + ([build_ucp.BRIDGE] if build_ucp.available() else [])
+EXTENSIONS = [PYBUFFER, APILOCK, DP, MPI_ACCEL] + ([build_ucp.BRIDGE] if build_ucp.available() else [])
 
 setup(cffi_modules=CFFI_MODULES + rdma_cffi_modules() + pmix_cffi_modules(),
       ext_modules=EXTENSIONS, cmdclass={"build_ext": BuildExt})

@@ -43,7 +43,7 @@ def layer(filename: str, name: str) -> str:
         return "transport"
     if "/ucxpy/" in f:
         return "core"
-    if filename == "~" and ("_native" in name or "_fastpath" in name or "_cffi" in name or "ucxpy_" in name):
+    if filename == "~" and ("_native" in name or "_apilock" in name or "_dp" in name or "_cffi" in name or "ucxpy_" in name):
         return "native"
     return "other"
 

@@ -36,6 +36,9 @@ def available() -> bool:
 
 BRIDGE = Extension("ucxpy._ucp_bridge", [os.path.join("native", "ucp", "bridge.c")],
                    include_dirs=[os.path.join("native", "ucp")],
+                   # (its view of the data plane's API: rebuilt when that changes)
+                   depends=[os.path.join("native", "ucp", n) for n in ("bridge.h", "shim.h")]
+                   + [os.path.join("native", "dp", n) for n in ("dp.h", "match.h")],
                    extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror",
                                        "-Wno-unused-parameter"])
 

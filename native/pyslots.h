@@ -1,5 +1,5 @@
 /* The object slots of Python classes with __slots__, read and filled from C
- * (native/fastpath.c, native/mpi_accel.c): a slot's offset is looked up once
+ * (native/mpi_accel.c): a slot's offset is looked up once
  * by name on its class (its member descriptor), then the object's field is
  * read or set in place, as the slot's descriptor would. */
 #ifndef UCXPY_PYSLOTS_H

@@ -491,13 +491,12 @@ def test_a_posted_receive_is_named_by_its_handle_until_it_matches(shm_pair):
 
 
 def test_the_native_frame_calls_check_their_arguments(shm_pair):
-    """send_tag, tcp_send_tag, tcp_recv_tag and send_rts take their arguments
-    without an argument tuple (METH_FASTCALL, native/pyfastcall.h) and refuse
-    a wrong count, a wrong type, an int out of range, a read-only or
-    non-contiguous buffer as PyArg_ParseTuple would, before touching a ring
-    or a socket (ring 0 and fd -1 here); so does the data plane's
-    Inbox.try_recv, before touching its inbox."""
-    from ucxpy import _fastpath as f
+    """The data plane's per-message calls (a Lane's eager, rts and get_ack;
+    the tcp eager path's send and receive; Inbox.try_recv) take their
+    arguments without an argument tuple (METH_FASTCALL) and refuse a wrong
+    count, a wrong type, an int out of range, a read-only or non-contiguous
+    buffer, before touching a ring or a socket (fd -1 here)."""
+    from ucxpy import _dp
     p, a, b, ep = shm_pair
     inbox = _shm_iface(b).native
     with pytest.raises(TypeError):
@@ -507,18 +506,37 @@ def test_the_native_frame_calls_check_their_arguments(shm_pair):
     with pytest.raises(BufferError):
         inbox.try_recv(1, 0, 0, memoryview(bytearray(8))[::2], 0)
     assert inbox.try_recv(1, 0, 0, bytearray(8), 0) == (-1, 0)   # (an empty inbox)
+    ep.tag_send(b"x", 1)                                         # (the lane exists)
+    lane, w = ep._fast_lane, a.dp
+    assert lane is not None
     with pytest.raises(TypeError):
-        f.send_tag("ring", 1, 0, b"x", 8)
+        lane.eager("worker", 0, b"x")
+    with pytest.raises(TypeError):
+        lane.eager(w, 0)                                         # 2 of 3
+    with pytest.raises(BufferError):
+        lane.eager(w, 0, memoryview(bytearray(8))[::2])
+    with pytest.raises(TypeError):
+        lane.rts(w, 1, 2)                                        # 3 of 4
+    with pytest.raises(BufferError):
+        lane.rts(w, 1, 2, memoryview(bytearray(8))[::2])
+    with pytest.raises(TypeError):
+        lane.get_ack(w, b"k", 0, bytearray(8), 8)                # 5 of 6
+    with pytest.raises(BufferError):
+        lane.get_ack(w, b"k", 0, b"read-only", 8, 1)
+    assert lane.get_ack(w, b"not a key", 0, bytearray(8), 8, 1) == -1
+    assert lane.eager(w, 0, b"x" * 9, 8) == -1                   # over the limit
     with pytest.raises(OverflowError):
-        f.tcp_send_tag(1 << 40, 1, 0, b"x", 8)
+        _dp.tcp_eager_send(w, 1 << 40, 1, 0, b"x", 8)
+    with pytest.raises(ValueError):
+        _dp.tcp_eager_send(w, -1, 256, 0, b"x", 8)               # not an am id
+    assert _dp.tcp_eager_send(w, -1, 1, 0, b"x" * 9, 8) == -100
+    assert _dp.tcp_eager_send(w, -1, 1, 0, b"x", 8) == -1        # (a bad descriptor)
     with pytest.raises(BufferError):
-        f.tcp_recv_tag(-1, 1, 0, 0, memoryview(bytearray(8))[::2], 0)
+        _dp.tcp_eager_recv(w, -1, 1, 0, 0, memoryview(bytearray(8))[::2], 0)
     with pytest.raises(TypeError):
-        f.tcp_recv_tag(-1, 1, 0, 0, bytearray(8), 0, 0)         # 7 of 6
-    with pytest.raises(BufferError):
-        f.send_rts(0, 1, 2, memoryview(bytearray(8))[::2], 1)
-    with pytest.raises(TypeError):
-        f.send_rts(0, 1, 2, b"x")                                # 4 of 5
+        _dp.tcp_eager_recv(w, -1, 1, 0, 0, bytearray(8), 0, 0)  # 8 of 7
+    assert _dp.tcp_eager_recv(w, -1, 1, 0, 0, bytearray(8), 0) == (-1, 0, None)
+    assert len(_dp.tcp_eager_head(2, 7, 5)) == 24
 
 
 def test_bucketed_receives_are_matched_in_c_and_notified(shm_pair):
@@ -672,15 +690,14 @@ def test_tcp_bytes_read_behind_a_message_wait_for_the_next_progress(tcp_pair):
         ep.tag_send(bytes([65 + i]) * 4, 7)
     _arrived(p, b, ep, 3 * (24 + 4))
     tep_b = next(iter(b.endpoints[0].incoming))
-    from ucxpy.wire import AmId
     buf = bytearray(100)
-    n, got = tep_b.recv_eager(int(AmId.TAG_EAGER), 7, (1 << 64) - 1, buf, 0)
+    n, got = b._stream_recv(tep_b, 7, (1 << 64) - 1, buf, 0)
     assert (n, got, bytes(buf[:4])) == (4, 7, b"AAAA")
     assert b.matcher.unexpected_depth() == 0        # the rest waits, unparsed
     iface = tep_b.iface
     assert tep_b in iface._spilled
     assert select.select(iface.wait_fds(), (), (), 0)[0], "a sleep must end at once"
-    assert tep_b.recv_eager(int(AmId.TAG_EAGER), 7, (1 << 64) - 1, buf, 0) == (-1, 0)
+    assert b._stream_recv(tep_b, 7, (1 << 64) - 1, buf, 0) == (-1, 0)
     rest = []
     for _ in range(2):
         r = bytearray(4)
@@ -698,7 +715,7 @@ def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
     frame of up to 32 KiB is read as soon as its head is there and, the rest
     being late, what was read goes to the connection's reader (the spill),
     so the Python path finishes it; a larger one is left in the socket until
-    FIONREAD says it is whole (native/tcp_fast.c)."""
+    FIONREAD says it is whole (native/dp/tcp.c)."""
     import struct
     p, a, b, ep = tcp_pair
     tep_a = ep.transport_endpoint()
@@ -711,7 +728,7 @@ def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
     assert n == cut
     buf = bytearray(size + 56)
     read_early = 24 + size <= 32 * 1024 + 24
-    assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 100) == \
+    assert b._stream_recv(tep_b, 6, (1 << 64) - 1, buf, 100) == \
         ((-2, 0) if read_early else (-1, 0))
     assert all(x in (0, payload[i]) for i, x in enumerate(buf[:size])) and buf[size:] == bytes(56)
     sent = cut
@@ -721,7 +738,7 @@ def test_tcp_a_frame_half_arrived_is_left_for_later(tcp_pair, size, cut):
         assert b.tag_recv(buf, 6, source=0, timeout=10).length == size
     else:
         _arrived(p, b, ep, len(frame))
-        assert tep_b.recv_eager(am, 6, (1 << 64) - 1, buf, 0) == (size, 6)
+        assert b._stream_recv(tep_b, 6, (1 << 64) - 1, buf, 0) == (size, 6)
     assert bytes(buf[:size]) == payload and buf[size:] == bytes(56)
 
 
@@ -740,7 +757,8 @@ def test_tcp_with_tls_takes_the_python_path():
         p.wait(ep.tag_send_nb(b"sealed", 1), r)        # the handshakes are done
         p.wait(ep.tag_send_nb(b"sealed", 2))
         tep = next(iter(b.endpoints[0].incoming))
-        assert tep.recv_eager is None and tep.send_eager is None   # not offered
+        assert tep.stream_in is None and tep.stream_out is None    # not lent
+        assert p.eps[0][1]._fast_stream is None
         buf = bytearray(6)
         assert b.tag_recv(buf, 2, source=0, timeout=10).length == 6 and buf == b"sealed"
         assert b.fast_recvs == 0
@@ -749,7 +767,7 @@ def test_tcp_with_tls_takes_the_python_path():
 
 
 def test_tcp_eager_sends_take_the_native_send_and_partial_frames_queue(tcp_pair):
-    """Eager sends go out by one sendmsg from C (native/tcp_fast.c) while
+    """Eager sends go out by one sendmsg from C (native/dp/tcp.c) while
     the socket takes them; once it is full, the rest of a frame it took only
     part of, and everything after, queue in order: every byte arrives."""
     import numpy as np
@@ -987,11 +1005,11 @@ def test_no_native_dispatch_while_tracing(shm_pair):
 
 
 def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
-    """A tagged send of ``rndv_thresh`` bytes or more goes out by the lane's
-    ``send_rts`` (one C call packs the RTS and the shm key); the receiver
-    matches it in the data plane's matcher, reads the sender's buffer by
-    CMA and answers ATS in one C call (``get_and_ack``), posted first or
-    unexpected.  What that must not take (a split-sized offer, truncation)
+    """A tagged send of ``rndv_thresh`` bytes or more goes out by the
+    data plane's shm rendezvous (``Lane.rts`` packs the RTS and the shm key
+    in C); the receiver matches it in the data plane's matcher, reads the
+    sender's buffer by CMA and answers ATS in one C call (``Lane.get_ack``),
+    posted first or unexpected.  What that must not take (a split-sized offer, truncation)
     goes the Python protocol's way."""
     import numpy as np
     p, a, b, ep = shm_pair
@@ -1040,35 +1058,30 @@ def test_the_native_rendezvous_offers_reads_and_acknowledges(shm_pair):
 
 
 def test_the_native_offer_registers_only_what_it_sends(shm_pair):
-    """``offer_rts`` (the shm lane's ``offer_rts``, native/fastpath.c) does
-    ``RendezvousProtocol.offer`` in one call for a contiguous byte buffer of
-    the threshold or more whose RTS can go now: the send registered under
-    the next id with a plain Request, the receiver reading it.  Anything
-    else (too small, strided, not bytes, a lane that cannot take a frame
-    now) gives None with nothing registered; a wrong argument count is a
-    TypeError."""
+    """``RendezvousProtocol.offer`` registers a send under the next id with a
+    plain Request and has the data plane push its offer (``Lane.rts``,
+    native/dp/rndv.c); a lane that cannot take a frame now (closed while
+    Python has frames queued, or still connecting) declines it and nothing
+    stays registered (the caller then takes the Python path)."""
     import numpy as np
-    from ucxpy import _fastpath as f
     from ucxpy.rndv import SendState
     p, a, b, ep = shm_pair
-    lane, rndv = ep._tep, a.rndv
-    offer = lane.offer_rts
-    assert offer is not None and ep._fast_offer is offer
-    with pytest.raises(TypeError):
-        f.offer_rts(lane, 1, rndv, ep, b"x", 5)                  # 6 of 7
+    ep.tag_send(b"x", 1)                                         # (the lanes exist)
+    p.eps[1][0].tag_send(b"y", 2)
+    assert a.tag_recv(bytearray(1), 2).length == 1
+    lane, rndv = ep._fast_lane, a.rndv
     before = dict(rndv.sends)
-    assert offer(rndv, ep, b"x" * 10, 5, 100) is None                          # too small
-    assert offer(rndv, ep, memoryview(bytearray(400))[::2], 5, 10) is None     # strided
-    assert offer(rndv, ep, np.zeros(64, np.float64), 5, 10) is None           # not bytes
-    lane._held = True                       # (a lane still connecting takes no frame)
+    lane.open = False
     try:
-        assert offer(rndv, ep, bytearray(64), 5, 10) is None
+        assert rndv.offer(ep, memoryview(bytearray(64)), 5, lane) is None
     finally:
-        lane._held = False
-    assert rndv.sends == before
+        ep._tep._lane_sync()
+    assert lane.open and rndv.sends == before
     data = np.arange(4096, dtype=np.uint8)
-    req = offer(rndv, ep, data, 77, 1024)
+    offers = a.dp.counters()["rndv_offer"]
+    req = rndv.offer(ep, memoryview(data), 77, lane)
     assert type(req) is ucxpy.Request and not req.done
+    assert a.dp.counters()["rndv_offer"] == offers + 1
     (sid, s), = [(k, v) for k, v in rndv.sends.items() if k not in before]
     assert type(s) is SendState and s.req is req and s.ep is ep and s.busy == 0
     assert s.reading and s.mv.nbytes == 4096 and sid == max(rndv.sends)
@@ -1076,6 +1089,7 @@ def test_the_native_offer_registers_only_what_it_sends(shm_pair):
     r = b.tag_recv_nb(out, 77, source=0)
     p.wait(req, r)
     assert np.array_equal(out, data) and sid not in rndv.sends and req.exc is None
+    assert b.dp.counters()["rndv_get"] >= 1 and b.dp.counters()["rndv_ats"] >= 1
 
 
 def test_native_rendezvous_with_cma_refused_falls_back_to_frames(shm_pair):
@@ -1084,8 +1098,12 @@ def test_native_rendezvous_with_cma_refused_falls_back_to_frames(shm_pair):
     import numpy as np
     p, a, b, ep = shm_pair
     iface = _shm_iface(b)
-    for tep in iface._by_src.values():
+    p.eps[1][0].tag_send(b"x", 1)               # (b's lane back to a exists)
+    assert p.workers[0].tag_recv(bytearray(1), 1).length == 1
+    for tep in iface._eps:
         tep._cma_ok = False
+        if tep.native_lane is not None:
+            tep.native_lane.cma = False
     data = np.arange(ep.rndv_thresh, dtype=np.uint8)
     out = np.zeros_like(data)
     recv = b.tag_recv_nb(out, 9, source=0)

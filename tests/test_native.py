@@ -655,11 +655,11 @@ def test_cma_probe_self():
                                                                             -errno.ENOSYS)
 
 
-# -- ucxpy._fastpath.serialized: a method called holding a lock ----------------------
+# -- ucxpy._apilock.serialized: a method called holding a lock ----------------------
 
 def _lock(kind):
     import threading
-    from ucxpy._fastpath import ApiLock
+    from ucxpy._apilock import ApiLock
     return {"rlock": threading.RLock, "lock": threading.Lock, "api": ApiLock}[kind]()
 
 
@@ -667,7 +667,7 @@ def _lock(kind):
 def test_serialized_holds_the_lock_binds_and_keeps_the_metadata(kind):
     import functools
     import inspect
-    from ucxpy._fastpath import serialized
+    from ucxpy._apilock import serialized
     lock = _lock(kind)
 
     class A:
@@ -710,7 +710,7 @@ def test_serialized_holds_the_lock_binds_and_keeps_the_metadata(kind):
 @pytest.mark.parametrize("kind", ["lock", "api"])
 def test_serialized_excludes_other_threads(kind):
     import threading
-    from ucxpy._fastpath import serialized
+    from ucxpy._apilock import serialized
     lock = _lock(kind)
     inside, overlaps = [], []
 
@@ -730,11 +730,11 @@ def test_serialized_excludes_other_threads(kind):
     assert inside == [] and overlaps == []
 
 
-# -- ucxpy._fastpath.ApiLock: RLock's interface, taken by serialized in C ------------
+# -- ucxpy._apilock.ApiLock: RLock's interface, taken by serialized in C ------------
 
 def test_api_lock_is_reentrant_like_an_rlock():
     import threading
-    from ucxpy._fastpath import ApiLock
+    from ucxpy._apilock import ApiLock
     lock = ApiLock()
     assert not lock._is_owned() and "unlocked" in repr(lock)
     with pytest.raises(RuntimeError):
@@ -766,7 +766,7 @@ def test_api_lock_is_reentrant_like_an_rlock():
 def test_api_lock_excludes_and_times_out_across_threads():
     import threading
     import time
-    from ucxpy._fastpath import ApiLock
+    from ucxpy._apilock import ApiLock
     lock = ApiLock()
     lock.acquire()
     seen = {}
@@ -792,7 +792,7 @@ def test_api_lock_excludes_and_times_out_across_threads():
 def test_api_lock_counts_under_contention():
     import threading
     import time
-    from ucxpy._fastpath import ApiLock
+    from ucxpy._apilock import ApiLock
     lock, n = ApiLock(), [0]
 
     def work():

@@ -135,7 +135,7 @@ class Net:
         self.str = Tracer(events) if tr else None
         self.rtr = Tracer(events) if tr else None
         cfg = SimpleNamespace(rndv_split_thresh=split)
-        self.S = RendezvousProtocol(SimpleNamespace(tr=self.str, config=cfg))
+        self.S = RendezvousProtocol(SimpleNamespace(tr=self.str, config=cfg, dp="dp"))
         self.R = RendezvousProtocol(SimpleNamespace(tr=self.rtr, config=cfg))
         self.sep = Ep(self, "R", remote_id=11)      # the sender's endpoint to the receiver
         self.rep = Ep(self, "S", remote_id=22)      # the receiver's endpoint to the sender
@@ -915,28 +915,48 @@ def test_offer_without_a_key_is_streamed():
     assert net.rtr.calls == [("recv", 4, 1, "rtr", 9000)]
 
 
-# -- offer: the RTS through a lane's native push ------------------------------------------
+# -- offer: the RTS pushed by the data plane's lane ----------------------------------------
+class Lane:
+    """A stand-in ``_dp.Lane``: ``rts`` records the offer and answers ``rc``
+    (0 pushed, 1 pushed and the peer sleeps, -1 declined)."""
+
+    def __init__(self, rc=0, check=None):
+        self.rc, self.check, self.pushed = rc, check, []
+
+    def rts(self, dp, tag, sid, mv):
+        assert dp == "dp"                       # (the worker's data plane)
+        self.pushed.append((tag, sid, mv))
+        if self.check is not None:
+            self.check(sid)
+        return self.rc
+
+
 def test_an_offer_registers_the_send_and_pushes_its_rts():
     net = Net(tr=False)
-    pushed = []
+    lane = Lane()
     mv = memoryview(bytearray(100))
-    req = net.S.offer(net.sep, mv, 7, lambda *a: pushed.append(a) or True)
-    (tag, sid, view), = pushed
+    req = net.S.offer(net.sep, mv, 7, lane)
+    (tag, sid, view), = lane.pushed
     assert (tag, view) == (7, mv) and not req.done and req.worker is net.S.worker
     s = net.S.sends[sid]
     assert (s.ep, s.mv, s.req, s.reading, s.busy) == (net.sep, mv, req, True, 0)
     net.S.on_ats(None, wire.ATS.pack(sid, wire.ATS_OK), b"")    # completes as any send
     assert req.done and req.exc is None and not net.S.sends
-    again = net.S.offer(net.sep, mv, 8, lambda *a: pushed.append(a) or True)
-    assert pushed[1][1] == sid + 1 and not again.done
+    again = net.S.offer(net.sep, mv, 8, lane)
+    assert lane.pushed[1][1] == sid + 1 and not again.done
+
+
+def test_an_offer_to_a_sleeping_peer_wakes_it():
+    net = Net(tr=False)
+    woken = []
+    net.sep._tep = SimpleNamespace(wake_peer=lambda: woken.append(1))
+    assert not net.S.offer(net.sep, memoryview(b"x" * 10), 1, Lane(rc=1)).done
+    assert woken == [1]
 
 
 def test_an_offer_the_lane_cannot_push_leaves_nothing_registered():
     net = Net(tr=False)
     seen = []
-
-    def refuse(tag, sid, mv):
-        seen.append(sid in net.S.sends)        # registered while the push runs
-        return False
-    assert net.S.offer(net.sep, memoryview(b"x"), 1, refuse) is None
+    lane = Lane(rc=-1, check=lambda sid: seen.append(sid in net.S.sends))
+    assert net.S.offer(net.sep, memoryview(b"x"), 1, lane) is None
     assert seen == [True] and not net.S.sends

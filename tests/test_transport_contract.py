@@ -290,3 +290,33 @@ def test_toy_example_is_a_working_transport():
                          env=env, cwd=os.path.dirname(path))
     assert out.returncode == 0, out.stderr
     assert "worker 1 received b'hello' over ['toy']" in out.stdout
+
+
+def test_no_transport_knows_tags():
+    """The first rule of the design: a transport moves bytes and knows no
+    tags.  No module under ucxpy/transports names the tag protocols' calls
+    (what the core's first fast path put there, now the data plane's:
+    native/dp), and no operation of the contract takes a tag or a mask."""
+    import ast
+    import inspect
+    from ucxpy.transports import base
+    folder = os.path.dirname(base.__file__)
+    banned = {"dispatch_tag", "offer_rts", "get_and_ack", "native_dispatch", "tcp_send_tag",
+              "tcp_recv_tag", "send_eager", "recv_eager", "send_rts", "_fastpath"}
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            tree = ast.parse(open(os.path.join(folder, name)).read())
+            used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} \
+                | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)} \
+                | {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef,
+                                                                     ast.ClassDef))} \
+                | {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                   for a in n.names} \
+                | {n.module.rsplit(".", 1)[-1] for n in ast.walk(tree)
+                   if isinstance(n, ast.ImportFrom) and n.module}
+            assert not used & banned, (name, used & banned)
+    for cls in (base.TransportEndpoint, base.Interface, base.MemoryDomain):
+        for attr, fn in vars(cls).items():
+            if callable(fn) and not attr.startswith("__"):
+                params = set(inspect.signature(fn).parameters)
+                assert not params & {"tag", "mask", "tag_mask"}, (cls.__name__, attr, params)

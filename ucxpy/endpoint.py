@@ -13,6 +13,9 @@ from .rma import RemoteKey
 from .transports.base import Caps
 
 _TAG_EAGER = int(wire.AmId.TAG_EAGER)
+_TAG_RTS = int(wire.AmId.TAG_RTS)
+_RNDV_ATS = int(wire.AmId.RNDV_ATS)
+_FULL = 0xFFFF_FFFF_FFFF_FFFF
 
 
 class Endpoint:
@@ -35,10 +38,12 @@ class Endpoint:
         self.lane = None
         self.rndv_thresh = 0
         self.short_thresh = 0
-        #: the lane's native eager send (``send_eager``) under UCXPY_FASTPATH
-        self._fast_send = None
-        self._fast_rts = None       # the lane's native rendezvous offer (send_rts)
-        self._fast_offer = None     # ... and all of it (offer_rts)
+        #: the data plane's view of the connection's shm lane (a _dp.Lane)
+        #: that tagged sends go by, without a protocol plug-in (UCXPY_FASTPATH)
+        self._fast_lane = None
+        #: ... or the tcp connection whose socket the data plane writes
+        #: eager frames to (its ``stream_out``)
+        self._fast_stream = None
         self._move_seen = False     # the peer's LANE_MOVE came before its WIREUP(MOVED)
 
     def __repr__(self) -> str:
@@ -71,19 +76,27 @@ class Endpoint:
         return tep
 
     def _bind(self, tep) -> None:
-        """Send on ``tep`` from now on (and by its native fast paths; a
-        connection into a peer's native inbox gets the data plane's view of
-        it, a ``_dp.Lane``, which libucp sends eager messages by)."""
+        """Send on ``tep`` from now on.  With the data plane (UCXPY_FASTPATH),
+        a connection into a peer's native inbox gets its view of it, a
+        ``_dp.Lane``, which tagged sends (ours and libucp's) go by in C, and a
+        connection lending its socket (``stream_out``: tcp) has its eager
+        messages written by the data plane's tcp eager path."""
         old, self._tep = self._tep, tep
         if old is not None and old is not tep and old.native_tx:
             old.set_native_lane(None)
-        if self.worker.config.fastpath and self.worker.protocol is None:
-            self._fast_send = tep.send_eager
-            if tep.iface.attrs.caps & Caps.GET_ZCOPY:
-                self._fast_rts = tep.send_rts       # (None where not offered)
-                self._fast_offer = tep.offer_rts
-        if self.worker.config.fastpath and self.worker.dp is not None and tep.native_tx:
-            tep.set_native_lane(_dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame))
+        self._fast_lane = self._fast_stream = None
+        w = self.worker
+        if w.dp is None:
+            return
+        fast = w.protocol is None       # (a plug-in's sizes must reach it)
+        if tep.native_tx:
+            rts = _TAG_RTS if tep.iface.attrs.caps & Caps.GET_ZCOPY else 0
+            lane = _dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame, rts, _RNDV_ATS)
+            tep.set_native_lane(lane)
+            if fast:
+                self._fast_lane = lane
+        elif fast and tep.stream_out is not None:
+            self._fast_stream = tep
 
     def _move_to(self, tep) -> None:
         """Leave our own connection for ``tep``, the one the peer opened to
@@ -136,36 +149,36 @@ class Endpoint:
         """Send ``buf`` with ``tag``; returns a Request (already done when the
         transport took a copy).  ``buf`` must not change until it completes.
 
-        An eager message goes by the lane's native ``send_eager`` when it
-        offers one (UCXPY_FASTPATH; without tracing, statistics or a progress
-        thread): the same frame, pushed by one C call; so does a rendezvous
-        offer by its ``send_rts`` (shm)."""
-        tag &= 0xFFFF_FFFF_FFFF_FFFF
+        Without tracing, statistics or a progress thread, the data plane
+        sends it in C (UCXPY_FASTPATH): an eager message as one frame pushed
+        into the peer's shm inbox or written to the tcp socket, a rendezvous
+        offer as one RTS frame (shm; Python keeps the send until the ATS)."""
+        tag &= _FULL
         mv = None
-        fast = self._fast_send
-        if fast is not None:
+        lane = self._fast_lane
+        if lane is not None or self._fast_stream is not None:
             w = self.worker
             if w.tr is None and w.lock is None:
-                try:
-                    if fast(_TAG_EAGER, tag, buf, self.rndv_thresh - 1):
+                if lane is not None:
+                    try:
+                        rc = lane.eager(w.dp, tag, buf, self.rndv_thresh - 1)
+                    except (TypeError, ValueError, BufferError):
+                        rc = -2         # not a contiguous buffer: send_view reports it
+                    if rc >= 0:
+                        if rc:
+                            self._tep.wake_peer()
                         w.fast_sends += 1
                         return COMPLETED
-                except (TypeError, ValueError, BufferError):
-                    pass            # not a contiguous buffer: send_view reports it
-                rts = self._fast_rts
-                if rts is not None:
-                    offer = self._fast_offer
-                    if offer is not None:
-                        req = offer(w.rndv, self, buf, tag, self.rndv_thresh)
-                        if req is not None:
-                            w.fast_offers += 1
-                            return req
-                    mv = send_view(buf)
-                    if mv.nbytes >= self.rndv_thresh:
-                        req = w.rndv.offer(self, mv, tag, rts)
-                        if req is not None:
-                            w.fast_offers += 1
-                            return req
+                    if rc == -1:
+                        mv = send_view(buf)
+                        if mv.nbytes >= self.rndv_thresh:
+                            req = w.rndv.offer(self, mv, tag, lane)
+                            if req is not None:
+                                w.fast_offers += 1
+                                return req
+                elif self._stream_send(w, buf, tag):
+                    w.fast_sends += 1
+                    return COMPLETED
         if mv is None:
             mv = send_view(buf)
         plugin = self.worker.protocol
@@ -173,6 +186,30 @@ class Endpoint:
             return plugin.send(self, mv, tag)   # (UCXPY_PROTO_PLUGIN: no fast path then)
         return self.send_message(mv, wire.AmId.TAG_EAGER, wire.EAGER.pack(tag),
                                  wire.AmId.TAG_RTS, wire.RTS, (tag,))
+
+    def _stream_send(self, w, buf, tag: int) -> bool:
+        """The data plane's tcp eager path: the frame written to the socket
+        of ``_fast_stream`` by one sendmsg when a frame written now is next
+        in the connection's order; what the socket did not take of it is
+        queued there.  False: nothing sent (the Python path sends it)."""
+        tep = self._fast_stream
+        fd = tep.stream_out()
+        if fd < 0:
+            return False
+        limit = self.rndv_thresh - 1
+        if limit > tep.native_max_frame:
+            limit = tep.native_max_frame
+        try:
+            left = _dp.tcp_eager_send(w.dp, fd, _TAG_EAGER, tag, buf, limit)
+        except (TypeError, ValueError, BufferError):
+            return False
+        if left < 0:
+            return False
+        if left:
+            data = bytes(send_view(buf))
+            frame = _dp.tcp_eager_head(_TAG_EAGER, tag, len(data)) + data
+            tep.stream_tail(frame[len(frame) - left:])
+        return True
 
     def tag_send_sync_nb(self, buf, tag: int) -> Request:
         """Like :meth:`tag_send_nb`, but the request completes only once the

@@ -16,10 +16,10 @@ import select
 import threading
 import time
 
-from ._fastpath import ApiLock, serialized  # noqa: F401  (public here)
+from ._apilock import ApiLock, serialized  # noqa: F401  (public here)
 
 #: ``serialized(fn, lock)``: ``fn`` called holding ``lock``, one C vectorcall
-#: (native/fastpath.c); binds like a function on a class, and
+#: (native/apilock.c); binds like a function on a class, and
 #: functools.update_wrapper gives it fn's metadata.  Layers above the core
 #: (mpi_shim's THREAD_MULTIPLE) serialize their API with it.  With an
 #: ``ApiLock`` (threading.RLock's interface) it takes and drops the lock in C.

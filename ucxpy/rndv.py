@@ -135,15 +135,19 @@ class RendezvousProtocol:
             raddr, rkey = tep.pack_local_key(mv)
         return sreq_id, raddr, rkey
 
-    def offer(self, ep, mv, tag, push):
-        """:meth:`post_send` and the RTS of a tagged send in one, through the
-        lane's native ``send_rts`` (``push(tag, sreq_id, mv)``, which packs the
-        key itself): the send's request, or None with nothing registered when
-        ``push`` could not send now (the caller then takes the Python path)."""
+    def offer(self, ep, mv, tag, lane):
+        """:meth:`post_send` and the RTS of a tagged send in one, by the data
+        plane's shm rendezvous (``lane``: the connection's ``_dp.Lane``,
+        whose ``rts`` pushes the offer with the key of ``mv``): the send's
+        request, or None with nothing registered when the lane could not
+        send it now (the caller then takes the Python path)."""
         sreq_id = next(self._ids)
         req = Request(self.worker)
         self.sends[sreq_id] = SendState(ep, mv, req)
-        if push(tag, sreq_id, mv):
+        rc = lane.rts(self.worker.dp, tag, sreq_id, mv)
+        if rc >= 0:
+            if rc:
+                ep._tep.wake_peer()
             return req
         del self.sends[sreq_id]
         return None

@@ -20,19 +20,12 @@ from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadE
                      ProtocolError, UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
-from .rndv import RendezvousProtocol, RtsInfo, SendState, split_floor
-from ._fastpath import DISPATCH_AM_IDS, recv_configure, rndv_configure
+from .rndv import RendezvousProtocol, RtsInfo, split_floor
 from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
                   UnexpectedMessage, deliver_eager, handoff_matched)
 
 AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
-# the classes of the requests and sends the native rendezvous offer
-# registers (native/fastpath.c's offer_rts)
-recv_configure(Request)
-rndv_configure(SendState)
-if DISPATCH_AM_IDS != (AmId.TAG_EAGER, AmId.TAG_RTS, AmId.RNDV_ATS):   # pragma: no cover
-    raise ImportError("ucxpy._fastpath was built for other active-message ids than ucxpy.wire's")
 COLD_EVERY = 16     # power of two
 #: polls of one fast-path C call (``Worker.recv_poller``) between progress passes
 FAST_SPINS = 256
@@ -97,8 +90,8 @@ class Worker:
         self.tr = None          # ucxpy.trace.Recorder with UCXPY_TRACE / UCXPY_STATS
         #: receives completed by the native fast path (recv_poller)
         self.fast_recvs = 0
-        self.fast_sends = 0     # eager sends by a lane's native send_eager
-        self.fast_offers = 0    # rendezvous offers by a lane's native send_rts
+        self.fast_sends = 0     # eager sends by the data plane (a Lane, the tcp eager path)
+        self.fast_offers = 0    # rendezvous offers by the data plane (Lane.rts)
         # every posted receive keeps it as its cancel function: bound once,
         # not once per receive (a progress thread shadows it the same way)
         self._cancel_recv = self._cancel_recv
@@ -458,7 +451,7 @@ class Worker:
           briefly on an empty inbox (the data plane matches and delivers
           them: native/dp/inbox.c) and says whether ``req`` completed;
         * from a source whose frames all arrive on one transport endpoint
-          offering ``recv_eager`` (tcp): ``poll()`` acts while ``req`` is the
+          lending its socket (``stream_in``: tcp): ``poll()`` acts while ``req`` is the
           receive a message with exactly its tag would match
           (``first_for``); one C call then takes the next frame from the
           socket if it is that message, and ``req`` completes.
@@ -486,15 +479,14 @@ class Worker:
                 poll(FAST_SPINS)
                 return req.done
             return poller
-        recv = tep.recv_eager if tep is not None else None
-        if recv is None or req.buf is None or self.config.proto_python:
+        if tep is None or tep.stream_in is None or req.buf is None or self.config.proto_python:
             return None
-        m, tag, buf = self.matcher, req.tag, req.buf
+        m, tag, buf, recv = self.matcher, req.tag, req.buf, self._stream_recv
 
         def socket_poller() -> bool:
             if req.done or m.first_for(src, tag) is not req:
                 return req.done
-            n, got = recv(TAG_EAGER, tag, FULL_MASK, buf, FAST_SPINS)
+            n, got = recv(tep, tag, FULL_MASK, buf, FAST_SPINS)
             if n < 0:
                 return False
             m.remove(req)
@@ -504,6 +496,27 @@ class Worker:
                 m.notify(req)
             return True
         return socket_poller
+
+    def _stream_recv(self, tep, tag: int, mask: int, buf, spins: int) -> tuple:
+        """The data plane's tcp eager path, receiver side: when ``tep`` lends
+        its socket (``stream_in``), the next frame taken from it by one C
+        call if it is a whole eager message with ``tag`` under ``mask`` that
+        fits ``buf``: ``(n, its tag)``; n is -1 (no frame) or -2 (another
+        frame first, left in order).  What was read and not taken goes back
+        to the connection (``stream_spill``)."""
+        fd = tep.stream_in()
+        if fd < 0:
+            return -1, 0
+        if spins > tep.stream_spins:
+            spins = tep.stream_spins
+        try:
+            n, got, spill = _dp.tcp_eager_recv(self.dp, fd, TAG_EAGER, tag, mask, buf, spins)
+        except (OSError, MemoryError) as e:
+            tep.stream_fail(e)
+            return -1, 0
+        if spill is not None:
+            tep.stream_spill(spill, n < 0)
+        return n, got
 
     def _sole_incoming(self, src: int):
         """The one transport endpoint all frames of worker ``src`` arrive on
@@ -735,7 +748,7 @@ class Worker:
             pass
 
     @property
-    def native_dispatch(self) -> bool:
+    def native_consumes(self) -> bool:
         """May an interface's ``native`` consumer (the data plane) take
         frames?  Not while anything records arrivals (tracing, statistics)."""
         return self.tr is None
@@ -888,12 +901,34 @@ class Worker:
             req.buf = bytearray(rts.size)
             self.rndv.start_recv(rts, memoryview(req.buf), req, TagInfo(src, tag, rts.size))
             return
-        get = rts.tep.get_and_ack
-        if get is not None and self.tr is None and self.config.fastpath and rts.rkey \
-                and get(rts, req.buf):
+        if self.tr is None and rts.rkey and self._get_and_ack(rts, req.buf):
             req.complete(TagInfo(src, tag, rts.size))
             return
         self.rndv.start_recv(rts, req.buf, req, TagInfo(src, tag, rts.size))
+
+    def _get_and_ack(self, rts, buf) -> bool:
+        """The data plane's shm rendezvous, receiver side: an offer the
+        receiver reads whole (below its interface's ``split_floor``) read by
+        CMA into ``buf`` and answered ATS(OK) on the peer's lane, in C.
+        False with nothing done where it does not apply (no lane, a key of
+        another kind, CMA refused): ``start_recv`` then does it all and
+        reports."""
+        owner = rts.tep.owner_ep
+        out = owner._tep if owner is not None else None
+        lane = out.native_lane if out is not None else None
+        if lane is None or rts.size >= rts.tep.iface.split_floor:
+            return False
+        try:
+            rc = lane.get_ack(self.dp, rts.rkey, rts.raddr, buf, rts.size, rts.sreq_id)
+        except (TypeError, ValueError, BufferError):
+            return False
+        if rc < 0:
+            return False
+        if rc == 1:
+            out.wake_peer()
+        elif rc == 2:                       # read; the answer goes the Python way
+            self.rndv._ack(owner, rts.sreq_id, wire.ATS_OK)
+        return True
 
     def _deliver_unexpected(self, req, m: UnexpectedMessage):
         if self.tr is not None:
@@ -1005,7 +1040,7 @@ class Worker:
         Applies when ``source`` is a worker id whose frames all arrive on one
         transport endpoint, of an interface whose inbox the data plane reads
         (shm: ``Inbox.try_recv``, native/dp/inbox.c) or offering
-        ``recv_eager`` (tcp), and nothing posted or queued could take the
+        lending its socket to the data plane's tcp eager path (``stream_in``), and nothing posted or queued could take the
         message instead (the matcher's ``idle_for``: no wildcard or masked
         receive posted, no exact one for this source and tag, none at all for
         a masked ``tag_mask``, an empty unexpected queue); and without
@@ -1038,10 +1073,9 @@ class Worker:
                 if n >= 0:
                     n = iface.native_flags(n)
             else:
-                recv = tep.recv_eager
-                if recv is None or self.config.proto_python:
+                if tep.stream_in is None or self.config.proto_python:
                     return None
-                n, got = recv(TAG_EAGER, tag, tag_mask, buf, 0 if over else FAST_SPINS)
+                n, got = self._stream_recv(tep, tag, tag_mask, buf, 0 if over else FAST_SPINS)
         except (TypeError, ValueError, BufferError):
             return None
         if n < 0:

@@ -45,6 +45,7 @@
 #include <structmember.h>
 
 #include <ctype.h>
+#include <limits.h>
 #include <string.h>
 
 #include "dp.h"
@@ -2463,11 +2464,20 @@ static PyTypeObject InboxType = {
 };
 
 /* -- Lane ----------------------------------------------------------------------------- */
-/* Lane(ring address, eager am id, max frame): a connection to a peer's inbox
- * for C senders (lane.c); `open` and `dead` are Python's to keep current
- * (start: closed, alive).  eager(worker, tag, buffer) -> 0 sent, 1 sent and
- * the peer sleeps (wake it), -1 declined (nothing sent): the C send, for
- * tests. */
+/* Lane(ring address, eager am id, max frame[, rts am id, ats am id]): a
+ * connection to a peer's inbox for the data plane's senders (lane.c, rndv.c);
+ * `open`, `dead` and `cma` are the transport's to keep current (start:
+ * closed, alive, no CMA), and set_peer(pid, peer pid, cma) tells it the two
+ * processes.  The core's per-message calls, each -1 when declined with
+ * nothing done (the caller's path then does it), else 0, or 1 when the peer
+ * sleeps (the caller wakes it):
+ *   eager(worker, tag, buffer[, limit]): one eager frame (at most `limit`
+ *     bytes of payload);
+ *   rts(worker, tag, sreq id, buffer): the rendezvous offer of send `sreq id`
+ *     (the caller keeps `buffer` until the answer);
+ *   get_ack(worker, key, address, buffer, size, sreq id): reads an offer of
+ *     the peer's by CMA into `buffer` and answers ATS(OK); 2: read, but the
+ *     answer could not be pushed (the caller sends it). */
 typedef struct {
     PyObject_HEAD
     ucxdp_lane_t lane;
@@ -2478,13 +2488,13 @@ static PyTypeObject LaneType;
 static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     unsigned long long ring, max_frame;
-    unsigned int am_id;
+    unsigned int am_id, rts_id = 0, ats_id = 0;
     LaneObject *self;
 
-    if (!PyArg_ParseTuple(args, "KIK:Lane", &ring, &am_id, &max_frame))
+    if (!PyArg_ParseTuple(args, "KIK|II:Lane", &ring, &am_id, &max_frame, &rts_id, &ats_id))
         return NULL;
-    if (ring == 0 || am_id > 255) {
-        PyErr_SetString(PyExc_ValueError, "Lane: a ring address and an active-message id");
+    if (ring == 0 || am_id > 255 || rts_id > 255 || ats_id > 255) {
+        PyErr_SetString(PyExc_ValueError, "Lane: a ring address and active-message ids");
         return NULL;
     }
     self = (LaneObject *)type->tp_alloc(type, 0);
@@ -2493,26 +2503,95 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->lane.ring = (struct ucxpy_ring *)(uintptr_t)ring;
     self->lane.eager_am_id = am_id;
     self->lane.max_frame = max_frame;
+    self->lane.rts_am_id = rts_id;
+    self->lane.ats_am_id = ats_id;
     return (PyObject *)self;
+}
+
+/* the worker of a Lane call's first argument, or NULL with TypeError naming `usage` */
+static ucxdp_worker_t *lane_worker(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t lo,
+                                   Py_ssize_t hi, const char *usage)
+{
+    if (nargs < lo || nargs > hi || !PyObject_TypeCheck(args[0], &WorkerType)) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    return ((WorkerObject *)args[0])->w;
 }
 
 static PyObject *lane_eager(LaneObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    uint64_t tag;
+    ucxdp_worker_t *w = lane_worker(args, nargs, 3, 4, "eager(worker, tag, buffer[, limit])");
+    uint64_t tag, limit = UINT64_MAX;
     Py_buffer view;
     ucxdp_status_t st;
     int wake;
 
-    if (nargs != 3 || !PyObject_TypeCheck(args[0], &WorkerType)) {
-        PyErr_SetString(PyExc_TypeError, "eager(worker, tag, buffer)");
+    if (w == NULL || tm_u64(args[1], &tag) < 0 || (nargs == 4 && tm_u64(args[3], &limit) < 0)
+            || PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    }
-    if (tm_u64(args[1], &tag) < 0 || PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    st = ucxdp_lane_eager(((WorkerObject *)args[0])->w, &self->lane, tag, view.buf,
-                          (uint64_t)view.len, &wake);
+    st = (uint64_t)view.len > limit ? UCXDP_ERR_NO_RESOURCE
+         : ucxdp_lane_eager(w, &self->lane, tag, view.buf, (uint64_t)view.len, &wake);
     PyBuffer_Release(&view);
     return PyLong_FromLong(st != UCXDP_OK ? -1 : wake);
+}
+
+static PyObject *lane_rts(LaneObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ucxdp_worker_t *w = lane_worker(args, nargs, 4, 4, "rts(worker, tag, sreq id, buffer)");
+    uint64_t tag, sreq_id;
+    Py_buffer view;
+    ucxdp_status_t st;
+    int wake;
+
+    if (w == NULL || tm_u64(args[1], &tag) < 0 || tm_u64(args[2], &sreq_id) < 0
+            || PyObject_GetBuffer(args[3], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    /* (the address outlives the view: the caller keeps the buffer until ATS) */
+    st = ucxdp_lane_rts(w, &self->lane, tag, sreq_id, view.buf, (uint64_t)view.len, &wake);
+    PyBuffer_Release(&view);
+    return PyLong_FromLong(st != UCXDP_OK ? -1 : wake);
+}
+
+static PyObject *lane_get_ack(LaneObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ucxdp_worker_t *w = lane_worker(args, nargs, 6, 6,
+                                    "get_ack(worker, key, address, buffer, size, sreq id)");
+    uint64_t addr, size, sreq_id;
+    Py_buffer key, buf;
+    ucxdp_status_t st;
+    int wake = 0;
+
+    if (w == NULL || tm_u64(args[2], &addr) < 0 || tm_u64(args[4], &size) < 0
+            || tm_u64(args[5], &sreq_id) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &key, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[3], &buf, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&key);
+        return NULL;
+    }
+    st = size > (uint64_t)buf.len ? UCXDP_ERR_NO_RESOURCE
+         : ucxdp_lane_get(w, &self->lane, key.buf, (size_t)key.len, addr, buf.buf, size);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&buf);
+    if (st != UCXDP_OK)
+        return PyLong_FromLong(-1);
+    st = ucxdp_lane_ats(w, &self->lane, sreq_id, 0 /* wire.ATS_OK */, &wake);
+    return PyLong_FromLong(st != UCXDP_OK ? 2 : wake);
+}
+
+static PyObject *lane_set_peer(LaneObject *self, PyObject *args)
+{
+    unsigned int pid, peer_pid;
+    int cma;
+
+    if (!PyArg_ParseTuple(args, "IIp:set_peer", &pid, &peer_pid, &cma))
+        return NULL;
+    self->lane.pid = pid;
+    self->lane.peer_pid = peer_pid;
+    self->lane.cma = cma;
+    Py_RETURN_NONE;
 }
 
 #define LANE_FLAG(name)                                                                  \
@@ -2530,6 +2609,7 @@ static PyObject *lane_eager(LaneObject *self, PyObject *const *args, Py_ssize_t 
     }
 LANE_FLAG(open)
 LANE_FLAG(dead)
+LANE_FLAG(cma)
 #undef LANE_FLAG
 
 static PyGetSetDef lane_getset[] = {
@@ -2537,24 +2617,137 @@ static PyGetSetDef lane_getset[] = {
      "a frame pushed now is next in the connection's order", NULL},
     {"dead", (getter)lane_get_dead, (setter)lane_set_dead,
      "the connection is gone for good (set before its ring is unmapped)", NULL},
+    {"cma", (getter)lane_get_cma, (setter)lane_set_cma,
+     "CMA to the peer works (rendezvous reads go by it)", NULL},
     {NULL},
 };
 
 static PyMethodDef lane_methods[] = {
     FASTMETH("eager", lane_eager),
+    FASTMETH("rts", lane_rts),
+    FASTMETH("get_ack", lane_get_ack),
+    {"set_peer", (PyCFunction)lane_set_peer, METH_VARARGS,
+     "set_peer(pid, peer pid, cma): the processes whose memory offers name"},
     {NULL},
 };
 
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ucxpy._dp.Lane",
-    .tp_doc = "Lane(ring address, eager am id, max frame): a connection to a peer's shm "
-              "inbox, for the data plane's C senders (lane.c).",
+    .tp_doc = "Lane(ring address, eager am id, max frame[, rts am id, ats am id]): a "
+              "connection to a peer's shm inbox, for the data plane's senders (lane.c, rndv.c).",
     .tp_basicsize = sizeof(LaneObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = lane_new,
     .tp_methods = lane_methods,
     .tp_getset = lane_getset,
+};
+
+/* -- the tcp eager path (tcp.c) ------------------------------------------------------- */
+/* tcp_eager_send(worker, fd, am id, tag, buffer, limit) -> the bytes of the
+ *   frame the socket did not take (0: all taken; the caller queues the tail
+ *   of tcp_eager_head(...) + buffer), -1 none taken, -100 over `limit`.
+ * tcp_eager_recv(worker, fd, am id, tag, mask, buffer, spins) -> (n, tag,
+ *   spill): see ucxdp_tcp_eager_recv; spill is None or the bytes read and
+ *   not taken.  OSError when the stream is out of step (the caller fails the
+ *   connection).
+ * tcp_eager_head(am id, tag, length) -> the frame's first bytes. */
+/* an int argument: 0, or -1 with an error */
+static int int_of(PyObject *o, int *v)
+{
+    long x = PyLong_AsLong(o);
+
+    if (x == -1 && PyErr_Occurred())
+        return -1;
+    if (x < INT_MIN || x > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "an int argument out of range");
+        return -1;
+    }
+    *v = (int)x;
+    return 0;
+}
+
+static PyObject *dp_tcp_eager_send(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    ucxdp_worker_t *w = lane_worker(args, nargs, 6, 6,
+                                    "tcp_eager_send(worker, fd, am id, tag, buffer, limit)");
+    uint64_t tag, limit;
+    int fd, am_id;
+    Py_buffer view;
+    int64_t left;
+
+    if (w == NULL || int_of(args[1], &fd) < 0 || int_of(args[2], &am_id) < 0 || am_id < 0
+            || am_id > 255 || tm_u64(args[3], &tag) < 0 || tm_u64(args[5], &limit) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "tcp_eager_send: a descriptor and an am id");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[4], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    left = (uint64_t)view.len > limit ? -100
+           : ucxdp_tcp_eager_send(w, fd, (unsigned)am_id, tag, view.buf, (uint64_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(left);
+}
+
+/* the small way's bounce and spill buffer (calls hold the GIL: one at a time) */
+static uint8_t tcp_spill[UCXDP_TCP_SPILL_MAX];
+
+static PyObject *dp_tcp_eager_recv(PyObject *mod, PyObject *const *args, Py_ssize_t nargs)
+{
+    ucxdp_worker_t *w = lane_worker(args, nargs, 7, 7,
+                                    "tcp_eager_recv(worker, fd, am id, tag, mask, buffer, spins)");
+    uint64_t tag, mask, got;
+    int fd, am_id, spins;
+    size_t spilled;
+    Py_buffer view;
+    PyObject *spill;
+    int64_t n;
+
+    if (w == NULL || int_of(args[1], &fd) < 0 || int_of(args[2], &am_id) < 0 || am_id < 0
+            || am_id > 255 || tm_u64(args[3], &tag) < 0 || tm_u64(args[4], &mask) < 0
+            || int_of(args[6], &spins) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "tcp_eager_recv: a descriptor and an am id");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[5], &view, PyBUF_WRITABLE) < 0)
+        return NULL;
+    n = ucxdp_tcp_eager_recv(w, fd, (unsigned)am_id, tag, mask, view.buf, (uint64_t)view.len,
+                             spins, &got, tcp_spill, &spilled);
+    PyBuffer_Release(&view);
+    if (n == -3) {
+        /* a short read of a frame FIONREAD said was whole: the stream is out
+         * of step with the caller's reader, which must not go on */
+        PyErr_SetString(PyExc_OSError, "tcp eager path: short read of a queued frame");
+        return NULL;
+    }
+    if (spilled == 0)
+        spill = Py_NewRef(Py_None);
+    else if ((spill = PyBytes_FromStringAndSize((const char *)tcp_spill, (Py_ssize_t)spilled))
+             == NULL)
+        return NULL;                       /* (bytes read are lost: raise) */
+    return Py_BuildValue("(LKN)", (long long)n, (unsigned long long)got, spill);
+}
+
+static PyObject *dp_tcp_eager_head(PyObject *mod, PyObject *args)
+{
+    unsigned int am_id;
+    unsigned long long tag, length;
+    uint8_t head[UCXDP_TCP_EAGER_HEAD];
+
+    if (!PyArg_ParseTuple(args, "IKK:tcp_eager_head", &am_id, &tag, &length))
+        return NULL;
+    ucxdp_tcp_eager_head(head, am_id, tag, length);
+    return PyBytes_FromStringAndSize((const char *)head, sizeof head);
+}
+
+static PyMethodDef module_methods[] = {
+    FASTMETH("tcp_eager_send", dp_tcp_eager_send),
+    FASTMETH("tcp_eager_recv", dp_tcp_eager_recv),
+    {"tcp_eager_head", dp_tcp_eager_head, METH_VARARGS,
+     "tcp_eager_head(am id, tag, length): the first bytes of a tcp eager frame"},
+    {NULL},
 };
 
 /* -- the capsule ------------------------------------------------------------------ */
@@ -2612,6 +2805,9 @@ static const ucxdp_api_t api = {
     .set_adopt = api_set_adopt,
     .lane_of = api_lane_of,
     .lane_eager = ucxdp_lane_eager,
+    .lane_rts = ucxdp_lane_rts,
+    .lane_get = ucxdp_lane_get,
+    .lane_ats = ucxdp_lane_ats,
 };
 
 static struct PyModuleDef module = {
@@ -2619,6 +2815,7 @@ static struct PyModuleDef module = {
     .m_name = "ucxpy._dp",
     .m_doc = "ucxpy's native data plane (native/dp): Worker, MappedKey, Symmetric.",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__dp(void)

@@ -17,6 +17,8 @@
  *   tag.c     tagged receives and unexpected messages on the worker's matcher
  *   inbox.c   the shm inbox's eager messages, consumed and matched in C
  *   lane.c    the shm eager send into a peer's inbox
+ *   rndv.c    the shm rendezvous: the offer (RTS), its CMA read, the ATS
+ *   tcp.c     the tcp eager path: a frame written or read whole on a socket
  *   binding.c the one Python binding (extension types, and a capsule with
  *             this API for other extension modules and libucp)
  *
@@ -61,7 +63,8 @@ typedef enum {
 /* What a worker's data plane executed (proof of use, ucxpy-info's stats and
  * traces read them).  Relaxed atomics: exact, never torn, read at any time. */
 #define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes) \
-    X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct) X(tag_send)
+    X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct) X(tag_send) \
+    X(rndv_offer) X(rndv_get) X(rndv_get_bytes) X(rndv_ats) X(tcp_send) X(tcp_recv)
 #define UCXDP_COUNTER_FIELD(name) uint64_t name;
 typedef struct {
     UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
@@ -296,6 +299,12 @@ typedef struct ucxdp_lane {
     uint64_t max_frame;                    /* the largest payload a frame carries */
     int open;                              /* a frame pushed now is next in order */
     int dead;                              /* gone for good (set before its ring goes) */
+    /* the rendezvous (rndv.c): its frames' ids (0: none here), and what the
+     * transport says of the two processes (0: unknown) */
+    unsigned rts_am_id, ats_am_id;
+    uint32_t pid;                          /* ours: the pid our offers' keys name */
+    uint32_t peer_pid;                     /* the peer's: the pid of keys we read */
+    int cma;                               /* CMA to the peer works */
 } ucxdp_lane_t;
 
 /* Push an eager message of `length` bytes with `tag` into the lane: UCXDP_OK
@@ -305,12 +314,65 @@ typedef struct ucxdp_lane {
 ucxdp_status_t ucxdp_lane_eager(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint64_t tag,
                                 const void *buffer, uint64_t length, int *wake);
 
+/* -- the shm rendezvous (rndv.c) ------------------------------------------------- */
+/* The offer of send `sreq_id`: a TAG_RTS frame (wire.RTS: tag, sreq id, size,
+ * address; then the shm key of [buffer, buffer + length) naming lane->pid)
+ * pushed into the lane.  UCXDP_OK (*wake: wake the peer) or
+ * UCXDP_ERR_NO_RESOURCE with nothing sent (the lane is not open or has no
+ * rendezvous, the ring is full or busy): the caller's path offers it.  The
+ * caller keeps the buffer until the peer's ATS. */
+ucxdp_status_t ucxdp_lane_rts(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint64_t tag,
+                              uint64_t sreq_id, const void *buffer, uint64_t length, int *wake);
+/* Read an offer whole: `length` bytes at the peer's `remote_addr` into
+ * `buffer` by CMA, when `key` (`key_length` bytes) is a shm key of the
+ * lane's peer that covers them and CMA to it works.  UCXDP_OK, or
+ * UCXDP_ERR_NO_RESOURCE (none of that, or a short read): the caller's path
+ * reads it and reports. */
+ucxdp_status_t ucxdp_lane_get(ucxdp_worker_t *w, const ucxdp_lane_t *lane, const void *key,
+                              size_t key_length, uint64_t remote_addr, void *buffer,
+                              uint64_t length);
+/* The answer to offer `sreq_id` (wire.ATS: sreq id, status) pushed into the
+ * lane: UCXDP_OK (*wake) or UCXDP_ERR_NO_RESOURCE with nothing sent. */
+ucxdp_status_t ucxdp_lane_ats(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint64_t sreq_id,
+                              uint8_t status, int *wake);
+
+/* -- the tcp eager path (tcp.c) ------------------------------------------------- */
+/* The bytes of an eager frame on a tcp stream (tcp_frames.PREFIX, then the
+ * 8-byte tag): what ucxdp_tcp_eager_send wrote of a frame the socket took
+ * in part, and the bound of what ucxdp_tcp_eager_recv gives back unread. */
+#define UCXDP_TCP_EAGER_HEAD 24
+#define UCXDP_TCP_SPILL_MAX (32768 + UCXDP_TCP_EAGER_HEAD)
+
+/* Write one eager frame (`am_id`, `tag`, the payload) to the stream socket
+ * `fd` with one sendmsg.  Returns the bytes of the frame (HEAD + length) the
+ * socket did not take: 0 when it took it all (else the caller queues that
+ * tail, which ucxdp_tcp_eager_frame rebuilds); -1 when it took none (full,
+ * or an error the caller's path reports). */
+int64_t ucxdp_tcp_eager_send(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t tag,
+                             const void *buffer, uint64_t length);
+/* The frame's first HEAD bytes, as ucxdp_tcp_eager_send writes them. */
+void ucxdp_tcp_eager_head(uint8_t out[UCXDP_TCP_EAGER_HEAD], unsigned am_id, uint64_t tag,
+                          uint64_t length);
+/* Take the next frame of the stream socket `fd`, when nothing of it is
+ * buffered by the caller, if it is a whole `am_id` eager message whose tag
+ * equals `tag` under `mask` and whose payload fits `capacity`: polls up to
+ * `spins` times.  Returns its length (*got: its tag); -1: no whole frame
+ * (or an error or end of stream, which the caller's path reports); -2: the
+ * next frame is another one, or not all there; -3: the stream is out of
+ * step with the caller (a bad frame after bytes were taken: the caller
+ * fails the connection).  `spill` (room for UCXDP_TCP_SPILL_MAX bytes)
+ * receives what was read and not taken, *spill_length bytes, which are the
+ * head of the stream: the caller parses them before anything else. */
+int64_t ucxdp_tcp_eager_recv(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t tag,
+                             uint64_t mask, void *buffer, uint64_t capacity, int spins,
+                             uint64_t *got, uint8_t *spill, size_t *spill_length);
+
 /* -- the C API of the Python binding (ucxpy._dp's capsule) ---------------------- */
 /* Extension modules (mpi_shim._accel) and libucp (through its bridge) reach
  * the data plane of the Python process they run in through this table, so
  * there is one data plane per process, whoever calls it. */
 #define UCXDP_CAPSULE "ucxpy._dp._C_API"
-#define UCXDP_API_VERSION 2
+#define UCXDP_API_VERSION 3
 
 typedef struct ucxdp_api {
     int version;
@@ -341,6 +403,12 @@ typedef struct ucxdp_api {
     ucxdp_lane_t *(*lane_of)(void *py_object);
     ucxdp_status_t (*lane_eager)(ucxdp_worker_t *, const ucxdp_lane_t *, uint64_t, const void *,
                                  uint64_t, int *);
+    /* the shm rendezvous (rndv.c) */
+    ucxdp_status_t (*lane_rts)(ucxdp_worker_t *, const ucxdp_lane_t *, uint64_t, uint64_t,
+                               const void *, uint64_t, int *);
+    ucxdp_status_t (*lane_get)(ucxdp_worker_t *, const ucxdp_lane_t *, const void *, size_t,
+                               uint64_t, void *, uint64_t);
+    ucxdp_status_t (*lane_ats)(ucxdp_worker_t *, const ucxdp_lane_t *, uint64_t, uint8_t, int *);
 } ucxdp_api_t;
 
 #endif

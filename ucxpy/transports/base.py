@@ -180,18 +180,22 @@ class TransportEndpoint(abc.ABC):
         RMA registers through the interface's :class:`MemoryDomain`)."""
         raise NotImplementedError(f"{type(self).__name__} has no get_zcopy")
 
-    #: Optional native fast path of a blocking tagged receive (None: not
-    #: offered): ``recv_eager(am_id, tag, mask, buf, spins) -> (n, its tag)``
-    #: polls up to ``spins`` times for the next incoming frame; if it is an
-    #: ``am_id`` frame whose header is an 8-byte little-endian tag equal to
-    #: ``tag`` under ``mask`` and whose payload fits the writable buffer
-    #: ``buf``, copies the payload into it, consumes the frame and returns
-    #: its length; else n is -1 (no frame) or -2 (another frame, left for
-    #: ``progress`` in order).  The core calls
-    #: it only when that frame could match nothing but the waiting receive.
-    #: (tcp's, until the data plane runs the tcp eager path; an interface
-    #: with a ``native`` inbox consumer has the data plane do this.)
-    recv_eager = None
+    #: Optional: the connection lends its stream socket to the owner's data
+    #: plane, which writes and reads whole frames on it (tcp; None: not
+    #: offered).  ``stream_out() -> fd`` when a frame written now would be
+    #: next in the connection's order (else -1), and ``stream_tail(bytes)``
+    #: queues, first, the rest of one frame the socket took only part of.
+    #: ``stream_in() -> fd`` when the socket's next bytes are the
+    #: connection's next frame (nothing of it buffered; else -1), and
+    #: ``stream_spill(bytes, parse)`` takes back what was read and not taken
+    #: as the head of the stream (parsed now when ``parse``, else at the next
+    #: progress), ``stream_fail(exc)`` fails the connection when the stream is
+    #: out of step.  ``stream_spins`` bounds the polls of one read (each is a
+    #: system call), ``native_max_frame`` the payload of a frame written so.
+    #: The connection frames bytes; what the frames mean is the owner's.
+    stream_out = None
+    stream_in = None
+    stream_spins: int = 0
 
     #: The id this connection's frames carry in its interface's inbox, for
     #: the interface's ``native`` consumer (None: no inbox of that kind)
@@ -204,7 +208,10 @@ class TransportEndpoint(abc.ABC):
     #: ``ucxpy._dp.Lane``), whose ``open`` the connection keeps true exactly
     #: while a frame pushed now would be next in its order (nothing queued,
     #: accepted, not closing) and whose ``dead`` it sets, for good, before
-    #: it lets go of that inbox.
+    #: it lets go of that inbox.  It also tells the lane
+    #: (``lane.set_peer(pid, peer pid, cma)``) which processes its memory
+    #: keys name and whether CMA to the peer works, for the data plane's
+    #: rendezvous reads.
     native_tx: int = 0
     native_max_frame: int = 0
     #: the lane given by ``set_native_lane`` (None: none)
@@ -216,41 +223,6 @@ class TransportEndpoint(abc.ABC):
     def wake_peer(self) -> None:
         """A native push into the peer's inbox found the peer asleep: wake it."""
         raise NotImplementedError(f"{type(self).__name__} has no native inbox to push into")
-
-    #: Optional native fast path of an eager send (None: not offered):
-    #: ``send_eager(am_id, tag, buf, max_payload) -> bool`` sends ``buf``
-    #: (any contiguous buffer-protocol object) as one ``am_id`` frame with
-    #: the 8-byte little-endian tag as its header, exactly as
-    #: :meth:`send` would have, when nothing is queued before it and it has
-    #: at most ``max_payload`` bytes; else sends nothing and returns False
-    #: (the caller then takes :meth:`send`, which also reports errors).
-    send_eager = None
-
-    #: Optional native rendezvous get (None: not offered):
-    #: ``get_and_ack(rts, buf) -> bool`` takes a matched offer of this
-    #: connection's peer (``ucxpy.rndv.RtsInfo``) whose data the receiver
-    #: reads whole (below the interface's ``split_floor``): reads its ``rts.size``
-    #: bytes into ``buf`` and answers ATS(OK) on the peer's Endpoint's lane,
-    #: as RendezvousProtocol.start_recv would; False with nothing done where
-    #: it does not apply (start_recv then does it all and reports errors).
-    get_and_ack = None
-
-    #: Optional native rendezvous offer (None: not offered; only on a lane
-    #: with ``Caps.GET_ZCOPY``): ``send_rts(tag, sreq_id, mv) -> bool`` sends
-    #: the TAG_RTS frame of tagged send ``sreq_id`` of the bytes ``mv``, with
-    #: the key :meth:`pack_local_key` would make for ``mv``, exactly as
-    #: ``Endpoint.send_message`` would have, when nothing is queued before
-    #: it; else sends nothing and returns False.
-    send_rts = None
-
-    #: Optional native rendezvous offer of a tagged send, all in one (None:
-    #: not offered; only with ``send_rts``): ``offer_rts(rndv, ep, buf, tag,
-    #: thresh) -> Request or None`` does what ``RendezvousProtocol.offer``
-    #: with :attr:`send_rts` does for a contiguous byte buffer of ``thresh``
-    #: bytes or more (the send registered in ``rndv``, a RendezvousProtocol,
-    #: for Endpoint ``ep``; its request returned) when the offer can go now;
-    #: else nothing, and None (the caller then takes the Python path).
-    offer_rts = None
 
     #: True when frames can go back over this connection to the peer that
     #: opened it (a byte stream both ways: tcp).  The core then answers a
@@ -493,15 +465,15 @@ class Interface(abc.ABC):
     #: set by the core (``ucxpy.rndv.split_floor``): rendezvous offers on
     #: this interface of at least this many bytes are split (the sender puts
     #: part while the receiver gets the rest), smaller ones the receiver
-    #: reads whole; what a native rendezvous get (``get_and_ack``) may
-    #: take is below it
+    #: reads whole; what the data plane's rendezvous read (native/dp/rndv.c)
+    #: may take is below it
     split_floor: int = NO_SPLIT
     #: Optional: the address of a native inbox this interface receives into
     #: (0: none).  The owner may then set ``native`` to a consumer of it (the
     #: data plane's ``ucxpy._dp.Inbox``): ``dispatch(limit, spins)`` takes
     #: the frames it handles at the front of the inbox, in order, and stops
     #: at the first other one.  The interface calls it from its
-    #: ``progress()`` (while ``owner.native_dispatch``) and from
+    #: ``progress()`` (while ``owner.native_consumes``) and from
     #: ``poll_native(spins)``, its owner's wait, before handling any frame
     #: itself, and calls ``forget_conn(native_conn)`` when a connection goes;
     #: ``native_idle`` says whether the owner may call the consumer itself

@@ -84,14 +84,11 @@ import socket
 import struct
 import time
 from collections import deque
-from functools import partial
 from typing import Callable, Optional
 
 from .. import auth
 from .._dp import BAD_BIT as _NATIVE_BAD
-from .._fastpath import (WAKE_BIT as _WAKE_BIT, get_and_ack as _get_and_ack,
-                         offer_rts as _offer_rts,
-                         send_rts as _send_rts, send_tag as _send_tag)
+from .._dp import WAKE_BIT as _WAKE_BIT
 from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
@@ -262,9 +259,7 @@ class ShmEndpoint(TransportEndpoint):
         if peer is not None:
             self._tx = peer.handle(out_src)
             peer.users += 1
-            self._tx_addr = int(ffi.cast("uintptr_t", self._tx))     # for the fast path
-            #: the contract's offer_rts: native/fastpath.c's, bound to us
-            self.offer_rts = partial(_offer_rts, self, iface.pid)
+            self._tx_addr = int(ffi.cast("uintptr_t", self._tx))     # for native senders
         self._out = out_src
         self._in = in_src
         #: the id our peer's frames carry in our inbox (the contract's native_conn)
@@ -315,10 +310,16 @@ class ShmEndpoint(TransportEndpoint):
         if old is not None and old is not lane:
             old.open = False
             old.dead = True
+        if lane is not None:
+            # the offers' keys name our pid; a peer's keys name its own, and
+            # are read by CMA where CMA to it works (the data plane's shm
+            # rendezvous, native/dp/rndv.c)
+            lane.set_peer(self.iface.pid, self._peer_pid, self.cma_ok())
         self._lane_sync()
 
     def _lane_sync(self) -> None:
-        """Keep the native lane's ``open`` exactly what send_eager checks."""
+        """Keep the native lane's ``open`` exactly what :meth:`send` needs to
+        push a frame now (nothing queued or held before it, open)."""
         lane = self._lane
         if lane is not None:
             lane.open = not (self._queue or self._held or self._exc is not None or
@@ -446,61 +447,9 @@ class ShmEndpoint(TransportEndpoint):
                 self._lane_sync()
         return n
 
-    # -- receiving (frames arrive through ShmInterface.progress) -----------------
-    def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
-        """The contract's fast send: one C call (native/fastpath.c) pushes the
-        frame into the peer's inbox when nothing is queued before it."""
-        # (_push_now, inlined: the hottest send)
-        if self._queue or self._held or self._exc is not None or self._closing or \
-                self._tx is None:
-            return False
-        limit = self._max_frame
-        rc = _send_tag(self._tx_addr, am_id, tag, buf,
-                       max_payload if max_payload < limit else limit)
-        if rc == 0:
-            return True
-        if rc == 1:
-            self.iface._wake(self._peer_sock)
-            return True
-        return False
-
-    def send_rts(self, tag: int, sreq_id: int, mv) -> bool:
-        """The contract's fast rendezvous offer: one C call pushes the RTS of
-        send ``sreq_id`` with the shm key of ``mv`` (what ``pack_local_key``
-        makes) when nothing is queued before it."""
-        return self._push_now(_send_rts, tag, sreq_id, mv, self.iface.pid)
-
-    def _push_now(self, push, *args) -> bool:
-        """``push(peer inbox handle address, *args)``, a native push returning
-        ucxpy_ring_push's code, when nothing is queued before it: True when
-        the frame went in (the peer woken if it sleeps), else False with
-        nothing sent."""
-        if self._queue or self._held or self._exc is not None or self._closing or \
-                self._tx is None:
-            return False
-        rc = push(self._tx_addr, *args)
-        if rc == 0:
-            return True
-        if rc == 1:
-            self.iface._wake(self._peer_sock)
-            return True
-        return False
-
-    def get_and_ack(self, rts, buf) -> bool:
-        """The contract's native rendezvous get: one C call reads the offer
-        by CMA and answers ATS on the owner's lane (not for an offer the
-        receiver splits)."""
-        owner = self.owner_ep
-        lane = owner._tep if owner is not None else None
-        if lane is None or rts.size >= self.iface.split_floor:
-            return False
-        return _get_and_ack(self, lane, rts.rkey, rts.raddr, buf[:rts.size], rts.sreq_id)
-
     def wake_peer(self) -> None:
         """A native push found the peer asleep: wake it."""
         self.iface._wake(self._peer_sock)
-
-    _wake_peer = wake_peer          # (native/fastpath.c's name)
 
     # -- one-sided ---------------------------------------------------------------
     def pack_local_key(self, buf) -> tuple:
@@ -966,7 +915,7 @@ class ShmInterface(Interface):
         if rc == 0:
             return 0
         native = self.native
-        if native is not None and not self.owner.native_dispatch:
+        if native is not None and not self.owner.native_consumes:
             native = None
         if native is not None:
             n = self.native_flags(native.dispatch(limit, 0))

@@ -110,7 +110,6 @@ from ..netaddr import advertised_ipv4s, local_ipv4s
 from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint,
                    byte_view)
 from .tcp_frames import FRAME_MAGIC, PREFIX, FrameError, FrameReader
-from .._fastpath import tcp_recv_tag as _tcp_recv_tag, tcp_send_tag as _tcp_send_tag
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +123,6 @@ _PROOF_LABEL = (b"ucxpy-tcp-2 connector", b"ucxpy-tcp-2 acceptor")
 _U32 = struct.Struct("<I")
 ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
 SHORT_FAST = 16384           # bytes payloads up to this take send()'s Python fast path
-_EAGER_HEAD = PREFIX.size + 8    # an eager frame before its payload: prefix and tag
 TCP_SPINS = 64               # peeks per fast receive call (a system call each)
 EAGER_LIMIT = 65536          # eager up to here, rendezvous (RTS, RTR, data) above
 COALESCE_LIMIT = 1 << 16     # small queued frames are merged up to this size
@@ -212,8 +210,8 @@ class TcpEndpoint(TransportEndpoint):
         self._hs_step = 0              # 0: expecting the peer's hello, 1: its proof
         self._challenge = self._peer_challenge = self._binding = b""
         self._tls_pending = False      # TLS handshake still running
-        if iface.tls is not None:      # the native paths write and read the socket itself
-            self.send_eager = self.recv_eager = None
+        if iface.tls is not None:      # the data plane writes and reads the socket itself
+            self.stream_out = self.stream_in = None
 
     def __repr__(self):
         peer = "?"
@@ -369,45 +367,37 @@ class TcpEndpoint(TransportEndpoint):
                     self._shutdown()
         return done
 
-    def send_eager(self, am_id: int, tag: int, buf, max_payload: int) -> bool:
-        """The contract's fast send: on an open connection with nothing
-        queued, one C call (native/tcp_fast.c) writes the eager frame with one
-        sendmsg; the rest of a frame the socket took only part of is queued.
-        False (nothing sent): the Python path sends it (and reports errors)."""
-        if not self._open or self._sendq:
-            return False
-        left = _tcp_send_tag(self.fd, am_id, tag, buf,
-                             max_payload if max_payload < EAGER_LIMIT else EAGER_LIMIT)
-        if left == 0:
-            return True
-        if left < 0:
-            return False
-        plen = memoryview(buf).nbytes
-        head = PREFIX.pack(FRAME_MAGIC, am_id, 0, 8, plen) + tag.to_bytes(8, "little")
-        self._queue_copy((head + bytes(buf))[_EAGER_HEAD + plen - left:], 1)
-        return True
+    # ---- the socket lent to the data plane's tcp eager path (the contract's stream_*)
+    native_max_frame = EAGER_LIMIT
+    stream_spins = TCP_SPINS
 
-    # ---- receiving
-    def recv_eager(self, am_id: int, tag: int, mask: int, buf, spins: int) -> tuple:
-        """The contract's fast path: when nothing of this connection is
-        buffered in Python, one C call (native/tcp_fast.c) takes the next
-        frame from the socket itself if it is a whole eager message for this
-        receive (a small receive with one plain recv).  What it read and did
-        not take (past that message, or instead of it) comes back as
-        ``spill``, the head of the stream (:meth:`_spill`)."""
+    def stream_out(self) -> int:
+        """The socket, when a frame written to it now is next in this
+        connection's order (open, nothing queued); else -1."""
+        return self.fd if self._open and not self._sendq else -1
+
+    def stream_tail(self, data: bytes) -> None:
+        """The rest of one frame the socket took only part of: queued first."""
+        self._queue_copy(data, 1)
+
+    def stream_in(self) -> int:
+        """The socket, when its next bytes are this connection's next frame
+        (open, nothing of it buffered here, not inside our own progress);
+        else -1."""
         reader = self._reader
         if not self._open or reader.start != reader.end or reader.pending is not None \
                 or self.iface._in_progress:
-            return -1, 0
-        try:
-            n, got, spill = _tcp_recv_tag(self.fd, am_id, tag, mask, buf,
-                                          spins if spins < TCP_SPINS else TCP_SPINS)
-        except (OSError, MemoryError) as e:
-            self._fail(ProtocolError(f"tcp fast path: {e}"))
-            return -1, 0
-        if spill is not None:
-            self._spill(spill, n < 0)
-        return n, got
+            return -1
+        return self.fd
+
+    def stream_fail(self, exc: BaseException) -> None:
+        """The data plane found the stream out of step: the connection fails."""
+        self._fail(ProtocolError(f"tcp eager path: {exc}"))
+
+    def stream_spill(self, data: bytes, parse: bool) -> None:
+        """Bytes the data plane read from the socket and did not take: the
+        head of the stream (:meth:`_spill`)."""
+        self._spill(data, parse)
 
     def _spill(self, data: bytes, parse: bool) -> None:
         """Put ``data``, read from the socket by the fast path but not taken
