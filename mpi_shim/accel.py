@@ -82,39 +82,11 @@ def configure(worker) -> None:
         "op_codes": atomic_op_codes(_accel.NOOP_BIT), "sum_op": SUM,
         "tag_ub": E.TAG_UB, "mask_tag": E.MASK_TAG, "mask_any_tag": E.MASK_ANY_TAG,
         "seq_mask": E.SEQ_MASK, "user_mask": E.USER_MASK, "any_tag": ANY_TAG,
-        "flush_every": FLUSH_PROGRESS_EVERY, "ndarray_fields": False})
+        "flush_every": FLUSH_PROGRESS_EVERY})
     _accel.configure(_CONFIG)
-    if _numpy_fields_ok(np):
-        _CONFIG["ndarray_fields"] = True
-        _accel.configure(_CONFIG)
 
 
 _CONFIG = {}
-
-
-def _numpy_fields_ok(np) -> bool:
-    """Whether the C calls read numpy arrays right through the fields of
-    numpy's array and dtype structs (their leading fields are the same public
-    ABI in numpy 1.x and 2.x): checked on sample arrays against numpy's own
-    answers; otherwise the calls take arrays through the buffer protocol."""
-    samples = [np.arange(5, dtype=t) for t in
-               ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f4", "f8", "c16",
-                np.intc, np.int_, np.longlong, np.ulonglong)]
-    ro = np.ones(3)
-    ro.flags.writeable = False
-    samples += [np.zeros((3, 4), np.int64), np.zeros(0), np.zeros(4, ">i8"),
-                np.zeros(8, np.uint8)[::2], np.zeros((4, 4), np.int32).T, ro]
-    try:
-        for a in samples:
-            addr, n, ch, order, flags, nd = _accel.probe(a)
-            if (addr, n, ch, order, nd) != (a.ctypes.data, a.size, a.dtype.char,
-                                            a.dtype.byteorder, a.ndim) \
-                    or bool(flags & 0x1) != a.flags.c_contiguous \
-                    or bool(flags & 0x400) != a.flags.writeable:
-                return False
-    except Exception:
-        return False
-    return True
 
 
 def switch(on: bool) -> None:

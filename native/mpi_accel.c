@@ -47,7 +47,6 @@
 #include <structmember.h>
 
 #include "dp/dp.h"
-#include "pyslots.h"
 
 enum { K_SEND, K_RECV, K_PUT, K_GET, K_FLUSH, K_FOP, K_CAS, K_ISEND, K_IRECV, K_WAITALL,
        K_COUNT };
@@ -56,14 +55,17 @@ enum { K_SEND, K_RECV, K_PUT, K_GET, K_FLUSH, K_FOP, K_CAS, K_ISEND, K_IRECV, K_
 enum { DECLINED = 0, HANDLED = 1, FAILED = -1 };
 
 static struct {
-    int enabled, np_fields;
+    int enabled;
     PyTypeObject *handle, *comm_impl, *op_type, *ndarray, *request, *recv_op, *send_op,
                  *ucxpy_request, *posted_recv;
     /* the worker's post_new (None: off), _post_taken and _cancel_recv */
     PyObject *post_new, *post_taken, *cancel_recv;
-    Py_ssize_t h_off, const_off, revoked_off, eps_off, peers_off, p2p_off;
-    Py_ssize_t ro_ureq, ro_comm, ro_msg, ro_staging, so_ureq, so_ack, so_keep, ur_done, ur_exc,
-               pr_comm;
+    /* the member descriptors of the __slots__ the calls read and fill (looked
+     * up once by name on their classes; read and set through the
+     * descriptor's own get and set, as attribute access does) */
+    PyObject *h_d, *const_d, *revoked_d, *eps_d, *peers_d, *p2p_d;
+    PyObject *ro_ureq, *ro_comm, *ro_msg, *ro_staging, *so_ureq, *so_ack, *so_keep, *ur_done,
+             *ur_exc, *pr_comm;
     PyObject *completed, *ucxpy_error, *translate, *worker, *recv_wait, *recv_ack,
              *flush_progress, *op_codes, *sum_op, *sent_op,
              *wait_op, *mask_tag_obj, *mask_any_tag_obj;
@@ -78,11 +80,28 @@ static struct {
 
 /* -- helpers ---------------------------------------------------------------------- */
 
-/* the object in slot ``off`` of ``obj`` (borrowed; NULL when unset) */
+/* the object in the slot of member descriptor ``d`` of ``obj`` (borrowed:
+ * the slot keeps its reference; NULL when unset or ``obj`` is not of the
+ * descriptor's class) */
 static inline PyObject *
-slot(PyObject *obj, Py_ssize_t off)
+slot(PyObject *obj, PyObject *d)
 {
-    return SLOT(obj, off);
+    PyObject *v = Py_TYPE(d)->tp_descr_get(d, obj, (PyObject *)Py_TYPE(obj));
+
+    if (v == NULL) {
+        PyErr_Clear();                     /* (unset: the callers decline) */
+        return NULL;
+    }
+    Py_DECREF(v);
+    return v;
+}
+
+/* ``value`` into the slot of member descriptor ``d`` of ``obj`` (the old
+ * value released): 0, or -1 with an error */
+static inline int
+set_slot(PyObject *obj, PyObject *d, PyObject *value)
+{
+    return Py_TYPE(d)->tp_descr_set(d, obj, value);
 }
 
 /* the handle's implementation object (borrowed), or NULL */
@@ -91,7 +110,7 @@ impl_of(PyObject *self)
 {
     if (S.handle == NULL || !PyObject_TypeCheck(self, S.handle))
         return NULL;
-    return slot(self, S.h_off);
+    return slot(self, S.h_d);
 }
 
 /* an exact int as a C long long; 0 (declined, no error set) when not one
@@ -118,98 +137,15 @@ plain_format(const char *f)
     return f == NULL || (f[0] && !f[1] && strchr("bBhHiIlLqQfd", f[0]) != NULL);
 }
 
-/* numpy arrays without the buffer protocol (whose export formats a type
- * string and allocates on every call): the leading fields of numpy's
- * PyArrayObject_fields and PyArray_Descr, public ABI alike in numpy 1.x and
- * 2.x.  configure() turns this on only after probe() read sample arrays
- * right (mpi_shim.accel compares it with what numpy says). */
-typedef struct {
-    PyObject_HEAD
-    char *data;
-    int nd;
-    Py_ssize_t *dimensions, *strides;
-    PyObject *base;
-    struct { PyObject_HEAD PyTypeObject *typeobj; char kind, type, byteorder; } *descr;
-    int flags;
-} NpArray;
-
-#define NP_C_CONTIGUOUS 0x0001
-#define NP_WRITEABLE 0x0400
-
-/* the size of one element of numpy type character ``c`` among the plain
- * ones, or 0 */
-static inline int
-np_itemsize(char c)
-{
-    switch (c) {
-    case 'b': case 'B': return 1;
-    case 'h': case 'H': return 2;
-    case 'i': case 'I': case 'f': return 4;
-    case 'l': case 'L': return (int)sizeof(long);
-    case 'q': case 'Q': case 'd': return 8;
-    default: return 0;
-    }
-}
-
-/* a C-contiguous numpy array of a plain native type (writable if asked):
- * its data, byte count and type character in ``v`` (buf, len, format[0];
- * nothing to release), 1; else 0 */
-static int
-np_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
-{
-    NpArray *a = (NpArray *)o;
-    Py_ssize_t n;
-    int i, size;
-
-    if (!(a->flags & NP_C_CONTIGUOUS) || (writable && !(a->flags & NP_WRITEABLE))
-            || a->descr == NULL || (a->descr->byteorder != '=' && a->descr->byteorder != '|')
-            || !(size = np_itemsize(a->descr->type)))
-        return 0;
-    n = size;
-    for (i = 0; i < a->nd; i++)
-        if (__builtin_mul_overflow(n, a->dimensions[i], &n))
-            return 0;
-    v->buf = a->data;
-    v->len = n;
-    v->itemsize = size;
-    v->obj = NULL;
-    fmt[0] = a->descr->type;
-    fmt[1] = 0;
-    v->format = fmt;
-    return 1;
-}
-
-/* probe(array) -> (data address, nbytes, type character, byteorder, flags)
- * as np_view reads them (for configure's check) */
-static PyObject *
-probe(PyObject *module, PyObject *o)
-{
-    NpArray *a = (NpArray *)o;
-    Py_ssize_t n = 1;
-    int i;
-
-    if (S.ndarray == NULL || Py_TYPE(o) != S.ndarray) {
-        PyErr_SetString(PyExc_TypeError, "probe: a numpy array (after configure)");
-        return NULL;
-    }
-    for (i = 0; i < a->nd; i++)
-        n *= a->dimensions[i];
-    return Py_BuildValue("(KnCCii)", (unsigned long long)(uintptr_t)a->data, n,
-                         (int)(unsigned char)a->descr->type,
-                         (int)(unsigned char)a->descr->byteorder, a->flags, a->nd);
-}
-
 /* ``o`` is a whole contiguous numpy array, bytearray or bytes of a plain
- * format, not empty (and writable if asked): its buffer in ``v`` (release
- * it with release()), 1; else 0 with no error.  ``fmt`` (2 chars) holds a
- * numpy array's format. */
+ * format, not empty (and writable if asked): its buffer in ``v`` (through
+ * the buffer protocol; release it with release()), 1; else 0 with no error.
+ * (``fmt``: room the callers keep for a format; unused.) */
 static int
 plain_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
 {
     PyTypeObject *t = Py_TYPE(o);
 
-    if (t == S.ndarray && S.np_fields)
-        return np_view(o, v, fmt, writable) && v->len > 0;
     if (t != S.ndarray && t != &PyByteArray_Type && t != &PyBytes_Type)
         return 0;
     if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
@@ -262,14 +198,14 @@ live_comm(PyObject *self)
 
     if (c == NULL || Py_TYPE(c) != S.comm_impl)
         return NULL;
-    revoked = slot(c, S.revoked_off);
+    revoked = slot(c, S.revoked_d);
     return revoked == Py_False ? c : NULL;
 }
 
 static int
 tag_of(PyObject *c, long long tag, unsigned long long *out)
 {
-    PyObject *p2p = slot(c, S.p2p_off);
+    PyObject *p2p = slot(c, S.p2p_d);
     unsigned long long base;
 
     if (p2p == NULL || !PyLong_CheckExact(p2p))
@@ -286,9 +222,10 @@ tag_of(PyObject *c, long long tag, unsigned long long *out)
 /* -- point to point --------------------------------------------------------------- */
 
 /* a new instance of the slotted class ``type`` with ``values`` in the slots
- * at ``offsets`` (what object.__new__ and the assignments do), or NULL */
+ * of member descriptors ``slots`` (what object.__new__ and the assignments
+ * do), or NULL with an error */
 static PyObject *
-new_slotted(PyTypeObject *type, int n, const Py_ssize_t *offsets, PyObject *const *values)
+new_slotted(PyTypeObject *type, int n, PyObject *const *slots, PyObject *const *values)
 {
     PyObject *o = type->tp_alloc(type, 0);
     int i;
@@ -296,7 +233,10 @@ new_slotted(PyTypeObject *type, int n, const Py_ssize_t *offsets, PyObject *cons
     if (o == NULL)
         return NULL;
     for (i = 0; i < n; i++)
-        SLOT(o, offsets[i]) = Py_NewRef(values[i]);
+        if (set_slot(o, slots[i], values[i]) < 0) {
+            Py_DECREF(o);
+            return NULL;
+        }
     return o;
 }
 
@@ -304,10 +244,10 @@ new_slotted(PyTypeObject *type, int n, const Py_ssize_t *offsets, PyObject *cons
 static PyObject *
 request_of(PyObject *op)
 {
-    Py_ssize_t offsets[2] = {S.h_off, S.const_off};
+    PyObject *slots[2] = {S.h_d, S.const_d};
     PyObject *values[2] = {op, Py_False};
 
-    return new_slotted(S.request, 2, offsets, values);
+    return new_slotted(S.request, 2, slots, values);
 }
 
 /* Send's and Isend's common case: the ucxpy request of the eager or
@@ -328,7 +268,7 @@ post_send(PyObject *const *args, Py_ssize_t nargs, int *declined)
         return NULL;
     if (tag < 0 || (unsigned long long)tag > S.tag_ub)
         return NULL;
-    eps = slot(c, S.eps_off);
+    eps = slot(c, S.eps_d);
     if (eps == NULL || !PyList_CheckExact(eps) || dest < 0 || dest >= PyList_GET_SIZE(eps))
         return NULL;
     if (!plain_view(args[1], &v, fmt, 0))
@@ -380,7 +320,7 @@ fast_isend(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
     int declined;
     PyObject *req = post_send(args, nargs, &declined), *op;
-    Py_ssize_t offsets[3];
+    PyObject *slots[3];
     PyObject *values[3];
 
     if (req == NULL)
@@ -389,13 +329,13 @@ fast_isend(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
         *result = request_of(S.sent_op);
     } else {
         /* in flight: SendOp(req, None, buf), which keeps the buffer */
-        offsets[0] = S.so_ureq;
-        offsets[1] = S.so_ack;
-        offsets[2] = S.so_keep;
+        slots[0] = S.so_ureq;
+        slots[1] = S.so_ack;
+        slots[2] = S.so_keep;
         values[0] = req;
         values[1] = Py_None;
         values[2] = args[1];
-        op = new_slotted(S.send_op, 3, offsets, values);
+        op = new_slotted(S.send_op, 3, slots, values);
         *result = op != NULL ? request_of(op) : NULL;
         Py_XDECREF(op);
     }
@@ -429,7 +369,7 @@ call_recv(PyObject *const *args, PyObject *tagarg, int any_ok, PyObject *method,
     any = tag == S.any_tag;
     if (any ? !any_ok : tag < 0 || (unsigned long long)tag > S.tag_ub)
         return NULL;
-    peers = slot(c, S.peers_off);
+    peers = slot(c, S.peers_d);
     if (peers == NULL || !PyTuple_CheckExact(peers) || source < 0
             || source >= PyTuple_GET_SIZE(peers))
         return NULL;
@@ -492,7 +432,7 @@ static int
 fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
 {
     PyObject *ureq, *op;
-    Py_ssize_t offsets[4];
+    PyObject *slots[4];
     PyObject *values[4];
     int declined;
 
@@ -502,21 +442,24 @@ fast_irecv(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     if (ureq == NULL)
         return declined ? DECLINED : failed();
     if (Py_TYPE(ureq) == S.posted_recv) {
-        Py_XSETREF(SLOT(ureq, S.pr_comm), Py_NewRef(args[0]));
+        if (set_slot(ureq, S.pr_comm, args[0]) < 0) {
+            Py_DECREF(ureq);
+            return FAILED;
+        }
         *result = request_of(ureq);
         Py_DECREF(ureq);
         return *result != NULL ? HANDLED : FAILED;
     }
     /* RecvOp(ureq, comm): its slots (a synchronous send's acknowledgement
      * is the tag matcher's: ENGINE.attach) */
-    offsets[0] = S.ro_ureq;
-    offsets[1] = S.ro_comm;
-    offsets[2] = S.ro_msg;
-    offsets[3] = S.ro_staging;
+    slots[0] = S.ro_ureq;
+    slots[1] = S.ro_comm;
+    slots[2] = S.ro_msg;
+    slots[3] = S.ro_staging;
     values[0] = ureq;
     values[1] = args[0];
     values[2] = values[3] = Py_None;
-    op = new_slotted(S.recv_op, 4, offsets, values);
+    op = new_slotted(S.recv_op, 4, slots, values);
     Py_DECREF(ureq);
     if (op == NULL)
         return FAILED;
@@ -705,7 +648,7 @@ wait_ops(PyObject *reqs)
     if (share <= 0 || (pending = PyList_New(0)) == NULL)
         return share < 0 || PyErr_Occurred() ? -1 : 0;
     for (i = 0; i < PyList_GET_SIZE(reqs) && rc == 0; i++) {
-        op = slot(PyList_GET_ITEM(reqs, i), S.h_off);
+        op = slot(PyList_GET_ITEM(reqs, i), S.h_d);
         if (op == NULL || op == Py_None || op_done(op))
             continue;
         if ((u = recv_ureq(op)) != NULL) {
@@ -746,7 +689,7 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
         r = PyList_GET_ITEM(reqs, i);
         if (Py_TYPE(r) != S.request)
             return DECLINED;
-        op = slot(r, S.h_off);
+        op = slot(r, S.h_d);
         if (op != NULL && op != Py_None && !plain_op(op))
             return DECLINED;
     }
@@ -757,7 +700,7 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     }
     for (i = 0; i < PyList_GET_SIZE(reqs); i++) {
         r = PyList_GET_ITEM(reqs, i);
-        op = slot(r, S.h_off);
+        op = slot(r, S.h_d);
         if (op == NULL || op == Py_None || op_done(op))
             continue;
         Py_INCREF(op);
@@ -771,15 +714,18 @@ fast_waitall(PyObject *const *args, Py_ssize_t nargs, PyObject **result)
     }
     for (i = 0; i < PyList_GET_SIZE(reqs); i++) {
         r = PyList_GET_ITEM(reqs, i);
-        op = slot(r, S.h_off);
+        op = slot(r, S.h_d);
         if (op == NULL || op == Py_None)
             continue;
         if (Py_TYPE(r) != S.request || !plain_op(op)) {
             done = PyObject_CallMethod(r, "_complete", "O", Py_None);   /* (changed meanwhile) */
         } else {
-            /* the handle becomes null, then the op finishes (Request._complete) */
-            SLOT(r, S.h_off) = Py_NewRef(Py_None);
-            if (op_clean(op))
+            /* the handle becomes null, then the op finishes (Request._complete;
+             * the slot's reference to op becomes ours) */
+            Py_INCREF(op);
+            if (set_slot(r, S.h_d, Py_None) < 0)
+                done = NULL;
+            else if (op_clean(op))
                 done = Py_NewRef(Py_None);
             else
                 done = PyObject_CallMethodOneArg(op, S.s_finish, Py_None);
@@ -1120,7 +1066,7 @@ fast_atomic(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int cas)
         rank = args[3];
         disp = nargs > 4 ? args[4] : NULL;
         op = nargs > 5 ? args[5] : S.sum_op;
-        if (op == NULL || Py_TYPE(op) != S.op_type || (h = slot(op, S.h_off)) == NULL)
+        if (op == NULL || Py_TYPE(op) != S.op_type || (h = slot(op, S.h_d)) == NULL)
             return DECLINED;
         code_obj = PyDict_GetItemWithError(S.op_codes, h);
         if (code_obj == NULL) {
@@ -1362,6 +1308,36 @@ take_ull(PyObject *cfg, const char *name, unsigned long long *out)
     return PyErr_Occurred() ? -1 : 0;
 }
 
+/* one slot to look up: ``*d`` becomes the member descriptor of slot ``name``
+ * of class ``*type`` */
+typedef struct {
+    PyTypeObject **type;
+    PyObject **d;
+    const char *name;
+} slot_spec_t;
+
+/* the descriptors of ``specs`` (a NULL name ends them): 0, or -1 with
+ * TypeError (AttributeError when there is no such attribute) */
+static int
+slot_descriptors(const slot_spec_t *specs)
+{
+    PyObject *d;
+
+    for (; specs->name != NULL; specs++) {
+        d = PyObject_GetAttrString((PyObject *)*specs->type, specs->name);
+        if (d == NULL)
+            return -1;
+        if (Py_TYPE(d) != &PyMemberDescr_Type || Py_TYPE(d)->tp_descr_set == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s.%s is not a slot", (*specs->type)->tp_name,
+                         specs->name);
+            Py_DECREF(d);
+            return -1;
+        }
+        Py_XSETREF(*specs->d, d);
+    }
+    return 0;
+}
+
 static PyObject *
 configure(PyObject *module, PyObject *cfg)
 {
@@ -1369,15 +1345,15 @@ configure(PyObject *module, PyObject *cfg)
     unsigned long long every = 0;
     long long any_tag;
     const slot_spec_t slots[] = {
-        {&S.handle, &S.h_off, "_h"}, {&S.handle, &S.const_off, "_const"},
+        {&S.handle, &S.h_d, "_h"}, {&S.handle, &S.const_d, "_const"},
         {&S.recv_op, &S.ro_ureq, "ureq"}, {&S.recv_op, &S.ro_comm, "comm"},
         {&S.recv_op, &S.ro_msg, "msg"}, {&S.recv_op, &S.ro_staging, "staging"},
         {&S.posted_recv, &S.pr_comm, "comm"},
         {&S.send_op, &S.so_ureq, "ureq"}, {&S.send_op, &S.so_ack, "ack"},
         {&S.send_op, &S.so_keep, "keep"},
         {&S.ucxpy_request, &S.ur_done, "done"}, {&S.ucxpy_request, &S.ur_exc, "exc"},
-        {&S.comm_impl, &S.revoked_off, "revoked"}, {&S.comm_impl, &S.eps_off, "eps"},
-        {&S.comm_impl, &S.peers_off, "peers"}, {&S.comm_impl, &S.p2p_off, "p2p"},
+        {&S.comm_impl, &S.revoked_d, "revoked"}, {&S.comm_impl, &S.eps_d, "eps"},
+        {&S.comm_impl, &S.peers_d, "peers"}, {&S.comm_impl, &S.p2p_d, "p2p"},
         {NULL, NULL, NULL},
     };
 
@@ -1428,10 +1404,8 @@ configure(PyObject *module, PyObject *cfg)
     if (S.mask_tag_obj == NULL || S.mask_any_tag_obj == NULL)
         goto bad;
     S.flush_every = (unsigned long)every;
-    if (slot_offsets(slots) < 0)
+    if (slot_descriptors(slots) < 0)
         goto bad;
-    S.np_fields = (v = PyDict_GetItemString(cfg, "ndarray_fields")) != NULL
-        && PyObject_IsTrue(v) > 0;
     S.enabled = (v = PyDict_GetItemString(cfg, "enabled")) != NULL && PyObject_IsTrue(v) > 0;
     Py_RETURN_NONE;
 
@@ -1469,7 +1443,6 @@ static PyMethodDef methods[] = {
      "configure(dict): what the calls need; configure({'enabled': b}) switches them"},
     {"enabled", enabled, METH_NOARGS, "whether calls try their C path"},
     {"counts", counts, METH_NOARGS, "calls done in C so far, by kind"},
-    {"probe", probe, METH_O, "probe(array) -> (address, nbytes, type, byteorder, flags, ndim)"},
     {NULL, NULL, 0, NULL},
 };
 

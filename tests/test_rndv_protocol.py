@@ -135,8 +135,9 @@ class Net:
         self.str = Tracer(events) if tr else None
         self.rtr = Tracer(events) if tr else None
         cfg = SimpleNamespace(rndv_split_thresh=split)
-        self.S = RendezvousProtocol(SimpleNamespace(tr=self.str, config=cfg, dp="dp"))
-        self.R = RendezvousProtocol(SimpleNamespace(tr=self.rtr, config=cfg))
+        # (no data plane: dp None; the offer's stand-in lane takes it as given)
+        self.S = RendezvousProtocol(SimpleNamespace(tr=self.str, config=cfg, dp=None))
+        self.R = RendezvousProtocol(SimpleNamespace(tr=self.rtr, config=cfg, dp=None))
         self.sep = Ep(self, "R", remote_id=11)      # the sender's endpoint to the receiver
         self.rep = Ep(self, "S", remote_id=22)      # the receiver's endpoint to the sender
         self.step = Tep(self, "S", self.sep)        # the sender's lane
@@ -924,7 +925,6 @@ class Lane:
         self.rc, self.check, self.pushed = rc, check, []
 
     def rts(self, dp, tag, sid, mv):
-        assert dp == "dp"                       # (the worker's data plane)
         self.pushed.append((tag, sid, mv))
         if self.check is not None:
             self.check(sid)
@@ -960,3 +960,66 @@ def test_an_offer_the_lane_cannot_push_leaves_nothing_registered():
     lane = Lane(rc=-1, check=lambda sid: seen.append(sid in net.S.sends))
     assert net.S.offer(net.sep, memoryview(b"x"), 1, lane) is None
     assert seen == [True] and not net.S.sends
+
+
+# -- the sends a C caller (libucp) offered through the data plane ----------------------
+class Dp:
+    """A stand-in data plane holding C callers' offered sends (id -> bytes):
+    what ``rndv_adopt`` hands over, and what was answered or failed."""
+
+    def __init__(self, sends):
+        self.sends, self.answers, self.failed = dict(sends), [], []
+
+    def rndv_adopt(self, sid):
+        data = self.sends.pop(sid, None)
+        return None if data is None else memoryview(data)
+
+    def rndv_answered(self, sid, status):
+        self.answers.append((sid, status))
+        return True
+
+    def rndv_fail_peer(self, peer):
+        self.failed.append(peer)
+
+
+EXT = wire.RNDV_EXT_ID | 5
+
+
+def test_a_c_callers_send_asked_for_frames_is_adopted_and_answered():
+    """The receiver asks for frames (no key: RTR): the sender's protocol
+    adopts the data plane's send (its bytes, the endpoint the RTR came
+    from), streams it, and the ATS answers it to the data plane."""
+    net = Net(tr=False)
+    data = payload(300)
+    net.S.worker.dp = dp = Dp({EXT: data})
+    rreq, dest = Req(), bytearray(300)
+    net.R.start_recv(RtsInfo(net.rtep, EXT, 300, 0, b""), memoryview(dest), rreq, "r")
+    net.pump()
+    assert bytes(dest) == data and rreq.done == [("r", None)]
+    assert dp.answers == [(EXT, wire.ATS_OK)] and not net.S.sends and not dp.sends
+
+
+def test_the_answer_to_a_c_callers_send_goes_to_the_data_plane():
+    net = Net(tr=False)
+    net.S.worker.dp = dp = Dp({})
+    net.S.on_ats(net.step, wire.ATS.pack(EXT, wire.ATS_ERROR), b"")
+    net.S.on_ats(net.step, wire.ATS.pack(3, wire.ATS_OK), b"")      # (one of ours, unknown)
+    assert dp.answers == [(EXT, wire.ATS_ERROR)]
+
+
+def test_a_request_for_a_c_callers_send_already_answered_is_dropped():
+    net = Net(tr=False)
+    net.S.worker.dp = dp = Dp({})
+    net.S.on_rtr(net.step, wire.RTR.pack(EXT, 1, 0, 10), b"")
+    assert not net.wire and not net.S.sends and not dp.answers
+
+
+def test_a_failed_peer_fails_the_c_callers_sends_too():
+    """fail_peer answers the data plane's sends to that peer (rndv_fail_peer)
+    and fails an adopted one, which answers it with an error."""
+    net = Net(tr=False, immediate=False)
+    net.S.worker.dp = dp = Dp({EXT: payload(3000)})
+    net.S.on_rtr(net.step, wire.RTR.pack(EXT, 1, 0, 3000), b"")     # adopted, frames pending
+    assert EXT in net.S.sends
+    net.S.fail_peer(net.sep, ConnectionLost("gone"))
+    assert dp.failed == [11] and dp.answers == [(EXT, wire.ATS_ERROR)] and not net.S.sends

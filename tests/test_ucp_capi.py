@@ -83,14 +83,18 @@ def test_tag_path_on_the_data_plane_two_processes(tmp_path):
     Every check of the harness passes: a ping-pong, unexpected messages in
     order, masks, truncation of posted and unexpected receives, cancel,
     rendezvous into receives posted before and after the offer, a
-    synchronous send.  Each worker's data plane sent and matched the
-    ping-pong's messages (the reports: who carried it)."""
+    synchronous send, a window of 384 KiB rendezvous.  Each worker's data
+    plane sent and matched the ping-pong's messages, and offered, read and
+    answered the 384 KiB ones (the reports: who carried it)."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     out, final = _dataplane(tmp_path)
-    assert out.count("ok - ") >= 10, out
+    assert out.count("ok - ") >= 11, out
     for r in final:
         assert r["dp"]["tag_send"] >= 19990 and r["dp"]["tag_expected"] >= 19990, r
+    sender, receiver = sorted(final, key=lambda r: r["dp"]["rndv_offer"], reverse=True)
+    assert sender["dp"]["rndv_offer"] >= 8 and sender["dp"]["rndv_answered"] >= 8, sender
+    assert receiver["dp"]["rndv_expected"] >= 8 and receiver["dp"]["rndv_ats"] >= 8, receiver
 
 
 def test_steady_eager_exchange_enters_python_by_timer_only(tmp_path):
@@ -240,6 +244,32 @@ def test_killed_rank_ends_the_job(tmp_path):
         c.recv(source=1)
     """))
     rc, out, err = _run([UCXPY_UCX, MPIEXEC, "-n", "3", sys.executable, str(prog)], timeout=90)
+    assert rc != 0
+
+
+@needs_mpich
+def test_killed_receiver_of_an_offer_ends_the_job(tmp_path):
+    """A rendezvous send libucp offered through the data plane (384 KiB over
+    shm: native/dp/rndv.c) whose receiver is killed before it answers: the
+    sender's request fails (the peer's failure answers the data plane's
+    sends) and the job ends with an error, never a hang."""
+    pytest.importorskip("mpi4py")
+    prog = tmp_path / "die_offer.py"
+    prog.write_text(textwrap.dedent("""
+        import os, signal
+        import numpy as np
+        from mpi4py import MPI
+        c = MPI.COMM_WORLD
+        big = np.ones(384 * 1024, np.uint8)
+        c.Barrier()
+        if c.rank == 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        req = c.Isend(big, dest=1, tag=5)
+        req.Wait()
+    """))
+    env = dict(os.environ, UCXPY_TLS="shm")
+    rc, out, err = _run([UCXPY_UCX, MPIEXEC, "-n", "2", sys.executable, str(prog)], timeout=90,
+                        env=env)
     assert rc != 0
 
 

@@ -60,6 +60,7 @@ import weakref
 from . import auth, config, errors
 from .context import Context
 from .request import TagInfo
+from .transports.base import Caps
 from .tag import RecvRequest
 from .worker import usable_cpus
 
@@ -215,21 +216,30 @@ def _count_lane(w: CWorker, ep) -> None:
 
 
 def ep_lane(ep):
-    """``(lane, eager_max)``: the data plane's view of the connection
-    Endpoint ``ep`` sends on (a ``ucxpy._dp.Lane``) and the largest message
-    its protocol sends eagerly, which libucp then sends in C; None where
-    there is none (not connected yet, another transport, tracing)."""
+    """``(lane, eager_max, rndv_max, peer)``: the data plane's view of the
+    connection Endpoint ``ep`` sends on (a ``ucxpy._dp.Lane``), the largest
+    message its protocol sends eagerly and the largest it offers by
+    rendezvous (0: none; a rendezvous, and a synchronous send, offered by
+    the data plane, native/dp/rndv.c), which libucp then sends in C, and the
+    peer's worker id; None where there is none (not connected yet, another
+    transport, tracing)."""
     tep = ep._tep
     lane = tep.native_lane if tep is not None else None
     if lane is None or lane.dead or ep.failed is not None or ep.worker.tr is not None:
         return None
     limit = ep.rndv_thresh - 1
+    rndv = (1 << 62) if tep.iface.attrs.caps & Caps.GET_ZCOPY else 0
     plugin = ep.worker.protocol
     if plugin is not None:              # (the sizes of a protocol plug-in are its own)
         limit = min(limit, plugin.low - 1)
+        rndv = 0
+    python = ep.worker.config.proto_python
+    if python:                          # (so are UCXPY_PROTO_PYTHON's: the core's path)
+        limit = min(limit, min(lo for lo, _hi in python) - 1)
+        rndv = 0
     if limit < 0:
         return None
-    return lane, limit
+    return lane, limit, rndv, ep.remote_id
 
 
 def wake_peer(ep) -> None:

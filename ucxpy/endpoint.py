@@ -89,6 +89,7 @@ class Endpoint:
         if w.dp is None:
             return
         fast = w.protocol is None       # (a plug-in's sizes must reach it)
+        lane = None
         if tep.native_tx:
             rts = _TAG_RTS if tep.iface.attrs.caps & Caps.GET_ZCOPY else 0
             lane = _dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame, rts, _RNDV_ATS)
@@ -97,6 +98,10 @@ class Endpoint:
                 self._fast_lane = lane
         elif fast and tep.stream_out is not None:
             self._fast_stream = tep
+        for t in self.incoming:     # the answers to offers read from the peer go by it
+            native = t.iface.native
+            if native is not None and t.native_conn:
+                native.set_lane(t.native_conn, lane)
 
     def _move_to(self, tep) -> None:
         """Leave our own connection for ``tep``, the one the peer opened to

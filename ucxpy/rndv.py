@@ -46,6 +46,8 @@ from .errors import ConnectionLost, ProtocolError, RemoteAccessError
 from .request import Request
 from .transports.base import NO_SPLIT, Caps
 
+EXT_ID = wire.RNDV_EXT_ID
+
 
 class RtsInfo:
     """A matched-or-not rendezvous offer, as the receiver sees it."""
@@ -152,11 +154,32 @@ class RendezvousProtocol:
         del self.sends[sreq_id]
         return None
 
-    def _send_of(self, sreq_id):
+    def _send_of(self, sreq_id, tep=None):
         """The send a reply is about, or None: a send already completed with
         an error (its peer's connection broke, a one-sided copy failed) may
-        still receive the replies its peer sent before; they are dropped."""
-        return self.sends.get(sreq_id)
+        still receive the replies its peer sent before; they are dropped.
+
+        A send a C caller (libucp) offered through the data plane (its id has
+        ``wire.RNDV_EXT_ID``) becomes one of ours when its receiver asks for its
+        bytes (frames, a split) rather than reading them: its bytes are the
+        data plane's view of the caller's buffer (``rndv_adopt``), and its
+        completion is the data plane's answer to the caller
+        (``rndv_answered``)."""
+        s = self.sends.get(sreq_id)
+        if s is not None or not sreq_id & EXT_ID or tep is None:
+            return s
+        dp = self.worker.dp
+        if dp is None or tep.owner_ep is None:
+            return None
+        mv = dp.rndv_adopt(sreq_id)
+        if mv is None:
+            return None
+        req = Request(self.worker)
+        req.add_done_callback(
+            lambda r, i=sreq_id: dp.rndv_answered(i, wire.ATS_OK if r.exc is None
+                                                  else wire.ATS_ERROR))
+        s = self.sends[sreq_id] = SendState(tep.owner_ep, mv, req)
+        return s
 
     def _settle(self, sreq_id, s, exc=None):
         """Complete the send when nothing of it is outstanding any more."""
@@ -169,7 +192,7 @@ class RendezvousProtocol:
 
     def on_rtr(self, tep, header, payload):
         sreq_id, rreq_id, off, length = wire.RTR.unpack(header)
-        s = self._send_of(sreq_id)
+        s = self._send_of(sreq_id, tep)
         if s is None:
             return
         if off + length > s.mv.nbytes:
@@ -207,7 +230,7 @@ class RendezvousProtocol:
         n = wire.RTP.size
         sreq_id, rreq_id, length, raddr = wire.RTP.unpack(header[:n])
         rkey = bytes(header[n:])
-        s = self._send_of(sreq_id)
+        s = self._send_of(sreq_id, tep)
         if s is None:
             return
         if length > s.mv.nbytes:
@@ -245,6 +268,8 @@ class RendezvousProtocol:
         sreq_id, status = wire.ATS.unpack(header)
         s = self._send_of(sreq_id)
         if s is None:
+            if sreq_id & EXT_ID and self.worker.dp is not None:
+                self.worker.dp.rndv_answered(sreq_id, status)   # (a C caller's send)
             return
         s.reading = False
         tr = self.worker.tr
@@ -383,6 +408,9 @@ class RendezvousProtocol:
 
     # -- failure -----------------------------------------------------------
     def fail_peer(self, ep, exc) -> None:
+        dp = self.worker.dp
+        if dp is not None:
+            dp.rndv_fail_peer(ep.remote_id)     # (the C callers' sends to it)
         for sid, s in list(self.sends.items()):
             if s.ep is ep:
                 del self.sends[sid]

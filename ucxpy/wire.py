@@ -74,3 +74,6 @@ RMA_AMO_REP = struct.Struct("<QBQ")
 ATS_OK = 0
 ATS_DROPPED = 1
 ATS_ERROR = 2
+#: the send ids of rendezvous a C caller (libucp) offered through the data
+#: plane (native/dp/rndv.c): the core's own ids never have this bit
+RNDV_EXT_ID = 1 << 63

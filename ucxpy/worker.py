@@ -535,6 +535,10 @@ class Worker:
             iface.native = _dp.Inbox(self.matcher, iface.native_ring, TAG_EAGER)
             # the protocol table's "Python" entries (UCXPY_PROTO_PYTHON)
             iface.native.hand_sizes(self.config.proto_python)
+            # the rendezvous the data plane runs: offers a libucp receive
+            # takes, read whole (below the split floor), and the answers to
+            # libucp's own offers (native/dp/rndv.c)
+            iface.native.rndv(int(AmId.TAG_RTS), int(AmId.RNDV_ATS), iface.split_floor - 1)
         if len(found) == 1:
             self._poll_native = found[0].poll_native
         # what a native caller's progress polls to know ours has work
@@ -548,6 +552,8 @@ class Worker:
         if native is not None and tep.native_conn and tep.held is None and ep is not None \
                 and ep.failed is None:
             native.add_conn(tep.native_conn, ep.remote_id)
+            out = ep._tep
+            native.set_lane(tep.native_conn, out.native_lane if out is not None else None)
 
     @staticmethod
     def _native_forget(tep) -> None:

@@ -69,6 +69,17 @@ static ucxdp_status_t copy_gil_free(ucxdp_worker_t *w, const ucxdp_rkey_t *key, 
     return status;
 }
 
+/* an int argument as 64 bits (masked, as a tag): 0, or -1 with an error */
+static int tm_u64(PyObject *o, uint64_t *v)
+{
+    unsigned long long x = PyLong_AsUnsignedLongLongMask(o);
+
+    if (x == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+    *v = x;
+    return 0;
+}
+
 /* -- Worker ----------------------------------------------------------------------- */
 typedef struct {
     PyObject_HEAD
@@ -121,9 +132,60 @@ static PyObject *worker_counters(WorkerObject *self, PyObject *unused)
     return d;
 }
 
+/* An external caller's rendezvous sends (rndv.c), for Python's path:
+ * rndv_answered(id, status) -> bool: the answer to send `id` (an ATS frame
+ *   Python's path handled); False when no such send waits;
+ * rndv_adopt(id) -> a read-only memoryview of the bytes of send `id`
+ *   (valid until it is answered), or None: Python's sender side takes the
+ *   send over when the receiver asks for frames or a split instead of
+ *   reading, and answers it (rndv_answered) when it completes;
+ * rndv_fail_peer(peer): the sends waiting for `peer` fail. */
+static PyObject *worker_rndv_answered(WorkerObject *self, PyObject *args)
+{
+    unsigned long long id;
+    unsigned int status;
+
+    if (!PyArg_ParseTuple(args, "KI:rndv_answered", &id, &status))
+        return NULL;
+    return PyBool_FromLong(ucxdp_rndv_answered(self->w, id, (uint8_t)status));
+}
+
+static PyObject *worker_rndv_adopt(WorkerObject *self, PyObject *arg)
+{
+    uint64_t id;
+    ucxdp_rndv_send_t *sd;
+
+    if (tm_u64(arg, &id) < 0)
+        return NULL;
+    sd = ucxdp_rndv_adopt(self->w, id);
+    if (sd == NULL)
+        Py_RETURN_NONE;
+    if (sd->length > PY_SSIZE_T_MAX) {     /* (never: a buffer's length) */
+        ucxdp_rndv_answered(self->w, id, 2);
+        Py_RETURN_NONE;
+    }
+    return PyMemoryView_FromMemory((char *)sd->buffer, (Py_ssize_t)sd->length, PyBUF_READ);
+}
+
+static PyObject *worker_rndv_fail_peer(WorkerObject *self, PyObject *arg)
+{
+    long long peer = PyLong_AsLongLong(arg);
+
+    if (peer == -1 && PyErr_Occurred())
+        return NULL;
+    ucxdp_rndv_fail_peer(self->w, peer, UCXDP_ERR_CONNECTION_RESET);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef worker_methods[] = {
     {"counters", (PyCFunction)worker_counters, METH_NOARGS,
      "counters() -> dict: what this worker's data plane executed"},
+    {"rndv_answered", (PyCFunction)worker_rndv_answered, METH_VARARGS,
+     "rndv_answered(id, status) -> bool: an external caller's send answered"},
+    {"rndv_adopt", (PyCFunction)worker_rndv_adopt, METH_O,
+     "rndv_adopt(id) -> memoryview or None: an external caller's send, Python's to move"},
+    {"rndv_fail_peer", (PyCFunction)worker_rndv_fail_peer, METH_O,
+     "rndv_fail_peer(peer): an external caller's sends waiting for `peer` fail"},
     {NULL},
 };
 
@@ -1548,15 +1610,6 @@ static PyObject *unexp_object(TagMatcherObject *self, ucxdp_tag_unexp_t *u, int 
     return r;
 }
 
-static int tm_u64(PyObject *o, uint64_t *v)
-{
-    unsigned long long x = PyLong_AsUnsignedLongLongMask(o);
-
-    if (x == (unsigned long long)-1 && PyErr_Occurred())
-        return -1;
-    *v = x;
-    return 0;
-}
 
 static PyObject *complete_recv(PyObject *req, int64_t source, uint64_t tag, uint64_t length);
 
@@ -2245,6 +2298,7 @@ typedef struct {
     ucxpy_ring_t *ring;
     ucxdp_inbox_t in;
     int ready;
+    PyObject *lanes;                       /* conn -> the Lane its ATS go by (kept alive) */
 } InboxObject;
 
 static PyObject *inbox_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -2269,6 +2323,10 @@ static PyObject *inbox_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return PyErr_NoMemory();
     }
     self->ready = 1;
+    if ((self->lanes = PyDict_New()) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->matcher->worker->w->inbox = &self->in;
     return (PyObject *)self;
 }
@@ -2282,6 +2340,7 @@ static void inbox_dealloc(InboxObject *self)
             w->inbox = NULL;
         ucxdp_inbox_cleanup(&self->in);
     }
+    Py_XDECREF(self->lanes);
     Py_XDECREF(self->matcher);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -2310,12 +2369,102 @@ static PyObject *inbox_add_conn(InboxObject *self, PyObject *const *args, Py_ssi
 
 static PyObject *inbox_forget_conn(InboxObject *self, PyObject *arg)
 {
+    ucxdp_worker_t *w = self->matcher->worker->w;
     uint64_t conn;
 
     if (tm_u64(arg, &conn) < 0)
         return NULL;
+    pthread_mutex_lock(&w->lock);          /* (its owed answers go with it) */
     ucxdp_inbox_forget_conn(&self->in, conn);
+    pthread_mutex_unlock(&w->lock);
+    if (PyDict_DelItem(self->lanes, arg) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            return NULL;
+        PyErr_Clear();
+    }
     Py_RETURN_NONE;
+}
+
+/* (the Lane type, below) */
+typedef struct {
+    PyObject_HEAD
+    ucxdp_lane_t lane;
+} LaneObject;
+
+static PyTypeObject LaneType;
+
+/* set_lane(conn, lane or None): our Lane back to the source of connection
+ * `conn`, which the ATS of offers the data plane reads from it go by (a
+ * registered connection; kept alive while set) */
+static PyObject *inbox_set_lane(InboxObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    ucxdp_worker_t *w = self->matcher->worker->w;
+    struct ucxdp_lane *lane = NULL;
+    uint64_t conn;
+
+    if (nargs != 2 || (args[1] != Py_None && !PyObject_TypeCheck(args[1], &LaneType))) {
+        PyErr_SetString(PyExc_TypeError, "set_lane(conn, Lane or None)");
+        return NULL;
+    }
+    if (tm_u64(args[0], &conn) < 0)
+        return NULL;
+    if (args[1] != Py_None) {
+        if (PyDict_SetItem(self->lanes, args[0], args[1]) < 0)
+            return NULL;
+        lane = &((LaneObject *)args[1])->lane;
+    }
+    pthread_mutex_lock(&w->lock);
+    ucxdp_inbox_set_lane(&self->in, conn, lane);
+    pthread_mutex_unlock(&w->lock);
+    if (lane == NULL && PyDict_DelItem(self->lanes, args[0]) < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_KeyError))
+            return NULL;
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+/* rndv(rts am id, ats am id, rndv max): the rendezvous frames the inbox
+ * takes (ucxdp_inbox_rndv) */
+static PyObject *inbox_rndv(InboxObject *self, PyObject *args)
+{
+    unsigned int rts, ats;
+    unsigned long long max;
+
+    if (!PyArg_ParseTuple(args, "IIK:rndv", &rts, &ats, &max))
+        return NULL;
+    if (rts > 255 || ats > 255)
+        return PyErr_Format(PyExc_ValueError, "rndv: active-message ids");
+    ucxdp_inbox_rndv(&self->in, rts, ats, max);
+    Py_RETURN_NONE;
+}
+
+/* take_wakes() -> (conns, all): the connections whose sleeping peer had an
+ * answer pushed into its ring (all: more than were kept; wake every peer) */
+static PyObject *inbox_take_wakes(InboxObject *self, PyObject *unused)
+{
+    ucxdp_worker_t *w = self->matcher->worker->w;
+    uint64_t conns[UCXDP_INBOX_OWED];
+    PyObject *t;
+    int n, all;
+
+    pthread_mutex_lock(&w->lock);
+    n = self->in.nwake;
+    all = self->in.wake_all;
+    memcpy(conns, self->in.wake_conns, sizeof(conns[0]) * (size_t)n);
+    self->in.nwake = self->in.wake_all = 0;
+    pthread_mutex_unlock(&w->lock);
+    if ((t = PyTuple_New(n)) == NULL)
+        return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *c = PyLong_FromUnsignedLongLong(conns[i]);
+        if (c == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, c);
+    }
+    return Py_BuildValue("(NO)", t, all ? Py_True : Py_False);
 }
 
 static PyObject *inbox_dispatch(InboxObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2410,6 +2559,11 @@ static PyMethodDef inbox_methods[] = {
     FASTMETH("add_conn", inbox_add_conn),
     {"forget_conn", (PyCFunction)inbox_forget_conn, METH_O, NULL},
     FASTMETH("dispatch", inbox_dispatch),
+    FASTMETH("set_lane", inbox_set_lane),
+    {"rndv", (PyCFunction)inbox_rndv, METH_VARARGS,
+     "rndv(rts am id, ats am id, rndv max): the rendezvous frames the inbox takes"},
+    {"take_wakes", (PyCFunction)inbox_take_wakes, METH_NOARGS,
+     "take_wakes() -> (conns, all): peers an answer went to that sleep"},
     FASTMETH("try_recv", inbox_try_recv),
     {"hand_sizes", (PyCFunction)inbox_hand_sizes, METH_O,
      "hand_sizes([(first, last), ...]): sizes whose messages the Python protocol runs"},
@@ -2478,12 +2632,6 @@ static PyTypeObject InboxType = {
  *   get_ack(worker, key, address, buffer, size, sreq id): reads an offer of
  *     the peer's by CMA into `buffer` and answers ATS(OK); 2: read, but the
  *     answer could not be pushed (the caller sends it). */
-typedef struct {
-    PyObject_HEAD
-    ucxdp_lane_t lane;
-} LaneObject;
-
-static PyTypeObject LaneType;
 
 static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -2808,6 +2956,8 @@ static const ucxdp_api_t api = {
     .lane_rts = ucxdp_lane_rts,
     .lane_get = ucxdp_lane_get,
     .lane_ats = ucxdp_lane_ats,
+    .rndv_send = ucxdp_rndv_send,
+    .rndv_take_done = ucxdp_rndv_take_done,
 };
 
 static struct PyModuleDef module = {
@@ -2820,7 +2970,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__dp(void)
 {
-    PyObject *m, *capsule;
+    PyObject *m, *capsule, *ext_id;
 
     if (PyType_Ready(&WorkerType) < 0 || PyType_Ready(&KeyType) < 0
             || PyType_Ready(&SymType) < 0 || PyType_Ready(&CallType) < 0
@@ -2840,6 +2990,7 @@ PyMODINIT_FUNC PyInit__dp(void)
     if (m == NULL)
         return NULL;
     capsule = PyCapsule_New((void *)&api, UCXDP_CAPSULE, NULL);
+    ext_id = PyLong_FromUnsignedLongLong(UCXDP_RNDV_EXT_ID);
     if (PyModule_AddObjectRef(m, "Worker", (PyObject *)&WorkerType) < 0
             || PyModule_AddObjectRef(m, "MappedKey", (PyObject *)&KeyType) < 0
             || PyModule_AddObjectRef(m, "Symmetric", (PyObject *)&SymType) < 0
@@ -2853,11 +3004,14 @@ PyMODINIT_FUNC PyInit__dp(void)
             || PyModule_AddObjectRef(m, "RecvCore", (PyObject *)&RecvCoreType) < 0
             || PyModule_AddIntConstant(m, "WAKE_BIT", INBOX_WAKE_BIT) < 0
             || PyModule_AddIntConstant(m, "BAD_BIT", INBOX_BAD_BIT) < 0
+            || ext_id == NULL || PyModule_AddObjectRef(m, "RNDV_EXT_ID", ext_id) < 0
             || capsule == NULL || PyModule_AddObject(m, "_C_API", capsule) < 0) {
         Py_XDECREF(capsule);
+        Py_XDECREF(ext_id);
         Py_DECREF(m);
         return NULL;
     }
+    Py_DECREF(ext_id);
     for (int k = 0; k < SYM_COUNT; k++)
         if (PyModule_AddIntConstant(m, sym_names[k], k) < 0) {
             Py_DECREF(m);

@@ -57,6 +57,7 @@ typedef enum {
     UCXDP_ERR_INVALID_ADDR = -7,           /* the region is no longer registered */
     UCXDP_ERR_MESSAGE_TRUNCATED = -9,
     UCXDP_ERR_OUT_OF_RANGE = -19,          /* outside the key's region */
+    UCXDP_ERR_CONNECTION_RESET = -25,      /* the peer failed before it answered */
 } ucxdp_status_t;
 
 /* -- counters ------------------------------------------------------------------- */
@@ -64,7 +65,8 @@ typedef enum {
  * traces read them).  Relaxed atomics: exact, never torn, read at any time. */
 #define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes) \
     X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct) X(tag_send) \
-    X(rndv_offer) X(rndv_get) X(rndv_get_bytes) X(rndv_ats) X(tcp_send) X(tcp_recv)
+    X(rndv_offer) X(rndv_get) X(rndv_get_bytes) X(rndv_ats) X(rndv_expected) X(rndv_answered) \
+    X(tcp_send) X(tcp_recv)
 #define UCXDP_COUNTER_FIELD(name) uint64_t name;
 typedef struct {
     UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
@@ -106,6 +108,11 @@ typedef struct ucxdp_worker {
     int npoll_fds;
     void *pool[UCXDP_POOL_CLASSES][UCXDP_POOL_DEPTH];
     int npool[UCXDP_POOL_CLASSES];
+    /* an external caller's rendezvous sends (rndv.c): offered and waiting
+     * for their answer (those Python's path moves: adopted), then answered
+     * and not yet taken */
+    ucxdp_link_t sends, adopted, sends_done;
+    uint64_t send_ids;
 } ucxdp_worker_t;
 
 /* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL and wants
@@ -220,6 +227,9 @@ void ucxdp_tag_return_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *list);
 /* The receive a done-list link belongs to. */
 #define UCXDP_DONE_RECV(l) ((ucxdp_tag_recv_t *)((char *)(l) - offsetof(ucxdp_tag_recv_t, done)))
 
+/* Put matched receive `r` (its outcome set) on its owner's done list; the
+ * worker's lock held (rndv.c) */
+void ucxdp_tag_done_locked(ucxdp_worker_t *w, ucxdp_tag_recv_t *r);
 /* ucxdp_tag_eager with the worker's lock held by the caller (inbox.c) */
 ucxdp_status_t ucxdp_tag_eager_locked(ucxdp_worker_t *w, int64_t source, uint64_t tag,
                                       const void *payload, uint64_t length);
@@ -234,9 +244,19 @@ struct ucxpy_ring;
 typedef struct {
     uint64_t conn;                         /* 0: a free entry */
     int64_t source;
+    /* our lane back to that source (its ATS go by it), or NULL (rndv.c) */
+    struct ucxdp_lane *lane;
 } ucxdp_conn_t;
 
 #define UCXDP_INBOX_RANGES 8
+#define UCXDP_INBOX_OWED 16
+
+/* an answer to an offer read here that its lane could not take yet */
+typedef struct {
+    struct ucxdp_lane *lane;
+    uint64_t conn;
+    uint64_t sreq_id;
+} ucxdp_owed_ats_t;
 
 typedef struct ucxdp_inbox {
     struct ucxpy_ring *ring;               /* the consumer's handle (Python's transport owns it) */
@@ -254,12 +274,43 @@ typedef struct ucxdp_inbox {
     /* Python has frames of its own queued for this transport's peers (a
      * full ring): its progress must run to push them (set by Python) */
     int py_busy;
+    /* the rendezvous (rndv.c; 0: none taken here): the frames' ids, and the
+     * largest offer read whole, in C (below the interface's split floor) */
+    unsigned rts_am_id, ats_am_id;
+    uint64_t rndv_max;
+    ucxdp_owed_ats_t owed[UCXDP_INBOX_OWED];
+    int nowed;
+    /* connections whose peer sleeps and had an answer pushed into its ring
+     * (Python's path wakes them; wake_all: more than fit); `owed_wake` is
+     * set with them.  Under the worker's lock. */
+    uint64_t wake_conns[UCXDP_INBOX_OWED];
+    int nwake, wake_all;
+    /* the last dispatch stopped at a frame the caller's path runs */
+    int stopped;
 } ucxdp_inbox_t;
 
 ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsigned eager_am_id);
 void ucxdp_inbox_cleanup(ucxdp_inbox_t *in);
 ucxdp_status_t ucxdp_inbox_add_conn(ucxdp_inbox_t *in, uint64_t conn, int64_t source);
 void ucxdp_inbox_forget_conn(ucxdp_inbox_t *in, uint64_t conn);
+/* The rendezvous frames the inbox takes: RTS (`rts_am_id`) of a registered
+ * connection whose offer an external caller's posted receive takes, read
+ * whole when it has at most `rndv_max` bytes; ATS (`ats_am_id`) of an
+ * external caller's send (ucxdp_rndv_send).  0: none. */
+void ucxdp_inbox_rndv(ucxdp_inbox_t *in, unsigned rts_am_id, unsigned ats_am_id,
+                      uint64_t rndv_max);
+/* Our lane back to the source of connection `conn` (NULL: none), by which
+ * the ATS of offers read here go; the caller keeps it alive while set. */
+void ucxdp_inbox_set_lane(ucxdp_inbox_t *in, uint64_t conn, struct ucxdp_lane *lane);
+/* whether the caller's protocol runs messages of `length` bytes */
+static inline int ucxdp_inbox_handed(const ucxdp_inbox_t *in, uint64_t length)
+{
+    for (int i = 0; i < in->nhanded; i++)
+        if (length >= in->handed[i][0] && length <= in->handed[i][1])
+            return 1;
+    return 0;
+}
+
 /* The payload sizes whose messages the caller's protocol runs: `n` ranges
  * [first, last] (INVALID_PARAM beyond UCXDP_INBOX_RANGES). */
 ucxdp_status_t ucxdp_inbox_hand_sizes(ucxdp_inbox_t *in, const uint64_t (*ranges)[2], int n);
@@ -336,6 +387,53 @@ ucxdp_status_t ucxdp_lane_get(ucxdp_worker_t *w, const ucxdp_lane_t *lane, const
 ucxdp_status_t ucxdp_lane_ats(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint64_t sreq_id,
                               uint8_t status, int *wake);
 
+/* -- an external caller's rendezvous sends (rndv.c) ----------------------------- */
+/* The ids of external callers' sends have this bit; Python's never do. */
+#define UCXDP_RNDV_EXT_ID (UINT64_C(1) << 63)
+
+/* A rendezvous send: the caller sets `buffer`, `length` and `peer` (a key
+ * of its own naming the peer, for ucxdp_rndv_fail_peer), owns the memory and
+ * keeps the buffer until the send is answered. */
+typedef struct ucxdp_rndv_send {
+    const void *buffer;
+    uint64_t length;
+    int64_t peer;
+    uint64_t id;                           /* given by ucxdp_rndv_send */
+    ucxdp_status_t status;                 /* once answered: OK or CONNECTION_RESET */
+    ucxdp_link_t link;                     /* in the worker's sends, then sends_done */
+} ucxdp_rndv_send_t;
+
+#define UCXDP_DONE_SEND(l) \
+    ((ucxdp_rndv_send_t *)((char *)(l) - offsetof(ucxdp_rndv_send_t, link)))
+
+/* Offer `s` with `tag` through `lane` (ucxdp_lane_rts): UCXDP_OK, and the
+ * send waits for its answer (ATS, which ucxdp_rndv_answered records);
+ * UCXDP_ERR_NO_RESOURCE with nothing sent. */
+ucxdp_status_t ucxdp_rndv_send(ucxdp_worker_t *w, const ucxdp_lane_t *lane,
+                               ucxdp_rndv_send_t *s, uint64_t tag, int *wake);
+/* The answer to send `id` arrived (wire.ATS's status: 0 OK, 1 dropped by
+ * the receiver, which completes the send as OK, 2 error): 1, or 0 when no
+ * send waits for it (it failed already). */
+int ucxdp_rndv_answered(ucxdp_worker_t *w, uint64_t id, uint8_t status);
+/* The send `id` still waiting for its answer, now the caller's path's, or
+ * NULL: that path moves its data when the receiver asks for frames or a
+ * split, and answers it itself in the end (ucxdp_rndv_answered); the
+ * inbox no longer takes its ATS. */
+ucxdp_rndv_send_t *ucxdp_rndv_adopt(ucxdp_worker_t *w, uint64_t id);
+/* Every send waiting for an answer of `peer`: answered with `status`. */
+void ucxdp_rndv_fail_peer(ucxdp_worker_t *w, int64_t peer, ucxdp_status_t status);
+/* Move every answered send to `out` (a list head, initialized here). */
+void ucxdp_rndv_take_done(ucxdp_worker_t *w, ucxdp_link_t *out);
+
+/* inbox.c's dispatch, the worker's lock held: take the RTS or ATS frame
+ * (`out`: ucxpy_ring_peek's) of connection `c` (NULL: unregistered) when
+ * the data plane runs it: 1 (consumed here, *wake: a producer to wake), or
+ * 0 (left for the caller's path). */
+int ucxdp_rndv_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t *c,
+                          const uint64_t *out, int *wake);
+/* Push the answers owed (the lock held); drops those of dead lanes. */
+void ucxdp_rndv_push_owed(ucxdp_worker_t *w, ucxdp_inbox_t *in);
+
 /* -- the tcp eager path (tcp.c) ------------------------------------------------- */
 /* The bytes of an eager frame on a tcp stream (tcp_frames.PREFIX, then the
  * 8-byte tag): what ucxdp_tcp_eager_send wrote of a frame the socket took
@@ -409,6 +507,10 @@ typedef struct ucxdp_api {
     ucxdp_status_t (*lane_get)(ucxdp_worker_t *, const ucxdp_lane_t *, const void *, size_t,
                                uint64_t, void *, uint64_t);
     ucxdp_status_t (*lane_ats)(ucxdp_worker_t *, const ucxdp_lane_t *, uint64_t, uint8_t, int *);
+    /* an external caller's rendezvous sends */
+    ucxdp_status_t (*rndv_send)(ucxdp_worker_t *, const ucxdp_lane_t *, ucxdp_rndv_send_t *,
+                                uint64_t, int *);
+    void (*rndv_take_done)(ucxdp_worker_t *, ucxdp_link_t *);
 } ucxdp_api_t;
 
 #endif

@@ -52,6 +52,9 @@ ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsi
     in->nconns = 0;
     in->nhanded = 0;
     in->owed_wake = in->py_busy = 0;
+    in->rts_am_id = in->ats_am_id = 0;
+    in->rndv_max = 0;
+    in->nowed = in->nwake = in->wake_all = in->stopped = 0;
     return UCXDP_OK;
 }
 
@@ -74,19 +77,18 @@ static ucxdp_conn_t *conn_find(const ucxdp_inbox_t *in, uint64_t conn)
     return NULL;
 }
 
-static void conn_put(ucxdp_conn_t *table, size_t cap, uint64_t conn, int64_t source)
+static void conn_put(ucxdp_conn_t *table, size_t cap, const ucxdp_conn_t *entry)
 {
-    size_t i = conn_slot(conn, cap);
+    size_t i = conn_slot(entry->conn, cap);
 
-    while (table[i].conn != 0 && table[i].conn != conn)
+    while (table[i].conn != 0 && table[i].conn != entry->conn)
         i = (i + 1) & (cap - 1);
-    table[i].conn = conn;
-    table[i].source = source;
+    table[i] = *entry;
 }
 
 ucxdp_status_t ucxdp_inbox_add_conn(ucxdp_inbox_t *in, uint64_t conn, int64_t source)
 {
-    ucxdp_conn_t *c;
+    ucxdp_conn_t *c, entry = {.conn = conn, .source = source, .lane = NULL};
 
     if (conn == 0)
         return UCXDP_ERR_INVALID_PARAM;
@@ -102,12 +104,12 @@ ucxdp_status_t ucxdp_inbox_add_conn(ucxdp_inbox_t *in, uint64_t conn, int64_t so
             return UCXDP_ERR_NO_MEMORY;
         for (size_t i = 0; i < in->cap; i++)
             if (in->conns[i].conn != 0)
-                conn_put(table, cap, in->conns[i].conn, in->conns[i].source);
+                conn_put(table, cap, &in->conns[i]);
         free(in->conns);
         in->conns = table;
         in->cap = cap;
     }
-    conn_put(in->conns, in->cap, conn, source);
+    conn_put(in->conns, in->cap, &entry);
     in->nconns++;
     return UCXDP_OK;
 }
@@ -119,6 +121,7 @@ void ucxdp_inbox_forget_conn(ucxdp_inbox_t *in, uint64_t conn)
 
     if (c == NULL)
         return;
+    ucxdp_inbox_set_lane(in, conn, NULL);  /* (its owed answers go: the peer is gone) */
     /* backward-shift deletion: later entries of the same probe run move up */
     i = (size_t)(c - in->conns);
     for (j = (i + 1) & (in->cap - 1); in->conns[j].conn != 0; j = (j + 1) & (in->cap - 1)) {
@@ -145,14 +148,35 @@ ucxdp_status_t ucxdp_inbox_hand_sizes(ucxdp_inbox_t *in, const uint64_t (*ranges
     return UCXDP_OK;
 }
 
-/* whether the caller's protocol runs messages of `length` bytes */
-static inline int handed(const ucxdp_inbox_t *in, uint64_t length)
+void ucxdp_inbox_rndv(ucxdp_inbox_t *in, unsigned rts_am_id, unsigned ats_am_id,
+                      uint64_t rndv_max)
 {
-    for (int i = 0; i < in->nhanded; i++)
-        if (length >= in->handed[i][0] && length <= in->handed[i][1])
-            return 1;
-    return 0;
+    in->rts_am_id = rts_am_id;
+    in->ats_am_id = ats_am_id;
+    in->rndv_max = rndv_max;
 }
+
+void ucxdp_inbox_set_lane(ucxdp_inbox_t *in, uint64_t conn, struct ucxdp_lane *lane)
+{
+    ucxdp_conn_t *c = conn == 0 ? NULL : conn_find(in, conn);
+    int k = 0;
+
+    if (c != NULL)
+        c->lane = lane;
+    /* answers owed on the connection's old lane go by the new one, or not
+     * at all when it has none */
+    for (int i = 0; i < in->nowed; i++) {
+        if (in->owed[i].conn == conn) {
+            if (lane == NULL)
+                continue;
+            in->owed[i].lane = lane;
+        }
+        in->owed[k++] = in->owed[i];
+    }
+    in->nowed = k;
+}
+
+#define handed ucxdp_inbox_handed
 
 /* The connection of the frame ucxpy_ring_peek described in `out` when
  * dispatch takes that frame, else NULL. */
@@ -170,9 +194,15 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
     uint64_t out[UCXPY_RING_PEEK_OUT], tag;
     const ucxdp_conn_t *c;
     long count = 0;
-    int rc;
+    int rc, rwake;
 
     *wake = *bad = 0;
+    in->stopped = 0;
+    if (__atomic_load_n(&in->nowed, __ATOMIC_RELAXED) != 0) {
+        pthread_mutex_lock(&w->lock);
+        ucxdp_rndv_push_owed(w, in);
+        pthread_mutex_unlock(&w->lock);
+    }
     rc = ucxpy_ring_peek(ring, out);
     while (rc == 0 && spins-- > 0) {
         ucxpy_cpu_relax();
@@ -184,13 +214,21 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
     }
     pthread_mutex_lock(&w->lock);
     while (count < limit) {
-        if ((c = takes(in, out)) == NULL)
+        if ((c = takes(in, out)) != NULL) {
+            memcpy(&tag, ring->data + out[1], sizeof tag);
+            if (ucxdp_tag_eager_locked(w, c->source, tag, ring->data + out[3], out[4])
+                    != UCXDP_OK) {
+                in->stopped = 1;           /* (no memory: the caller's path tries and reports) */
+                break;
+            }
+            if (ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY)
+                *wake = 1;
+        } else if (ucxdp_rndv_take_frame(w, in, conn_find(in, out[5]), out, &rwake)) {
+            *wake |= rwake;
+        } else {
+            in->stopped = 1;
             break;
-        memcpy(&tag, ring->data + out[1], sizeof tag);
-        if (ucxdp_tag_eager_locked(w, c->source, tag, ring->data + out[3], out[4]) != UCXDP_OK)
-            break;                         /* (no memory: the caller's path tries and reports) */
-        if (ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY)
-            *wake = 1;
+        }
         count++;
         rc = ucxpy_ring_peek(ring, out);
         if (rc != 1) {
@@ -204,19 +242,18 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
 
 long ucxdp_inbox_progress(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, unsigned *flags)
 {
-    uint64_t out[UCXPY_RING_PEEK_OUT];
     int wake, bad;
     long n = ucxdp_inbox_dispatch(w, in, limit, 0, &wake, &bad);
 
     *flags = 0;
-    if (wake) {
+    if (wake)
         __atomic_store_n(&in->owed_wake, 1, __ATOMIC_RELAXED);
-        *flags |= UCXDP_INBOX_WAKE;
-    }
+    if (__atomic_load_n(&in->owed_wake, __ATOMIC_RELAXED))
+        *flags |= UCXDP_INBOX_WAKE;        /* (and peers an answer went to: peer_wake) */
     if (bad)
         *flags |= UCXDP_INBOX_BAD;
-    else if (n < limit && ucxpy_ring_peek(in->ring, out) == 1 && takes(in, out) == NULL)
-        *flags |= UCXDP_INBOX_LEFT;        /* (one it takes arrived since: the next call) */
+    else if (n < limit && in->stopped)
+        *flags |= UCXDP_INBOX_LEFT;
     if (__atomic_load_n(&in->py_busy, __ATOMIC_RELAXED))
         *flags |= UCXDP_INBOX_BUSY;
     return n;

@@ -108,3 +108,242 @@ ucxdp_status_t ucxdp_lane_ats(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint6
     UCXDP_COUNT(w, rndv_ats, 1);
     return UCXDP_OK;
 }
+
+/* -- an external caller's sends, and the frames the inbox takes ------------------------
+ *
+ * A C caller (libucp) offers a send with ucxdp_rndv_send: the offer goes as
+ * above, with an id of its own (UCXDP_RNDV_EXT_ID set: Python's ids are
+ * small), and the send waits in the worker's list until its answer.  The
+ * answer comes back into our inbox as an RNDV_ATS frame, which the inbox's
+ * dispatch takes (ucxdp_rndv_take_frame) without Python; Python's path, when
+ * it handles such a frame itself, records it the same way (the binding's
+ * Worker.rndv_answered).  A receiver that wants the data otherwise (frames,
+ * a split) asks by Python's protocol, whose sender side then adopts the send
+ * (ucxdp_rndv_adopt: its bytes move by Python's protocol, and the ATS goes
+ * to Python's path, which answers the send in the end).  A peer that
+ * fails answers its sends with CONNECTION_RESET (ucxdp_rndv_fail_peer, from
+ * Python's failure path).
+ *
+ * On the receiving side the inbox takes an RTS frame of a registered
+ * connection when the receive it matches first is an external caller's
+ * (libucp's) with room for it, the offer is at most `rndv_max` bytes (read
+ * whole: below the split floor, as Python's path decides), and the
+ * connection has an open lane back whose peer CMA reaches: the bytes are read
+ * into the receive, which goes on its owner's done list, and the ATS is
+ * pushed on that lane (or owed, and pushed by a later dispatch, when the
+ * lane's ring is full).  Anything else stays in the inbox for Python's path,
+ * in order: another receive first, a receive of Python's, an unexpected
+ * offer, truncation, a read that fails.
+ */
+#define CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
+
+static inline void link_append(ucxdp_link_t *head, ucxdp_link_t *l)
+{
+    l->prev = head->prev;
+    l->next = head;
+    head->prev->next = l;
+    head->prev = l;
+}
+
+static inline void link_remove(ucxdp_link_t *l)
+{
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->next = l->prev = l;
+}
+
+ucxdp_status_t ucxdp_rndv_send(ucxdp_worker_t *w, const ucxdp_lane_t *lane,
+                               ucxdp_rndv_send_t *s, uint64_t tag, int *wake)
+{
+    ucxdp_status_t st;
+
+    pthread_mutex_lock(&w->lock);
+    s->id = UCXDP_RNDV_EXT_ID | ++w->send_ids;
+    st = ucxdp_lane_rts(w, lane, tag, s->id, s->buffer, s->length, wake);
+    if (st == UCXDP_OK) {
+        s->status = UCXDP_INPROGRESS;
+        link_append(&w->sends, &s->link);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+/* the send `id` in list `head`, or NULL */
+static ucxdp_rndv_send_t *find_locked(ucxdp_link_t *head, uint64_t id)
+{
+    for (ucxdp_link_t *l = head->next; l != head; l = l->next)
+        if (UCXDP_DONE_SEND(l)->id == id)
+            return UCXDP_DONE_SEND(l);
+    return NULL;
+}
+
+/* the answer to send `id`, waiting (`adopted`: or Python's path's) */
+static int answered_locked(ucxdp_worker_t *w, uint64_t id, uint8_t status, int adopted)
+{
+    ucxdp_rndv_send_t *s = find_locked(&w->sends, id);
+
+    if (s == NULL && adopted)
+        s = find_locked(&w->adopted, id);
+    if (s == NULL)
+        return 0;
+    link_remove(&s->link);
+    /* wire.ATS_ERROR (2): the receiver could not read; OK and DROPPED (a
+     * receive too small, which the receiver reports) complete the send */
+    s->status = status == 2 ? UCXDP_ERR_CONNECTION_RESET : UCXDP_OK;
+    link_append(&w->sends_done, &s->link);
+    UCXDP_COUNT(w, rndv_answered, 1);
+    return 1;
+}
+
+int ucxdp_rndv_answered(ucxdp_worker_t *w, uint64_t id, uint8_t status)
+{
+    int found;
+
+    pthread_mutex_lock(&w->lock);
+    found = answered_locked(w, id, status, 1);
+    pthread_mutex_unlock(&w->lock);
+    return found;
+}
+
+ucxdp_rndv_send_t *ucxdp_rndv_adopt(ucxdp_worker_t *w, uint64_t id)
+{
+    ucxdp_rndv_send_t *s;
+
+    pthread_mutex_lock(&w->lock);
+    s = find_locked(&w->sends, id);
+    if (s != NULL) {
+        link_remove(&s->link);
+        link_append(&w->adopted, &s->link);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return s;
+}
+
+void ucxdp_rndv_fail_peer(ucxdp_worker_t *w, int64_t peer, ucxdp_status_t status)
+{
+    ucxdp_link_t *l, *next;
+
+    ucxdp_link_t *lists[2] = {&w->sends, &w->adopted};
+
+    pthread_mutex_lock(&w->lock);
+    for (int k = 0; k < 2; k++)
+        for (l = lists[k]->next; l != lists[k]; l = next) {
+            ucxdp_rndv_send_t *s = UCXDP_DONE_SEND(l);
+            next = l->next;
+            if (s->peer == peer) {
+                link_remove(l);
+                s->status = status;
+                link_append(&w->sends_done, l);
+            }
+        }
+    pthread_mutex_unlock(&w->lock);
+}
+
+void ucxdp_rndv_take_done(ucxdp_worker_t *w, ucxdp_link_t *out)
+{
+    ucxdp_link_t *done = &w->sends_done;
+
+    pthread_mutex_lock(&w->lock);
+    if (done->next != done) {
+        out->next = done->next;
+        out->prev = done->prev;
+        out->next->prev = out;
+        out->prev->next = out;
+        done->next = done->prev = done;
+    } else {
+        out->next = out->prev = out;
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* An answer went into the ring of the peer behind connection `conn`, which
+ * sleeps: Python's path wakes it (the binding's Inbox.take_wakes, reported
+ * as a producer to wake, which brings a C caller's progress into Python). */
+static void peer_wake(ucxdp_inbox_t *in, uint64_t conn)
+{
+    if (in->nwake < UCXDP_INBOX_OWED)
+        in->wake_conns[in->nwake++] = conn;
+    else
+        in->wake_all = 1;
+    __atomic_store_n(&in->owed_wake, 1, __ATOMIC_RELAXED);
+}
+
+void ucxdp_rndv_push_owed(ucxdp_worker_t *w, ucxdp_inbox_t *in)
+{
+    int k = 0, wake;
+
+    for (int i = 0; i < in->nowed; i++) {
+        ucxdp_owed_ats_t *o = &in->owed[i];
+        if (o->lane == NULL || o->lane->dead)
+            continue;                      /* (the peer is gone: nothing waits) */
+        if (o->lane->open && ucxdp_lane_ats(w, o->lane, o->sreq_id, 0, &wake) == UCXDP_OK) {
+            if (wake)
+                peer_wake(in, o->conn);
+            continue;
+        }
+        in->owed[k++] = *o;
+    }
+    in->nowed = k;
+}
+
+int ucxdp_rndv_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t *c,
+                          const uint64_t *out, int *wake)
+{
+    const uint8_t *hdr = in->ring->data + out[1];
+    uint64_t rts[4], id;
+    ucxdp_lane_t *lane;
+    ucxdp_recv_t *m;
+    ucxdp_tag_recv_t *r;
+    int ats_wake;
+
+    *wake = 0;
+    if (in->ats_am_id != 0 && out[0] == in->ats_am_id) {
+        if (out[2] != ATS_SIZE || out[4] != 0)
+            return 0;
+        memcpy(&id, hdr, 8);
+        /* (one of Python's sends, one Python's path adopted, or one that
+         * failed meanwhile: Python's path takes the answer) */
+        if (!(id & UCXDP_RNDV_EXT_ID) || !answered_locked(w, id, hdr[8], 0))
+            return 0;
+        *wake = ucxpy_ring_release(in->ring) == UCXPY_RING_NOTIFY;
+        return 1;
+    }
+    if (in->rts_am_id == 0 || out[0] != in->rts_am_id || c == NULL
+            || out[2] != RTS_SIZE + SHM_KEY_SIZE || out[4] != 0 || in->nowed >= UCXDP_INBOX_OWED)
+        return 0;
+    lane = c->lane;
+    if (lane == NULL || !lane->open || lane->dead || !lane->cma)
+        return 0;
+    memcpy(rts, hdr, RTS_SIZE);            /* tag, sreq id, size, address */
+    if (rts[2] > in->rndv_max || ucxdp_inbox_handed(in, rts[2]))
+        return 0;
+    m = ucxdp_match_peek(&w->matcher, c->source, rts[0]);
+    if (m == NULL)
+        return 0;                          /* (unexpected: Python's path queues it) */
+    r = CONTAINER(m, ucxdp_tag_recv_t, m);
+    if (r->owner != UCXDP_OWNER_EXT || r->buffer == NULL || rts[2] > r->capacity)
+        return 0;
+    /* read first: a read that fails leaves the receive posted and the frame
+     * to Python's path, which reads again and reports */
+    if (ucxdp_lane_get(w, lane, hdr + RTS_SIZE, SHM_KEY_SIZE, rts[3], r->buffer, rts[2])
+            != UCXDP_OK)
+        return 0;
+    ucxdp_match_arrived(&w->matcher, c->source, rts[0]);    /* (r, out of the matcher) */
+    r->info_source = c->source;
+    r->info_tag = rts[0];
+    r->info_length = rts[2];
+    r->handoff = NULL;
+    r->status = UCXDP_OK;
+    ucxdp_tag_done_locked(w, r);
+    UCXDP_COUNT(w, rndv_expected, 1);
+    if (ucxdp_lane_ats(w, lane, rts[1], 0, &ats_wake) != UCXDP_OK) {
+        in->owed[in->nowed].lane = lane;
+        in->owed[in->nowed].conn = c->conn;
+        in->owed[in->nowed].sreq_id = rts[1];
+        in->nowed++;
+    } else if (ats_wake) {
+        peer_wake(in, c->conn);
+    }
+    *wake = ucxpy_ring_release(in->ring) == UCXPY_RING_NOTIFY;
+    return 1;
+}

@@ -258,3 +258,8 @@ ucxdp_status_t ucxdp_tag_eager_locked(ucxdp_worker_t *w, int64_t source, uint64_
 {
     return eager_locked(w, source, tag, payload, length);
 }
+
+void ucxdp_tag_done_locked(ucxdp_worker_t *w, ucxdp_tag_recv_t *r)
+{
+    done_append(w, r);
+}

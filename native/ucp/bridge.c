@@ -483,22 +483,26 @@ static ucs_status_t b_ep_close(void *worker, void *ep)
     return on_pair(FN_ep_close, worker, ep);
 }
 
-static ucs_status_t b_ep_lane(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max)
+static ucs_status_t b_ep_lane(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max,
+                             uint64_t *rndv_max, int64_t *peer)
 {
     ENTER_OR(UCS_ERR_UNSUPPORTED);
     ucs_status_t s = UCS_ERR_UNSUPPORTED;
     PyObject *l = NULL;
-    unsigned long long max;
+    unsigned long long max, rmax;
+    long long peer_id;
     PyObject *res = call(FN_ep_lane, Py_BuildValue("(O)", py(ep)));
 
     if (res == NULL) {
         s = raised("ucp_tag_send_nbx");
     } else if (res != Py_None && table.dp != NULL) {
-        if (!PyArg_ParseTuple(res, "OK", &l, &max)) {
+        if (!PyArg_ParseTuple(res, "OKKL", &l, &max, &rmax, &peer_id)) {
             s = raised("ucp_tag_send_nbx");
         } else if ((*lane = table.dp->lane_of(l)) != NULL) {
             *ref = Py_NewRef(l);
             *eager_max = max;
+            *rndv_max = rmax;
+            *peer = peer_id;
             s = UCS_OK;
         }
     }

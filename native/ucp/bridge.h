@@ -84,9 +84,12 @@ typedef struct ucxs_bridge {
     ucs_status_t (*ep_close)(void *worker, void *ep);
     /* The data plane's view of the connection Endpoint `ep` sends on: `*ref`
      * a new reference keeping it, `*lane` its C lane, `*eager_max` the
-     * largest message sent eagerly; UCS_ERR_UNSUPPORTED where there is none
-     * (not connected yet, another transport). */
-    ucs_status_t (*ep_lane)(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max);
+     * largest message sent eagerly, `*rndv_max` the largest offered by the
+     * data plane's rendezvous (0: none), `*peer` the peer's worker id;
+     * UCS_ERR_UNSUPPORTED where there is none (not connected yet, another
+     * transport). */
+    ucs_status_t (*ep_lane)(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max,
+                            uint64_t *rndv_max, int64_t *peer);
     /* a push into `ep`'s lane found its peer asleep: wake it */
     void (*wake_peer)(void *ep);
     ucs_status_t (*flush)(void *worker, void *ep_or_null);

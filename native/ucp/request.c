@@ -190,6 +190,11 @@ static inline ucxs_req_t *req_of_dtr(ucxdp_tag_recv_t *r)
     return (ucxs_req_t *)((char *)r - offsetof(ucxs_req_t, dtr));
 }
 
+static inline ucxs_req_t *req_of_dts(ucxdp_rndv_send_t *s)
+{
+    return (ucxs_req_t *)((char *)s - offsetof(ucxs_req_t, dts));
+}
+
 void ucxs_core_ext_recv(ucxdp_tag_recv_t *r, void **handle, void **cworker)
 {
     ucxs_req_t *req = req_of_dtr(r);
@@ -234,6 +239,18 @@ unsigned ucxs_dp_done(ucp_worker_h worker)
         list.next = l->next;
         l->next->prev = &list;
         dp_outcome(req);
+        ucxs_queue_push(worker, &req->ev);
+        n++;
+    }
+    /* rendezvous sends the data plane offered, answered */
+    ucxs_py->dp->rndv_take_done(worker->dp, &list);
+    while ((l = list.next) != &list) {
+        ucxs_req_t *req = req_of_dts(UCXDP_DONE_SEND(l));
+
+        list.next = l->next;
+        l->next->prev = &list;
+        req->flags &= ~(uint32_t)UCXS_REQ_DP_SEND;
+        req->status = req->dts.status == UCXDP_OK ? UCS_OK : (ucs_status_t)req->dts.status;
         ucxs_queue_push(worker, &req->ev);
         n++;
     }

@@ -113,6 +113,8 @@ struct ucp_ep {
     ucxdp_lane_t *lane;
     void *lane_ref;                        /* the bridge's reference keeping it */
     uint64_t eager_max;                    /* the largest eager message */
+    uint64_t rndv_max;                     /* the largest offered in C (0: none; tag.c) */
+    int64_t peer;                          /* its peer's worker id (the data plane's key) */
     unsigned lane_asks;                    /* times the bridge found none */
 };
 
@@ -175,6 +177,7 @@ enum {
     UCXS_REQ_FETCH = 32,                   /* an atomic's old value (info.sender_tag) to `reply` */
     UCXS_REQ_LOOPBACK = 64,                /* a send to its own worker (tag.c) */
     UCXS_REQ_DP = 128,                     /* a receive posted in the data plane (`dtr`) */
+    UCXS_REQ_DP_SEND = 256,                /* a rendezvous offered by the data plane (`dts`) */
 };
 
 struct ucxs_req {
@@ -191,6 +194,7 @@ struct ucxs_req {
     size_t reply_size;
     ucxs_req_t *next_free;
     ucxdp_tag_recv_t dtr;                  /* UCXS_REQ_DP: the data plane's receive */
+    ucxdp_rndv_send_t dts;                 /* UCXS_REQ_DP_SEND: its rendezvous send */
 };
 
 /* The caller's area follows our header, 16-byte aligned; a request handle is

@@ -16,7 +16,11 @@
  * An eager send on a connection into a same-host peer's inbox goes by the
  * data plane too (dp_send): its lane (lane.c), which the bridge gives once
  * the core connected, takes the frame when nothing of Python's is queued
- * before it; otherwise, and for anything else, the core sends.
+ * before it.  A larger send, or a synchronous one, is offered by the data
+ * plane's rendezvous (dp_rndv, native/dp/rndv.c): the receiver reads it and
+ * answers, and the answer completes the request from ucp_worker_progress
+ * (request.c), all without Python where the receiver is libucp too.
+ * Otherwise, and for anything else, the core sends.
  *
  * A receive (not of a probed message) goes to the worker's data plane
  * directly when it has one (dp_recv): the request carries the data plane's
@@ -53,18 +57,45 @@ static int dp_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
     return 1;
 }
 
+/* Offer in the data plane's rendezvous (rndv.c): 1 offered (the request
+ * completes when the receiver answers, from ucp_worker_progress), 0 not
+ * (the core's way). */
+static int dp_rndv(ucp_ep_h ep, ucxs_req_t *req, const void *data, size_t length, ucp_tag_t tag)
+{
+    ucxdp_rndv_send_t *s = &req->dts;
+    ucxdp_status_t st;
+    int wake;
+
+    if (length > ep->rndv_max || !ucxs_py->try_lock())
+        return 0;
+    s->buffer = data;
+    s->length = length;
+    s->peer = ep->peer;
+    req->flags |= UCXS_REQ_DP_SEND;        /* (before it can be answered) */
+    st = ucxs_py->dp->rndv_send(ep->worker->dp, ep->lane, s, tag, &wake);
+    ucxs_py->unlock();
+    if (st != UCXDP_OK) {
+        req->flags &= ~(uint32_t)UCXS_REQ_DP_SEND;
+        return 0;
+    }
+    if (wake)
+        ucxs_py->wake_peer(ep->py);
+    return 1;
+}
+
 /* After a send the core made: the lane to send by from now on, if any. */
 static void find_lane(ucp_ep_h ep)
 {
     void *ref;
     ucxdp_lane_t *lane;
-    uint64_t max;
+    uint64_t max, rndv_max;
+    int64_t peer;
 
     if (ep->lane != NULL && !ep->lane->dead)
         return;
     if (ep->lane_asks >= LANE_ASKS)
         return;
-    if (ucxs_py->ep_lane(ep->py, &ref, &lane, &max) != UCS_OK) {
+    if (ucxs_py->ep_lane(ep->py, &ref, &lane, &max, &rndv_max, &peer) != UCS_OK) {
         ep->lane_asks++;
         return;
     }
@@ -73,6 +104,8 @@ static void find_lane(ucp_ep_h ep)
     ep->lane_ref = ref;
     ep->lane = lane;
     ep->eager_max = max;
+    ep->rndv_max = rndv_max;
+    ep->peer = peer;
     ep->lane_asks = 0;
 }
 
@@ -91,6 +124,9 @@ static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buf
         ucxs_error(entry, "cannot take the send buffer's datatype");
     } else if (!sync && ep->lane != NULL && dp_send(ep, data, req->dt.length, tag)) {
         status = UCS_OK;                   /* (in the peer's inbox: done) */
+    } else if (ep->lane != NULL && (sync || req->dt.length > ep->eager_max)
+               && dp_rndv(ep, req, data, req->dt.length, tag)) {
+        status = UCS_INPROGRESS;           /* (offered: the answer completes it) */
     } else {
         status = ucxs_py->tag_send(ep->worker->py, ep->py, data, req->dt.length, tag, sync,
                                    req, &req->info);

@@ -9,6 +9,12 @@
  *     What the receiver must decline (a key of another process or kind, a
  *     range outside the key, CMA not known to work, a dead lane) does
  *     nothing;
+ *   - an external caller's sends and the inbox (one process, CMA to itself):
+ *     an offer the inbox leaves for Python's path (no receive, a receive of
+ *     Python's, one too small, a closed lane) and one it takes for an
+ *     external receive, read, answered, and the answer taken back; a send
+ *     failed with its peer; a send Python's path adopted, whose answer the
+ *     inbox leaves to it; an answer owed while the lane's ring is full;
  *   - the tcp eager path on a stream socket pair: a frame written whole and
  *     read straight into a receive, both ways (small and large); another
  *     frame first, or a frame not all there, is given back as spill, which
@@ -29,6 +35,7 @@
 #define RTS 3                              /* the frames' am ids here (wire.AmId's) */
 #define ATS 6
 #define EAGER 2
+#define OTHER_AM 9
 #define CONN_TO_RECEIVER 0x51ULL
 #define CONN_TO_SENDER 0x52ULL
 #define RING_CAP (1 << 16)
@@ -188,6 +195,149 @@ static void test_rendezvous_two_processes(void)
     munmap(inbox_s, size);
 }
 
+
+/* -- an external caller's sends, through the inbox ---------------------------------- */
+static ucxdp_tag_recv_t recv_for(uint64_t tag, void *buf, uint64_t cap, uint8_t owner)
+{
+    ucxdp_tag_recv_t r;
+
+    memset(&r, 0, sizeof r);
+    r.m.source = 3;
+    r.m.tag = tag;
+    r.m.mask = UCXDP_FULL_MASK;
+    r.buffer = buf;
+    r.capacity = cap;
+    r.owner = owner;
+    return r;
+}
+
+static void test_inbox_rendezvous(void)
+{
+    size_t size;
+    void *mem = map_ring(&size);
+    ucxpy_ring_t rx, tx;
+    ucxdp_worker_t *w;
+    ucxdp_inbox_t in;
+    ucxdp_lane_t lane;
+    ucxdp_rndv_send_t s1, s2, s3;
+    ucxdp_tag_recv_t ext, py, small;
+    ucxdp_tag_unexp_t *u;
+    ucxdp_link_t list;
+    ucxdp_counters_t c;
+    uint64_t out[UCXPY_RING_PEEK_OUT];
+    static unsigned char src[SIZE], dst[SIZE];
+    unsigned flags;
+    int wake;
+
+    CHECK(mem != NULL && ucxdp_worker_create(&w) == UCXDP_OK);
+    CHECK(ucxpy_ring_attach(&rx, mem, size) == 0);
+    CHECK(ucxpy_ring_attach_producer(&tx, mem, size, CONN_TO_RECEIVER, (uint32_t)getpid()) == 0);
+    CHECK(ucxdp_inbox_init(&in, &rx, EAGER) == UCXDP_OK);
+    CHECK(ucxdp_inbox_add_conn(&in, CONN_TO_RECEIVER, 3) == UCXDP_OK);
+    ucxdp_inbox_rndv(&in, RTS, ATS, 1 << 20);
+    memset(&lane, 0, sizeof lane);         /* (into our own inbox: both sides here) */
+    lane.ring = &tx;
+    lane.eager_am_id = EAGER;
+    lane.rts_am_id = RTS;
+    lane.ats_am_id = ATS;
+    lane.max_frame = 1024;
+    lane.pid = lane.peer_pid = (uint32_t)getpid();
+    lane.cma = lane.open = 1;
+    ucxdp_inbox_set_lane(&in, CONN_TO_RECEIVER, &lane);
+    for (int i = 0; i < SIZE; i++)
+        src[i] = (unsigned char)(i * 5 + 1);
+
+    /* offered; no receive: left (Python's path queues it) */
+    s1 = (ucxdp_rndv_send_t){.buffer = src, .length = SIZE, .peer = 3};
+    CHECK(ucxdp_rndv_send(w, &lane, &s1, 77, &wake) == UCXDP_OK && (s1.id & UCXDP_RNDV_EXT_ID));
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && (flags & UCXDP_INBOX_LEFT));
+    /* a receive of Python's, or one too small: left too */
+    py = recv_for(77, dst, SIZE, UCXDP_OWNER_PY);
+    CHECK(ucxdp_tag_post(w, &py, &u) == UCXDP_OK && u == NULL);
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && (flags & UCXDP_INBOX_LEFT));
+    CHECK(ucxdp_tag_cancel(w, &py) == 1);
+    small = recv_for(77, dst, SIZE - 1, UCXDP_OWNER_EXT);
+    CHECK(ucxdp_tag_post(w, &small, &u) == UCXDP_OK && u == NULL);
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && (flags & UCXDP_INBOX_LEFT));
+    CHECK(ucxdp_tag_cancel(w, &small) == 1);
+    /* a closed lane back: left (its answer could not go now) */
+    ext = recv_for(77, dst, SIZE, UCXDP_OWNER_EXT);
+    CHECK(ucxdp_tag_post(w, &ext, &u) == UCXDP_OK && u == NULL);
+    lane.open = 0;
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && (flags & UCXDP_INBOX_LEFT));
+    lane.open = 1;
+    /* an external receive: read, answered, and the answer taken back */
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 2 && flags == 0);
+    ucxdp_tag_take_done(w, UCXDP_OWNER_EXT, &list);
+    CHECK(list.next == &ext.done && ext.status == UCXDP_OK && ext.info_length == SIZE
+          && ext.info_tag == 77 && memcmp(dst, src, SIZE) == 0);
+    ucxdp_rndv_take_done(w, &list);
+    CHECK(list.next == &s1.link && s1.link.next == &list && s1.status == UCXDP_OK);
+
+    /* a peer that fails answers its sends with an error */
+    s2 = (ucxdp_rndv_send_t){.buffer = src, .length = 10, .peer = 3};
+    CHECK(ucxdp_rndv_send(w, &lane, &s2, 78, &wake) == UCXDP_OK);
+    ucxdp_rndv_fail_peer(w, 4, UCXDP_ERR_CONNECTION_RESET);        /* (another peer) */
+    ucxdp_rndv_take_done(w, &list);
+    CHECK(list.next == &list);
+    ucxdp_rndv_fail_peer(w, 3, UCXDP_ERR_CONNECTION_RESET);
+    ucxdp_rndv_take_done(w, &list);
+    CHECK(list.next == &s2.link && s2.status == UCXDP_ERR_CONNECTION_RESET);
+    CHECK(ucxdp_rndv_answered(w, s2.id, 0) == 0);                   /* (too late: dropped) */
+    CHECK(ucxpy_ring_peek(&rx, out) == 1 && out[0] == RTS);
+    ucxpy_ring_release(&rx);
+
+    /* a send Python's path adopted: its answer is left to that path */
+    s3 = (ucxdp_rndv_send_t){.buffer = src, .length = 100, .peer = 3};
+    CHECK(ucxdp_rndv_send(w, &lane, &s3, 79, &wake) == UCXDP_OK);
+    CHECK(ucxdp_rndv_adopt(w, s3.id) == &s3 && ucxdp_rndv_adopt(w, s3.id) == NULL);
+    CHECK(ucxpy_ring_peek(&rx, out) == 1 && out[0] == RTS);
+    ucxpy_ring_release(&rx);
+    CHECK(ucxdp_lane_ats(w, &lane, s3.id, 0, &wake) == UCXDP_OK);
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && (flags & UCXDP_INBOX_LEFT));
+    CHECK(ucxdp_rndv_answered(w, s3.id, 0) == 1);
+    ucxdp_rndv_take_done(w, &list);
+    CHECK(list.next == &s3.link && s3.status == UCXDP_OK);
+    ucxpy_ring_release(&rx);
+    CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 0 && flags == 0);
+
+    /* an answer the lane back cannot take now (its ring is full) is owed,
+     * and a later dispatch pushes it */
+    {
+        ucxpy_ring_t filler;
+        ucxdp_rndv_send_t s4 = {.buffer = src, .length = 100, .peer = 3};
+        static unsigned char pad[4000];
+        int n = 0;
+
+        CHECK(ucxpy_ring_attach_producer(&filler, mem, size, 0x99, (uint32_t)getpid()) == 0);
+        CHECK(ucxdp_rndv_send(w, &lane, &s4, 80, &wake) == UCXDP_OK);
+        while (ucxpy_ring_push(&filler, OTHER_AM, NULL, 0, pad, sizeof pad) >= 0)
+            n++;
+        while (ucxpy_ring_push(&filler, OTHER_AM, NULL, 0, pad, 1) >= 0)
+            n++;                               /* (full to the last byte) */
+        ext = recv_for(80, dst, SIZE, UCXDP_OWNER_EXT);
+        CHECK(ucxdp_tag_post(w, &ext, &u) == UCXDP_OK && u == NULL);
+        CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 1 && (flags & UCXDP_INBOX_LEFT));
+        CHECK(in.nowed == 1 && memcmp(dst, src, 100) == 0);
+        for (int i = 0; i < n; i++) {          /* (Python's path takes the filler) */
+            CHECK(ucxpy_ring_peek(&rx, out) == 1 && out[0] == OTHER_AM);
+            ucxpy_ring_release(&rx);
+        }
+        /* the answer goes now, and comes back: the send is answered */
+        CHECK(ucxdp_inbox_progress(w, &in, 64, &flags) == 1 && in.nowed == 0);
+        ucxdp_rndv_take_done(w, &list);
+        CHECK(list.next == &s4.link && s4.status == UCXDP_OK);
+        ucxdp_tag_take_done(w, UCXDP_OWNER_EXT, &list);
+        CHECK(list.next == &ext.done);
+    }
+
+    ucxdp_worker_counters(w, &c);
+    CHECK(c.rndv_offer == 4 && c.rndv_expected == 2 && c.rndv_answered == 3);
+    ucxdp_inbox_cleanup(&in);
+    ucxdp_worker_destroy(w);
+    munmap(mem, size);
+}
+
 /* -- the tcp eager path --------------------------------------------------------------- */
 static void write_all(int fd, const void *p, size_t n)
 {
@@ -280,6 +430,7 @@ int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
     test_rendezvous_two_processes();
+    test_inbox_rendezvous();
     test_tcp_eager();
     if (failures)
         fprintf(stderr, "test_dp_rndv: %d checks failed\n", failures);

@@ -19,7 +19,10 @@
  *  - cancel of a posted receive: UCS_ERR_CANCELED within the call;
  *  - rendezvous (1 MiB) into a receive posted before the offer (Python's
  *    path adopts it) and after it (the receive takes Python's offer);
- *  - a synchronous send into a posted receive.
+ *  - a synchronous send into a posted receive;
+ *  - rendezvous of 384 KiB (below the split floor) into receives posted
+ *    before the offers: the data plane offers, reads and answers each
+ *    (native/dp/rndv.c; the reports show it).
  *
  * `dataplane pingpong` runs the ping-pong alone (its reports then count
  * the entries into Python of a steady 8 B exchange, and nothing else).
@@ -36,6 +39,9 @@
 #define PINGS 20000
 #define UNEXP 50
 #define BIG (1 << 20)
+#define MID (384 * 1024)                   /* over shm's eager limit, below its split floor */
+#define MIDS 8
+#define TAG_MID 0x500
 #define TAG_PING 0x100
 #define TAG_UNEXP 0x200
 #define TAG_GO 0x300
@@ -206,6 +212,11 @@ static void sender(void)
               wait_req(ucp_tag_send_sync_nbx(ep, &v, sizeof v, TAG_SYNC, &p), NULL) == UCS_OK,
               "failed");
     }
+    recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* it posted the 384 KiB receives */
+    for (unsigned i = 0; i < MIDS; i++) {
+        fill(big, MID, 10 + i);
+        send_tag(big, MID, TAG_MID | i);
+    }
     recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* the child is done */
     free(big);
 }
@@ -277,6 +288,26 @@ static void receiver(void)
     got = 0;
     st = recv_tag(&got, sizeof got, TAG_SYNC, UINT64_MAX, &info);
     CHECK("a synchronous send's message", st == UCS_OK && got == 0x5157, "status %d", st);
+
+    {
+        void *mids[MIDS];
+        ucp_tag_recv_info_t infos[MIDS];
+        uint8_t *mid = calloc(MIDS, MID);
+
+        for (unsigned i = 0; i < MIDS; i++)
+            mids[i] = recv_post(mid + (size_t)i * MID, MID, TAG_MID | i, UINT64_MAX, &infos[i]);
+        send_tag(&one, 1, TAG_GO);
+        ok = 1;
+        for (unsigned i = 0; i < MIDS; i++) {
+            st = wait_req(mids[i], &infos[i]);
+            if (st != UCS_OK || infos[i].length != MID || !same(mid + (size_t)i * MID, MID, 10 + i)) {
+                ok = 0;
+                printf("# 384 KiB rendezvous %u: status %d, length %zu\n", i, st, infos[i].length);
+            }
+        }
+        CHECK("rendezvous of 384 KiB into receives posted before the offers", ok, "see above");
+        free(mid);
+    }
     send_tag(&one, 1, TAG_GO);
     free(big);
 }

@@ -333,14 +333,17 @@ def execution_ranges(iface, config) -> list:
     """``[(first, last, protocol, executor)]``: :func:`protocol_ranges` with
     who runs each range on the receiving side.  The eager messages of an
     interface whose inbox the data plane reads (``native_ring``) run in C,
-    except the sizes ``UCXPY_PROTO_PYTHON`` hands to the Python reference
-    protocol; everything else (rendezvous, other interfaces, the data plane
+    and so do its rendezvous read whole (get-zcopy: the offer, the read by
+    CMA and the answer, native/dp/rndv.c; a receive of Python's own is
+    matched in Python's path first, one of libucp's in C), except the sizes
+    ``UCXPY_PROTO_PYTHON`` hands to the Python reference protocol;
+    everything else (a split rendezvous, other interfaces, the data plane
     off) runs in Python, after matching in the same queues."""
     native = bool(config.fastpath and getattr(iface, "native_ring", 0))
     handed = config.proto_python
     out = []
     for lo, hi, proto in protocol_ranges(iface.attrs, config):
-        if not native or proto not in (EAGER_SHORT, EAGER_COPY):
+        if not native or proto not in (EAGER_SHORT, EAGER_COPY, RNDV_GET):
             out.append((lo, hi, proto, PYTHON))
             continue
         cur = lo

@@ -900,7 +900,21 @@ class ShmInterface(Interface):
             self._corrupt = True
         if n & _WAKE_BIT:
             self._wake_waiters()
+            self._wake_answered()
         return n & (_NATIVE_BAD - 1)
+
+    def _wake_answered(self) -> None:
+        """Peers the consumer pushed a frame to (an answer) that sleep: wake
+        them (the consumer names their connections)."""
+        conns, every = self.native.take_wakes()
+        if every:
+            for sock in {ep._peer_sock for ep in self._eps}:
+                self._wake(sock)
+            return
+        for conn in conns:
+            ep = self._by_src.get(conn)
+            if ep is not None:
+                self._wake(ep._peer_sock)
 
     def _poll(self, limit: int = _BATCH) -> int:
         """Deliver up to ``limit`` frames of our inbox; returns how many.
