@@ -46,8 +46,15 @@ DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES,
 
 # mpi_shim's hottest entry points in C (native/mpi_accel.c): Send, Recv, Put,
 # Get, Flush, Fetch_and_op and Compare_and_swap take their common case there.
+def numpy_include() -> str:
+    """numpy's C headers (mpi_accel.c reads arrays through their accessors;
+    numpy is a build requirement, pyproject.toml)."""
+    import numpy
+    return numpy.get_include()
+
+
 MPI_ACCEL = Extension("mpi_shim._accel", ["native/mpi_accel.c"],
-                      include_dirs=["native"], depends=DP_HEADERS,
+                      include_dirs=["native", numpy_include()], depends=DP_HEADERS,
                       extra_compile_args=STRICT)
 
 

@@ -46,6 +46,11 @@
 #include <Python.h>
 #include <structmember.h>
 
+/* numpy's own headers, for the accessors of an array's fields (no API table:
+ * nothing of numpy is called, so no import_array) */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/ndarraytypes.h>
+
 #include "dp/dp.h"
 
 enum { K_SEND, K_RECV, K_PUT, K_GET, K_FLUSH, K_FOP, K_CAS, K_ISEND, K_IRECV, K_WAITALL,
@@ -137,16 +142,64 @@ plain_format(const char *f)
     return f == NULL || (f[0] && !f[1] && strchr("bBhHiIlLqQfd", f[0]) != NULL);
 }
 
+/* the size of one element of numpy type character ``c`` among the plain
+ * ones, or 0 */
+static inline int
+np_itemsize(char c)
+{
+    switch (c) {
+    case 'b': case 'B': return 1;
+    case 'h': case 'H': return 2;
+    case 'i': case 'I': case 'f': return 4;
+    case 'l': case 'L': return (int)sizeof(long);
+    case 'q': case 'Q': case 'd': return 8;
+    default: return 0;
+    }
+}
+
+/* A C-contiguous numpy array of a plain native type (writable if asked),
+ * read through numpy's accessors (the buffer protocol would format a type
+ * string on every export): its data, byte count and type character in
+ * ``v`` (buf, len, format[0]; nothing to release), 1; else 0. */
+static int
+np_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
+{
+    PyArrayObject *a = (PyArrayObject *)o;
+    PyArray_Descr *d = PyArray_DESCR(a);
+    npy_intp *dims = PyArray_DIMS(a);
+    Py_ssize_t n;
+    int i, size, flags = PyArray_FLAGS(a);
+
+    if (!(flags & NPY_ARRAY_C_CONTIGUOUS) || (writable && !(flags & NPY_ARRAY_WRITEABLE))
+            || d == NULL || (d->byteorder != '=' && d->byteorder != '|')
+            || !(size = np_itemsize(d->type)))
+        return 0;
+    n = size;
+    for (i = 0; i < PyArray_NDIM(a); i++)
+        if (__builtin_mul_overflow(n, dims[i], &n))
+            return 0;
+    v->buf = PyArray_DATA(a);
+    v->len = n;
+    v->itemsize = size;
+    v->obj = NULL;
+    fmt[0] = d->type;
+    fmt[1] = 0;
+    v->format = fmt;
+    return 1;
+}
+
 /* ``o`` is a whole contiguous numpy array, bytearray or bytes of a plain
- * format, not empty (and writable if asked): its buffer in ``v`` (through
- * the buffer protocol; release it with release()), 1; else 0 with no error.
- * (``fmt``: room the callers keep for a format; unused.) */
+ * format, not empty (and writable if asked): its buffer in ``v`` (release
+ * it with release()), 1; else 0 with no error.  ``fmt`` (2 chars) holds a
+ * numpy array's format. */
 static int
 plain_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
 {
     PyTypeObject *t = Py_TYPE(o);
 
-    if (t != S.ndarray && t != &PyByteArray_Type && t != &PyBytes_Type)
+    if (t == S.ndarray)
+        return np_view(o, v, fmt, writable) && v->len > 0;
+    if (t != &PyByteArray_Type && t != &PyBytes_Type)
         return 0;
     if (PyObject_GetBuffer(o, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT |
                            (writable ? PyBUF_WRITABLE : 0)) < 0) {
