@@ -807,3 +807,34 @@ if __name__ == "__main__":
     print(f"8 B half round trip over {rounds} rounds of {n} (load {os.getloadavg()[0]:.1f}):")
     for name, ts in results.items():
         print(f"  {name:44s} best {min(ts):6.1f} us   median {statistics.median(ts):6.1f} us")
+
+
+def test_a_peer_gone_is_an_error_not_sigpipe(tmp_path):
+    """A C program that embeds ucxpy (libucp under MPICH) keeps SIGPIPE's
+    default action, which kills the process on a write to a connection its
+    peer closed.  Every tcp write passes MSG_NOSIGNAL: the send fails with
+    ConnectionLost, or completes, and the process lives."""
+    prog = tmp_path / "sigpipe.py"
+    prog.write_text(
+        "import signal, sys\n"
+        "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from conftest import Pair\n"
+        "from ucxpy.errors import ConnectionLost\n"
+        "p = Pair('tcp', fastpath=False)     # (every write by Python's socket calls)\n"
+        "a, b = p.workers\n"
+        "ep = p.eps[0][1]\n"
+        "p.wait(ep.tag_send_nb(b'x' * 100, 1), b.tag_recv_nb(bytearray(100), 1))\n"
+        "tep = next(iter(b.endpoints[0].incoming))\n"
+        "tep.sock.close()                    # the peer's end goes, no goodbye\n"
+        "import time; time.sleep(0.3)        # (its FIN is here; our writes get RST, then EPIPE)\n"
+        "lost = 0\n"
+        "for i in range(20):                  # no progress between: nothing read first\n"
+        "    try:\n"
+        "        ep.tag_send_nb(b'y' * 1000, 2)\n"
+        "    except ConnectionLost:\n"
+        "        lost += 1\n"
+        "        break\n"
+        "print('ALIVE', lost)\n")
+    r = subprocess.run([sys.executable, str(prog)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ALIVE" in r.stdout, (r.returncode, r.stdout, r.stderr[-2000:])

@@ -31,31 +31,6 @@ enum { WHERE_NONE, WHERE_EXACT, WHERE_BUCKETED, WHERE_WILD };
 #define HASH_MIN_BUCKETS 64
 
 /* -- lists ---------------------------------------------------------------------- */
-static inline void list_init(ucxdp_link_t *head)
-{
-    head->next = head->prev = head;
-}
-
-static inline int list_empty(const ucxdp_link_t *head)
-{
-    return head->next == head;
-}
-
-static inline void list_append(ucxdp_link_t *head, ucxdp_link_t *l)
-{
-    l->prev = head->prev;
-    l->next = head;
-    head->prev->next = l;
-    head->prev = l;
-}
-
-static inline void list_remove(ucxdp_link_t *l)
-{
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
-    l->next = l->prev = l;
-}
-
 #define CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
 
 /* -- hashes ----------------------------------------------------------------------- */
@@ -75,7 +50,7 @@ static int hash_init(ucxdp_hash_t *h)
     h->nbuckets = HASH_MIN_BUCKETS;
     h->count = 0;
     for (size_t i = 0; i < h->nbuckets; i++)
-        list_init(&h->heads[i]);
+        ucxdp_list_init(&h->heads[i]);
     return 0;
 }
 
@@ -96,16 +71,16 @@ static void hash_grow(ucxdp_hash_t *h, void (*key_of)(ucxdp_link_t *, int64_t *,
     if (heads == NULL)
         return;
     for (size_t i = 0; i < n; i++)
-        list_init(&heads[i]);
+        ucxdp_list_init(&heads[i]);
     for (size_t i = 0; i < h->nbuckets; i++) {
         ucxdp_link_t *head = &h->heads[i];
-        while (!list_empty(head)) {
+        while (!ucxdp_list_empty(head)) {
             ucxdp_link_t *l = head->next;
             int64_t source;
             uint64_t tag;
             key_of(l, &source, &tag);
-            list_remove(l);
-            list_append(&heads[key_hash(source, tag) & (n - 1)], l);
+            ucxdp_list_remove(l);
+            ucxdp_list_append(&heads[key_hash(source, tag) & (n - 1)], l);
         }
     }
     free(h->heads);
@@ -141,8 +116,8 @@ int ucxdp_match_init(ucxdp_matcher_t *m)
         free(m->exact.heads);
         return -1;
     }
-    list_init(&m->wild);
-    list_init(&m->unexp);
+    ucxdp_list_init(&m->wild);
+    ucxdp_list_init(&m->unexp);
     m->nwild = 0;
     m->nunexp = 0;
     m->bucket_mask = 0;
@@ -192,13 +167,13 @@ int ucxdp_match_post_only(ucxdp_matcher_t *m, ucxdp_recv_t *r)
     }
     if (h == NULL) {
         r->where = WHERE_WILD;
-        list_append(&m->wild, &r->link);
+        ucxdp_list_append(&m->wild, &r->link);
         m->nwild++;
         return 0;
     }
     if (h->count >= 2 * h->nbuckets)
         hash_grow(h, recv_key);
-    list_append(hash_bucket(h, r->source, r->tag & r->mask), &r->link);
+    ucxdp_list_append(hash_bucket(h, r->source, r->tag & r->mask), &r->link);
     h->count++;
     return 0;
 }
@@ -225,7 +200,7 @@ int ucxdp_match_remove(ucxdp_matcher_t *m, ucxdp_recv_t *r)
     case WHERE_WILD: m->nwild--; break;
     default: return 0;
     }
-    list_remove(&r->link);
+    ucxdp_list_remove(&r->link);
     r->where = WHERE_NONE;
     return 1;
 }
@@ -271,8 +246,8 @@ int ucxdp_match_unexpected(ucxdp_matcher_t *m, ucxdp_unexp_t *u)
 
     if (h->count >= 2 * h->nbuckets)
         hash_grow(h, unexp_key);
-    list_append(&m->unexp, &u->all);
-    list_append(hash_bucket(h, u->source, u->tag), &u->by_key);
+    ucxdp_list_append(&m->unexp, &u->all);
+    ucxdp_list_append(hash_bucket(h, u->source, u->tag), &u->by_key);
     h->count++;
     m->nunexp++;
     return 0;
@@ -280,8 +255,8 @@ int ucxdp_match_unexpected(ucxdp_matcher_t *m, ucxdp_unexp_t *u)
 
 void ucxdp_match_unexp_remove(ucxdp_matcher_t *m, ucxdp_unexp_t *u)
 {
-    list_remove(&u->all);
-    list_remove(&u->by_key);
+    ucxdp_list_remove(&u->all);
+    ucxdp_list_remove(&u->by_key);
     m->unexp_by_key.count--;
     m->nunexp--;
 }

@@ -29,6 +29,45 @@ typedef struct ucxdp_link {
     struct ucxdp_link *next, *prev;
 } ucxdp_link_t;
 
+static inline void ucxdp_list_init(ucxdp_link_t *head)
+{
+    head->next = head->prev = head;
+}
+
+static inline int ucxdp_list_empty(const ucxdp_link_t *head)
+{
+    return head->next == head;
+}
+
+static inline void ucxdp_list_append(ucxdp_link_t *head, ucxdp_link_t *l)
+{
+    l->prev = head->prev;
+    l->next = head;
+    head->prev->next = l;
+    head->prev = l;
+}
+
+static inline void ucxdp_list_remove(ucxdp_link_t *l)
+{
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->next = l->prev = l;
+}
+
+/* Move every entry of `head` to `out` (a list head, initialized here), in order. */
+static inline void ucxdp_list_take_all(ucxdp_link_t *head, ucxdp_link_t *out)
+{
+    if (head->next != head) {
+        out->next = head->next;
+        out->prev = head->prev;
+        out->next->prev = out;
+        out->prev->next = out;
+        head->next = head->prev = head;
+    } else {
+        out->next = out->prev = out;
+    }
+}
+
 /* a hash of lists, keyed by (source, tag) */
 typedef struct {
     ucxdp_link_t *heads;

@@ -137,21 +137,6 @@ ucxdp_status_t ucxdp_lane_ats(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint6
  */
 #define CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
 
-static inline void link_append(ucxdp_link_t *head, ucxdp_link_t *l)
-{
-    l->prev = head->prev;
-    l->next = head;
-    head->prev->next = l;
-    head->prev = l;
-}
-
-static inline void link_remove(ucxdp_link_t *l)
-{
-    l->prev->next = l->next;
-    l->next->prev = l->prev;
-    l->next = l->prev = l;
-}
-
 ucxdp_status_t ucxdp_rndv_send(ucxdp_worker_t *w, const ucxdp_lane_t *lane,
                                ucxdp_rndv_send_t *s, uint64_t tag, int *wake)
 {
@@ -162,7 +147,7 @@ ucxdp_status_t ucxdp_rndv_send(ucxdp_worker_t *w, const ucxdp_lane_t *lane,
     st = ucxdp_lane_rts(w, lane, tag, s->id, s->buffer, s->length, wake);
     if (st == UCXDP_OK) {
         s->status = UCXDP_INPROGRESS;
-        link_append(&w->sends, &s->link);
+        ucxdp_list_append(&w->sends, &s->link);
     }
     pthread_mutex_unlock(&w->lock);
     return st;
@@ -186,11 +171,11 @@ static int answered_locked(ucxdp_worker_t *w, uint64_t id, uint8_t status, int a
         s = find_locked(&w->adopted, id);
     if (s == NULL)
         return 0;
-    link_remove(&s->link);
+    ucxdp_list_remove(&s->link);
     /* wire.ATS_ERROR (2): the receiver could not read; OK and DROPPED (a
      * receive too small, which the receiver reports) complete the send */
     s->status = status == 2 ? UCXDP_ERR_CONNECTION_RESET : UCXDP_OK;
-    link_append(&w->sends_done, &s->link);
+    ucxdp_list_append(&w->sends_done, &s->link);
     UCXDP_COUNT(w, rndv_answered, 1);
     return 1;
 }
@@ -212,8 +197,8 @@ ucxdp_rndv_send_t *ucxdp_rndv_adopt(ucxdp_worker_t *w, uint64_t id)
     pthread_mutex_lock(&w->lock);
     s = find_locked(&w->sends, id);
     if (s != NULL) {
-        link_remove(&s->link);
-        link_append(&w->adopted, &s->link);
+        ucxdp_list_remove(&s->link);
+        ucxdp_list_append(&w->adopted, &s->link);
     }
     pthread_mutex_unlock(&w->lock);
     return s;
@@ -231,9 +216,9 @@ void ucxdp_rndv_fail_peer(ucxdp_worker_t *w, int64_t peer, ucxdp_status_t status
             ucxdp_rndv_send_t *s = UCXDP_DONE_SEND(l);
             next = l->next;
             if (s->peer == peer) {
-                link_remove(l);
+                ucxdp_list_remove(l);
                 s->status = status;
-                link_append(&w->sends_done, l);
+                ucxdp_list_append(&w->sends_done, l);
             }
         }
     pthread_mutex_unlock(&w->lock);
@@ -241,18 +226,8 @@ void ucxdp_rndv_fail_peer(ucxdp_worker_t *w, int64_t peer, ucxdp_status_t status
 
 void ucxdp_rndv_take_done(ucxdp_worker_t *w, ucxdp_link_t *out)
 {
-    ucxdp_link_t *done = &w->sends_done;
-
     pthread_mutex_lock(&w->lock);
-    if (done->next != done) {
-        out->next = done->next;
-        out->prev = done->prev;
-        out->next->prev = out;
-        out->prev->next = out;
-        done->next = done->prev = done;
-    } else {
-        out->next = out->prev = out;
-    }
+    ucxdp_list_take_all(&w->sends_done, out);
     pthread_mutex_unlock(&w->lock);
 }
 

@@ -103,12 +103,7 @@ static ucxdp_tag_unexp_t *unexp_alloc_locked(ucxdp_worker_t *w, uint64_t length)
 
 static inline void done_append(ucxdp_worker_t *w, ucxdp_tag_recv_t *r)
 {
-    ucxdp_link_t *head = &w->done[r->owner < UCXDP_OWNERS ? r->owner : UCXDP_OWNER_PY];
-
-    r->done.prev = head->prev;
-    r->done.next = head;
-    head->prev->next = &r->done;
-    head->prev = &r->done;
+    ucxdp_list_append(&w->done[r->owner < UCXDP_OWNERS ? r->owner : UCXDP_OWNER_PY], &r->done);
 }
 
 ucxdp_status_t ucxdp_tag_post(ucxdp_worker_t *w, ucxdp_tag_recv_t *r, ucxdp_tag_unexp_t **taken)
@@ -221,18 +216,8 @@ ucxdp_tag_unexp_t *ucxdp_tag_probe(ucxdp_worker_t *w, int64_t source, uint64_t t
 
 void ucxdp_tag_take_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *out)
 {
-    ucxdp_link_t *done = &w->done[owner];
-
     pthread_mutex_lock(&w->lock);
-    if (done->next != done) {
-        out->next = done->next;
-        out->prev = done->prev;
-        out->next->prev = out;
-        out->prev->next = out;
-        done->next = done->prev = done;
-    } else {
-        out->next = out->prev = out;
-    }
+    ucxdp_list_take_all(&w->done[owner], out);
     pthread_mutex_unlock(&w->lock);
 }
 

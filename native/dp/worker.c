@@ -28,10 +28,10 @@ ucxdp_status_t ucxdp_worker_create(ucxdp_worker_t **out)
         return UCXDP_ERR_NO_MEMORY;
     }
     for (int i = 0; i < UCXDP_OWNERS; i++)
-        w->done[i].next = w->done[i].prev = &w->done[i];
-    w->sends.next = w->sends.prev = &w->sends;
-    w->adopted.next = w->adopted.prev = &w->adopted;
-    w->sends_done.next = w->sends_done.prev = &w->sends_done;
+        ucxdp_list_init(&w->done[i]);
+    ucxdp_list_init(&w->sends);
+    ucxdp_list_init(&w->adopted);
+    ucxdp_list_init(&w->sends_done);
     *out = w;
     return UCXDP_OK;
 }

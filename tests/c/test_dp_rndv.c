@@ -53,6 +53,21 @@ static void *map_ring(size_t *size)
     return mem;
 }
 
+/* a lane into `ring` with this file's frame ids, naming our pid, closed */
+static ucxdp_lane_t lane_into(ucxpy_ring_t *ring)
+{
+    ucxdp_lane_t lane;
+
+    memset(&lane, 0, sizeof lane);
+    lane.ring = ring;
+    lane.eager_am_id = EAGER;
+    lane.rts_am_id = RTS;
+    lane.ats_am_id = ATS;
+    lane.max_frame = 1024;
+    lane.pid = (uint32_t)getpid();
+    return lane;
+}
+
 /* the next frame of `ring` (polled for up to ~5 s): 1 and `out` filled, or 0 */
 static int next_frame(ucxpy_ring_t *ring, uint64_t out[UCXPY_RING_PEEK_OUT])
 {
@@ -85,13 +100,7 @@ static int sender(void *to_receiver, void *own, size_t size)
         return 2;
     for (int i = 0; i < SIZE; i++)
         buf[i] = (unsigned char)(i * 7 + 3);
-    memset(&lane, 0, sizeof lane);
-    lane.ring = &tx;
-    lane.eager_am_id = EAGER;
-    lane.rts_am_id = RTS;
-    lane.ats_am_id = ATS;
-    lane.max_frame = 1024;
-    lane.pid = (uint32_t)getpid();
+    lane = lane_into(&tx);
     if (ucxdp_lane_rts(w, &lane, 77, SREQ, buf, SIZE, &wake) != UCXDP_ERR_NO_RESOURCE)
         return 3;                          /* (not open yet) */
     lane.open = 1;
@@ -130,13 +139,7 @@ static void test_rendezvous_two_processes(void)
     CHECK(ucxpy_ring_attach(&rx, inbox_r, size) == 0);
     CHECK(ucxpy_ring_attach_producer(&tx, inbox_s, size, CONN_TO_SENDER,
                                      (uint32_t)getpid()) == 0);
-    memset(&lane, 0, sizeof lane);
-    lane.ring = &tx;
-    lane.eager_am_id = EAGER;
-    lane.rts_am_id = RTS;
-    lane.ats_am_id = ATS;
-    lane.max_frame = 1024;
-    lane.pid = (uint32_t)getpid();
+    lane = lane_into(&tx);
     lane.peer_pid = (uint32_t)child;
     lane.open = 1;
 
@@ -235,13 +238,8 @@ static void test_inbox_rendezvous(void)
     CHECK(ucxdp_inbox_init(&in, &rx, EAGER) == UCXDP_OK);
     CHECK(ucxdp_inbox_add_conn(&in, CONN_TO_RECEIVER, 3) == UCXDP_OK);
     ucxdp_inbox_rndv(&in, RTS, ATS, 1 << 20);
-    memset(&lane, 0, sizeof lane);         /* (into our own inbox: both sides here) */
-    lane.ring = &tx;
-    lane.eager_am_id = EAGER;
-    lane.rts_am_id = RTS;
-    lane.ats_am_id = ATS;
-    lane.max_frame = 1024;
-    lane.pid = lane.peer_pid = (uint32_t)getpid();
+    lane = lane_into(&tx);                 /* (into our own inbox: both sides here) */
+    lane.peer_pid = (uint32_t)getpid();
     lane.cma = lane.open = 1;
     ucxdp_inbox_set_lane(&in, CONN_TO_RECEIVER, &lane);
     for (int i = 0; i < SIZE; i++)

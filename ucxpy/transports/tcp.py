@@ -123,6 +123,9 @@ _PROOF_LABEL = (b"ucxpy-tcp-2 connector", b"ucxpy-tcp-2 acceptor")
 _U32 = struct.Struct("<I")
 ROLE_CONNECTOR, ROLE_ACCEPTOR = 0, 1
 SHORT_FAST = 16384           # bytes payloads up to this take send()'s Python fast path
+#: every write: a peer gone is EPIPE, never SIGPIPE (a C program that embeds
+#: us, libucp's MPICH, keeps SIGPIPE's default, which kills the process)
+_NOSIGNAL = socket.MSG_NOSIGNAL
 TCP_SPINS = 64               # peeks per fast receive call (a system call each)
 EAGER_LIMIT = 65536          # eager up to here, rendezvous (RTS, RTR, data) above
 COALESCE_LIMIT = 1 << 16     # small queued frames are merged up to this size
@@ -237,7 +240,7 @@ class TcpEndpoint(TransportEndpoint):
                 and not self._sendq and 0 <= am_id <= 255):
             data = PREFIX.pack(FRAME_MAGIC, am_id, 0, len(header), len(payload)) + header + payload
             try:
-                n = self.sock.send(data)
+                n = self.sock.send(data, _NOSIGNAL)
             except (BlockingIOError, InterruptedError):
                 n = 0
             except OSError as e:
@@ -292,7 +295,8 @@ class TcpEndpoint(TransportEndpoint):
 
     def _send_now(self, *bufs) -> int:
         try:
-            return self.sock.send(bufs[0]) if len(bufs) == 1 else self.sock.sendmsg(bufs)
+            return self.sock.send(bufs[0], _NOSIGNAL) if len(bufs) == 1 \
+                else self.sock.sendmsg(bufs, (), _NOSIGNAL)
         except (BlockingIOError, InterruptedError):
             return 0
         except OSError as e:
@@ -327,11 +331,11 @@ class TcpEndpoint(TransportEndpoint):
             try:
                 if len(q) == 1:
                     want = len(q[0][0]) if type(q[0][0]) is not memoryview else q[0][0].nbytes
-                    n = self.sock.send(q[0][0])
+                    n = self.sock.send(q[0][0], _NOSIGNAL)
                 else:
                     entries = list(islice(q, MAX_IOV))
                     want = sum(e[0].nbytes if type(e[0]) is memoryview else len(e[0]) for e in entries)
-                    n = self.sock.sendmsg([e[0] for e in entries])
+                    n = self.sock.sendmsg([e[0] for e in entries], (), _NOSIGNAL)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError as e:
@@ -592,7 +596,7 @@ class TcpEndpoint(TransportEndpoint):
     def _hs_send(self, data: bytes) -> None:
         """Handshake messages are tiny and go into an empty socket buffer."""
         try:
-            n = self.sock.send(data)
+            n = self.sock.send(data, _NOSIGNAL)
         except (BlockingIOError, InterruptedError):
             n = 0
         except OSError as e:

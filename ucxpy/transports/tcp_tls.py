@@ -129,13 +129,14 @@ class TlsStream:
     def close(self) -> None:
         self._s.close()
 
-    def send(self, data) -> int:
+    def send(self, data, flags=0) -> int:
         return self.sendmsg((data,))
 
-    def sendmsg(self, bufs) -> int:
+    def sendmsg(self, bufs, ancdata=(), flags=0) -> int:
         """Write from ``bufs`` in order; small ones are joined into one write,
         big ones written in place.  Returns the bytes taken (BlockingIOError
-        if none)."""
+        if none).  (``ancdata`` and ``flags``, a plain socket's, are not
+        used: OpenSSL writes.)"""
         views = []
         for b in bufs:
             mv = b if type(b) is memoryview else memoryview(b)
