@@ -525,11 +525,13 @@ def test_the_native_frame_calls_check_their_arguments(shm_pair):
         lane.get_ack(w, b"k", 0, b"read-only", 8, 1)
     assert lane.get_ack(w, b"not a key", 0, bytearray(8), 8, 1) == -1
     assert lane.eager(w, 0, b"x" * 9, 8) == -1                   # over the limit
+    assert lane.eager(w, 0, b"", -1) == -1                       # (rndv_thresh 0: none)
     with pytest.raises(OverflowError):
         _dp.tcp_eager_send(w, 1 << 40, 1, 0, b"x", 8)
     with pytest.raises(ValueError):
         _dp.tcp_eager_send(w, -1, 256, 0, b"x", 8)               # not an am id
     assert _dp.tcp_eager_send(w, -1, 1, 0, b"x" * 9, 8) == -100
+    assert _dp.tcp_eager_send(w, -1, 1, 0, b"", -1) == -100
     assert _dp.tcp_eager_send(w, -1, 1, 0, b"x", 8) == -1        # (a bad descriptor)
     with pytest.raises(BufferError):
         _dp.tcp_eager_recv(w, -1, 1, 0, 0, memoryview(bytearray(8))[::2], 0)
@@ -1118,3 +1120,21 @@ def test_native_rendezvous_with_cma_refused_falls_back_to_frames(shm_pair):
     assert not recv.done                                  # (not read by the native get)
     p.wait(send, recv)
     assert np.array_equal(out, data[::-1])
+
+
+def test_a_rendezvous_threshold_of_0_sends_nothing_eagerly():
+    """UCXPY_RNDV_THRESH=0: every message goes by rendezvous, the data
+    plane's too (the lane's eager limit is then below any size)."""
+    if not transport_available("shm"):
+        pytest.skip("shm unavailable")
+    from conftest import Pair
+    p = Pair("shm", rndv_thresh=0)
+    try:
+        a, b = p.workers
+        ep = p.eps[0][1]
+        out = bytearray(8)
+        p.wait(ep.tag_send_nb(b"wire-up!", 3), b.tag_recv_nb(out, 3))   # (the lane exists)
+        p.wait(ep.tag_send_nb(b"12345678", 3), b.tag_recv_nb(out, 3))
+        assert out == b"12345678" and a.fast_sends == 0 and a.fast_offers == 1
+    finally:
+        p.close()

@@ -451,8 +451,8 @@ class Worker:
           briefly on an empty inbox (the data plane matches and delivers
           them: native/dp/inbox.c) and says whether ``req`` completed;
         * from a source whose frames all arrive on one transport endpoint
-          lending its socket (``stream_in``: tcp): ``poll()`` acts while ``req`` is the
-          receive a message with exactly its tag would match
+          lending its socket (``stream_in``: tcp): ``poll()`` acts while
+          ``req`` is the receive a message with exactly its tag would match
           (``first_for``); one C call then takes the next frame from the
           socket if it is that message, and ``req`` completes.
 
@@ -1045,8 +1045,9 @@ class Worker:
 
         Applies when ``source`` is a worker id whose frames all arrive on one
         transport endpoint, of an interface whose inbox the data plane reads
-        (shm: ``Inbox.try_recv``, native/dp/inbox.c) or offering
-        lending its socket to the data plane's tcp eager path (``stream_in``), and nothing posted or queued could take the
+        (shm: ``Inbox.try_recv``, native/dp/inbox.c) or lending its socket
+        to the data plane's tcp eager path (tcp: ``stream_in``,
+        native/dp/tcp.c), and nothing posted or queued could take the
         message instead (the matcher's ``idle_for``: no wildcard or masked
         receive posted, no exact one for this source and tag, none at all for
         a masked ``tag_mask``, an empty unexpected queue); and without

@@ -2667,18 +2667,26 @@ static ucxdp_worker_t *lane_worker(PyObject *const *args, Py_ssize_t nargs, Py_s
     return ((WorkerObject *)args[0])->w;
 }
 
+/* a size limit argument: 0, or -1 with an error (a negative one: nothing fits) */
+static int limit_of(PyObject *o, long long *limit)
+{
+    *limit = PyLong_AsLongLong(o);
+    return *limit == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 static PyObject *lane_eager(LaneObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     ucxdp_worker_t *w = lane_worker(args, nargs, 3, 4, "eager(worker, tag, buffer[, limit])");
-    uint64_t tag, limit = UINT64_MAX;
+    uint64_t tag;
+    long long limit = LLONG_MAX;
     Py_buffer view;
     ucxdp_status_t st;
     int wake;
 
-    if (w == NULL || tm_u64(args[1], &tag) < 0 || (nargs == 4 && tm_u64(args[3], &limit) < 0)
+    if (w == NULL || tm_u64(args[1], &tag) < 0 || (nargs == 4 && limit_of(args[3], &limit) < 0)
             || PyObject_GetBuffer(args[2], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    st = (uint64_t)view.len > limit ? UCXDP_ERR_NO_RESOURCE
+    st = (long long)view.len > limit ? UCXDP_ERR_NO_RESOURCE
          : ucxdp_lane_eager(w, &self->lane, tag, view.buf, (uint64_t)view.len, &wake);
     PyBuffer_Release(&view);
     return PyLong_FromLong(st != UCXDP_OK ? -1 : wake);
@@ -2819,20 +2827,21 @@ static PyObject *dp_tcp_eager_send(PyObject *mod, PyObject *const *args, Py_ssiz
 {
     ucxdp_worker_t *w = lane_worker(args, nargs, 6, 6,
                                     "tcp_eager_send(worker, fd, am id, tag, buffer, limit)");
-    uint64_t tag, limit;
+    uint64_t tag;
+    long long limit;
     int fd, am_id;
     Py_buffer view;
     int64_t left;
 
     if (w == NULL || int_of(args[1], &fd) < 0 || int_of(args[2], &am_id) < 0 || am_id < 0
-            || am_id > 255 || tm_u64(args[3], &tag) < 0 || tm_u64(args[5], &limit) < 0) {
+            || am_id > 255 || tm_u64(args[3], &tag) < 0 || limit_of(args[5], &limit) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "tcp_eager_send: a descriptor and an am id");
         return NULL;
     }
     if (PyObject_GetBuffer(args[4], &view, PyBUF_SIMPLE) < 0)
         return NULL;
-    left = (uint64_t)view.len > limit ? -100
+    left = (long long)view.len > limit ? -100
            : ucxdp_tcp_eager_send(w, fd, (unsigned)am_id, tag, view.buf, (uint64_t)view.len);
     PyBuffer_Release(&view);
     return PyLong_FromLongLong(left);
