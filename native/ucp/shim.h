@@ -87,7 +87,6 @@ struct ucp_worker {
     uint64_t py_every;                     /* its timer pass's interval now (ns) */
     unsigned tick;                         /* C-only progress calls (worker.c) */
     uint64_t fds_last;                     /* when they last polled Python's descriptors */
-    uint64_t fds_every;                    /* and the interval between polls now (ns) */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed

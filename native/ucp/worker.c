@@ -25,12 +25,7 @@
  * PY_EVERY_NS of calls (its timers: liveness, connection requests, which
  * that pass polls on every interface).  A steady-state exchange of eager
  * messages between same-host ranks then enters Python about once a
- * millisecond, whatever its rate.  Python's descriptors (wake-ups, control
- * messages) are polled in C every FDS_EVERY_NS and a readable one calls
- * Python's progress too.  Beside a Python thread that holds the GIL each of
- * those passes waits for it, up to the interpreter's switch interval: a
- * pass that waited makes the next ones of its kind (timer, descriptors)
- * twice as rare, up to PY_EVERY_MAX_NS, and a quick one an eighth less.
+ * millisecond, whatever its rate.
  * A flush covers RMA and atomics (UCP's contract): it returns at once when
  * every one since the last worker flush was done within its call
  * (rma_in_flight, counted by rma.c and atomic.c), else the core flushes.
@@ -160,7 +155,6 @@ ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t 
         return UCS_ERR_NO_MEMORY;
     w->context = context;
     w->py_every = PY_EVERY_NS;
-    w->fds_every = FDS_EVERY_NS;
     pthread_mutex_init(&w->lock, NULL);
     status = worker_address(w);
     if (status != UCS_OK) {
@@ -270,7 +264,7 @@ static unsigned dp_progress(ucp_worker_h w, int *py)
 
 unsigned ucp_worker_progress(ucp_worker_h w)
 {
-    int full = 0, by_fds = 0;
+    int full = 0;
     uint64_t now = 0;
     w->loopback_done = 0;
     unsigned n = dispatch(w);               /* what earlier calls queued */
@@ -281,9 +275,9 @@ unsigned ucp_worker_progress(ucp_worker_h w)
         if (py || ++w->tick % CLOCK_EVERY == 0) {
             now = now_ns();
             full = now - w->py_last >= w->py_every;
-            if (!py && !full && now - w->fds_last >= w->fds_every) {
+            if (!py && !full && now - w->fds_last >= FDS_EVERY_NS) {
                 w->fds_last = now;
-                py = by_fds = fds_ready(w);
+                py = fds_ready(w);
             }
         }
         if (!py && !full) {
@@ -306,13 +300,6 @@ unsigned ucp_worker_progress(ucp_worker_h w)
         else if (full)
             w->py_every = w->py_every - w->py_every / 8 > PY_EVERY_NS
                 ? w->py_every - w->py_every / 8 : PY_EVERY_NS;
-        /* so does a pass a readable descriptor called for (a wake-up, a
-         * control message): those waits are the GIL holder's too */
-        if (by_fds && end - now > PY_SLOW_NS)
-            w->fds_every = w->fds_every * 2 < PY_EVERY_MAX_NS ? w->fds_every * 2 : PY_EVERY_MAX_NS;
-        else if (by_fds)
-            w->fds_every = w->fds_every - w->fds_every / 8 > FDS_EVERY_NS
-                ? w->fds_every - w->fds_every / 8 : FDS_EVERY_NS;
         w->py_last = end;
         n += ucxs_dp_done(w);               /* (Python's inbox pass completes ours too) */
     }
