@@ -84,7 +84,9 @@ elif mode == "watch":
         seen += "; then barrier completed"
     except (BootstrapError, PeerFailure) as e:
         seen += f"; then barrier {type(e).__name__}: {e}"
-    with open(f"{os.environ['WATCH_OUT']}.{boot.rank}", "w") as f:
+    out = f"{os.environ['WATCH_OUT']}.{boot.rank}"
+    with open(out + ".tmp", "w") as f:     # (renamed whole: the test reads it once it exists)
         f.write(seen + "\n")
+    os.replace(out + ".tmp", out)
     os._exit(0)
 boot.close()
