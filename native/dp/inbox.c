@@ -176,15 +176,12 @@ void ucxdp_inbox_set_lane(ucxdp_inbox_t *in, uint64_t conn, struct ucxdp_lane *l
     in->nowed = k;
 }
 
-#define handed ucxdp_inbox_handed
-
-/* The connection of the frame ucxpy_ring_peek described in `out` when
- * dispatch takes that frame, else NULL. */
-static inline const ucxdp_conn_t *takes(const ucxdp_inbox_t *in, const uint64_t *out)
+/* the frame ucxpy_ring_peek described in `out` is an eager message dispatch
+ * takes (of a registered connection, not of a size the caller's protocol runs) */
+static inline int eager_frame(const ucxdp_inbox_t *in, const uint64_t *out)
 {
-    if (out[0] != in->eager_am_id || out[2] != sizeof(uint64_t) || handed(in, out[4]))
-        return NULL;
-    return conn_find(in, out[5]);
+    return out[0] == in->eager_am_id && out[2] == sizeof(uint64_t)
+        && !ucxdp_inbox_handed(in, out[4]);
 }
 
 long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int spins,
@@ -214,7 +211,8 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
     }
     pthread_mutex_lock(&w->lock);
     while (count < limit) {
-        if ((c = takes(in, out)) != NULL) {
+        c = conn_find(in, out[5]);         /* (one lookup: eager or rendezvous frame) */
+        if (c != NULL && eager_frame(in, out)) {
             memcpy(&tag, ring->data + out[1], sizeof tag);
             if (ucxdp_tag_eager_locked(w, c->source, tag, ring->data + out[3], out[4])
                     != UCXDP_OK) {
@@ -223,7 +221,7 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
             }
             if (ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY)
                 *wake = 1;
-        } else if (ucxdp_rndv_take_frame(w, in, conn_find(in, out[5]), out, &rwake)) {
+        } else if (ucxdp_rndv_take_frame(w, in, c, out, &rwake)) {
             *wake |= rwake;
         } else {
             in->stopped = 1;
@@ -277,7 +275,8 @@ int64_t ucxdp_inbox_try_recv(ucxdp_worker_t *w, ucxdp_inbox_t *in, uint64_t conn
         ucxpy_cpu_relax();
     }
     if (rc != 1 || out[5] != conn || out[0] != in->eager_am_id || out[2] != sizeof t
-            || out[4] > capacity || conn_find(in, conn) == NULL || handed(in, out[4]))
+            || out[4] > capacity || conn_find(in, conn) == NULL
+            || ucxdp_inbox_handed(in, out[4]))
         return -2;
     memcpy(&t, ring->data + out[1], sizeof t);
     if ((t ^ tag) & mask)
