@@ -54,8 +54,13 @@ lib.ucxpy_pingpong.restype = ctypes.c_double
 lib.ucxpy_pingpong.argtypes = [ctypes.c_int]
 iters, load = int(sys.argv[2]), sys.argv[3]
 holding = ctypes.PyDLL(None).usleep                  # (PyDLL: the GIL stays held)
-lib.ucxpy_pingpong(iters // 10)                      # warm-up
-alone = min(lib.ucxpy_pingpong(iters) for _ in range(3))
+def pingpong(n):
+    t = lib.ucxpy_pingpong(n)
+    if t < 0:
+        sys.exit("the ping-pong's messages did not carry their counts")
+    return t
+pingpong(iters // 10)                                # warm-up
+alone = min(pingpong(iters) for _ in range(3))
 stop = False
 def spin():                                          # pure Python: the GIL and a CPU
     n = 0
@@ -69,7 +74,7 @@ if MPI.COMM_WORLD.rank == 0:                         # (one rank: 3 threads on 2
     t.start()
 time.sleep(0.01)
 try:
-    busy = min(lib.ucxpy_pingpong(iters) for _ in range(3))
+    busy = min(pingpong(iters) for _ in range(3))
 finally:
     stop = True
     if t.is_alive():

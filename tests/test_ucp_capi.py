@@ -228,6 +228,54 @@ def test_mpi4py_wheel_on_ucxpy(tmp_path):
     assert out.count("OK") == 2
 
 
+GIL_HOLDER_PROG = textwrap.dedent("""
+    import ctypes, sys, threading
+    from mpi4py import MPI
+    lib = ctypes.CDLL(sys.argv[1])
+    lib.ucxpy_pingpong.restype = ctypes.c_double
+    lib.ucxpy_pingpong.argtypes = [ctypes.c_int]
+    comm = MPI.COMM_WORLD
+    stop = False
+    def hold():                       # the GIL, kept while it sleeps in C
+        usleep = ctypes.PyDLL(None).usleep
+        while not stop:
+            usleep(1000)
+    t = threading.Thread(target=hold)
+    if comm.rank == 0:
+        t.start()
+    half = [lib.ucxpy_pingpong(20000) for _ in range(3)]   # C, the GIL dropped
+    stop = True
+    if t.is_alive():
+        t.join()
+    assert min(half) > 0, half        # -1: a message lost its count
+    assert comm.allreduce(comm.rank + 1) == 3
+    print("OK", comm.rank)
+""")
+
+
+@needs_mpich
+def test_timer_passes_leave_a_gil_holder_to_their_thread(tmp_path):
+    """A Python thread holding the GIL (sleeping in C 1 ms at a time, as a
+    compute call does) beside MPICH's C ping-pong through libucp: libucp's
+    timer pass waits for the GIL once, then runs on the worker's timer
+    thread (native/ucp/worker.c), so the caller's progress goes on in C.
+    Every message carries its count, the job goes on from Python after it,
+    and MPI_Finalize stops the thread (the reports count its passes)."""
+    import re
+    pytest.importorskip("mpi4py")
+    lib = tmp_path / "libpingpong.so"
+    subprocess.run([MPICC, "-O2", "-shared", "-fPIC", "-o", str(lib),
+                    os.path.join(ROOT, "bench", "c", "pingpong_lib.c")],
+                   check=True, capture_output=True, timeout=120)
+    prog = tmp_path / "holder.py"
+    prog.write_text(GIL_HOLDER_PROG)
+    rc, out, err = _run([UCXPY_UCX, "--check", "--report", MPIEXEC, "-n", "2", sys.executable,
+                         str(prog), str(lib)], timeout=180)
+    assert rc == 0 and out.count("OK") == 2, out + err
+    threads = [int(m) for m in re.findall(r"thread=(\d+)", out + err)]
+    assert threads and max(threads) >= 1, out + err
+
+
 @needs_mpich
 def test_killed_rank_ends_the_job(tmp_path):
     """A rank killed while the others wait on it: the job ends with an error,

@@ -397,7 +397,7 @@ def _report(w: CWorker, final: bool = True) -> None:
     for ep in list(w.worker.endpoints.values()):
         _count_lane(w, ep)
     ops = bridge.ops(w.ops)
-    progress = {k: ops.pop(k, 0) for k in ("progress_py", "progress_c")}
+    progress = {k: ops.pop(k) for k in list(ops) if k.startswith(("progress_", "py_"))}
     record = {"pid": os.getpid(), "host": socket.gethostname(), "libucp": loaded_libucp(),
               "ops": ops, "progress": progress, "py_entries": bridge.entries(),
               "dp": w.worker.dp.counters() if w.worker.dp is not None else {},

@@ -7,7 +7,8 @@
  * message.
  *
  * double ucxpy_pingpong(int iters): half the round trip in seconds, between
- * ranks 0 and 1 of MPI_COMM_WORLD (MPI initialized by the caller).
+ * ranks 0 and 1 of MPI_COMM_WORLD (MPI initialized by the caller); -1 when
+ * a message did not carry the count it should (rank 1 adds one to each).
  */
 #include <mpi.h>
 
@@ -15,6 +16,7 @@ double ucxpy_pingpong(int iters)
 {
     int rank;
     long v = 0;
+    int bad = 0;
     double t0;
 
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -24,11 +26,15 @@ double ucxpy_pingpong(int iters)
         if (rank == 0) {
             MPI_Send(&v, 1, MPI_LONG, 1, 7, MPI_COMM_WORLD);
             MPI_Recv(&v, 1, MPI_LONG, 1, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            bad |= v != i + 1;
         } else if (rank == 1) {
             MPI_Recv(&v, 1, MPI_LONG, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            bad |= v != i;
             v++;
             MPI_Send(&v, 1, MPI_LONG, 0, 7, MPI_COMM_WORLD);
         }
     }
+    if (bad)
+        return -1.0;
     return (MPI_Wtime() - t0) / iters / 2;
 }

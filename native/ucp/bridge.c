@@ -31,6 +31,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "bridge.h"
 
@@ -433,9 +434,19 @@ static ucs_status_t b_worker_destroy(void *worker)
     return s;
 }
 
-static unsigned b_progress(void *worker, int full)
+static uint64_t clock_ns(void)
 {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned b_progress(void *worker, int full, uint64_t *wait_ns)
+{
+    uint64_t start = clock_ns();
+    *wait_ns = 0;
     ENTER_OR(0);
+    *wait_ns = clock_ns() - start;
     unsigned n = 0;
     PyObject *w = core_worker(worker);
     PyObject *res = w != NULL ? PyObject_CallMethodNoArgs(w, full ? s_progress_all : s_progress)
@@ -451,6 +462,21 @@ static unsigned b_progress(void *worker, int full)
     Py_XDECREF(w);
     LEAVE;
     return n;
+}
+
+static void b_unblocked(void (*fn)(void *), void *arg)
+{
+    if (Py_IsInitialized() && PyGILState_Check()) {
+        PyThreadState *ts = PyEval_SaveThread();
+        fn(arg);
+        PyEval_RestoreThread(ts);
+    } else
+        fn(arg);
+}
+
+static int b_alive(void)
+{
+    return Py_IsInitialized();
 }
 
 /* Adapter function `fn` of a handle and bytes, giving a new handle. */
@@ -906,6 +932,8 @@ static ucxs_bridge_t table = {
     .worker_create = b_worker_create,
     .worker_destroy = b_worker_destroy,
     .progress = b_progress,
+    .unblocked = b_unblocked,
+    .alive = b_alive,
     .ep_create = b_ep_create,
     .ep_close = b_ep_close,
     .ep_lane = b_ep_lane,
@@ -964,14 +992,14 @@ static PyObject *m_ops(PyObject *self, PyObject *arg)
     const ucxs_ops_t *ops = PyLong_AsVoidPtr(arg);
     if (ops == NULL)
         return PyErr_Occurred() ? NULL : PyDict_New();
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsK}", "tag_send", (unsigned long long)ops->tag_send,
-                         "tag_recv", (unsigned long long)ops->tag_recv,
-                         "am_send", (unsigned long long)ops->am_send,
-                         "am_recv", (unsigned long long)ops->am_recv,
-                         "put", (unsigned long long)ops->put, "get", (unsigned long long)ops->get,
-                         "atomic", (unsigned long long)ops->atomic,
-                         "progress_py", (unsigned long long)ops->progress_py,
-                         "progress_c", (unsigned long long)ops->progress_c);
+#define OP(name) #name, (unsigned long long)ops->name
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", OP(tag_send), OP(tag_recv),
+                         OP(am_send), OP(am_recv), OP(put), OP(get), OP(atomic),
+                         OP(progress_py), OP(progress_c), OP(py_left), OP(py_poll),
+                         OP(py_busy),
+                         OP(py_fds), OP(py_timer), OP(py_loopback), OP(py_ns),
+                         OP(py_thread));
+#undef OP
 }
 
 static PyObject *m_entries(PyObject *self, PyObject *unused)

@@ -23,7 +23,7 @@
 
 #include "../dp/dp.h"
 
-#define UCXS_BRIDGE_ABI 5
+#define UCXS_BRIDGE_ABI 6
 #define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
 
 /* What a worker carried, counted by libucp (the proof-of-use report reads
@@ -33,6 +33,14 @@ typedef struct ucxs_ops {
     /* ucp_worker_progress calls that ran Python's progress / the data
      * plane's alone (worker.c) */
     uint64_t progress_py, progress_c;
+    /* why those with Python's ran (one reason each, in this order): a frame
+     * or request the data plane left to Python, endpoints only Python
+     * polls, another thread in Python, a descriptor Python watches, its
+     * timer pass; the passes after a send to itself; and the time all of
+     * them took (ns), GIL waits included */
+    uint64_t py_left, py_poll, py_busy, py_fds, py_timer, py_loopback, py_ns;
+    /* passes the worker's timer thread ran (worker.c) */
+    uint64_t py_thread;
 } ucxs_ops_t;
 
 /* libucp's side: called by the bridge with the GIL held. */
@@ -78,8 +86,14 @@ typedef struct ucxs_bridge {
                                   int *oversubscribed, ucxdp_worker_t **dp, int *dp_tag);
     ucs_status_t (*worker_destroy)(void *worker);
     /* `full`: poll every interface, those without endpoints too (libucp's
-     * timer pass, when it progressed in C alone for a while) */
-    unsigned (*progress)(void *worker, int full);
+     * timer pass, when it progressed in C alone for a while); `*wait_ns`:
+     * how long it waited for the GIL and the lock */
+    unsigned (*progress)(void *worker, int full, uint64_t *wait_ns);
+    /* run fn(arg) without holding the GIL (given up if this thread holds
+     * it): libucp waits for its timer thread (worker.c) so */
+    void (*unblocked)(void (*fn)(void *), void *arg);
+    /* whether the interpreter still runs (not yet finalized) */
+    int (*alive)(void);
     ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);
     ucs_status_t (*ep_close)(void *worker, void *ep);
     /* The data plane's view of the connection Endpoint `ep` sends on: `*ref`

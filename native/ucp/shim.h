@@ -87,6 +87,9 @@ struct ucp_worker {
     uint64_t py_every;                     /* its timer pass's interval now (ns) */
     unsigned tick;                         /* C-only progress calls (worker.c) */
     uint64_t fds_last;                     /* when they last polled Python's descriptors */
+    struct ucxs_timer *timer;              /* the thread running those timer passes, once
+                                              one waited for the GIL (worker.c), or NULL */
+    uint64_t timer_seen;                   /* its passes whose completions progress took */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed

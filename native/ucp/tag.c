@@ -139,7 +139,8 @@ static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buf
          * within the send (Open MPI's Testsome looks once, right after): the
          * core delivers the message, then its completions are dispatched,
          * all but the send's own (its callback never runs inside the call) */
-        ucxs_py->progress(ep->worker->py, 0);
+        uint64_t wait;
+        ucxs_py->progress(ep->worker->py, 0, &wait);
         ucxs_dispatch_except(ep->worker, &req->ev);
     }
     return ucxs_req_posted(req, status, param);

@@ -31,6 +31,9 @@
  * (rma_in_flight, counted by rma.c and atomic.c), else the core flushes.
  */
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -166,9 +169,12 @@ ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t 
     return UCS_OK;
 }
 
+static int timer_stop(ucp_worker_h w);
+
 void ucp_worker_destroy(ucp_worker_h w)
 {
     ucxs_event_t *ev;
+    int free_it = timer_stop(w);
     ucxs_py->worker_destroy(w->py);
     ucxs_py->release(w->py);
     while ((ev = queue_pop(w)) != NULL) {   /* undelivered: nobody will ask any more */
@@ -177,6 +183,8 @@ void ucp_worker_destroy(ucp_worker_h w)
         else
             ucxs_am_dispatch(NULL, ev);      /* frees it */
     }
+    if (!free_it)                           /* its timer thread may still touch it */
+        return;
     pthread_mutex_destroy(&w->lock);
     free(w->am);
     free(w->address);
@@ -242,65 +250,243 @@ static int fds_ready(ucp_worker_h w)
     return n > 0 && poll(p, (nfds_t)n, 0) > 0;
 }
 
+/* Why a progress call runs Python's progress (counted in ucxs_ops_t). */
+enum { PY_NO, PY_LEFT, PY_POLL, PY_BUSY, PY_FDS, PY_TIMER };
+
 /* The data plane's part of a progress call: its inbox, then libucp's
- * receives it completed.  *py: Python's progress has work now. */
-static unsigned dp_progress(ucp_worker_h w, int *py)
+ * receives it completed.  *why: whether Python's progress has work now. */
+static unsigned dp_progress(ucp_worker_h w, int *why)
 {
     unsigned flags = 0;
     unsigned n;
 
     if (!ucxs_py->try_lock()) {            /* another thread is in Python */
-        *py = 1;
+        *why = PY_BUSY;
         return 0;
     }
     n = (unsigned)ucxs_py->dp->inbox_progress(w->dp, DP_BATCH, &flags);
     ucxs_py->unlock();
     if (n != 0)                            /* (frames taken: receives they completed) */
         n += ucxs_dp_done(w);
-    *py = flags != 0 || __atomic_load_n(&w->dp->py_poll, __ATOMIC_RELAXED) != 0
-        || __atomic_load_n(ucxs_py->py_pending, __ATOMIC_RELAXED) != 0;
+    if (flags != 0 || __atomic_load_n(ucxs_py->py_pending, __ATOMIC_RELAXED) != 0)
+        *why = PY_LEFT;
+    else if (__atomic_load_n(&w->dp->py_poll, __ATOMIC_RELAXED) != 0)
+        *why = PY_POLL;
+    else
+        *why = PY_NO;
     return n;
+}
+
+static void count_why(ucp_worker_h w, int why)
+{
+    switch (why) {
+    case PY_LEFT: w->ops.py_left++; break;
+    case PY_POLL: w->ops.py_poll++; break;
+    case PY_BUSY: w->ops.py_busy++; break;
+    case PY_FDS: w->ops.py_fds++; break;
+    case PY_TIMER: w->ops.py_timer++; break;
+    default: break;
+    }
+}
+
+/* After a timer pass that waited `wait` ns for the GIL and ended at `end`:
+ * one that waited (a Python thread of the process holds the GIL) makes the
+ * next ones twice as rare, a quick one an eighth less rare, so that a
+ * holder letting go now and then does not bring them all back. */
+static void pace(ucp_worker_h w, uint64_t wait, uint64_t end)
+{
+    uint64_t every = __atomic_load_n(&w->py_every, __ATOMIC_RELAXED);
+    if (wait > PY_SLOW_NS)
+        every = every * 2 < PY_EVERY_MAX_NS ? every * 2 : PY_EVERY_MAX_NS;
+    else
+        every = every - every / 8 > PY_EVERY_NS ? every - every / 8 : PY_EVERY_NS;
+    __atomic_store_n(&w->py_every, every, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->py_last, end, __ATOMIC_RELAXED);
+}
+
+/* -- the timer thread ------------------------------------------------------------
+ * A timer or descriptor pass that waited for the GIL (a Python thread of
+ * the process holds it: one in pure Python keeps it for its switch
+ * interval, 5 ms, before it must let go) hands those passes to a thread of
+ * the worker from then on: progress asks for one and goes on in C, so the
+ * wait stops the C path no longer.  What such a pass completes reaches the
+ * caller as any other: the event queue, and the data plane's done list,
+ * which the next progress call looks at when the thread's count of passes
+ * moved (timer_seen).  Passes that Python has work for (a frame, a request
+ * running in Python) stay on the caller's thread. */
+struct ucxs_timer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ucp_worker_h w;
+    pid_t pid;                  /* the process that started it (a fork's child has none) */
+    int asked, busy, stop;      /* under mu */
+    int pending;                /* asked or busy (read without mu) */
+    uint64_t passes;            /* done */
+};
+
+static void *timer_main(void *arg)
+{
+    struct ucxs_timer *t = arg;
+    ucp_worker_h w = t->w;
+    uint64_t wait;
+
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->asked && !t->stop)
+            pthread_cond_wait(&t->cv, &t->mu);
+        if (t->stop)
+            break;
+        t->asked = 0;
+        t->busy = 1;
+        pthread_mutex_unlock(&t->mu);
+        __atomic_fetch_add(&w->ops.py_thread, 1, __ATOMIC_RELAXED);
+        ucxs_py->progress(w->py, 1, &wait);
+        pace(w, wait, now_ns());
+        pthread_mutex_lock(&t->mu);
+        t->busy = 0;
+        __atomic_fetch_add(&t->passes, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&t->pending, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static void timer_start(ucp_worker_h w)
+{
+    struct ucxs_timer *t = calloc(1, sizeof(*t));
+    sigset_t all, old;
+
+    if (t == NULL)
+        return;                             /* (passes stay on the caller's thread) */
+    t->w = w;
+    t->pid = getpid();
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    sigfillset(&all);                       /* signals stay the application's threads' */
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&t->thread, NULL, timer_main, t);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        pthread_cond_destroy(&t->cv);
+        pthread_mutex_destroy(&t->mu);
+        free(t);
+        return;
+    }
+    w->timer = t;
+}
+
+/* The worker's timer thread, when this process started it (not so in a
+ * fork's child, which has its memory but not its threads). */
+static struct ucxs_timer *timer_of(ucp_worker_h w)
+{
+    struct ucxs_timer *t = w->timer;
+    return t != NULL && t->pid == getpid() ? t : NULL;
+}
+
+/* Ask the timer thread for a pass; 0 when one is asked for or running. */
+static int timer_ask(struct ucxs_timer *t)
+{
+    if (__atomic_load_n(&t->pending, __ATOMIC_ACQUIRE))
+        return 0;
+    __atomic_store_n(&t->pending, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&t->mu);
+    t->asked = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return 1;
+}
+
+static void timer_join(void *arg)
+{
+    pthread_join(((struct ucxs_timer *)arg)->thread, NULL);
+}
+
+/* Stop and join the timer thread (with the GIL given up: its pass may be
+ * waiting for it).  0: the worker must not be freed, the thread may still
+ * use it — it was in a pass when the interpreter went away, which it will
+ * never finish (the process is exiting; both stay allocated). */
+static int timer_stop(ucp_worker_h w)
+{
+    struct ucxs_timer *t = w->timer;
+    int busy;
+
+    if (t == NULL)
+        return 1;
+    w->timer = NULL;
+    if (t->pid != getpid())
+        return 1;                           /* (a fork's child: not its thread) */
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    busy = t->busy;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (busy && !ucxs_py->alive())
+        return 0;
+    ucxs_py->unblocked(timer_join, t);
+    pthread_cond_destroy(&t->cv);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    return 1;
 }
 
 unsigned ucp_worker_progress(ucp_worker_h w)
 {
     int full = 0;
-    uint64_t now = 0;
+    int why = PY_NO;
+    uint64_t now = 0, start, wait;
+    struct ucxs_timer *timer = NULL;
     w->loopback_done = 0;
     unsigned n = dispatch(w);               /* what earlier calls queued */
     if (w->dp_tag) {
-        int py;
-
-        n += dp_progress(w, &py);
-        if (py || ++w->tick % CLOCK_EVERY == 0) {
+        n += dp_progress(w, &why);
+        timer = w->timer != NULL ? timer_of(w) : NULL;
+        if (timer != NULL) {
+            uint64_t passes = __atomic_load_n(&timer->passes, __ATOMIC_ACQUIRE);
+            if (passes != w->timer_seen) {  /* what its passes completed */
+                w->timer_seen = passes;
+                n += ucxs_dp_done(w);
+            }
+            /* (the lock is the timer thread's, for a moment: no need to wait) */
+            if (why == PY_BUSY && __atomic_load_n(&timer->pending, __ATOMIC_ACQUIRE))
+                why = PY_NO;
+        }
+        if (why != PY_NO || ++w->tick % CLOCK_EVERY == 0) {
             now = now_ns();
-            full = now - w->py_last >= w->py_every;
-            if (!py && !full && now - w->fds_last >= FDS_EVERY_NS) {
+            full = now - __atomic_load_n(&w->py_last, __ATOMIC_RELAXED)
+                   >= __atomic_load_n(&w->py_every, __ATOMIC_RELAXED);
+            if (why == PY_NO && full)
+                why = PY_TIMER;
+            if (why == PY_NO && now - w->fds_last >= FDS_EVERY_NS) {
                 w->fds_last = now;
-                py = fds_ready(w);
+                if (fds_ready(w))
+                    why = PY_FDS;
             }
         }
-        if (!py && !full) {
+        if (timer != NULL && (why == PY_TIMER || why == PY_FDS)) {
+            if (timer_ask(timer))
+                count_why(w, why);
+            why = PY_NO;
+        }
+        if (why == PY_NO) {
             w->ops.progress_c++;
             n += dispatch(w);
             goto idle;
         }
     }
     w->ops.progress_py++;
-    n += ucxs_py->progress(w->py, full);
+    count_why(w, why);
+    start = now_ns();
+    n += ucxs_py->progress(w->py, full, &wait);
     if (w->dp_tag) {
         uint64_t end = now_ns();
 
-        /* a timer pass that waited for the GIL (a Python thread of the
-         * process holds it) makes the next ones twice as rare, so the C
-         * path keeps its pace; a quick one an eighth less rare, so that a
-         * holder letting go now and then does not bring them all back */
-        if (full && end - now > PY_SLOW_NS)
-            w->py_every = w->py_every * 2 < PY_EVERY_MAX_NS ? w->py_every * 2 : PY_EVERY_MAX_NS;
-        else if (full)
-            w->py_every = w->py_every - w->py_every / 8 > PY_EVERY_NS
-                ? w->py_every - w->py_every / 8 : PY_EVERY_NS;
-        w->py_last = end;
+        if (full)
+            pace(w, wait, end);
+        else
+            __atomic_store_n(&w->py_last, end, __ATOMIC_RELAXED);
+        if (wait > PY_SLOW_NS && (why == PY_TIMER || why == PY_FDS) && w->timer == NULL)
+            timer_start(w);
         n += ucxs_dp_done(w);               /* (Python's inbox pass completes ours too) */
     }
     n += dispatch(w);
@@ -310,11 +496,13 @@ unsigned ucp_worker_progress(ucp_worker_h w)
      * Testsome right after a synchronous send to self) */
     for (int pass = 0; w->loopback_done && pass < LOOPBACK_PASSES; pass++) {
         w->loopback_done = 0;
-        n += ucxs_py->progress(w->py, 0);
+        w->ops.py_loopback++;
+        n += ucxs_py->progress(w->py, 0, &wait);
         if (w->dp_tag)
             n += ucxs_dp_done(w);
         n += dispatch(w);
     }
+    w->ops.py_ns += now_ns() - start;
 idle:
     if (n != 0)
         w->idle = 0;

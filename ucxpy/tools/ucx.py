@@ -166,9 +166,12 @@ def carried(folder: str) -> list:
         ops = " ".join(f"{k}={v}" for k, v in r["ops"].items() if v) or "none"
         dp = " ".join(f"{k}={v}" for k, v in r.get("dp", {}).items() if v) or "none"
         pr = r.get("progress", {})
+        why = " ".join(f"{k[3:]}={v}" for k, v in pr.items()
+                       if k.startswith("py_") and k != "py_ns" and v) or "none"
         lines.append(f"pid {r['pid']} on {r['host']}: operations {ops}; data plane {dp}; "
                      f"progress calls {pr.get('progress_c', 0)} in C alone, "
-                     f"{pr.get('progress_py', 0)} with Python's; "
+                     f"{pr.get('progress_py', 0)} with Python's (why: {why}; "
+                     f"{pr.get('py_ns', 0) / 1e6:.1f} ms in them); "
                      f"entries into Python {r.get('py_entries', '?')}")
     return lines
 
