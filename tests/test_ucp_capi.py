@@ -83,9 +83,12 @@ def test_tag_path_on_the_data_plane_two_processes(tmp_path):
     Every check of the harness passes: a ping-pong, unexpected messages in
     order, masks, truncation of posted and unexpected receives, cancel,
     rendezvous into receives posted before and after the offer, a
-    synchronous send, a window of 384 KiB rendezvous.  Each worker's data
-    plane sent and matched the ping-pong's messages, and offered, read and
-    answered the 384 KiB ones (the reports: who carried it)."""
+    synchronous send, a window of 384 KiB rendezvous, active messages (held
+    before their handler, then 2000 eager ones with a rendezvous one among
+    them, in order).  Each worker's data plane sent and matched the
+    ping-pong's messages, offered, read and answered the 384 KiB ones, and
+    pushed and took the eager active messages (the reports: who carried
+    it)."""
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
     out, final = _dataplane(tmp_path)
@@ -95,6 +98,10 @@ def test_tag_path_on_the_data_plane_two_processes(tmp_path):
     sender, receiver = sorted(final, key=lambda r: r["dp"]["rndv_offer"], reverse=True)
     assert sender["dp"]["rndv_offer"] >= 8 and sender["dp"]["rndv_answered"] >= 8, sender
     assert receiver["dp"]["rndv_expected"] >= 8 and receiver["dp"]["rndv_ats"] >= 8, receiver
+    # the 2000 eager active messages: pushed and taken by the data plane
+    # (native/dp/am.c), a full ring's few excepted
+    assert sender["dp"]["am_send"] >= 1900, sender
+    assert receiver["dp"]["am_recv"] >= 1900, receiver
 
 
 def test_steady_eager_exchange_enters_python_by_timer_only(tmp_path):

@@ -15,6 +15,7 @@ from .transports.base import Caps
 _TAG_EAGER = int(wire.AmId.TAG_EAGER)
 _TAG_RTS = int(wire.AmId.TAG_RTS)
 _RNDV_ATS = int(wire.AmId.RNDV_ATS)
+_AM_EAGER = int(wire.AmId.AM_EAGER)
 _FULL = 0xFFFF_FFFF_FFFF_FFFF
 
 
@@ -92,7 +93,8 @@ class Endpoint:
         lane = None
         if tep.native_tx:
             rts = _TAG_RTS if tep.iface.attrs.caps & Caps.GET_ZCOPY else 0
-            lane = _dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame, rts, _RNDV_ATS)
+            lane = _dp.Lane(tep.native_tx, _TAG_EAGER, tep.native_max_frame, rts, _RNDV_ATS,
+                            _AM_EAGER)
             tep.set_native_lane(lane)
             if fast:
                 self._fast_lane = lane

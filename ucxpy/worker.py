@@ -539,6 +539,8 @@ class Worker:
             # takes, read whole (below the split floor), and the answers to
             # libucp's own offers (native/dp/rndv.c)
             iface.native.rndv(int(AmId.TAG_RTS), int(AmId.RNDV_ATS), iface.split_floor - 1)
+            # active messages' eager frames, for handlers written in C (libucp's)
+            iface.native.am(int(AmId.AM_EAGER))
         if len(found) == 1:
             self._poll_native = found[0].poll_native
         # what a native caller's progress polls to know ours has work

@@ -2439,6 +2439,20 @@ static PyObject *inbox_rndv(InboxObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
+/* am(am eager id): the active messages' eager frames the inbox takes for
+ * the worker's C handlers (ucxdp_inbox_am; 0: none) */
+static PyObject *inbox_am(InboxObject *self, PyObject *arg)
+{
+    unsigned long id = PyLong_AsUnsignedLong(arg);
+
+    if (id == (unsigned long)-1 && PyErr_Occurred())
+        return NULL;
+    if (id > 255)
+        return PyErr_Format(PyExc_ValueError, "am: an active-message id");
+    ucxdp_inbox_am(&self->in, (unsigned)id);
+    Py_RETURN_NONE;
+}
+
 /* take_wakes() -> (conns, all): the connections whose sleeping peer had an
  * answer pushed into its ring (all: more than were kept; wake every peer) */
 static PyObject *inbox_take_wakes(InboxObject *self, PyObject *unused)
@@ -2560,6 +2574,8 @@ static PyMethodDef inbox_methods[] = {
     {"forget_conn", (PyCFunction)inbox_forget_conn, METH_O, NULL},
     FASTMETH("dispatch", inbox_dispatch),
     FASTMETH("set_lane", inbox_set_lane),
+    {"am", (PyCFunction)inbox_am, METH_O,
+     "am(am eager id): take active messages' eager frames for the worker's C handlers"},
     {"rndv", (PyCFunction)inbox_rndv, METH_VARARGS,
      "rndv(rts am id, ats am id, rndv max): the rendezvous frames the inbox takes"},
     {"take_wakes", (PyCFunction)inbox_take_wakes, METH_NOARGS,
@@ -2618,8 +2634,9 @@ static PyTypeObject InboxType = {
 };
 
 /* -- Lane ----------------------------------------------------------------------------- */
-/* Lane(ring address, eager am id, max frame[, rts am id, ats am id]): a
- * connection to a peer's inbox for the data plane's senders (lane.c, rndv.c);
+/* Lane(ring address, eager am id, max frame[, rts am id, ats am id[, am eager
+ * id]]): a connection to a peer's inbox for the data plane's senders (lane.c,
+ * rndv.c, am.c);
  * `open`, `dead` and `cma` are the transport's to keep current (start:
  * closed, alive, no CMA), and set_peer(pid, peer pid, cma) tells it the two
  * processes.  The core's per-message calls, each -1 when declined with
@@ -2636,12 +2653,13 @@ static PyTypeObject InboxType = {
 static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     unsigned long long ring, max_frame;
-    unsigned int am_id, rts_id = 0, ats_id = 0;
+    unsigned int am_id, rts_id = 0, ats_id = 0, am_eager_id = 0;
     LaneObject *self;
 
-    if (!PyArg_ParseTuple(args, "KIK|II:Lane", &ring, &am_id, &max_frame, &rts_id, &ats_id))
+    if (!PyArg_ParseTuple(args, "KIK|III:Lane", &ring, &am_id, &max_frame, &rts_id, &ats_id,
+                          &am_eager_id))
         return NULL;
-    if (ring == 0 || am_id > 255 || rts_id > 255 || ats_id > 255) {
+    if (ring == 0 || am_id > 255 || rts_id > 255 || ats_id > 255 || am_eager_id > 255) {
         PyErr_SetString(PyExc_ValueError, "Lane: a ring address and active-message ids");
         return NULL;
     }
@@ -2653,6 +2671,7 @@ static PyObject *lane_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->lane.max_frame = max_frame;
     self->lane.rts_am_id = rts_id;
     self->lane.ats_am_id = ats_id;
+    self->lane.am_eager_id = am_eager_id;
     return (PyObject *)self;
 }
 
@@ -2790,8 +2809,9 @@ static PyMethodDef lane_methods[] = {
 static PyTypeObject LaneType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "ucxpy._dp.Lane",
-    .tp_doc = "Lane(ring address, eager am id, max frame[, rts am id, ats am id]): a "
-              "connection to a peer's shm inbox, for the data plane's senders (lane.c, rndv.c).",
+    .tp_doc = "Lane(ring address, eager am id, max frame[, rts am id, ats am id[, am eager "
+              "id]]): a connection to a peer's shm inbox, for the data plane's senders (lane.c, "
+              "rndv.c, am.c).",
     .tp_basicsize = sizeof(LaneObject),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = lane_new,
@@ -2967,6 +2987,9 @@ static const ucxdp_api_t api = {
     .lane_ats = ucxdp_lane_ats,
     .rndv_send = ucxdp_rndv_send,
     .rndv_take_done = ucxdp_rndv_take_done,
+    .am_set_hook = ucxdp_am_set_hook,
+    .am_claim = ucxdp_am_claim,
+    .lane_am = ucxdp_lane_am,
 };
 
 static struct PyModuleDef module = {

@@ -19,6 +19,7 @@
  *   lane.c    the shm eager send into a peer's inbox
  *   rndv.c    the shm rendezvous: the offer (RTS), its CMA read, the ATS
  *   tcp.c     the tcp eager path: a frame written or read whole on a socket
+ *   am.c      active messages: the shm eager send, and arrivals for a C caller's handlers
  *   binding.c the one Python binding (extension types, and a capsule with
  *             this API for other extension modules and libucp)
  *
@@ -66,7 +67,7 @@ typedef enum {
 #define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes) \
     X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct) X(tag_send) \
     X(rndv_offer) X(rndv_get) X(rndv_get_bytes) X(rndv_ats) X(rndv_expected) X(rndv_answered) \
-    X(tcp_send) X(tcp_recv)
+    X(tcp_send) X(tcp_recv) X(am_send) X(am_recv)
 #define UCXDP_COUNTER_FIELD(name) uint64_t name;
 typedef struct {
     UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
@@ -87,6 +88,11 @@ typedef struct {
 enum { UCXDP_OWNER_PY, UCXDP_OWNER_EXT, UCXDP_OWNERS };
 
 struct ucxdp_inbox;
+
+/* An active message an external caller's handler takes (am.c): `id`, its
+ * user header and data, valid during the call (the worker's lock held). */
+typedef void (*ucxdp_am_hook_t)(void *arg, int64_t source, unsigned id, const void *header,
+                                uint64_t header_length, const void *data, uint64_t length);
 
 typedef struct ucxdp_worker {
     pthread_mutex_t lock;
@@ -113,6 +119,12 @@ typedef struct ucxdp_worker {
      * and not yet taken */
     ucxdp_link_t sends, adopted, sends_done;
     uint64_t send_ids;
+    /* an external caller's active-message handlers (am.c): the ids it
+     * claimed (a bitmap of UCXDP_AM_IDS, or NULL) and where their eager
+     * arrivals go */
+    uint8_t *am_claimed;
+    ucxdp_am_hook_t am_hook;
+    void *am_arg;
 } ucxdp_worker_t;
 
 /* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL and wants
@@ -287,6 +299,9 @@ typedef struct ucxdp_inbox {
     int nwake, wake_all;
     /* the last dispatch stopped at a frame the caller's path runs */
     int stopped;
+    /* active messages' eager frames (wire.AM and the user header; 0: none
+     * taken here), taken for the worker's external handlers (am.c) */
+    unsigned am_eager_id;
 } ucxdp_inbox_t;
 
 ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsigned eager_am_id);
@@ -356,6 +371,7 @@ typedef struct ucxdp_lane {
     uint32_t pid;                          /* ours: the pid our offers' keys name */
     uint32_t peer_pid;                     /* the peer's: the pid of keys we read */
     int cma;                               /* CMA to the peer works */
+    unsigned am_eager_id;                  /* active messages' eager frames (0: none, am.c) */
 } ucxdp_lane_t;
 
 /* Push an eager message of `length` bytes with `tag` into the lane: UCXDP_OK
@@ -434,6 +450,35 @@ int ucxdp_rndv_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn
 /* Push the answers owed (the lock held); drops those of dead lanes. */
 void ucxdp_rndv_push_owed(ucxdp_worker_t *w, ucxdp_inbox_t *in);
 
+/* -- active messages (am.c) ------------------------------------------------------ */
+#define UCXDP_AM_IDS 65536
+#define UCXDP_AM_HEADER_MAX 512            /* the largest user header sent in C */
+
+/* Where the eager arrivals of ids an external caller claims go (NULL: none;
+ * claims stay).  Taken under the worker's lock, so once this returns with
+ * NULL the hook is not running and will not run. */
+void ucxdp_am_set_hook(ucxdp_worker_t *w, ucxdp_am_hook_t hook, void *arg);
+/* Claim active-message `id` for the hook (on) or give it back to the
+ * caller's path (off): UCXDP_OK, INVALID_PARAM (id), NO_MEMORY. */
+ucxdp_status_t ucxdp_am_claim(ucxdp_worker_t *w, unsigned id, int on);
+/* Push an eager active message into the lane: an `am_eager_id` frame whose
+ * header is wire.AM (id, header length) and the user header, and whose
+ * payload is the data.  UCXDP_OK (*wake: wake the peer), or
+ * UCXDP_ERR_NO_RESOURCE with nothing sent (the lane has no such frames, is
+ * not open, the ring is full or busy, the header or data too large): the
+ * caller's path sends it. */
+ucxdp_status_t ucxdp_lane_am(ucxdp_worker_t *w, const ucxdp_lane_t *lane, unsigned id,
+                             const void *header, uint64_t header_length, const void *buffer,
+                             uint64_t length, int *wake);
+/* The inbox's frame ucxpy_ring_peek described in `out`, of connection `c`
+ * (NULL: not registered), when it is an eager active message of a claimed
+ * id: handed to the hook and released (*wake: a producer waits); 1 taken,
+ * 0 not (the caller's path runs it).  The worker's lock held (inbox.c). */
+int ucxdp_am_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t *c,
+                        const uint64_t *out, int *wake);
+/* the inbox takes active messages' eager frames `am_eager_id` (0: none) */
+void ucxdp_inbox_am(ucxdp_inbox_t *in, unsigned am_eager_id);
+
 /* -- the tcp eager path (tcp.c) ------------------------------------------------- */
 /* The bytes of an eager frame on a tcp stream (tcp_frames.PREFIX, then the
  * 8-byte tag): what ucxdp_tcp_eager_send wrote of a frame the socket took
@@ -470,7 +515,7 @@ int64_t ucxdp_tcp_eager_recv(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t
  * the data plane of the Python process they run in through this table, so
  * there is one data plane per process, whoever calls it. */
 #define UCXDP_CAPSULE "ucxpy._dp._C_API"
-#define UCXDP_API_VERSION 3
+#define UCXDP_API_VERSION 4
 
 typedef struct ucxdp_api {
     int version;
@@ -511,6 +556,11 @@ typedef struct ucxdp_api {
     ucxdp_status_t (*rndv_send)(ucxdp_worker_t *, const ucxdp_lane_t *, ucxdp_rndv_send_t *,
                                 uint64_t, int *);
     void (*rndv_take_done)(ucxdp_worker_t *, ucxdp_link_t *);
+    /* active messages (am.c) */
+    void (*am_set_hook)(ucxdp_worker_t *, ucxdp_am_hook_t, void *);
+    ucxdp_status_t (*am_claim)(ucxdp_worker_t *, unsigned, int);
+    ucxdp_status_t (*lane_am)(ucxdp_worker_t *, const ucxdp_lane_t *, unsigned, const void *,
+                              uint64_t, const void *, uint64_t, int *);
 } ucxdp_api_t;
 
 #endif

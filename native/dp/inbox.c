@@ -7,7 +7,8 @@
  * data plane consumes from it the frames whose protocol it runs: eager
  * messages (`eager_am_id`, an 8-byte little-endian tag as the header, the
  * payload as the message) of connections Python registered, which tag.c
- * matches and delivers.  It stops, leaving the frame in the ring, at the
+ * matches and delivers (and rndv.c's rendezvous frames, am.c's active
+ * messages for C handlers).  It stops, leaving the frame in the ring, at the
  * first frame that is anything else (another protocol, a connection not
  * registered, a close record, a message of a size the caller's protocol runs:
  * the protocol table's "Python" entries): the caller's Python path takes
@@ -221,7 +222,8 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
             }
             if (ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY)
                 *wake = 1;
-        } else if (ucxdp_rndv_take_frame(w, in, c, out, &rwake)) {
+        } else if (ucxdp_rndv_take_frame(w, in, c, out, &rwake)
+                   || ucxdp_am_take_frame(w, in, c, out, &rwake)) {
             *wake |= rwake;
         } else {
             in->stopped = 1;

@@ -17,6 +17,13 @@
  * ucp_am_data_release to decline); any other answer declines it.  The old
  * handler form gets whole messages only: an offer is received into a buffer
  * of ours before it runs.
+ *
+ * With the data plane (w->dp_tag), an eager message to a same-host peer is
+ * pushed into its inbox in C (dp_am_send), and the ids this worker's
+ * handlers claim take their eager arrivals from the inbox in C too
+ * (native/dp/am.c calls ucxs_dp_am_arrived, which queues them as above):
+ * no Python per message.  Offers, other transports, and ids without a
+ * handler yet (held, in order) stay Python's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +50,8 @@ typedef struct {
 static ucs_status_t slot_set(ucp_worker_h w, unsigned id, int is_nbx, void *cb, void *arg,
                              uint32_t flags)
 {
+    ucs_status_t status;
+
     if (id >= UCXS_AM_IDS)
         return UCS_ERR_INVALID_PARAM;
     if (w->am == NULL) {
@@ -51,7 +60,22 @@ static ucs_status_t slot_set(ucp_worker_h w, unsigned id, int is_nbx, void *cb, 
             return UCS_ERR_NO_MEMORY;
     }
     w->am[id] = (ucxs_am_slot_t){.is_nbx = is_nbx, .cb = cb, .arg = arg, .flags = flags};
-    return ucxs_py->am_handler(w->py, id, cb != NULL);
+    /* Python's path first (it delivers what it held for the id), then the
+     * data plane's, which takes the id's eager messages from now on */
+    status = ucxs_py->am_handler(w->py, id, cb != NULL);
+    if (status == UCS_OK && w->dp_tag
+            && ucxs_py->dp->am_claim(w->dp, id, cb != NULL) != UCXDP_OK && cb != NULL)
+        ucxs_error("ucp_worker_set_am_recv_handler",
+                   "active message %u: no memory for the data plane's claim (Python's path "
+                   "carries it)", id);
+    return status;
+}
+
+void ucxs_dp_am_arrived(void *arg, int64_t source, unsigned id, const void *header,
+                        uint64_t header_length, const void *data, uint64_t length)
+{
+    (void)source;
+    ucxs_core_am_arrived(arg, id, header, (size_t)header_length, data, (size_t)length, NULL);
 }
 
 ucs_status_t ucp_worker_set_am_handler(ucp_worker_h worker, uint16_t id, ucp_am_callback_t cb,
@@ -187,6 +211,28 @@ void ucp_am_data_release(ucp_worker_h worker, void *data)
     desc_use(data);
 }
 
+/* Send an eager active message in the data plane (am.c): 1 sent, 0 not
+ * (the core's way: a rendezvous asked for or needed, no lane, a full ring). */
+static int dp_am_send(ucp_ep_h ep, unsigned id, const void *header, size_t header_length,
+                      const void *data, size_t length, const ucp_request_param_t *param)
+{
+    int wake;
+    ucxdp_status_t st;
+
+    if ((param->op_attr_mask & UCP_OP_ATTR_FIELD_FLAGS) && (param->flags & UCP_AM_SEND_FLAG_RNDV))
+        return 0;
+    if (length > ep->eager_max || !ucxs_py->try_lock())
+        return 0;
+    st = ucxs_py->dp->lane_am(ep->worker->dp, ep->lane, id, header, header_length, data, length,
+                              &wake);
+    ucxs_py->unlock();
+    if (st != UCXDP_OK)
+        return 0;
+    if (wake)
+        ucxs_py->wake_peer(ep->py);
+    return 1;
+}
+
 static ucs_status_ptr_t am_send(const char *entry, ucp_ep_h ep, unsigned id, const void *header,
                                 size_t header_length, const void *buffer, size_t count,
                                 ucxs_req_t *req, const ucp_request_param_t *param)
@@ -198,11 +244,17 @@ static ucs_status_ptr_t am_send(const char *entry, ucp_ep_h ep, unsigned id, con
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
     ep->worker->ops.am_send++;
     status = ucxs_dt_send(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
-    if (status == UCS_OK)
+    if (status != UCS_OK) {
+        ucxs_error(entry, "cannot take the send buffer's datatype");
+    } else if (ep->lane != NULL && dp_am_send(ep, id, header, header_length, data,
+                                               req->dt.length, param)) {
+        status = UCS_OK;                   /* (in the peer's inbox: done) */
+    } else {
         status = ucxs_py->am_send(ep->worker->py, ep->py, id, header, header_length, data,
                                   req->dt.length, req, &req->info);
-    else
-        ucxs_error(entry, "cannot take the send buffer's datatype");
+        if (ep->worker->dp_tag && !ep->loopback)
+            ucxs_find_lane(ep);
+    }
     return ucxs_req_posted(req, status, param);
 }
 

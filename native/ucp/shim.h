@@ -288,5 +288,12 @@ void ucxs_core_ext_recv(ucxdp_tag_recv_t *r, void **req, void **cworker);
 unsigned ucxs_dp_done(ucp_worker_h worker);
 void ucxs_core_am_arrived(void *cworker, unsigned id, const void *header,
                           size_t header_length, const void *data, size_t length, void *desc);
+/* The data plane's hook for the eager active messages of ids this worker's
+ * handlers claimed (am.c; `arg` the ucp_worker_h). */
+void ucxs_dp_am_arrived(void *arg, int64_t source, unsigned id, const void *header,
+                        uint64_t header_length, const void *data, uint64_t length);
+/* After a send the core made: the data plane's lane to send by from now on,
+ * if there is one (tag.c). */
+void ucxs_find_lane(ucp_ep_h ep);
 
 #endif

@@ -83,8 +83,7 @@ static int dp_rndv(ucp_ep_h ep, ucxs_req_t *req, const void *data, size_t length
     return 1;
 }
 
-/* After a send the core made: the lane to send by from now on, if any. */
-static void find_lane(ucp_ep_h ep)
+void ucxs_find_lane(ucp_ep_h ep)
 {
     void *ref;
     ucxdp_lane_t *lane;
@@ -131,7 +130,7 @@ static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buf
         status = ucxs_py->tag_send(ep->worker->py, ep->py, data, req->dt.length, tag, sync,
                                    req, &req->info);
         if (ep->worker->dp_tag && !ep->loopback)
-            find_lane(ep);
+            ucxs_find_lane(ep);
     }
     if (ep->loopback) {
         req->flags |= UCXS_REQ_LOOPBACK;

@@ -165,6 +165,8 @@ ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t 
         free(w);
         return status;
     }
+    if (w->dp_tag)                          /* active messages for our handlers (am.c) */
+        ucxs_py->dp->am_set_hook(w->dp, ucxs_dp_am_arrived, w);
     *worker_p = w;
     return UCS_OK;
 }
@@ -175,6 +177,8 @@ void ucp_worker_destroy(ucp_worker_h w)
 {
     ucxs_event_t *ev;
     int free_it = timer_stop(w);
+    if (w->dp_tag)
+        ucxs_py->dp->am_set_hook(w->dp, NULL, NULL);
     ucxs_py->worker_destroy(w->py);
     ucxs_py->release(w->py);
     while ((ev = queue_pop(w)) != NULL) {   /* undelivered: nobody will ask any more */
@@ -440,7 +444,7 @@ unsigned ucp_worker_progress(ucp_worker_h w)
     unsigned n = dispatch(w);               /* what earlier calls queued */
     if (w->dp_tag) {
         n += dp_progress(w, &why);
-        timer = w->timer != NULL ? timer_of(w) : NULL;
+        timer = w->timer;
         if (timer != NULL) {
             uint64_t passes = __atomic_load_n(&timer->passes, __ATOMIC_ACQUIRE);
             if (passes != w->timer_seen) {  /* what its passes completed */
@@ -463,7 +467,7 @@ unsigned ucp_worker_progress(ucp_worker_h w)
                     why = PY_FDS;
             }
         }
-        if (timer != NULL && (why == PY_TIMER || why == PY_FDS)) {
+        if (timer != NULL && (why == PY_TIMER || why == PY_FDS) && timer_of(w) != NULL) {
             if (timer_ask(timer))
                 count_why(w, why);
             why = PY_NO;

@@ -22,7 +22,13 @@
  *  - a synchronous send into a posted receive;
  *  - rendezvous of 384 KiB (below the split floor) into receives posted
  *    before the offers: the data plane offers, reads and answers each
- *    (native/dp/rndv.c; the reports show it).
+ *    (native/dp/rndv.c; the reports show it);
+ *  - active messages: ones that arrived before their id had a handler,
+ *    held and then delivered in order when it got one; then 2000 eager
+ *    ones of 8-207 B with a 16 B header, sent and taken by the data plane
+ *    (native/dp/am.c), with a 1 MiB one (rendezvous: Python's path, its
+ *    data received by ucp_am_recv_data_nbx) among them, every handler call
+ *    in send order with its header and data checked.
  *
  * `dataplane pingpong` runs the ping-pong alone (its reports then count
  * the entries into Python of a steady 8 B exchange, and nothing else).
@@ -47,6 +53,12 @@
 #define TAG_GO 0x300
 #define TAG_BIG 0x400
 #define TAG_SYNC 0x500
+
+#define AM_ID 7
+#define AM_HELD_ID 8
+#define AMS 2000
+#define AM_HELD 20
+#define AM_BIG_AT (AMS / 2)                /* the rendezvous one */
 
 static int failures;
 static const char *who = "";
@@ -115,7 +127,7 @@ static ucs_status_t recv_tag(void *buf, size_t n, ucp_tag_t tag, ucp_tag_t mask,
 static void setup(int rfd, int wfd)
 {
     ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                           .features = UCP_FEATURE_TAG};
+                           .features = UCP_FEATURE_TAG | UCP_FEATURE_AM};
     ucp_worker_params_t wp = {.field_mask = 0};
     ucp_address_t *addr;
     size_t len, peer_len;
@@ -163,6 +175,68 @@ static int same(const uint8_t *b, size_t n, unsigned seed)
         if (b[i] != (uint8_t)(seed * 31 + i * 7))
             return 0;
     return 1;
+}
+
+/* -- active messages ------------------------------------------------------- */
+static size_t am_length(uint32_t seq)
+{
+    return seq == AM_BIG_AT ? BIG : 8 + seq % 200;
+}
+
+static ucs_status_t am_send(unsigned id, uint32_t seq)
+{
+    static uint8_t *data;
+    uint8_t header[16];
+    ucp_request_param_t p = {.op_attr_mask = 0};
+
+    if (data == NULL)
+        data = malloc(BIG);
+    memset(header, 0xA5, sizeof header);
+    memcpy(header, &seq, sizeof seq);
+    fill(data, am_length(seq), seq);
+    return wait_req(ucp_am_send_nbx(ep, id, header, sizeof header, data, am_length(seq), &p),
+                    NULL);
+}
+
+/* what the receiver's handlers saw, per id */
+static struct {
+    uint32_t count;                        /* calls, in order */
+    int bad;                               /* a header, length, data or order wrong */
+    void *desc;                            /* a rendezvous message kept, to receive */
+    size_t desc_length;
+} seen[2];
+
+static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, void *data,
+                          size_t length, const ucp_am_recv_param_t *param)
+{
+    int k = (int)(intptr_t)arg;
+    uint32_t seq;
+
+    if (header_length != 16) {
+        seen[k].bad = 1;
+        return UCS_OK;
+    }
+    memcpy(&seq, header, sizeof seq);
+    if (seq != seen[k].count || length != am_length(seq) || ((const uint8_t *)header)[15] != 0xA5)
+        seen[k].bad = 1;
+    seen[k].count++;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+        seen[k].desc = data;
+        seen[k].desc_length = length;
+        return UCS_INPROGRESS;             /* kept: received by the test's loop */
+    }
+    if (!same(data, length, seq))
+        seen[k].bad = 1;
+    return UCS_OK;
+}
+
+static ucs_status_t am_handler(unsigned id, int k)
+{
+    ucp_am_handler_param_t p = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID
+                                    | UCP_AM_HANDLER_PARAM_FIELD_CB
+                                    | UCP_AM_HANDLER_PARAM_FIELD_ARG,
+                                .id = id, .cb = am_cb, .arg = (void *)(intptr_t)k};
+    return ucp_worker_set_am_recv_handler(worker, &p);
 }
 
 /* the sender: the parent */
@@ -216,6 +290,17 @@ static void sender(void)
     for (unsigned i = 0; i < MIDS; i++) {
         fill(big, MID, 10 + i);
         send_tag(big, MID, TAG_MID | i);
+    }
+    recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* the 384 KiB ones arrived */
+    for (uint32_t i = 0; i < AM_HELD; i++)         /* before their id has a handler */
+        am_send(AM_HELD_ID, i);
+    send_tag(small, 1, TAG_GO);
+    recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* the child's handlers are set */
+    {
+        int ok = 1;
+        for (uint32_t i = 0; i < AMS; i++)
+            ok &= am_send(AM_ID, i) == UCS_OK;
+        CHECK("active messages sent", ok, "a send failed");
     }
     recv_tag(small, 1, TAG_GO, UINT64_MAX, &info); /* the child is done */
     free(big);
@@ -307,6 +392,36 @@ static void receiver(void)
         }
         CHECK("rendezvous of 384 KiB into receives posted before the offers", ok, "see above");
         free(mid);
+    }
+    send_tag(&one, 1, TAG_GO);
+    recv_tag(&one, 1, TAG_GO, UINT64_MAX, &info);  /* the held ones came before it */
+    st = am_handler(AM_HELD_ID, 1);
+    for (int i = 0; i < 100 && seen[1].count < AM_HELD; i++)
+        ucp_worker_progress(worker);
+    CHECK("active messages held until their id has a handler, then delivered in order",
+          st == UCS_OK && seen[1].count == AM_HELD && !seen[1].bad, "status %d, %u calls, bad %d",
+          st, seen[1].count, seen[1].bad);
+    st = am_handler(AM_ID, 0);
+    send_tag(&one, 1, TAG_GO);
+    {
+        ucs_status_t rst = UCS_OK;
+        int received = 0;
+
+        while (seen[0].count < AMS && !seen[0].bad) {
+            ucp_worker_progress(worker);
+            if (seen[0].desc != NULL) {    /* the rendezvous one: its data, now */
+                ucp_request_param_t p = {.op_attr_mask = 0};
+                memset(big, 0, BIG);
+                rst = wait_req(ucp_am_recv_data_nbx(worker, seen[0].desc, big,
+                                                    seen[0].desc_length, &p), NULL);
+                received = rst == UCS_OK && same(big, BIG, AM_BIG_AT);
+                seen[0].desc = NULL;
+            }
+        }
+        CHECK("active messages: eager ones and a rendezvous one, in send order, each checked",
+              st == UCS_OK && seen[0].count == AMS && !seen[0].bad && received,
+              "status %d, %u calls, bad %d, rendezvous %d (%d)", st, seen[0].count, seen[0].bad,
+              received, rst);
     }
     send_tag(&one, 1, TAG_GO);
     free(big);
