@@ -450,4 +450,5 @@ def Register_datarep(datarep, read_fn, write_fn, extent_fn) -> None:
 
 
 FILE_NULL = File._constant(None)
+NULL_STATE.handle = FILE_NULL        # (what a handler called for FILE_NULL gets)
 register_family(File)

@@ -42,7 +42,7 @@ import numpy as np
 from . import runtime
 from .errors import DtypeMismatch, InvalidArray, InvalidPE
 from .rma import _flat
-from .team import team_state
+from .team import run_rounds, team_state
 from ucxpy import coll as engine
 
 
@@ -85,17 +85,7 @@ def _pair(target, source, what):
     return rt, t, s
 
 
-def _run(ts, gen, what: str):
-    """Drive an engine generator, each round waited for by the runtime
-    (which raises a failed peer's error); its result."""
-    rt = ts.rt
-    try:
-        reqs = gen.send(None)
-        while True:
-            rt.wait_requests(reqs, what)
-            reqs = gen.send(None)
-    except StopIteration as e:
-        return e.value
+_run = run_rounds
 
 
 def _shm(ts, what=None, nbytes: int = 0):

@@ -13,6 +13,7 @@ from typing import Optional
 
 from . import runtime
 from .errors import InvalidContext
+from .team import Team, team_state
 
 INVALID_HANDLE, DEFAULT_HANDLE = 0, 1
 #: prune completed requests from a context's list past this length
@@ -68,6 +69,10 @@ class ContextRegistry:
         self._next += 1
         self.states[h] = CtxState(h, team_state, options)
         return h
+
+    def new(self, options, team_state) -> "Ctx":
+        """A new context on ``team_state`` (Team.create_ctx)."""
+        return Ctx._of(self.create(options, team_state))
 
     def destroy(self, handle) -> None:
         st = self.states.pop(handle, None)
@@ -149,7 +154,6 @@ class Ctx:
     @staticmethod
     def create(options: int = 0, team=None) -> "Ctx":
         """A new context (on ``team``, default TEAM_WORLD)."""
-        from .team import team_state
         rt = runtime.get()
         return Ctx._of(rt.ctxs.create(int(options), team_state(team)))
 
@@ -169,7 +173,6 @@ class Ctx:
 
     def get_team(self):
         """The team the context was created on."""
-        from .team import Team
         return Team._of(self._state().team.handle)
 
     def fence(self) -> None:
@@ -183,6 +186,7 @@ class Ctx:
 
 CTX_INVALID = Ctx._of(INVALID_HANDLE)
 CTX_DEFAULT = Ctx._of(DEFAULT_HANDLE)
+runtime.register("ctxs", ContextRegistry)
 
 
 def ctx_create(options: int = 0) -> Ctx:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ucxpy import atomics
 
-from . import runtime
+from . import heap, runtime
 from .errors import DtypeMismatch
 
 LOCK_PE = 0
@@ -52,14 +52,12 @@ def _load(rt, peer, off) -> int:
 
 def new_lock():
     """Collectively allocate a lock (a zeroed symmetric int64 word)."""
-    from .heap import zeros
-    return zeros(1, np.int64)
+    return heap.zeros(1, np.int64)
 
 
 def del_lock(lock) -> None:
     """Collectively free a lock from :func:`new_lock`."""
-    from .heap import free
-    free(lock)
+    heap.free(lock)
 
 
 def set_lock(lock) -> None:

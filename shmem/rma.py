@@ -20,7 +20,7 @@ import numpy as np
 from ucxpy import atomics
 
 from . import accel as _accel
-from . import runtime
+from . import heap, runtime
 from .ctx import ctx_state
 from .errors import DtypeMismatch, InvalidArray
 
@@ -315,14 +315,12 @@ def put_signal_nbi(target, source, pe: int, signal, value: int, sigop, size=None
 
 def new_signal():
     """Collectively allocate a symmetric signal word (uint64, zero)."""
-    from .heap import zeros
-    return zeros(1, np.uint64)
+    return heap.zeros(1, np.uint64)
 
 
 def del_signal(signal) -> None:
     """Collectively free a signal from :func:`new_signal`."""
-    from .heap import free
-    free(signal)
+    heap.free(signal)
 
 
 def signal_fetch(signal) -> int:

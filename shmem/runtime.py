@@ -46,6 +46,7 @@ from ucxpy.errors import TimeoutError as UcxpyTimeout
 from ucxpy.rma import MAPPED, RDMA
 
 from . import accel
+from .allocator import SymmetricHeap
 from .errors import InvalidPE, NotInitialized
 from .settings import DEFAULT_HEAP_SIZE, parse_heap_size as parse_size
 
@@ -97,13 +98,29 @@ class Peer:
         return f"<Peer {self.pe} {self.mode}>"
 
 
+#: what init() builds beside the heap, by name: the modules above the runtime
+#: register their state's constructor when imported (shmem.team "teams",
+#: shmem.ctx "ctxs"; the package imports both), so this module imports none
+#: of them and they all import it
+_REGISTRIES = {}
+
+
+def register(name: str, factory) -> None:
+    """``factory(runtime)`` builds ``runtime.<name>`` in :class:`Runtime`."""
+    _REGISTRIES[name] = factory
+
+
+def _registry(name: str):
+    factory = _REGISTRIES.get(name)
+    if factory is None:
+        raise NotInitialized(f"shmem's {name} are not set up: import shmem, not shmem.runtime alone")
+    return factory
+
+
 class Runtime:
     """Everything ``init()`` sets up; one per process."""
 
     def __init__(self, heap_size: Optional[int] = None, timeout: float = 120.0):
-        from .heap import SymmetricHeap
-        from .team import TeamRegistry
-        from .ctx import ContextRegistry
         if not atomics.available:
             raise NotInitialized("ucxpy._native is not built: run pip install -e .")
         self.world = ucxpy.init(timeout=timeout)
@@ -149,14 +166,14 @@ class Runtime:
         #: are ordered neither among themselves nor with the active messages
         #: that carry AMOs and signals, so fence and put_signal wait for them
         self.unordered = [p for p in self.peers if p.rkey is not None and p.rkey.mode == RDMA]
-        self.teams = TeamRegistry(self)
+        self.teams = _registry("teams")(self)
         try:
             cores = len(os.sched_getaffinity(0))
         except (AttributeError, OSError):
             cores = os.cpu_count() or 1
         self.oversubscribed = self.teams.shared.n > cores
         self.wait_policy = _WAIT_POLICY[self.oversubscribed]
-        self.ctxs = ContextRegistry(self)
+        self.ctxs = _registry("ctxs")(self)
         self.progress_thread = False
         if self.any_am and _want_progress_thread():
             # AM-mode targets must progress for peers' puts and atomics to

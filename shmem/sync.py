@@ -23,6 +23,8 @@ from . import accel as _accel
 from . import runtime
 from .ctx import ctx_state
 from .errors import DtypeMismatch, InvalidArray
+from .rma import _signal_offset
+from .team import team_state
 
 
 class CMP(enum.IntEnum):
@@ -102,7 +104,6 @@ def sync_all() -> None:
 
 def sync(team=None) -> None:
     """Wait for every PE of ``team`` (default TEAM_WORLD)."""
-    from .team import team_state
     runtime.get()
     team_state(team).sync()
 
@@ -276,7 +277,6 @@ def test_some_vector(ivars, cmp, values, status=None) -> list:
 def signal_wait_until(signal, cmp, value) -> int:
     """Block until the local signal word satisfies ``signal cmp value``;
     return its value."""
-    from .rma import _signal_offset
     rt = runtime.get()
     p = rt.peers[rt.rank].ptr + _signal_offset(rt, signal)
     fn, val = _SCALAR[_cmp(cmp)], int(value) & 0xFFFF_FFFF_FFFF_FFFF

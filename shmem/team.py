@@ -29,6 +29,7 @@ from typing import Optional
 import numpy as np
 
 from ucxpy import atomics
+from ucxpy import coll as engine
 
 from . import runtime
 from .errors import InvalidPE, InvalidTeam
@@ -170,11 +171,11 @@ class TeamRegistry:
     def agree_slots(self, parent: TeamState, count: int) -> list:
         """Collective over ``parent``: the ``count`` lowest slots free on
         every parent member."""
-        from .coll import allreduce_local
         bits = np.zeros(SLOTS // 64, np.uint64)
         for s in self.used:
             bits[s // 64] |= np.uint64(1 << (s % 64))
-        allreduce_local(parent, bits, "or")
+        run_rounds(parent, engine.allreduce(parent, bits, engine.NumpyOp("or", np.bitwise_or),
+                                            bits), "reduce")
         free = [s for s in range(SLOTS)
                 if not int(bits[s // 64]) >> (s % 64) & 1]
         if len(free) < count:
@@ -333,8 +334,7 @@ class Team:
     def create_ctx(self, options: int = 0):
         """A new communication context on this team (PE numbers in its
         operations are team-relative)."""
-        from .ctx import Ctx
-        return Ctx.create(options, self)
+        return runtime.get().ctxs.new(int(options), self._state())
 
     def sync(self) -> None:
         """Wait until every team member called sync (no completion of RMA
@@ -343,8 +343,23 @@ class Team:
 
 
 TEAM_INVALID = Team._of(INVALID_HANDLE)
+runtime.register("teams", TeamRegistry)
 TEAM_WORLD = Team._of(WORLD_HANDLE)
 TEAM_SHARED = Team._of(SHARED_HANDLE)
+
+
+def run_rounds(ts, gen, what: str):
+    """Drive a collective engine's generator over team ``ts``, each round
+    waited for by the runtime (which raises a failed peer's error); its
+    result."""
+    rt = ts.rt
+    try:
+        reqs = gen.send(None)
+        while True:
+            rt.wait_requests(reqs, what)
+            reqs = gen.send(None)
+    except StopIteration as e:
+        return e.value
 
 
 def team_state(team) -> TeamState:

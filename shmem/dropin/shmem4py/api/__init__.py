@@ -7,8 +7,5 @@ returning cffi pointers.  Symmetric pointers are addresses in this PE's
 symmetric heap; the routines translate them to heap offsets and run the
 Python API underneath.  Written for ucxpy; no shmem4py code is used.
 """
-import cffi as _cffi
-
-ffi = _cffi.FFI()
-
-from . import lib  # noqa: E402,F401
+from . import lib  # noqa: F401
+from ._ffi import ffi  # noqa: F401

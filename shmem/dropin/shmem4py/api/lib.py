@@ -4,7 +4,7 @@ import numpy as _np
 import shmem as _shmem
 from shmem import runtime as _runtime
 
-from . import ffi as _ffi
+from ._ffi import ffi as _ffi
 
 SHMEM_MAJOR_VERSION = _shmem.MAJOR_VERSION
 SHMEM_MINOR_VERSION = _shmem.MINOR_VERSION
