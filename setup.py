@@ -38,7 +38,7 @@ APILOCK = Extension("ucxpy._apilock", ["native/apilock.c"], extra_compile_args=S
 # The native data plane (native/dp/): its C files and the one Python binding.
 DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c", "native/dp/tag.c",
               "native/dp/inbox.c", "native/dp/lane.c", "native/dp/rndv.c", "native/dp/tcp.c",
-              "native/dp/am.c", "native/ring.c", "native/cma.c"]
+              "native/dp/am.c", "native/dp/stream.c", "native/ring.c", "native/cma.c"]
 DP_HEADERS = ["native/dp/dp.h", "native/dp/match.h", "native/ucxpy_native.h"]
 DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES,
                include_dirs=["native/dp", "native"], depends=DP_HEADERS,

@@ -20,6 +20,7 @@
  *   rndv.c    the shm rendezvous: the offer (RTS), its CMA read, the ATS
  *   tcp.c     the tcp eager path: a frame written or read whole on a socket
  *   am.c      active messages: the shm eager send, and arrivals for a C caller's handlers
+ *   stream.c  a tcp connection's reader: the tagged eager frames at the stream's head
  *   binding.c the one Python binding (extension types, and a capsule with
  *             this API for other extension modules and libucp)
  *
@@ -478,6 +479,47 @@ int ucxdp_am_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t
                         const uint64_t *out, int *wake);
 /* the inbox takes active messages' eager frames `am_eager_id` (0: none) */
 void ucxdp_inbox_am(ucxdp_inbox_t *in, unsigned am_eager_id);
+
+/* -- a tcp connection's reader (stream.c) ----------------------------------------- */
+#define UCXDP_STREAM_BUF (64 * 1024 + 24)  /* a 64 KiB eager frame whole, head included */
+
+/* why a reader stopped (ucxdp_stream_t.stopped) */
+enum {
+    UCXDP_STREAM_FRAME = 1,                /* a frame it does not run, or cannot hold */
+    UCXDP_STREAM_EOF = 2,                  /* the peer closed the stream */
+    UCXDP_STREAM_ERROR = 3,                /* the socket failed (the transport reads the error) */
+    UCXDP_STREAM_CORRUPT = 4,              /* bytes that are not a frame */
+    UCXDP_STREAM_RECLAIMED = 5,            /* the transport took the reading back */
+};
+
+/* A connection's reading, lent to the data plane by the tcp transport (the
+ * memory is the transport's).  `lent`: the data plane reads the socket (set
+ * by the transport while nothing of the stream is buffered in Python;
+ * cleared by the data plane when it stops, with `stopped` saying why). */
+typedef struct ucxdp_stream {
+    int fd;
+    int64_t source;                        /* the source its messages match as */
+    unsigned eager_am_id;                  /* tagged eager frames: an 8-byte tag header */
+    uint64_t eager_max;                    /* the largest payload taken here */
+    uint32_t lent;
+    uint32_t stopped;
+    uint64_t start, end;                   /* read, not taken: [start, end) of buf */
+    uint8_t buf[UCXDP_STREAM_BUF];
+} ucxdp_stream_t;
+
+/* A stream not lent yet, on socket `fd` (the caller sets `lent`). */
+void ucxdp_stream_init(ucxdp_stream_t *s, int fd, int64_t source, unsigned eager_am_id,
+                       uint64_t eager_max);
+/* Read the socket and take the whole eager frames at the stream's head, in
+ * order, up to `limit`: into the worker's matcher (ucxdp_tag_eager).  How
+ * many; 0 when not lent.  Stops (see ucxdp_stream_t) at anything else. */
+long ucxdp_stream_progress(ucxdp_worker_t *w, ucxdp_stream_t *s, long limit);
+/* The bytes read and not taken (the stream's head: the transport parses
+ * them before it reads the socket again), out of the stream; valid until the
+ * stream is lent again. */
+size_t ucxdp_stream_take(ucxdp_stream_t *s, const uint8_t **bytes);
+/* Take the reading back (a no-op when not lent): `stopped` RECLAIMED. */
+void ucxdp_stream_reclaim(ucxdp_stream_t *s);
 
 /* -- the tcp eager path (tcp.c) ------------------------------------------------- */
 /* The bytes of an eager frame on a tcp stream (tcp_frames.PREFIX, then the

@@ -1,0 +1,161 @@
+/*
+ * stream.c — a tcp connection's reader in C: the tagged eager frames at the
+ * head of the stream, read from the socket and matched without Python.
+ *
+ * Theory of operation.  The tcp transport frames a stream (tcp_frames.PREFIX,
+ * then the header, then the payload; tcp.c has the layout).  While the
+ * transport has nothing of a connection's stream buffered in Python, it may
+ * *lend* the connection's reading to the data plane: `lent` set, the socket
+ * and the source its messages match as named (ucxdp_stream_t).  A C caller's
+ * progress (libucp's, which has no Python per message) then reads the socket
+ * into the stream's buffer and takes, in order, each whole tagged eager frame
+ * (`eager_am_id`, an 8-byte tag as the header, a payload of at most
+ * `eager_max` bytes), which the worker's matcher delivers as the shm inbox's
+ * frames (ucxdp_tag_eager).  It stops — clears `lent` and says why in
+ * `stopped` — at the first thing it does not run: another frame (a
+ * rendezvous, an active message, a close), a frame it cannot hold, bytes
+ * that are not a frame, the end of the stream or an error.  What it read and
+ * did not take stays in the buffer, [start, end): the head of the stream,
+ * which the transport takes back (ucxdp_stream_take) and parses before it
+ * reads the socket again.  So a connection's frames are handled in order,
+ * by whichever side, and MPI's order holds.
+ *
+ * A frame read in part waits in the buffer for the rest (the next progress
+ * call reads on); one larger than the buffer stops the reader at once.
+ *
+ * The caller serializes a stream's use (libucp's lock, as for the inbox):
+ * the transport changes `lent` only while the data plane does not run it.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "dp.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tcp_frames.PREFIX and wire.EAGER are little-endian: they are read as is"
+#endif
+
+#define FRAME_MAGIC 0xC5A7
+#define PREFIX 16                          /* tcp_frames.PREFIX: magic, am id, flags, hlen, plen */
+
+typedef struct {
+    uint16_t magic;
+    uint8_t am_id;
+    uint8_t flags;
+    uint16_t hlen;
+    uint16_t pad;
+    uint64_t plen;
+} prefix_t;
+
+_Static_assert(sizeof(prefix_t) == PREFIX, "tcp_frames.PREFIX");
+
+void ucxdp_stream_init(ucxdp_stream_t *s, int fd, int64_t source, unsigned eager_am_id,
+                       uint64_t eager_max)
+{
+    s->fd = fd;
+    s->source = source;
+    s->eager_am_id = eager_am_id;
+    s->eager_max = eager_max < UCXDP_STREAM_BUF - PREFIX - 8 ? eager_max
+                                                              : UCXDP_STREAM_BUF - PREFIX - 8;
+    s->lent = 0;
+    s->stopped = 0;
+    s->start = s->end = 0;
+}
+
+static void stop(ucxdp_stream_t *s, uint32_t why)
+{
+    s->stopped = why;
+    __atomic_store_n(&s->lent, 0, __ATOMIC_RELEASE);
+}
+
+/* Take the whole eager frames at the head of the buffer (the worker's lock
+ * held), up to `*budget`; 0 to go on reading, 1 when the reader stopped. */
+static int take_frames(ucxdp_worker_t *w, ucxdp_stream_t *s, long *taken, long limit)
+{
+    prefix_t p;
+    uint64_t tag, have, whole;
+
+    while (*taken < limit) {
+        have = s->end - s->start;
+        if (have < PREFIX)
+            return 0;
+        memcpy(&p, s->buf + s->start, PREFIX);
+        if (p.magic != FRAME_MAGIC) {
+            stop(s, UCXDP_STREAM_CORRUPT);
+            return 1;
+        }
+        if (p.am_id != s->eager_am_id || p.flags != 0 || p.hlen != 8 || p.plen > s->eager_max) {
+            stop(s, UCXDP_STREAM_FRAME);   /* (the transport's frame: it parses it) */
+            return 1;
+        }
+        whole = PREFIX + 8 + p.plen;
+        if (have < whole)
+            return 0;                      /* (its rest: read on) */
+        memcpy(&tag, s->buf + s->start + PREFIX, 8);
+        if (ucxdp_tag_eager_locked(w, s->source, tag, s->buf + s->start + PREFIX + 8, p.plen)
+                != UCXDP_OK) {
+            stop(s, UCXDP_STREAM_FRAME);   /* (no memory: the transport's path tries) */
+            return 1;
+        }
+        s->start += whole;
+        (*taken)++;
+        UCXDP_COUNT(w, tcp_recv, 1);
+    }
+    return 1;
+}
+
+long ucxdp_stream_progress(ucxdp_worker_t *w, ucxdp_stream_t *s, long limit)
+{
+    long taken = 0;
+    ssize_t n;
+    int done;
+
+    if (!__atomic_load_n(&s->lent, __ATOMIC_ACQUIRE))
+        return 0;
+    for (;;) {
+        pthread_mutex_lock(&w->lock);
+        done = take_frames(w, s, &taken, limit);
+        pthread_mutex_unlock(&w->lock);
+        if (done || !s->lent)
+            return taken;
+        if (s->start == s->end)
+            s->start = s->end = 0;
+        else if (s->end == UCXDP_STREAM_BUF) {
+            if (s->start == 0) {           /* (a frame larger than the buffer) */
+                stop(s, UCXDP_STREAM_FRAME);
+                return taken;
+            }
+            memmove(s->buf, s->buf + s->start, s->end - s->start);
+            s->end -= s->start;
+            s->start = 0;
+        }
+        n = recv(s->fd, s->buf + s->end, UCXDP_STREAM_BUF - s->end, MSG_DONTWAIT);
+        if (n > 0) {
+            s->end += (uint64_t)n;
+            continue;
+        }
+        if (n == 0)
+            stop(s, UCXDP_STREAM_EOF);
+        else if (errno == EINTR)
+            continue;
+        else if (errno != EAGAIN && errno != EWOULDBLOCK)
+            stop(s, UCXDP_STREAM_ERROR);
+        return taken;
+    }
+}
+
+size_t ucxdp_stream_take(ucxdp_stream_t *s, const uint8_t **bytes)
+{
+    size_t n = (size_t)(s->end - s->start);
+
+    *bytes = s->buf + s->start;
+    s->start = s->end = 0;
+    return n;
+}
+
+void ucxdp_stream_reclaim(ucxdp_stream_t *s)
+{
+    if (__atomic_load_n(&s->lent, __ATOMIC_ACQUIRE))
+        stop(s, UCXDP_STREAM_RECLAIMED);
+}
