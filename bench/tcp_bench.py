@@ -17,10 +17,12 @@ Targets (issue 32): latency from 8 B to 64 KiB <= 1.0x mpich+ucx-tcp;
 bandwidth at >= 1 MiB >= 2x mpich+ucx-tcp.  Printed as PASS/MISS; the
 results go to bench/results/tcp.json.
 
-Across hosts, for information (no target): where network namespaces can be
-made (root, ``ip``: tests/hosts/netns.py), the same latency between two
-namespace hosts joined by veth links and a bridge, ucxpy's tcp against
-MPICH over UCX's tcp (``--no-hosts`` skips it).
+Across hosts, where network namespaces can be made (root, ``ip``:
+tests/hosts/netns.py), the same latency between two namespace hosts joined
+by veth links and a bridge: ucxpy's tcp (Python API, for information), and
+the C ping-pong on MPICH over ucxpy's libucp (``mpich+ucxpy-tcp``) against
+the same on MPICH over UCX's tcp, alternating, ``--hosts-repeat`` times,
+medians: issue 43's target, 8 B latency <= 1.0x (``--no-hosts`` skips it).
 
 Usage: python bench/tcp_bench.py [--max-time 0.3] [--json FILE] [--no-hosts]
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import os
 import sys
 import tempfile
@@ -85,9 +88,11 @@ def perftest(cpus) -> dict:
 HOST_SIZES = [8, 1024, 16384, 65536]
 
 
-def across_hosts(exe: str, max_time: float) -> dict:
-    """Latency between two namespace hosts: ucxpy (ucxpy-run's host agent)
-    and the C ping-pong on MPICH over UCX's tcp (hydra's ssh launcher)."""
+def across_hosts(exe: str, max_time: float, repeat: int = 3) -> dict:
+    """Latency between two namespace hosts: ucxpy (ucxpy-run's host agent),
+    and the C ping-pong on MPICH over ucxpy's libucp and over UCX's tcp
+    (hydra's ssh launcher), those two alternating ``repeat`` times (medians
+    per size; every run in ``runs``)."""
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     from hosts import netns
     why = netns.skip_reason()
@@ -108,10 +113,20 @@ def across_hosts(exe: str, max_time: float) -> dict:
         if exe:
             argv = netns.mpiexec_argv(c, exe)
             argv.remove(sys.executable)             # a C program, not a Python one
-            env = dict(ucx.environment(reference=True,
-                                       base=c.env({"UCXPY_NETNS_PREFIX": c.prefix})), **UCX_TCP)
-            res["mpich+ucx-tcp"] = pingpong_rows(_run(argv + [str(max_time)], env=env,
-                                                      timeout=300))
+            envs = {
+                "mpich+ucx-tcp": dict(ucx.environment(
+                    reference=True, base=c.env({"UCXPY_NETNS_PREFIX": c.prefix})), **UCX_TCP),
+                "mpich+ucxpy-tcp": ucx.environment(base=c.env({
+                    "UCXPY_NETNS_PREFIX": c.prefix, "UCXPY_TLS": "tcp"})),
+            }
+            runs = res["runs"] = {k: [] for k in envs}
+            for rep in range(repeat):
+                for k in (list(envs) if rep % 2 == 0 else list(envs)[::-1]):
+                    runs[k].append(pingpong_rows(_run(argv + [str(max_time)], env=envs[k],
+                                                      timeout=300)))
+            for k, rs in runs.items():
+                res[k] = {size: {"lat_us": statistics.median(r[size]["lat_us"] for r in rs)}
+                          for size in HOST_SIZES if all(size in r for r in rs)}
     return res
 
 
@@ -120,6 +135,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-time", type=float, default=0.3, help="seconds per size and run")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--no-hosts", action="store_true", help="skip the namespace-host run")
+    p.add_argument("--hosts-repeat", type=int, default=3,
+                   help="alternating runs of each MPICH side between the namespace hosts")
     args = p.parse_args(argv)
     results = {"date": time.strftime("%Y-%m-%d %H:%M"), "impls": {}, "errors": {}}
     impls = results["impls"]
@@ -134,7 +151,7 @@ def main(argv=None) -> int:
             exe = ""
         if not args.no_hosts:
             try:
-                results["hosts"] = across_hosts(exe, args.max_time)
+                results["hosts"] = across_hosts(exe, args.max_time, args.hosts_repeat)
             except Exception as e:      # a harness problem: say so, go on
                 results["hosts"] = {"error": str(e)[:300]}
     impls["ucxpy"] = ucxpy_perf(args.max_time, True)
@@ -180,13 +197,20 @@ def main(argv=None) -> int:
     if hosts and "error" in hosts:
         print(f"\nacross namespace hosts: not measured: {hosts['error']}")
     elif hosts:
-        cols = [k for k in ("ucxpy", "mpich+ucx-tcp") if k in hosts]
-        print("\ntcp latency across two namespace hosts (veth + bridge; us, for "
-              "information: no target)")
-        print(f"{'size':>8} " + " ".join(f"{k:>14}" for k in cols))
+        cols = [k for k in ("ucxpy", "mpich+ucxpy-tcp", "mpich+ucx-tcp") if k in hosts]
+        print("\ntcp latency across two namespace hosts (veth + bridge; us; the MPICH "
+              "columns: medians of alternating runs)")
+        print(f"{'size':>8} " + " ".join(f"{k:>16}" for k in cols))
         for s in HOST_SIZES:
             print(f"{s:>8} " + " ".join(
-                f"{hosts[k].get(s, {}).get('lat_us', float('nan')):>14.2f}" for k in cols))
+                f"{hosts[k].get(s, {}).get('lat_us', float('nan')):>16.2f}" for k in cols))
+        ours_h, ref_h = hosts.get("mpich+ucxpy-tcp", {}), hosts.get("mpich+ucx-tcp", {})
+        if 8 in ours_h and 8 in ref_h:
+            r = ours_h[8]["lat_us"] / ref_h[8]["lat_us"]
+            targets["hosts_mpich_8B_latency_vs_ucx_tcp"] = {"ratio": r, "limit": 1.0,
+                                                            "pass": r <= 1.0}
+            print(f"  target (issue 43): MPICH over ucxpy's tcp / over UCX's tcp, 8 B latency "
+                  f"between hosts {r:5.2f}x  [<= 1.0x]  {'PASS' if r <= 1.0 else 'MISS'}")
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

@@ -57,8 +57,8 @@ def test_request_contract_c_harness(tmp_path):
     assert out.count("ok - ") >= 25
 
 
-def _dataplane(tmp_path, *args):
-    """Build and run tests/ucp/dataplane.c (two processes over shm): its
+def _dataplane(tmp_path, *args, tls="shm"):
+    """Build and run tests/ucp/dataplane.c (two processes over ``tls``): its
     output and both workers' final reports."""
     import glob
     import json
@@ -67,9 +67,12 @@ def _dataplane(tmp_path, *args):
     if not exe.exists():
         _compile(tmp_path, "dataplane.c", "dataplane", "cc",
                  ["-L" + lib, "-lucp", "-lucs", "-Wl,-rpath," + lib])
-    reports = tmp_path / ("reports" + "-".join(args))
+    reports = tmp_path / ("reports" + "-".join(args) + tls)
     reports.mkdir()
-    env = dict(os.environ, UCXPY_TLS="shm", UCXPY_UCP_REPORT=str(reports))
+    env = dict(os.environ, UCXPY_TLS=tls, UCXPY_UCP_REPORT=str(reports))
+    if tls != "shm":                  # (two plain C processes: a job key for the network)
+        import secrets
+        env["UCXPY_AUTH_KEY"] = secrets.token_hex(32)
     rc, out, err = _run([str(exe), *args], timeout=240, env=env)
     assert rc == 0 and "\n0 failed" in out, out + err
     assert "not ok" not in out, out
@@ -114,6 +117,20 @@ def test_steady_eager_exchange_enters_python_by_timer_only(tmp_path):
     out, final = _dataplane(tmp_path, "pingpong")
     for r in final:
         assert r["dp"]["tag_send"] >= 19990 and r["dp"]["tag_expected"] >= 19990, r
+        assert r["py_entries"] < 20000 // 4, r
+
+
+def test_steady_eager_exchange_over_tcp_is_read_and_written_in_c(tmp_path):
+    """The same ping-pong over tcp alone: libucp writes each message on the
+    socket in C and its progress reads the other side's in C (the tcp
+    connection's reading lent to the data plane: native/dp/stream.c), so it
+    enters Python for its timer pass and wire-up only, as over shm."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    out, final = _dataplane(tmp_path, "pingpong", tls="tcp")
+    for r in final:
+        assert r["dp"]["tcp_send"] >= 19990 and r["dp"]["tcp_recv"] >= 19990, r
+        assert r["dp"]["tag_expected"] >= 19990, r
         assert r["py_entries"] < 20000 // 4, r
 
 
@@ -179,11 +196,17 @@ def test_mpich_thread_multiple(tmp_path):
 
 @needs_mpich
 def test_mpich_c_program_tcp_only(basics):
-    """MPICH's traffic over ucxpy's tcp transport alone."""
+    """MPICH's traffic over ucxpy's tcp transport alone: its eager messages
+    read and written in C (the reports' tcp_recv, tcp_send), the rest by
+    Python's path on the same connections, in order (the program checks
+    every datum, RMA included)."""
+    import re
     env = dict(os.environ, UCXPY_TLS="tcp")
-    rc, out, err = _run([UCXPY_UCX, "--check", MPIEXEC, "-n", "2", basics], env=env)
+    rc, out, err = _run([UCXPY_UCX, "--check", "--report", MPIEXEC, "-n", "2", basics], env=env)
     assert rc == 0, out + err
     assert out.count(": OK") == 2
+    reads = [int(m) for m in re.findall(r"tcp_recv=(\d+)", out + err)]
+    assert len(reads) == 2 and min(reads) >= 10, out + err
 
 
 @needs_mpich
@@ -284,9 +307,11 @@ def test_timer_passes_leave_a_gil_holder_to_their_thread(tmp_path):
 
 
 @needs_mpich
-def test_killed_rank_ends_the_job(tmp_path):
+@pytest.mark.parametrize("tls", ["shm,tcp", "tcp"])
+def test_killed_rank_ends_the_job(tmp_path, tls):
     """A rank killed while the others wait on it: the job ends with an error,
-    never a hang."""
+    never a hang (over tcp alone too, where the survivors' progress reads
+    their connections in C: the end of the stream goes back to Python)."""
     pytest.importorskip("mpi4py")
     prog = tmp_path / "die.py"
     prog.write_text(textwrap.dedent("""
@@ -298,7 +323,8 @@ def test_killed_rank_ends_the_job(tmp_path):
             os.kill(os.getpid(), signal.SIGKILL)
         c.recv(source=1)
     """))
-    rc, out, err = _run([UCXPY_UCX, MPIEXEC, "-n", "3", sys.executable, str(prog)], timeout=90)
+    rc, out, err = _run([UCXPY_UCX, MPIEXEC, "-n", "3", sys.executable, str(prog)], timeout=90,
+                        env=dict(os.environ, UCXPY_TLS=tls))
     assert rc != 0
 
 

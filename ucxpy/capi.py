@@ -146,6 +146,13 @@ class CWorker:
         self.ctx = ctx
         self.cworker = cworker
         self.worker = ctx.context.create_worker()
+        w = self.worker
+        # libucp's progress reads tcp connections in C (native/dp/stream.c),
+        # where it runs the data plane at all (no tracing, no progress thread)
+        # and the stock protocols run every size (UCXPY_PROTO_PYTHON and a
+        # plug-in take theirs through Python)
+        w.lend_streams = w.dp is not None and w.tr is None and w.lock is None \
+            and w.protocol is None and not w.config.proto_python
         self.pending = {}
         self.lanes = {}                  # transport name -> endpoints it carried
         self.counted = set()
@@ -225,10 +232,14 @@ def ep_lane(ep):
     transport, tracing)."""
     tep = ep._tep
     lane = tep.native_lane if tep is not None else None
+    if lane is None and tep is not None:    # (a tcp connection written in C: its stream)
+        lane = ep.worker._streams.get(tep)
     if lane is None or lane.dead or ep.failed is not None or ep.worker.tr is not None:
         return None
     limit = ep.rndv_thresh - 1
     rndv = (1 << 62) if tep.iface.attrs.caps & Caps.GET_ZCOPY else 0
+    if tep.native_lane is None:         # (a stream: eager only, up to its frame)
+        limit, rndv = min(limit, tep.native_max_frame), 0
     plugin = ep.worker.protocol
     if plugin is not None:              # (the sizes of a protocol plug-in are its own)
         limit = min(limit, plugin.low - 1)
@@ -240,6 +251,12 @@ def ep_lane(ep):
     if limit < 0:
         return None
     return lane, limit, rndv, ep.remote_id
+
+
+def stream_tail(ep, data: bytes) -> None:
+    """The rest of a frame libucp wrote on ``ep``'s tcp connection, which the
+    socket took only part of: queued before anything else."""
+    ep._tep.stream_tail(data)
 
 
 def wake_peer(ep) -> None:

@@ -148,6 +148,11 @@ class Worker:
         self._cold = [i.progress for i in self.ifaces]
         self._tick = 0
         self._callbacks = []                 # add_progress_callback: run by every progress()
+        # a C caller's progress (libucp) reads tcp connections itself: the
+        # connections whose reading we lend it (tep -> ucxpy._dp.Stream, None
+        # until first lent; lend_streams: set by ucxpy.capi for its workers)
+        self.lend_streams = False
+        self._streams = {}
         self._wake_sources = []              # add_wake_source: slept on beside the transports
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
                                      tuple((i.name, i.address()) for i in self.ifaces))
@@ -176,6 +181,8 @@ class Worker:
     def progress(self) -> int:
         """Advance the transports once; returns the number of events handled."""
         n = 0
+        if self._streams:               # (libucp's, read in C: here too while Python waits)
+            n += self.matcher.streams_progress(64)[0] + self._streams_back()
         for fn in self._hot:
             n += fn()
         self._tick += 1
@@ -187,7 +194,66 @@ class Worker:
         if self._callbacks:
             for cb in self._callbacks:
                 n += cb()
+        if self.lend_streams:
+            self._streams_lend()
         return n
+
+    # -- tcp connections read in C (native/dp/stream.c) ----------------------------
+    def _streams_back(self) -> int:
+        """Take back the connections whose C reader stopped (a frame it does
+        not run, the end of the stream, an error): what it read and did not
+        take goes to the transport first, which reads the socket again."""
+        n = 0
+        for tep, s in list(self._streams.items()):
+            if s is not None and tep.stream_lent and not s.lent:
+                tep.unlend_stream()
+                data = s.take()
+                if data:
+                    tep.stream_spill(data, True)
+                n += 1
+        return n
+
+    def _streams_lend(self) -> None:
+        """Lend the reading of every registered connection whose next bytes
+        are its next frame (nothing of it buffered here) to the C reader, and
+        tell the data plane how much of our progress is left (our own
+        connections carry the peer's frames too: duplex)."""
+        streams = self._streams
+        for ep in self.endpoints.values():
+            tep = ep._tep
+            if tep is not None and tep not in streams and tep.duplex and tep.held is None \
+                    and ep.failed is None and getattr(tep, "lend_stream", None) is not None \
+                    and tep.owner_ep is ep:
+                streams[tep] = None
+        for tep, s in list(streams.items()):
+            if tep.stream_lent:
+                continue
+            if not tep.can_send() and tep.stream_in() < 0:
+                self._stream_drop(tep)          # (gone: closed or failed)
+                continue
+            fd = tep.stream_in()
+            if fd < 0:
+                continue
+            if s is None:
+                s = _dp.Stream(fd, tep.owner_ep.remote_id, TAG_EAGER, tep.native_max_frame)
+                self.dp.add_stream(s)
+                self._streams[tep] = s
+            tep.lend_stream(s)
+        self._sync_py_poll()
+
+    def _stream_drop(self, tep) -> None:
+        """``tep``'s reading is Python's for good (held, failed, gone)."""
+        s = self._streams.pop(tep, None)
+        if s is None:
+            return
+        if tep.stream_lent:
+            tep.unlend_stream()
+        data = s.take()
+        if data:                         # (delivered by the transport's next pass)
+            tep.stream_spill(data, False)
+        s.out_open = False
+        s.dead = True                    # (libucp's senders ask for another)
+        self.dp.remove_stream(s)
 
     def progress_all(self) -> int:
         """:meth:`progress` with every interface polled, those that carry no
@@ -206,7 +272,8 @@ class Worker:
         dp = self.dp
         if dp is None:
             return
-        native = [i.progress for i in self.ifaces if getattr(i, "native", None) is not None]
+        native = [i.progress for i in self.ifaces if getattr(i, "native", None) is not None
+                  or (self._streams and getattr(i, "c_quiet", None) is not None and i.c_quiet())]
         dp.py_poll = sum(1 for fn in self._hot if fn not in native) + len(self._callbacks)
 
     def add_progress_callback(self, cb: Callable[[], int]) -> None:
@@ -556,6 +623,9 @@ class Worker:
             native.add_conn(tep.native_conn, ep.remote_id)
             out = ep._tep
             native.set_lane(tep.native_conn, out.native_lane if out is not None else None)
+        if self.lend_streams and getattr(tep, "lend_stream", None) is not None \
+                and tep.held is None and ep is not None and ep.failed is None:
+            self._streams.setdefault(tep, None)     # (lent at the end of a pass)
 
     @staticmethod
     def _native_forget(tep) -> None:
@@ -563,6 +633,9 @@ class Worker:
         native = tep.iface.native
         if native is not None and tep.native_conn:
             native.forget_conn(tep.native_conn)
+        owner = tep.iface.owner
+        if getattr(owner, "_streams", None) and tep in owner._streams:
+            owner._stream_drop(tep)
 
     def add_wake_source(self, source) -> None:
         """Sleep on ``source`` too (an object with ``fileno()`` and
@@ -574,6 +647,9 @@ class Worker:
     def _idle_sleep(self, seconds: float) -> None:
         t0 = time.perf_counter_ns()
         fds = [fd for i in self.ifaces for fd in i.wait_fds()]
+        if self._streams:               # (the tcp connections read in C, whose sockets
+            fds += [s.fd for s in self._streams.values()    # the interface no longer polls)
+                    if s is not None and s.lent]
         wake = self._wake_sources
         if wake:
             fds += wake

@@ -88,6 +88,16 @@ typedef struct {
 
 static PyTypeObject WorkerType;
 
+/* (the Stream type, below) */
+typedef struct {
+    PyObject_HEAD
+    ucxdp_stream_t s;
+} StreamObject;
+
+static PyTypeObject StreamType;
+
+#define STREAM_OBJECT(sp) ((StreamObject *)((char *)(sp) - offsetof(StreamObject, s)))
+
 static PyObject *worker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     if (!PyArg_ParseTuple(args, ":Worker") || (kwds != NULL && PyDict_GET_SIZE(kwds))) {
@@ -107,6 +117,11 @@ static PyObject *worker_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 
 static void worker_dealloc(WorkerObject *self)
 {
+    while (self->w->nstreams > 0) {       /* (the references its registrations kept) */
+        ucxdp_stream_t *st = self->w->streams[0];
+        ucxdp_streams_remove(self->w, st);
+        Py_DECREF(STREAM_OBJECT(st));
+    }
     ucxdp_worker_destroy(self->w);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
@@ -177,7 +192,44 @@ static PyObject *worker_rndv_fail_peer(WorkerObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* add_stream(stream) / remove_stream(stream): a tcp connection's reader a C
+ * caller's progress runs while it is lent (stream.c; kept alive while added) */
+static PyObject *worker_add_stream(WorkerObject *self, PyObject *arg)
+{
+    if (!PyObject_TypeCheck(arg, &StreamType)) {
+        PyErr_SetString(PyExc_TypeError, "add_stream(Stream)");
+        return NULL;
+    }
+    for (int i = 0; i < self->w->nstreams; i++)
+        if (self->w->streams[i] == &((StreamObject *)arg)->s)
+            Py_RETURN_NONE;
+    if (ucxdp_streams_add(self->w, &((StreamObject *)arg)->s) != UCXDP_OK)
+        return PyErr_NoMemory();
+    Py_INCREF(arg);
+    Py_RETURN_NONE;
+}
+
+static PyObject *worker_remove_stream(WorkerObject *self, PyObject *arg)
+{
+    if (!PyObject_TypeCheck(arg, &StreamType)) {
+        PyErr_SetString(PyExc_TypeError, "remove_stream(Stream)");
+        return NULL;
+    }
+    for (int i = 0; i < self->w->nstreams; i++) {
+        if (self->w->streams[i] == &((StreamObject *)arg)->s) {
+            ucxdp_streams_remove(self->w, &((StreamObject *)arg)->s);
+            Py_DECREF(arg);
+            break;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef worker_methods[] = {
+    {"add_stream", (PyCFunction)worker_add_stream, METH_O,
+     "add_stream(stream): a tcp connection's reader, run by a C caller's progress while lent"},
+    {"remove_stream", (PyCFunction)worker_remove_stream, METH_O,
+     "remove_stream(stream): forget it (a no-op when not added)"},
     {"counters", (PyCFunction)worker_counters, METH_NOARGS,
      "counters() -> dict: what this worker's data plane executed"},
     {"rndv_answered", (PyCFunction)worker_rndv_answered, METH_VARARGS,
@@ -2257,7 +2309,28 @@ static PyGetSetDef tm_getset[] = {
 };
 
 #define FASTMETH(name, fn) {name, (PyCFunction)(void (*)(void))fn, METH_FASTCALL, NULL}
+/* streams_progress(limit) -> (taken, left): the tcp streams lent to the data
+ * plane read and their eager frames matched (stream.c), as a C caller's
+ * progress does, for Python's own progress (a blocking wait of Python's
+ * while libucp lends them); Python's receives they completed delivered;
+ * `left`: a stream stopped and waits for the transport */
+static PyObject *tm_streams_progress(TagMatcherObject *self, PyObject *arg)
+{
+    long limit = PyLong_AsLong(arg);
+    long n;
+    int left;
+
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    n = ucxdp_streams_progress(self->worker->w, limit, &left);
+    if (n > 0 && tm_deliver_done(self) < 0)
+        return NULL;
+    return Py_BuildValue("(li)", n, left);
+}
+
 static PyMethodDef tm_methods[] = {
+    {"streams_progress", (PyCFunction)tm_streams_progress, METH_O,
+     "streams_progress(limit) -> (taken, left): the tcp streams lent to the data plane"},
     {"post", (PyCFunction)tm_post, METH_O, NULL},
     FASTMETH("post_new", tm_post_new),
     {"remove", (PyCFunction)tm_remove, METH_O, NULL},
@@ -2633,6 +2706,123 @@ static PyTypeObject InboxType = {
     .tp_getset = inbox_getset,
 };
 
+/* -- Stream --------------------------------------------------------------------------- */
+/* Stream(fd, source, eager am id, eager max): a tcp connection's reader in C
+ * (stream.c), which the transport lends (`lent`) while nothing of the stream
+ * is buffered in Python; `stopped` says why the data plane gave it back,
+ * take() the bytes it read and did not take (the stream's head), reclaim()
+ * takes it back; `out_open`: a frame written now is next (the transport
+ * keeps it) */
+static PyObject *stream_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    int fd;
+    long long source;
+    unsigned int am_id;
+    unsigned long long max;
+    StreamObject *self;
+
+    if (!PyArg_ParseTuple(args, "iLIK:Stream", &fd, &source, &am_id, &max))
+        return NULL;
+    if (fd < 0 || am_id > 255)
+        return PyErr_Format(PyExc_ValueError, "Stream: a socket and an active-message id");
+    self = (StreamObject *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    ucxdp_stream_init(&self->s, fd, source, am_id, max);
+    return (PyObject *)self;
+}
+
+static PyObject *stream_take(StreamObject *self, PyObject *unused)
+{
+    const uint8_t *bytes;
+    size_t n;
+
+    if (self->s.lent)
+        return PyErr_Format(PyExc_RuntimeError, "Stream.take: the stream is lent");
+    n = ucxdp_stream_take(&self->s, &bytes);
+    self->s.stopped = 0;
+    return PyBytes_FromStringAndSize((const char *)bytes, (Py_ssize_t)n);
+}
+
+static PyObject *stream_reclaim(StreamObject *self, PyObject *unused)
+{
+    ucxdp_stream_reclaim(&self->s);
+    Py_RETURN_NONE;
+}
+
+static PyObject *stream_get_u32(StreamObject *self, void *closure)
+{
+    return PyLong_FromUnsignedLong(__atomic_load_n((uint32_t *)((char *)&self->s
+                                                                 + (size_t)closure),
+                                                   __ATOMIC_ACQUIRE));
+}
+
+static int stream_set_u32(StreamObject *self, PyObject *v, void *closure)
+{
+    int on = v != NULL ? PyObject_IsTrue(v) : -1;
+
+    if (on < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "cannot be deleted");
+        return -1;
+    }
+    if ((size_t)closure == offsetof(ucxdp_stream_t, lent) && on && self->s.start != self->s.end) {
+        PyErr_SetString(PyExc_RuntimeError, "Stream.lent: take() its bytes first");
+        return -1;
+    }
+    if ((size_t)closure == offsetof(ucxdp_stream_t, lent) && on)
+        self->s.stopped = 0;
+    __atomic_store_n((uint32_t *)((char *)&self->s + (size_t)closure), (uint32_t)on,
+                     __ATOMIC_RELEASE);
+    return 0;
+}
+
+static PyObject *stream_get_fd(StreamObject *self, void *closure)
+{
+    return PyLong_FromLong(self->s.fd);
+}
+
+static PyObject *stream_get_stopped(StreamObject *self, void *closure)
+{
+    return PyLong_FromUnsignedLong(self->s.stopped);
+}
+
+static PyMethodDef stream_methods[] = {
+    {"take", (PyCFunction)stream_take, METH_NOARGS,
+     "take() -> bytes: what the data plane read and did not take (the stream's head)"},
+    {"reclaim", (PyCFunction)stream_reclaim, METH_NOARGS,
+     "reclaim(): take the reading back (then take() its bytes)"},
+    {NULL},
+};
+
+static PyGetSetDef stream_getset[] = {
+    {"lent", (getter)stream_get_u32, (setter)stream_set_u32,
+     "the data plane reads the socket (the transport lends it with nothing buffered)",
+     (void *)offsetof(ucxdp_stream_t, lent)},
+    {"out_open", (getter)stream_get_u32, (setter)stream_set_u32,
+     "a frame written now is next in the connection's order",
+     (void *)offsetof(ucxdp_stream_t, out_open)},
+    {"dead", (getter)stream_get_u32, (setter)stream_set_u32,
+     "the transport forgot it for good (its senders ask for another)",
+     (void *)offsetof(ucxdp_stream_t, dead)},
+    {"fd", (getter)stream_get_fd, NULL, "the socket", NULL},
+    {"stopped", (getter)stream_get_stopped, NULL,
+     "why the data plane gave the stream back (0: it did not)", NULL},
+    {NULL},
+};
+
+static PyTypeObject StreamType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "ucxpy._dp.Stream",
+    .tp_doc = "Stream(fd, source, eager am id, eager max): a tcp connection's reader in C "
+              "(stream.c), lent by the transport.",
+    .tp_basicsize = sizeof(StreamObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = stream_new,
+    .tp_methods = stream_methods,
+    .tp_getset = stream_getset,
+};
+
 /* -- Lane ----------------------------------------------------------------------------- */
 /* Lane(ring address, eager am id, max frame[, rts am id, ats am id[, am eager
  * id]]): a connection to a peer's inbox for the data plane's senders (lane.c,
@@ -2949,9 +3139,23 @@ static ucxdp_worker_t *api_rkey_worker(void *o)
 static long api_inbox_progress(ucxdp_worker_t *w, long limit, unsigned *flags)
 {
     ucxdp_inbox_t *in = w->inbox;
+    long n;
+    int left;
 
     *flags = 0;
-    return in != NULL ? ucxdp_inbox_progress(w, in, limit, flags) : 0;
+    n = in != NULL ? ucxdp_inbox_progress(w, in, limit, flags) : 0;
+    if (w->nstreams > 0) {                 /* (and the tcp streams lent: stream.c) */
+        n += ucxdp_streams_progress(w, limit, &left);
+        if (left)
+            *flags |= UCXDP_INBOX_LEFT;
+    }
+    return n;
+}
+
+static ucxdp_stream_t *api_stream_of(void *o)
+{
+    return o != NULL && PyObject_TypeCheck((PyObject *)o, &StreamType)
+        ? &((StreamObject *)o)->s : NULL;
 }
 
 static ucxdp_lane_t *api_lane_of(void *o)
@@ -2990,6 +3194,8 @@ static const ucxdp_api_t api = {
     .am_set_hook = ucxdp_am_set_hook,
     .am_claim = ucxdp_am_claim,
     .lane_am = ucxdp_lane_am,
+    .stream_of = api_stream_of,
+    .stream_send = ucxdp_stream_send,
 };
 
 static struct PyModuleDef module = {
@@ -3008,7 +3214,7 @@ PyMODINIT_FUNC PyInit__dp(void)
             || PyType_Ready(&SymType) < 0 || PyType_Ready(&CallType) < 0
             || PyType_Ready(&MatcherType) < 0 || PyType_Ready(&TagMatcherType) < 0
             || PyType_Ready(&InboxType) < 0 || PyType_Ready(&TagInfoType) < 0
-            || PyType_Ready(&LaneType) < 0
+            || PyType_Ready(&LaneType) < 0 || PyType_Ready(&StreamType) < 0
             || PyType_Ready(&RequestCoreType) < 0 || PyType_Ready(&RecvCoreType) < 0)
         return NULL;
 #define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL;
@@ -3031,6 +3237,7 @@ PyMODINIT_FUNC PyInit__dp(void)
             || PyModule_AddObjectRef(m, "TagMatcher", (PyObject *)&TagMatcherType) < 0
             || PyModule_AddObjectRef(m, "Inbox", (PyObject *)&InboxType) < 0
             || PyModule_AddObjectRef(m, "Lane", (PyObject *)&LaneType) < 0
+            || PyModule_AddObjectRef(m, "Stream", (PyObject *)&StreamType) < 0
             || PyModule_AddObjectRef(m, "TagInfo", (PyObject *)&TagInfoType) < 0
             || PyModule_AddObjectRef(m, "RequestCore", (PyObject *)&RequestCoreType) < 0
             || PyModule_AddObjectRef(m, "RecvCore", (PyObject *)&RecvCoreType) < 0

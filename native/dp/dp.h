@@ -126,6 +126,10 @@ typedef struct ucxdp_worker {
     uint8_t *am_claimed;
     ucxdp_am_hook_t am_hook;
     void *am_arg;
+    /* tcp connections whose reading the transport may lend (stream.c),
+     * registered by it; each kept alive by its registration */
+    struct ucxdp_stream **streams;
+    int nstreams, streams_cap;
 } ucxdp_worker_t;
 
 /* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL and wants
@@ -481,7 +485,13 @@ int ucxdp_am_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t
 void ucxdp_inbox_am(ucxdp_inbox_t *in, unsigned am_eager_id);
 
 /* -- a tcp connection's reader (stream.c) ----------------------------------------- */
-#define UCXDP_STREAM_BUF (64 * 1024 + 24)  /* a 64 KiB eager frame whole, head included */
+/* The bytes of an eager frame on a tcp stream (tcp_frames.PREFIX, then the
+ * 8-byte tag): what ucxdp_tcp_eager_send wrote of a frame the socket took
+ * in part, and the bound of what ucxdp_tcp_eager_recv gives back unread. */
+#define UCXDP_TCP_EAGER_HEAD 24
+/* what the reader buffers: at most what the transport's own reader holds
+ * (tcp_frames.RBUF_SIZE), which takes it back */
+#define UCXDP_STREAM_BUF (64 * 1024)
 
 /* why a reader stopped (ucxdp_stream_t.stopped) */
 enum {
@@ -503,6 +513,10 @@ typedef struct ucxdp_stream {
     uint64_t eager_max;                    /* the largest payload taken here */
     uint32_t lent;
     uint32_t stopped;
+    /* a frame written now is next in the connection's order (the transport
+     * keeps it: open, nothing of its own queued) */
+    uint32_t out_open;
+    uint32_t dead;                         /* the transport forgot it for good */
     uint64_t start, end;                   /* read, not taken: [start, end) of buf */
     uint8_t buf[UCXDP_STREAM_BUF];
 } ucxdp_stream_t;
@@ -520,12 +534,26 @@ long ucxdp_stream_progress(ucxdp_worker_t *w, ucxdp_stream_t *s, long limit);
 size_t ucxdp_stream_take(ucxdp_stream_t *s, const uint8_t **bytes);
 /* Take the reading back (a no-op when not lent): `stopped` RECLAIMED. */
 void ucxdp_stream_reclaim(ucxdp_stream_t *s);
+/* Register `s` with the worker (NO_MEMORY), or forget it (a no-op when not
+ * registered); under the worker's lock. */
+ucxdp_status_t ucxdp_streams_add(ucxdp_worker_t *w, ucxdp_stream_t *s);
+void ucxdp_streams_remove(ucxdp_worker_t *w, ucxdp_stream_t *s);
+/* A C caller's progress of every registered stream lent: ucxdp_stream_progress
+ * on each, up to `limit` frames in all; *left set when a stream stopped and
+ * waits for the transport (the caller runs Python's progress then). */
+long ucxdp_streams_progress(ucxdp_worker_t *w, long limit, int *left);
+/* Send an eager message on the stream when a frame written now is next
+ * (out_open) and the message fits eager_max: UCXDP_OK (written whole), or
+ * UCXDP_INPROGRESS with *rest > 0: the socket took only part, and the last
+ * *rest bytes of the frame (`head`, the frame's first UCXDP_TCP_EAGER_HEAD
+ * bytes, then the payload) are the caller's to queue before anything else
+ * (out_open is cleared); or UCXDP_ERR_NO_RESOURCE with nothing written (the
+ * caller's path sends). */
+ucxdp_status_t ucxdp_stream_send(ucxdp_worker_t *w, ucxdp_stream_t *s, uint64_t tag,
+                                 const void *buffer, uint64_t length, uint64_t *rest,
+                                 uint8_t head[UCXDP_TCP_EAGER_HEAD]);
 
 /* -- the tcp eager path (tcp.c) ------------------------------------------------- */
-/* The bytes of an eager frame on a tcp stream (tcp_frames.PREFIX, then the
- * 8-byte tag): what ucxdp_tcp_eager_send wrote of a frame the socket took
- * in part, and the bound of what ucxdp_tcp_eager_recv gives back unread. */
-#define UCXDP_TCP_EAGER_HEAD 24
 #define UCXDP_TCP_SPILL_MAX (32768 + UCXDP_TCP_EAGER_HEAD)
 
 /* Write one eager frame (`am_id`, `tag`, the payload) to the stream socket
@@ -557,7 +585,7 @@ int64_t ucxdp_tcp_eager_recv(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t
  * the data plane of the Python process they run in through this table, so
  * there is one data plane per process, whoever calls it. */
 #define UCXDP_CAPSULE "ucxpy._dp._C_API"
-#define UCXDP_API_VERSION 4
+#define UCXDP_API_VERSION 5
 
 typedef struct ucxdp_api {
     int version;
@@ -603,6 +631,11 @@ typedef struct ucxdp_api {
     ucxdp_status_t (*am_claim)(ucxdp_worker_t *, unsigned, int);
     ucxdp_status_t (*lane_am)(ucxdp_worker_t *, const ucxdp_lane_t *, unsigned, const void *,
                               uint64_t, const void *, uint64_t, int *);
+    /* tcp streams (stream.c): the C stream behind a ucxpy._dp.Stream, else
+     * NULL (no error set), and the send */
+    ucxdp_stream_t *(*stream_of)(void *py_object);
+    ucxdp_status_t (*stream_send)(ucxdp_worker_t *, ucxdp_stream_t *, uint64_t, const void *,
+                                  uint64_t, uint64_t *, uint8_t *);
 } ucxdp_api_t;
 
 #endif

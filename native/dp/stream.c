@@ -21,12 +21,15 @@
  * by whichever side, and MPI's order holds.
  *
  * A frame read in part waits in the buffer for the rest (the next progress
- * call reads on); one larger than the buffer stops the reader at once.
+ * call reads on); one larger than the buffer stops the reader at once.  The
+ * buffer is no larger than the transport's reader (64 KiB), which takes its
+ * bytes back whole.
  *
  * The caller serializes a stream's use (libucp's lock, as for the inbox):
  * the transport changes `lent` only while the data plane does not run it.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -60,6 +63,8 @@ void ucxdp_stream_init(ucxdp_stream_t *s, int fd, int64_t source, unsigned eager
                                                               : UCXDP_STREAM_BUF - PREFIX - 8;
     s->lent = 0;
     s->stopped = 0;
+    s->out_open = 0;
+    s->dead = 0;
     s->start = s->end = 0;
 }
 
@@ -158,4 +163,77 @@ void ucxdp_stream_reclaim(ucxdp_stream_t *s)
 {
     if (__atomic_load_n(&s->lent, __ATOMIC_ACQUIRE))
         stop(s, UCXDP_STREAM_RECLAIMED);
+}
+
+ucxdp_status_t ucxdp_streams_add(ucxdp_worker_t *w, ucxdp_stream_t *s)
+{
+    ucxdp_status_t st = UCXDP_OK;
+
+    pthread_mutex_lock(&w->lock);
+    for (int i = 0; i < w->nstreams; i++)
+        if (w->streams[i] == s)
+            goto out;
+    if (w->nstreams == w->streams_cap) {
+        int cap = w->streams_cap ? 2 * w->streams_cap : 8;
+        ucxdp_stream_t **a = realloc(w->streams, (size_t)cap * sizeof *a);
+        if (a == NULL) {
+            st = UCXDP_ERR_NO_MEMORY;
+            goto out;
+        }
+        w->streams = a;
+        w->streams_cap = cap;
+    }
+    w->streams[w->nstreams++] = s;
+out:
+    pthread_mutex_unlock(&w->lock);
+    return st;
+}
+
+void ucxdp_streams_remove(ucxdp_worker_t *w, ucxdp_stream_t *s)
+{
+    pthread_mutex_lock(&w->lock);
+    for (int i = 0; i < w->nstreams; i++) {
+        if (w->streams[i] == s) {
+            w->streams[i] = w->streams[--w->nstreams];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+
+long ucxdp_streams_progress(ucxdp_worker_t *w, long limit, int *left)
+{
+    long n = 0;
+
+    *left = 0;
+    /* (the list changes only in the transport's path, which the caller
+     * serializes with this one) */
+    for (int i = 0; i < w->nstreams; i++) {
+        ucxdp_stream_t *s = w->streams[i];
+        if (__atomic_load_n(&s->lent, __ATOMIC_ACQUIRE))
+            n += ucxdp_stream_progress(w, s, limit - n > 0 ? limit - n : 1);
+        if (!s->lent && s->stopped)
+            *left = 1;
+    }
+    return n;
+}
+
+ucxdp_status_t ucxdp_stream_send(ucxdp_worker_t *w, ucxdp_stream_t *s, uint64_t tag,
+                                 const void *buffer, uint64_t length, uint64_t *rest,
+                                 uint8_t head[UCXDP_TCP_EAGER_HEAD])
+{
+    int64_t r;
+
+    *rest = 0;
+    if (!s->out_open || s->dead || length > s->eager_max)
+        return UCXDP_ERR_NO_RESOURCE;
+    r = ucxdp_tcp_eager_send(w, s->fd, s->eager_am_id, tag, buffer, length);
+    if (r < 0)
+        return UCXDP_ERR_NO_RESOURCE;
+    if (r == 0)
+        return UCXDP_OK;
+    s->out_open = 0;                       /* (the rest goes first, by the transport) */
+    *rest = (uint64_t)r;
+    ucxdp_tcp_eager_head(head, s->eager_am_id, tag, length);
+    return UCXDP_INPROGRESS;
 }

@@ -43,6 +43,7 @@ void ucxdp_worker_destroy(ucxdp_worker_t *w)
     pthread_mutex_destroy(&w->lock);
     ucxdp_match_cleanup(&w->matcher);
     free(w->am_claimed);
+    free(w->streams);
     for (int c = 0; c < UCXDP_POOL_CLASSES; c++)
         while (w->npool[c] > 0)
             free(w->pool[c][--w->npool[c]]);

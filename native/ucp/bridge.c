@@ -39,7 +39,7 @@
     X(context_create) X(worker_create) X(worker_destroy) X(ep_create) X(ep_close)         \
     X(flush) X(tag_probe) X(am_handler) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)   \
     X(rkey_unpack) X(rkey_map) X(context_info) X(status_of) X(failure) X(ep_lane)         \
-    X(wake_peer)
+    X(wake_peer) X(stream_tail)
 
 #define FN_ENUM(name) FN_##name,
 #define FN_NAME(name) #name,
@@ -509,8 +509,9 @@ static ucs_status_t b_ep_close(void *worker, void *ep)
     return on_pair(FN_ep_close, worker, ep);
 }
 
-static ucs_status_t b_ep_lane(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max,
-                             uint64_t *rndv_max, int64_t *peer)
+static ucs_status_t b_ep_lane(void *ep, void **ref, ucxdp_lane_t **lane,
+                             ucxdp_stream_t **stream, uint64_t *eager_max, uint64_t *rndv_max,
+                             int64_t *peer)
 {
     ENTER_OR(UCS_ERR_UNSUPPORTED);
     ucs_status_t s = UCS_ERR_UNSUPPORTED;
@@ -524,7 +525,8 @@ static ucs_status_t b_ep_lane(void *ep, void **ref, ucxdp_lane_t **lane, uint64_
     } else if (res != Py_None && table.dp != NULL) {
         if (!PyArg_ParseTuple(res, "OKKL", &l, &max, &rmax, &peer_id)) {
             s = raised("ucp_tag_send_nbx");
-        } else if ((*lane = table.dp->lane_of(l)) != NULL) {
+        } else if ((*lane = table.dp->lane_of(l)) != NULL
+                   || (*stream = table.dp->stream_of(l)) != NULL) {
             *ref = Py_NewRef(l);
             *eager_max = max;
             *rndv_max = rmax;
@@ -542,6 +544,16 @@ static void b_wake_peer(void *ep)
     ENTER_OR();
     plain(FN_wake_peer, call(FN_wake_peer, Py_BuildValue("(O)", py(ep))));
     LEAVE;
+}
+
+static ucs_status_t b_stream_tail(void *ep, const void *bytes, size_t length)
+{
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    ucs_status_t s = plain(FN_stream_tail, call(FN_stream_tail,
+                                                Py_BuildValue("(Oy#)", py(ep), (const char *)bytes,
+                                                              (Py_ssize_t)length)));
+    LEAVE;
+    return s;
 }
 
 static ucs_status_t b_flush(void *worker, void *ep)
@@ -938,6 +950,7 @@ static ucxs_bridge_t table = {
     .ep_close = b_ep_close,
     .ep_lane = b_ep_lane,
     .wake_peer = b_wake_peer,
+    .stream_tail = b_stream_tail,
     .flush = b_flush,
     .cancel = b_cancel,
     .tag_send = b_tag_send,

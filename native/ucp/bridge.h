@@ -100,12 +100,17 @@ typedef struct ucxs_bridge {
      * a new reference keeping it, `*lane` its C lane, `*eager_max` the
      * largest message sent eagerly, `*rndv_max` the largest offered by the
      * data plane's rendezvous (0: none), `*peer` the peer's worker id;
+     * `*stream` instead of `*lane` for a tcp connection read and written in
+     * C (native/dp/stream.c);
      * UCS_ERR_UNSUPPORTED where there is none (not connected yet, another
      * transport). */
-    ucs_status_t (*ep_lane)(void *ep, void **ref, ucxdp_lane_t **lane, uint64_t *eager_max,
-                            uint64_t *rndv_max, int64_t *peer);
+    ucs_status_t (*ep_lane)(void *ep, void **ref, ucxdp_lane_t **lane, ucxdp_stream_t **stream,
+                            uint64_t *eager_max, uint64_t *rndv_max, int64_t *peer);
     /* a push into `ep`'s lane found its peer asleep: wake it */
     void (*wake_peer)(void *ep);
+    /* the rest of a frame `ep`'s tcp stream took only part of (`length`
+     * bytes): queued by the transport before anything else */
+    ucs_status_t (*stream_tail)(void *ep, const void *bytes, size_t length);
     ucs_status_t (*flush)(void *worker, void *ep_or_null);
     ucs_status_t (*cancel)(void *worker, void *req);
     ucs_status_t (*tag_send)(void *worker, void *ep, const void *buf, size_t length,

@@ -114,6 +114,7 @@ struct ucp_ep {
     int loopback;                          /* to its own worker (tag.c: as UCX's self) */
     /* the data plane's view of the connection it sends on (tag.c), or NULL */
     ucxdp_lane_t *lane;
+    ucxdp_stream_t *stream;                /* or a tcp connection's, written in C (tag.c) */
     void *lane_ref;                        /* the bridge's reference keeping it */
     uint64_t eager_max;                    /* the largest eager message */
     uint64_t rndv_max;                     /* the largest offered in C (0: none; tag.c) */

@@ -38,7 +38,38 @@
 
 /* Times the bridge may find no lane for an endpoint before libucp stops
  * asking (another transport's endpoint never has one). */
-#define LANE_ASKS 8
+#define LANE_ASKS 64
+
+/* A tcp connection's eager send in C (native/dp/stream.c): 1 sent, 0 not.
+ * What the socket did not take is queued by the transport before anything
+ * else (one bridge call, when the socket's buffer is full). */
+static int dp_stream_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
+{
+    uint8_t head[UCXDP_TCP_EAGER_HEAD];
+    uint64_t rest;
+    ucxdp_status_t st;
+
+    st = ucxs_py->dp->stream_send(ep->worker->dp, ep->stream, tag, data, length, &rest, head);
+    if (st == UCXDP_INPROGRESS) {
+        uint64_t sent = UCXDP_TCP_EAGER_HEAD + length - rest;
+        uint8_t *tail = malloc(rest);
+        if (tail == NULL)
+            ucxs_fatal("ucp_tag_send_nbx", "out of memory for %llu bytes of a tcp frame",
+                       (unsigned long long)rest);
+        if (sent < UCXDP_TCP_EAGER_HEAD) {         /* (the head, then the payload) */
+            memcpy(tail, head + sent, UCXDP_TCP_EAGER_HEAD - sent);
+            memcpy(tail + UCXDP_TCP_EAGER_HEAD - sent, data, length);
+        } else {
+            memcpy(tail, (const uint8_t *)data + (sent - UCXDP_TCP_EAGER_HEAD), rest);
+        }
+        ucxs_py->unlock();
+        ucxs_py->stream_tail(ep->py, tail, rest);
+        free(tail);
+        return 1;
+    }
+    ucxs_py->unlock();
+    return st == UCXDP_OK;
+}
 
 /* Send in the data plane: 1 sent, 0 not (the core's way). */
 static int dp_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
@@ -48,6 +79,8 @@ static int dp_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
 
     if (length > ep->eager_max || !ucxs_py->try_lock())
         return 0;
+    if (ep->stream != NULL)
+        return dp_stream_send(ep, data, length, tag);
     st = ucxs_py->dp->lane_eager(ep->worker->dp, ep->lane, tag, data, length, &wake);
     ucxs_py->unlock();
     if (st != UCXDP_OK)
@@ -86,15 +119,16 @@ static int dp_rndv(ucp_ep_h ep, ucxs_req_t *req, const void *data, size_t length
 void ucxs_find_lane(ucp_ep_h ep)
 {
     void *ref;
-    ucxdp_lane_t *lane;
+    ucxdp_lane_t *lane = NULL;
+    ucxdp_stream_t *stream = NULL;
     uint64_t max, rndv_max;
     int64_t peer;
 
-    if (ep->lane != NULL && !ep->lane->dead)
+    if ((ep->lane != NULL && !ep->lane->dead) || (ep->stream != NULL && !ep->stream->dead))
         return;
     if (ep->lane_asks >= LANE_ASKS)
         return;
-    if (ucxs_py->ep_lane(ep->py, &ref, &lane, &max, &rndv_max, &peer) != UCS_OK) {
+    if (ucxs_py->ep_lane(ep->py, &ref, &lane, &stream, &max, &rndv_max, &peer) != UCS_OK) {
         ep->lane_asks++;
         return;
     }
@@ -102,6 +136,7 @@ void ucxs_find_lane(ucp_ep_h ep)
         ucxs_py->release(ep->lane_ref);
     ep->lane_ref = ref;
     ep->lane = lane;
+    ep->stream = stream;
     ep->eager_max = max;
     ep->rndv_max = rndv_max;
     ep->peer = peer;
@@ -121,7 +156,8 @@ static ucs_status_ptr_t tag_send(const char *entry, ucp_ep_h ep, const void *buf
     status = ucxs_dt_send(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
     if (status != UCS_OK) {
         ucxs_error(entry, "cannot take the send buffer's datatype");
-    } else if (!sync && ep->lane != NULL && dp_send(ep, data, req->dt.length, tag)) {
+    } else if (!sync && (ep->lane != NULL || ep->stream != NULL)
+               && dp_send(ep, data, req->dt.length, tag)) {
         status = UCS_OK;                   /* (in the peer's inbox: done) */
     } else if (ep->lane != NULL && (sync || req->dt.length > ep->eager_max)
                && dp_rndv(ep, req, data, req->dt.length, tag)) {

@@ -209,6 +209,7 @@ class TcpEndpoint(TransportEndpoint):
         self._qframes = 0
         # receive side: frames are cut by the reader; the handshake reads from its ring
         self._reader = FrameReader(iface.owner, self, iface.attrs.max_frame, iface.max_buffered)
+        self._lent = None              # the core's C reader of this socket (lend_stream)
         self._verified = False         # the peer's proof checked out
         self._hs_step = 0              # 0: expecting the peer's hello, 1: its proof
         self._challenge = self._peer_challenge = self._binding = b""
@@ -318,9 +319,17 @@ class TcpEndpoint(TransportEndpoint):
         self._set_out(True)
 
     def _set_out(self, want: bool) -> None:
+        lent = self._lent
+        if lent is not None:           # (frames of ours queued: the C writer waits)
+            lent.out_open = not want and self._open
         if want != self._want_out and self._state == ESTABLISHED:
             self._want_out = want
-            self.iface._poller.modify(self.fd, _IN | _OUT if want else _IN)
+            self.iface._poller.modify(self.fd, self._interest())
+
+    def _interest(self) -> int:
+        """The poller's events for our socket: in (unless lent), out while
+        frames are queued."""
+        return (0 if self._lent is not None else _IN) | (_OUT if self._want_out else 0)
 
     def _flush(self) -> int:
         """Write as much of the queue as the socket takes; return frames completed."""
@@ -390,7 +399,7 @@ class TcpEndpoint(TransportEndpoint):
         else -1."""
         reader = self._reader
         if not self._open or reader.start != reader.end or reader.pending is not None \
-                or self.iface._in_progress:
+                or self.iface._in_progress or self._lent is not None:
             return -1
         return self.fd
 
@@ -402,6 +411,31 @@ class TcpEndpoint(TransportEndpoint):
         """Bytes the data plane read from the socket and did not take: the
         head of the stream (:meth:`_spill`)."""
         self._spill(data, parse)
+
+    def lend_stream(self, stream) -> None:
+        """The core's C reader (a ``ucxpy._dp.Stream`` on :meth:`stream_in`'s
+        socket) reads the socket from now on: we read it no more (the poller
+        stops asking for it) and keep ``stream.out_open`` (a frame written now
+        is next: open, nothing of ours queued) until :meth:`unlend_stream`."""
+        self._lent = stream
+        stream.out_open = self._open and not self._sendq
+        stream.lent = True
+        self.iface._poller.modify(self.fd, self._interest())
+
+    def unlend_stream(self) -> None:
+        """Read the socket again (the core takes back what its reader read,
+        and gives it to :meth:`stream_spill`)."""
+        stream, self._lent = self._lent, None
+        if stream is None:
+            return
+        stream.reclaim()
+        stream.out_open = False
+        if self._state in _READING and self.fd >= 0:
+            self.iface._poller.modify(self.fd, self._interest())
+
+    @property
+    def stream_lent(self) -> bool:
+        return self._lent is not None
 
     def _spill(self, data: bytes, parse: bool) -> None:
         """Put ``data``, read from the socket by the fast path but not taken
@@ -449,6 +483,8 @@ class TcpEndpoint(TransportEndpoint):
             return
         self._closing = True
         self._open = False
+        if self._lent is not None:
+            self._lent.out_open = False
         if self._state == ESTABLISHED:
             self._flush()
 
@@ -460,8 +496,9 @@ class TcpEndpoint(TransportEndpoint):
             return
         self._want_out = False
         # our direction is done; the peer's frames (duplex) are delivered
-        # until its end of stream, which it sends once it sees ours
-        self.iface._poller.modify(self.fd, _IN)
+        # until its end of stream, which it sends once it sees ours (by the
+        # core's C reader while it reads the socket)
+        self.iface._poller.modify(self.fd, self._interest())
         self._state = DRAINING
         self._deadline = time.monotonic() + self.iface.peer_timeout
         self.iface._timed.add(self)
@@ -482,6 +519,10 @@ class TcpEndpoint(TransportEndpoint):
         cbs = [e[1] for e in self._sendq if e[1] is not None]
         self._sendq.clear()
         self._qframes = 0
+        if self._lent is not None:     # (before the socket goes)
+            self._lent.reclaim()
+            self._lent.out_open = False
+            self._lent = None
         self._reader.reset()
         self._reader.live = False
         self._state = CLOSED
@@ -914,8 +955,8 @@ class TcpInterface(Interface):
                     # TLS may hold the peer's hello already: epoll will not say so
                     events += ep._on_readable()
                     continue
-                if ev & (_IN | select.POLLERR | select.POLLHUP):
-                    events += ep._on_readable()
+                if ev & (_IN | select.POLLERR | select.POLLHUP) and ep._lent is None:
+                    events += ep._on_readable()     # (a lent socket is the core's to read)
                 if ev & _OUT and ep._state == ESTABLISHED:
                     events += ep._flush()
             if self._timed:
@@ -946,6 +987,15 @@ class TcpInterface(Interface):
                 ep._bad_hello("no handshake within peer_timeout")
             else:
                 self._timed.discard(ep)
+
+    def c_quiet(self) -> bool:
+        """Nothing for our progress but what the core's C readers do: every
+        connection's reading lent, nothing queued, no handshake, deadline,
+        notice or spilled bytes (a C caller's progress then leaves us to the
+        control descriptors: :meth:`control_fds`)."""
+        if self._timed or self._notify or self._spilled or self._closed:
+            return False
+        return all(ep._lent is not None and not ep._sendq for ep in self._by_fd.values())
 
     def control_fds(self) -> list:
         """The contract's: the epoll descriptor (a connection request, data,
