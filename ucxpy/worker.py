@@ -153,6 +153,7 @@ class Worker:
         # until first lent; lend_streams: set by ucxpy.capi for its workers)
         self.lend_streams = False
         self._streams = {}
+        self._streams_scan = -1              # endpoints counted at the last look for new ones
         self._wake_sources = []              # add_wake_source: slept on beside the transports
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
                                      tuple((i.name, i.address()) for i in self.ifaces))
@@ -219,12 +220,16 @@ class Worker:
         tell the data plane how much of our progress is left (our own
         connections carry the peer's frames too: duplex)."""
         streams = self._streams
-        for ep in self.endpoints.values():
-            tep = ep._tep
-            if tep is not None and tep not in streams and tep.duplex and tep.held is None \
-                    and ep.failed is None and getattr(tep, "lend_stream", None) is not None \
-                    and tep.owner_ep is ep:
-                streams[tep] = None
+        if self._streams_scan != len(self.endpoints) or not self._tick & 63:
+            self._streams_scan = len(self.endpoints)    # (new endpoints, and now and then)
+            for ep in self.endpoints.values():
+                tep = ep._tep
+                if tep is not None and tep not in streams and tep.duplex and tep.held is None \
+                        and ep.failed is None and getattr(tep, "lend_stream", None) is not None \
+                        and tep.owner_ep is ep:
+                    streams[tep] = None
+        if not streams:
+            return
         for tep, s in list(streams.items()):
             if tep.stream_lent:
                 continue
@@ -254,6 +259,7 @@ class Worker:
         s.out_open = False
         s.dead = True                    # (libucp's senders ask for another)
         self.dp.remove_stream(s)
+        self._sync_py_poll()
 
     def progress_all(self) -> int:
         """:meth:`progress` with every interface polled, those that carry no

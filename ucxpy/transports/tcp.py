@@ -409,8 +409,9 @@ class TcpEndpoint(TransportEndpoint):
 
     def stream_spill(self, data: bytes, parse: bool) -> None:
         """Bytes the data plane read from the socket and did not take: the
-        head of the stream (:meth:`_spill`)."""
-        self._spill(data, parse)
+        head of the stream (:meth:`_spill`; delivered by our next pass when
+        this one is running now)."""
+        self._spill(data, parse and not self.iface._in_progress)
 
     def lend_stream(self, stream) -> None:
         """The core's C reader (a ``ucxpy._dp.Stream`` on :meth:`stream_in`'s
