@@ -489,6 +489,21 @@ void ucxdp_inbox_am(ucxdp_inbox_t *in, unsigned am_eager_id);
  * 8-byte tag): what ucxdp_tcp_eager_send wrote of a frame the socket took
  * in part, and the bound of what ucxdp_tcp_eager_recv gives back unread. */
 #define UCXDP_TCP_EAGER_HEAD 24
+#define UCXDP_TCP_PREFIX 16                /* tcp_frames.PREFIX alone */
+#define UCXDP_TCP_FRAME_MAGIC 0xC5A7
+
+/* An eager frame's head as it is on the wire (little-endian): the prefix
+ * (magic, am id, flags, header length, padding, payload length), then the
+ * 8-byte tag (tcp.c writes it, tcp.c and stream.c read it) */
+typedef struct {
+    uint16_t magic;
+    uint8_t am_id;
+    uint8_t flags;
+    uint16_t hlen;
+    uint16_t pad;
+    uint64_t plen;
+    uint64_t tag;
+} ucxdp_tcp_head_t;
 /* what the reader buffers: at most what the transport's own reader holds
  * (tcp_frames.RBUF_SIZE), which takes it back */
 #define UCXDP_STREAM_BUF (64 * 1024)

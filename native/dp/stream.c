@@ -39,19 +39,7 @@
 #error "tcp_frames.PREFIX and wire.EAGER are little-endian: they are read as is"
 #endif
 
-#define FRAME_MAGIC 0xC5A7
-#define PREFIX 16                          /* tcp_frames.PREFIX: magic, am id, flags, hlen, plen */
-
-typedef struct {
-    uint16_t magic;
-    uint8_t am_id;
-    uint8_t flags;
-    uint16_t hlen;
-    uint16_t pad;
-    uint64_t plen;
-} prefix_t;
-
-_Static_assert(sizeof(prefix_t) == PREFIX, "tcp_frames.PREFIX");
+#define PREFIX UCXDP_TCP_PREFIX           /* tcp_frames.PREFIX: magic, am id, flags, hlen, plen */
 
 void ucxdp_stream_init(ucxdp_stream_t *s, int fd, int64_t source, unsigned eager_am_id,
                        uint64_t eager_max)
@@ -78,7 +66,7 @@ static void stop(ucxdp_stream_t *s, uint32_t why)
  * held), up to `*budget`; 0 to go on reading, 1 when the reader stopped. */
 static int take_frames(ucxdp_worker_t *w, ucxdp_stream_t *s, long *taken, long limit)
 {
-    prefix_t p;
+    ucxdp_tcp_head_t p;
     uint64_t tag, have, whole;
 
     while (*taken < limit) {
@@ -86,7 +74,7 @@ static int take_frames(ucxdp_worker_t *w, ucxdp_stream_t *s, long *taken, long l
         if (have < PREFIX)
             return 0;
         memcpy(&p, s->buf + s->start, PREFIX);
-        if (p.magic != FRAME_MAGIC) {
+        if (p.magic != UCXDP_TCP_FRAME_MAGIC) {
             stop(s, UCXDP_STREAM_CORRUPT);
             return 1;
         }

@@ -52,22 +52,14 @@
 #error "tcp_frames.PREFIX and wire.EAGER are little-endian: they are read and written as is"
 #endif
 
-#define FRAME_MAGIC 0xC5A7
+#define FRAME_MAGIC UCXDP_TCP_FRAME_MAGIC
 #define HEAD UCXDP_TCP_EAGER_HEAD
 #define PEEK 1056                          /* bytes a poll peeks at: 1 KiB and its head */
 #define READ_MAX UCXDP_TCP_SPILL_MAX       /* a frame read before it is whole: its spill
                                               fits the caller's reader (64 KiB) */
 #define REST_SPINS 256                     /* polls for the rest of a frame read in part */
 
-typedef struct {
-    uint16_t magic;
-    uint8_t am_id;
-    uint8_t flags;
-    uint16_t hlen;
-    uint16_t pad;
-    uint64_t plen;
-    uint64_t tag;
-} eager_head_t;
+typedef ucxdp_tcp_head_t eager_head_t;
 
 _Static_assert(sizeof(eager_head_t) == HEAD, "tcp eager frame head");
 

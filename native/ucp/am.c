@@ -225,12 +225,7 @@ static int dp_am_send(ucp_ep_h ep, unsigned id, const void *header, size_t heade
         return 0;
     st = ucxs_py->dp->lane_am(ep->worker->dp, ep->lane, id, header, header_length, data, length,
                               &wake);
-    ucxs_py->unlock();
-    if (st != UCXDP_OK)
-        return 0;
-    if (wake)
-        ucxs_py->wake_peer(ep->py);
-    return 1;
+    return ucxs_dp_pushed(ep, st, wake);
 }
 
 static ucs_status_ptr_t am_send(const char *entry, ucp_ep_h ep, unsigned id, const void *header,

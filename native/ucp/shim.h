@@ -296,5 +296,9 @@ void ucxs_dp_am_arrived(void *arg, int64_t source, unsigned id, const void *head
 /* After a send the core made: the data plane's lane to send by from now on,
  * if there is one (tag.c). */
 void ucxs_find_lane(ucp_ep_h ep);
+/* After a push into `ep`'s lane under the bridge's lock (held): let it go;
+ * 1 when the push took (status `st`), its peer woken if it sleeps (`wake`),
+ * else 0 (the core's way) (tag.c). */
+int ucxs_dp_pushed(ucp_ep_h ep, ucxdp_status_t st, int wake);
 
 #endif

@@ -82,6 +82,11 @@ static int dp_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
     if (ep->stream != NULL)
         return dp_stream_send(ep, data, length, tag);
     st = ucxs_py->dp->lane_eager(ep->worker->dp, ep->lane, tag, data, length, &wake);
+    return ucxs_dp_pushed(ep, st, wake);
+}
+
+int ucxs_dp_pushed(ucp_ep_h ep, ucxdp_status_t st, int wake)
+{
     ucxs_py->unlock();
     if (st != UCXDP_OK)
         return 0;
