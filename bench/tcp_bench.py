@@ -20,7 +20,8 @@ results go to bench/results/tcp.json.
 Across hosts, where network namespaces can be made (root, ``ip``:
 tests/hosts/netns.py), the same latency between two namespace hosts joined
 by veth links and a bridge: ucxpy's tcp (Python API, for information), and
-the C ping-pong on MPICH over ucxpy's libucp (``mpich+ucxpy-tcp``) against
+the C ping-pong on MPICH over ucxpy's libucp (``mpich+ucxpy-tcp``, with
+``UCXPY_TCP_NATIVE=y``) against
 the same on MPICH over UCX's tcp, alternating, ``--hosts-repeat`` times,
 medians: issue 43's target, 8 B latency <= 1.0x (``--no-hosts`` skips it).
 
@@ -117,7 +118,7 @@ def across_hosts(exe: str, max_time: float, repeat: int = 3) -> dict:
                 "mpich+ucx-tcp": dict(ucx.environment(
                     reference=True, base=c.env({"UCXPY_NETNS_PREFIX": c.prefix})), **UCX_TCP),
                 "mpich+ucxpy-tcp": ucx.environment(base=c.env({
-                    "UCXPY_NETNS_PREFIX": c.prefix, "UCXPY_TLS": "tcp"})),
+                    "UCXPY_NETNS_PREFIX": c.prefix, "UCXPY_TLS": "tcp", "UCXPY_TCP_NATIVE": "y"})),
             }
             runs = res["runs"] = {k: [] for k in envs}
             for rep in range(repeat):

@@ -69,7 +69,7 @@ def _dataplane(tmp_path, *args, tls="shm"):
                  ["-L" + lib, "-lucp", "-lucs", "-Wl,-rpath," + lib])
     reports = tmp_path / ("reports" + "-".join(args) + tls)
     reports.mkdir()
-    env = dict(os.environ, UCXPY_TLS=tls, UCXPY_UCP_REPORT=str(reports))
+    env = dict(os.environ, UCXPY_TLS=tls, UCXPY_UCP_REPORT=str(reports), UCXPY_TCP_NATIVE="y")
     if tls != "shm":                  # (two plain C processes: a job key for the network)
         import secrets
         env["UCXPY_AUTH_KEY"] = secrets.token_hex(32)
@@ -201,7 +201,7 @@ def test_mpich_c_program_tcp_only(basics):
     Python's path on the same connections, in order (the program checks
     every datum, RMA included)."""
     import re
-    env = dict(os.environ, UCXPY_TLS="tcp")
+    env = dict(os.environ, UCXPY_TLS="tcp", UCXPY_TCP_NATIVE="y")
     rc, out, err = _run([UCXPY_UCX, "--check", "--report", MPIEXEC, "-n", "2", basics], env=env)
     assert rc == 0, out + err
     assert out.count(": OK") == 2
@@ -324,7 +324,7 @@ def test_killed_rank_ends_the_job(tmp_path, tls):
         c.recv(source=1)
     """))
     rc, out, err = _run([UCXPY_UCX, MPIEXEC, "-n", "3", sys.executable, str(prog)], timeout=90,
-                        env=dict(os.environ, UCXPY_TLS=tls))
+                        env=dict(os.environ, UCXPY_TLS=tls, UCXPY_TCP_NATIVE="y"))
     assert rc != 0
 
 

@@ -147,12 +147,12 @@ class CWorker:
         self.cworker = cworker
         self.worker = ctx.context.create_worker()
         w = self.worker
-        # libucp's progress reads tcp connections in C (native/dp/stream.c),
-        # where it runs the data plane at all (no tracing, no progress thread)
-        # and the stock protocols run every size (UCXPY_PROTO_PYTHON and a
-        # plug-in take theirs through Python)
-        w.lend_streams = w.dp is not None and w.tr is None and w.lock is None \
-            and w.protocol is None and not w.config.proto_python
+        # libucp's progress reads tcp connections in C (native/dp/stream.c;
+        # UCXPY_TCP_NATIVE), where it runs the data plane at all (no tracing,
+        # no progress thread) and the stock protocols run every size
+        # (UCXPY_PROTO_PYTHON and a plug-in take theirs through Python)
+        w.lend_streams = w.config.tcp_native and w.dp is not None and w.tr is None \
+            and w.lock is None and w.protocol is None and not w.config.proto_python
         self.pending = {}
         self.lanes = {}                  # transport name -> endpoints it carried
         self.counted = set()

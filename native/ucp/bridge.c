@@ -443,10 +443,16 @@ static uint64_t clock_ns(void)
 
 static unsigned b_progress(void *worker, int full, uint64_t *wait_ns)
 {
-    uint64_t start = clock_ns();
+    uint64_t start;
+
     *wait_ns = 0;
-    ENTER_OR(0);
-    *wait_ns = clock_ns() - start;
+    if (!Py_IsInitialized())
+        return 0;
+    __atomic_fetch_add(&py_entries, 1, __ATOMIC_RELAXED);
+    start = clock_ns();
+    PyGILState_STATE gil_ = PyGILState_Ensure();
+    *wait_ns = clock_ns() - start;          /* (the GIL's wait alone, not the lock's) */
+    b_lock();
     unsigned n = 0;
     PyObject *w = core_worker(worker);
     PyObject *res = w != NULL ? PyObject_CallMethodNoArgs(w, full ? s_progress_all : s_progress)
@@ -477,6 +483,11 @@ static void b_unblocked(void (*fn)(void *), void *arg)
 static int b_alive(void)
 {
     return Py_IsInitialized();
+}
+
+static int b_holds_gil(void)
+{
+    return Py_IsInitialized() && PyGILState_Check();
 }
 
 /* Adapter function `fn` of a handle and bytes, giving a new handle. */
@@ -946,6 +957,7 @@ static ucxs_bridge_t table = {
     .progress = b_progress,
     .unblocked = b_unblocked,
     .alive = b_alive,
+    .holds_gil = b_holds_gil,
     .ep_create = b_ep_create,
     .ep_close = b_ep_close,
     .ep_lane = b_ep_lane,

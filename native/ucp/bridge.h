@@ -94,6 +94,9 @@ typedef struct ucxs_bridge {
     void (*unblocked)(void (*fn)(void *), void *arg);
     /* whether the interpreter still runs (not yet finalized) */
     int (*alive)(void);
+    /* whether the calling thread holds the GIL (a pass of its own waits for
+     * nobody then) */
+    int (*holds_gil)(void);
     ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);
     ucs_status_t (*ep_close)(void *worker, void *ep);
     /* The data plane's view of the connection Endpoint `ep` sends on: `*ref`

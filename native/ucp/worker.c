@@ -317,7 +317,9 @@ static void pace(ucp_worker_h w, uint64_t wait, uint64_t end)
  * caller as any other: the event queue, and the data plane's done list,
  * which the next progress call looks at when the thread's count of passes
  * moved (timer_seen).  Passes that Python has work for (a frame, a request
- * running in Python) stay on the caller's thread. */
+ * running in Python) stay on the caller's thread, and so do all of them when
+ * the caller holds the GIL itself (a binding that calls the library without
+ * giving it up): it waits for nobody, and a thread would wait for it. */
 struct ucxs_timer {
     pthread_t thread;
     pthread_mutex_t mu;
@@ -467,7 +469,8 @@ unsigned ucp_worker_progress(ucp_worker_h w)
                     why = PY_FDS;
             }
         }
-        if (timer != NULL && (why == PY_TIMER || why == PY_FDS) && timer_of(w) != NULL) {
+        if (timer != NULL && (why == PY_TIMER || why == PY_FDS) && timer_of(w) != NULL
+                && !ucxs_py->holds_gil()) {         /* (a caller holding it passes itself) */
             if (timer_ask(timer))
                 count_why(w, why);
             why = PY_NO;
