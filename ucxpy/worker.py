@@ -233,11 +233,10 @@ class Worker:
         for tep, s in list(streams.items()):
             if tep.stream_lent:
                 continue
-            if not tep.can_send() and tep.stream_in() < 0:
-                self._stream_drop(tep)          # (gone: closed or failed)
-                continue
             fd = tep.stream_in()
             if fd < 0:
+                if not tep.can_send():
+                    self._stream_drop(tep)      # (gone: closed or failed)
                 continue
             if s is None:
                 s = _dp.Stream(fd, tep.owner_ep.remote_id, TAG_EAGER, tep.native_max_frame)

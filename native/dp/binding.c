@@ -200,12 +200,15 @@ static PyObject *worker_add_stream(WorkerObject *self, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "add_stream(Stream)");
         return NULL;
     }
-    for (int i = 0; i < self->w->nstreams; i++)
-        if (self->w->streams[i] == &((StreamObject *)arg)->s)
-            Py_RETURN_NONE;
-    if (ucxdp_streams_add(self->w, &((StreamObject *)arg)->s) != UCXDP_OK)
+    switch (ucxdp_streams_add(self->w, &((StreamObject *)arg)->s)) {
+    case -1:
         return PyErr_NoMemory();
-    Py_INCREF(arg);
+    case 1:
+        Py_INCREF(arg);                    /* (the registration's reference) */
+        break;
+    default:
+        break;
+    }
     Py_RETURN_NONE;
 }
 
@@ -215,13 +218,8 @@ static PyObject *worker_remove_stream(WorkerObject *self, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "remove_stream(Stream)");
         return NULL;
     }
-    for (int i = 0; i < self->w->nstreams; i++) {
-        if (self->w->streams[i] == &((StreamObject *)arg)->s) {
-            ucxdp_streams_remove(self->w, &((StreamObject *)arg)->s);
-            Py_DECREF(arg);
-            break;
-        }
-    }
+    if (ucxdp_streams_remove(self->w, &((StreamObject *)arg)->s))
+        Py_DECREF(arg);
     Py_RETURN_NONE;
 }
 

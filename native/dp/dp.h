@@ -549,10 +549,10 @@ long ucxdp_stream_progress(ucxdp_worker_t *w, ucxdp_stream_t *s, long limit);
 size_t ucxdp_stream_take(ucxdp_stream_t *s, const uint8_t **bytes);
 /* Take the reading back (a no-op when not lent): `stopped` RECLAIMED. */
 void ucxdp_stream_reclaim(ucxdp_stream_t *s);
-/* Register `s` with the worker (NO_MEMORY), or forget it (a no-op when not
- * registered); under the worker's lock. */
-ucxdp_status_t ucxdp_streams_add(ucxdp_worker_t *w, ucxdp_stream_t *s);
-void ucxdp_streams_remove(ucxdp_worker_t *w, ucxdp_stream_t *s);
+/* Register `s` with the worker: 1 added, 0 already there, -1 no memory; or
+ * forget it: 1 removed, 0 not registered.  Under the worker's lock. */
+int ucxdp_streams_add(ucxdp_worker_t *w, ucxdp_stream_t *s);
+int ucxdp_streams_remove(ucxdp_worker_t *w, ucxdp_stream_t *s);
 /* A C caller's progress of every registered stream lent: ucxdp_stream_progress
  * on each, up to `limit` frames in all; *left set when a stream stopped and
  * waits for the transport (the caller runs Python's progress then). */

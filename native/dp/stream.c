@@ -63,7 +63,8 @@ static void stop(ucxdp_stream_t *s, uint32_t why)
 }
 
 /* Take the whole eager frames at the head of the buffer (the worker's lock
- * held), up to `*budget`; 0 to go on reading, 1 when the reader stopped. */
+ * held) until `*taken` reaches `limit`; 0 to go on reading, 1 when the
+ * reader stopped or the limit is reached. */
 static int take_frames(ucxdp_worker_t *w, ucxdp_stream_t *s, long *taken, long limit)
 {
     ucxdp_tcp_head_t p;
@@ -153,19 +154,21 @@ void ucxdp_stream_reclaim(ucxdp_stream_t *s)
         stop(s, UCXDP_STREAM_RECLAIMED);
 }
 
-ucxdp_status_t ucxdp_streams_add(ucxdp_worker_t *w, ucxdp_stream_t *s)
+int ucxdp_streams_add(ucxdp_worker_t *w, ucxdp_stream_t *s)
 {
-    ucxdp_status_t st = UCXDP_OK;
+    int rc = 1;
 
     pthread_mutex_lock(&w->lock);
     for (int i = 0; i < w->nstreams; i++)
-        if (w->streams[i] == s)
+        if (w->streams[i] == s) {
+            rc = 0;
             goto out;
+        }
     if (w->nstreams == w->streams_cap) {
         int cap = w->streams_cap ? 2 * w->streams_cap : 8;
         ucxdp_stream_t **a = realloc(w->streams, (size_t)cap * sizeof *a);
         if (a == NULL) {
-            st = UCXDP_ERR_NO_MEMORY;
+            rc = -1;
             goto out;
         }
         w->streams = a;
@@ -174,19 +177,23 @@ ucxdp_status_t ucxdp_streams_add(ucxdp_worker_t *w, ucxdp_stream_t *s)
     w->streams[w->nstreams++] = s;
 out:
     pthread_mutex_unlock(&w->lock);
-    return st;
+    return rc;
 }
 
-void ucxdp_streams_remove(ucxdp_worker_t *w, ucxdp_stream_t *s)
+int ucxdp_streams_remove(ucxdp_worker_t *w, ucxdp_stream_t *s)
 {
+    int removed = 0;
+
     pthread_mutex_lock(&w->lock);
     for (int i = 0; i < w->nstreams; i++) {
         if (w->streams[i] == s) {
             w->streams[i] = w->streams[--w->nstreams];
+            removed = 1;
             break;
         }
     }
     pthread_mutex_unlock(&w->lock);
+    return removed;
 }
 
 long ucxdp_streams_progress(ucxdp_worker_t *w, long limit, int *left)
