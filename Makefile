@@ -27,7 +27,7 @@ deps:
 	    || echo "warning: apt-get failed; ofi/verbs transports will be unavailable"; \
 	else echo "note: missing Debian packages:$$missing (ofi/verbs transports will be unavailable)"; fi
 
-$(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c native/*.h native/*.py native/ucp/* native/dp/*)
+$(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c native/*.h native/*.py native/ucp/* native/dp/* native/proto/*)
 	$(MAKE) --no-print-directory deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

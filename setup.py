@@ -1,6 +1,8 @@
 """Build shim: compiles the cffi modules; metadata lives in setup.cfg.
 
 ``ucxpy._native`` (shm rings, atomics, CMA) is always built, and so are
+``ucxpy._proto_pipelined`` (the C half of the shipped protocol plug-in,
+native/build_proto.py),
 ``ucxpy._pybuffer`` (a base class that lets Python handle objects export the
 buffer protocol, native/pybuffer.c), ``ucxpy._apilock`` (the API lock,
 native/apilock.c), ``ucxpy._dp`` (the native data plane, native/dp/) and
@@ -16,7 +18,7 @@ import sys
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-CFFI_MODULES = ["native/build_native.py:ffibuilder"]
+CFFI_MODULES = ["native/build_native.py:ffibuilder", "native/build_proto.py:ffibuilder"]
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "native"))
 try:
@@ -38,8 +40,9 @@ APILOCK = Extension("ucxpy._apilock", ["native/apilock.c"], extra_compile_args=S
 # The native data plane (native/dp/): its C files and the one Python binding.
 DP_SOURCES = ["native/dp/worker.c", "native/dp/rma.c", "native/dp/match.c", "native/dp/tag.c",
               "native/dp/inbox.c", "native/dp/lane.c", "native/dp/rndv.c", "native/dp/tcp.c",
-              "native/dp/am.c", "native/dp/stream.c", "native/ring.c", "native/cma.c"]
-DP_HEADERS = ["native/dp/dp.h", "native/dp/match.h", "native/ucxpy_native.h"]
+              "native/dp/am.c", "native/dp/stream.c", "native/dp/proto.c", "native/ring.c",
+              "native/cma.c"]
+DP_HEADERS = ["native/dp/dp.h", "native/dp/match.h", "native/dp/proto.h", "native/ucxpy_native.h"]
 DP = Extension("ucxpy._dp", ["native/dp/binding.c"] + DP_SOURCES,
                include_dirs=["native/dp", "native"], depends=DP_HEADERS,
                extra_compile_args=STRICT)

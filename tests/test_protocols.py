@@ -198,4 +198,14 @@ def test_ucxpy_info_prints_who_runs_the_plug_ins_sizes():
     out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ucxpy-info"), "-e"],
                          env=env, capture_output=True, text=True, timeout=60).stdout
     rows = [line for line in out.splitlines() if "plug-in pipelined-copy" in line]
-    assert rows and all("64K .. 1M" in r and r.rstrip().endswith("Python") for r in rows), out
+    assert rows and all("64K .. 1M" in r for r in rows), out
+    # its Python half everywhere; its C half too where the data plane reads
+    # the inbox (shm), for libucp's messages
+    assert all(r.rstrip().endswith("Python") for r in rows if " shm " not in r), out
+    shm = [r for r in rows if " shm " in r]
+    assert shm and all(r.rstrip().endswith("C half for libucp's") for r in shm), out
+    env["UCXPY_PROTO_NATIVE"] = "n"
+    out = subprocess.run([os.path.join(os.path.dirname(sys.executable), "ucxpy-info"), "-e"],
+                         env=env, capture_output=True, text=True, timeout=60).stdout
+    rows = [line for line in out.splitlines() if "plug-in pipelined-copy" in line]
+    assert rows and all(r.rstrip().endswith("Python") for r in rows), out

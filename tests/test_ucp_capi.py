@@ -8,6 +8,7 @@
 * a rank killed mid-job ends the job with an error, never a hang.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -57,9 +58,9 @@ def test_request_contract_c_harness(tmp_path):
     assert out.count("ok - ") >= 25
 
 
-def _dataplane(tmp_path, *args, tls="shm"):
-    """Build and run tests/ucp/dataplane.c (two processes over ``tls``): its
-    output and both workers' final reports."""
+def _dataplane(tmp_path, *args, tls="shm", env=None):
+    """Build and run tests/ucp/dataplane.c (two processes over ``tls``, with
+    ``env`` added): its output and both workers' final reports."""
     import glob
     import json
     lib = os.path.dirname(ucx.LIBUCP)
@@ -69,7 +70,8 @@ def _dataplane(tmp_path, *args, tls="shm"):
                  ["-L" + lib, "-lucp", "-lucs", "-Wl,-rpath," + lib])
     reports = tmp_path / ("reports" + "-".join(args) + tls)
     reports.mkdir()
-    env = dict(os.environ, UCXPY_TLS=tls, UCXPY_UCP_REPORT=str(reports), UCXPY_TCP_NATIVE="y")
+    env = dict(os.environ, UCXPY_TLS=tls, UCXPY_UCP_REPORT=str(reports), UCXPY_TCP_NATIVE="y",
+               **(env or {}))
     if tls != "shm":                  # (two plain C processes: a job key for the network)
         import secrets
         env["UCXPY_AUTH_KEY"] = secrets.token_hex(32)
@@ -147,28 +149,66 @@ def test_mpich_c_program(basics, n):
     assert sorted(out.split("\n"))[-n:] == [f"rank {r}: OK" for r in range(n)]
 
 
+def _reported(err: str, name: str) -> list:
+    """Each rank's data-plane counter ``name`` (0 when not printed) from
+    ucxpy-ucx --report's lines."""
+    out = []
+    for ln in err.splitlines():
+        if ln.startswith("ucxpy-ucx --report:"):
+            dp = ln.split("; data plane ", 1)[1].split(";", 1)[0] if "; data plane " in ln else ""
+            m = re.search(rf"\b{name}=(\d+)", dp)
+            out.append(int(m.group(1)) if m else 0)
+    return out
+
+
+def test_a_plug_ins_c_half_under_libucp_two_processes(tmp_path):
+    """tests/ucp/dataplane.c with UCXPY_PROTO_PLUGIN=pipelined-copy:64K-inf:
+    every check passes (rendezvous into receives posted before and after
+    the offer, a synchronous send, a window of 384 KiB ones), the plug-in's
+    C half (native/proto/pipelined_copy.c) sending the messages of its sizes
+    (offers, fragments) and filling the receives that were posted before
+    their offer, in C; an offer that came first goes to the Python half,
+    which ends the C half's send (the reports: who carried what)."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    out, final = _dataplane(tmp_path, env={"UCXPY_PROTO_PLUGIN": "pipelined-copy:64K-inf"})
+    sender, receiver = sorted(final, key=lambda r: r["dp"]["proto_send"], reverse=True)
+    assert sender["dp"]["proto_send"] >= 8 and sender["dp"]["rndv_offer"] <= 1, sender
+    assert receiver["dp"]["proto_recv"] >= 8, receiver
+    assert receiver["dp"]["proto_frame"] >= 8 * 24, receiver     # (fragments, in C)
+
+
 @needs_mpich
-@pytest.mark.parametrize("traced", [False, True], ids=["data-plane", "traced"])
-def test_a_python_protocol_plug_in_under_mpich(basics, tmp_path, traced):
+@pytest.mark.parametrize("mode", ["c-half", "python-half", "traced"])
+def test_a_protocol_plug_in_under_mpich(basics, tmp_path, mode):
     """UCXPY_PROTO_PLUGIN=pipelined-copy:64K-inf under MPICH's C program
     through libucp (issue 43, step 5): mpi_basics.c checks its data (ring
     exchanges up to 4 MiB, a 2 MiB Bcast), every message of 64 KiB and more
-    moving by the plug-in written in Python (receives the data plane posted
-    are adopted when the plug-in's offer matches them); ucxpy-trace merges
-    the plug-in's events, an offer, a clear-to-send, the fragments' send and
-    the receive per message (tracing keeps libucp off the data plane: both
-    ways run)."""
+    moving by the plug-in: by its C half where both sides are libucp's
+    (the reports' proto_send, proto_recv), or, with UCXPY_PROTO_NATIVE=n,
+    all by its Python half (receives the data plane posted are adopted when
+    the plug-in's offer matches them); traced, ucxpy-trace merges the
+    plug-in's events, an offer, a clear-to-send, the fragments' send and the
+    receive per message (tracing keeps libucp off the data plane)."""
     import json
     trace = tmp_path / "trace"
     trace.mkdir()
     env = dict(os.environ, UCXPY_PROTO_PLUGIN="pipelined-copy:64K-inf",
                UCXPY_PIPELINED_FRAG="32K")
-    if traced:
+    if mode == "traced":
         env["UCXPY_TRACE"] = str(trace)
-    rc, out, err = _run([UCXPY_UCX, "--check", MPIEXEC, "-n", "2", basics], env=env)
+    if mode == "python-half":
+        env["UCXPY_PROTO_NATIVE"] = "n"
+    rc, out, err = _run([UCXPY_UCX, "--check", "--report", MPIEXEC, "-n", "2", basics], env=env)
     assert rc == 0, out + err
     assert sorted(out.split("\n"))[-2:] == ["rank 0: OK", "rank 1: OK"], out + err
-    if not traced:
+    sends, recvs = _reported(err, "proto_send"), _reported(err, "proto_recv")
+    assert len(sends) == 2, err
+    if mode == "c-half":
+        assert sum(sends) >= 4 and sum(recvs) >= 4, err
+    else:
+        assert sum(sends) == 0 and sum(recvs) == 0, err
+    if mode != "traced":
         return
     merged = tmp_path / "job.json"
     subprocess.run([os.path.join(BIN, "ucxpy-trace"), "merge", str(trace), "-o", str(merged)],

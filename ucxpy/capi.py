@@ -241,9 +241,9 @@ def ep_lane(ep):
     if tep.native_lane is None:         # (a stream: eager only, up to its frame)
         limit, rndv = min(limit, tep.native_max_frame), 0
     plugin = ep.worker.protocol
-    if plugin is not None:              # (the sizes of a protocol plug-in are its own)
-        limit = min(limit, plugin.low - 1)
-        rndv = 0
+    if plugin is not None:              # (the sizes of a protocol plug-in are its own:
+        limit = min(limit, plugin.low - 1)  # its C half's offers go as rendezvous do)
+        rndv = rndv if ep.worker.proto_c and tep.native_lane is not None else 0
     python = ep.worker.config.proto_python
     if python:                          # (so are UCXPY_PROTO_PYTHON's: the core's path)
         limit = min(limit, min(lo for lo, _hi in python) - 1)

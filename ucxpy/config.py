@@ -169,6 +169,11 @@ class Config:
                              "pipelined-copy, or module:Class of a ucxpy.protocols.Protocol; "
                              "sizes as UCXPY_PROTO_PYTHON's), e.g. pipelined-copy:64K-inf; "
                              "every rank of a job must name the same one")
+    proto_native: bool = _opt(True, parse_bool,
+                              "a protocol plug-in's C half (Protocol.native, e.g. "
+                              "pipelined-copy's) runs the messages of its sizes that C callers "
+                              "(libucp) send and receive, without the interpreter; n = its "
+                              "Python half runs every message")
     busy_poll: float = _opt(0.002, float,
                             "seconds a waiting worker spins before sleeping on file descriptors")
     oversubscribed: str = _opt("auto", parse_tristate,

@@ -30,11 +30,26 @@ worker makes one instance (:func:`load`) and from then on:
 * **Failure.**  :meth:`Protocol.fail_peer` fails what it waits for from a
   peer that failed.
 
+A C half
+--------
+A plug-in may also have a C half (:attr:`Protocol.native`: a cffi module's
+function that returns the address of its ``ucxdp_proto_ops_t``, written
+against native/dp/proto.h).  The data plane then runs, without the
+interpreter, the messages of the plug-in's sizes that C callers (libucp:
+MPICH, Open MPI, OSHMEM) send and receive on shm: their sends, the offers
+their posted receives take, and the frames addressed to those.  The two
+halves speak the same frames and tell their messages apart by id (the C
+half's have bit 63, :data:`C_IDS`), so a message may start on one side and
+end on the other; everything the C half leaves (Python's sends and
+receives, unexpected offers, tracing) is the Python half's, which stays the
+reference.  ``UCXPY_PROTO_NATIVE=n`` runs every message in Python.
+
 The shipped example, :class:`PipelinedCopy`, is a rendezvous through the
 inbox: offer, clear-to-send, then the message in fragments that the sender
 copies into the ring while the receiver copies the previous ones out (no
 registration, no CMA).  Its frames and timings are events in
-``ucxpy-trace`` (category ``plugin``).
+``ucxpy-trace`` (category ``plugin``).  Its C half is
+native/proto/pipelined_copy.c (``ucxpy._proto_pipelined``).
 """
 from __future__ import annotations
 
@@ -60,6 +75,10 @@ config.declare(
 #: the plug-ins ucxpy ships, by the name UCXPY_PROTO_PLUGIN gives
 BUILTIN = {"pipelined-copy": "ucxpy.protocols:PipelinedCopy"}
 
+#: the ids (of sends, of receives) a C half gives have this bit; a Python
+#: half's never do (dp.h's UCXDP_RNDV_EXT_ID)
+C_IDS = 1 << 63
+
 
 class PluginOffer:
     """A plug-in's offer of a tagged message, waiting to be matched (the
@@ -80,6 +99,9 @@ class Protocol:
 
     #: the name UCXPY_PROTO_PLUGIN gives it
     name = "protocol"
+    #: its C half, "module:function" (a cffi module's function returning the
+    #: address of a ucxdp_proto_ops_t, native/dp/proto.h), or None
+    native = None
 
     def __init__(self, worker, sizes: tuple):
         self.worker = worker
@@ -127,6 +149,23 @@ class Protocol:
         it for a later receive; :meth:`start_recv` follows the match."""
         self.worker._plugin_offer(ep, tag, offer)
 
+    def native_table(self) -> tuple:
+        """``(address, param)``: its C half's table and the number its
+        ``create`` gets (:meth:`native_param`); raises ConfigError when
+        :attr:`native` names nothing loadable."""
+        mod, _, fn = self.native.partition(":")
+        try:
+            lib = importlib.import_module(mod).lib
+            address = int(getattr(lib, fn)())
+        except (ImportError, AttributeError, ValueError, TypeError) as e:
+            raise ConfigError(f"protocol plug-in {self.name}: no C half {self.native!r} "
+                              f"({e}); UCXPY_PROTO_NATIVE=n runs it in Python") from None
+        return address, self.native_param()
+
+    def native_param(self) -> int:
+        """The number its C half's ``create`` gets (e.g. a fragment size)."""
+        return 0
+
     def trace(self, name: str, ep, **args) -> None:
         tr = self.worker.tr
         if tr is not None:
@@ -149,6 +188,7 @@ class PipelinedCopy(Protocol):
     completes the receive, and the send once the transport has taken it."""
 
     name = "pipelined-copy"
+    native = "ucxpy._proto_pipelined:ucxpy_pipelined_copy_ops"
 
     def __init__(self, worker, sizes: tuple):
         super().__init__(worker, sizes)
@@ -157,6 +197,9 @@ class PipelinedCopy(Protocol):
         self.sends = {}             # send id -> (ep, mv, request)
         self.recvs = {}             # receive id -> [ep, req, buffer, size, received, info]
         self.counts = {"offers": 0, "fragments": 0, "received": 0}
+
+    def native_param(self) -> int:
+        return self.frag
 
     def send(self, ep, mv, tag):
         req = Request(self.worker)
@@ -263,6 +306,20 @@ def parse_spec(spec: str) -> tuple:
     return target, ranges
 
 
+def plugin_class(target: str) -> type:
+    """The Protocol class ``target`` names (a name of :data:`BUILTIN` or
+    ``module:Class``); ConfigError when there is none."""
+    path = BUILTIN.get(target, target)
+    mod, _, cls = path.partition(":")
+    try:
+        klass = getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"UCXPY_PROTO_PLUGIN: no protocol {path!r} ({e})") from None
+    if not (isinstance(klass, type) and issubclass(klass, Protocol)):
+        raise ConfigError(f"UCXPY_PROTO_PLUGIN: {path} is not a ucxpy.protocols.Protocol")
+    return klass
+
+
 def load(worker, spec: str) -> Optional[Protocol]:
     """The plug-in ``spec`` names (``name:sizes``: a name of :data:`BUILTIN`
     or ``module:Class``, then ``:`` and the sizes as
@@ -271,12 +328,8 @@ def load(worker, spec: str) -> Optional[Protocol]:
     target, ranges = parse_spec(spec)
     if not target:
         return None
-    path = BUILTIN.get(target, target)
-    mod, _, cls = path.partition(":")
     try:
-        klass = getattr(importlib.import_module(mod), cls)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"UCXPY_PROTO_PLUGIN={spec!r}: no protocol {path!r} ({e})") from None
-    if not (isinstance(klass, type) and issubclass(klass, Protocol)):
-        raise ConfigError(f"UCXPY_PROTO_PLUGIN={spec!r}: {path} is not a ucxpy.protocols.Protocol")
+        klass = plugin_class(target)
+    except ConfigError as e:
+        raise ConfigError(f"UCXPY_PROTO_PLUGIN={spec!r}: {str(e).split(': ', 1)[1]}") from None
     return klass(worker, ranges)

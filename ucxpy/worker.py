@@ -129,6 +129,13 @@ class Worker:
             self._handlers[am_id] = h
         #: the protocol plug-in (UCXPY_PROTO_PLUGIN), or None
         self.protocol = protocols.load(self, self.config.proto_plugin)
+        #: its C half runs C callers' messages of its sizes (native/dp/proto.c)
+        self.proto_c = False
+        p = self.protocol
+        if p is not None and p.native and self.dp is not None and self.config.proto_native:
+            address, param = p.native_table()
+            self.dp.set_proto(address, param, int(AmId.PLUGIN), p.sizes)
+            self.proto_c = True
         for am_id, h in self.rma.handlers.items():
             self._handlers[am_id] = h
         self.ifaces = []
@@ -651,6 +658,8 @@ class Worker:
 
     def _idle_sleep(self, seconds: float) -> None:
         t0 = time.perf_counter_ns()
+        if self.proto_c and self.dp.proto_owed:
+            seconds = 0                 # (a plug-in's C half waits for room in a ring)
         fds = [fd for i in self.ifaces for fd in i.wait_fds()]
         if self._streams:               # (the tcp connections read in C, whose sockets
             fds += [s.fd for s in self._streams.values()    # the interface no longer polls)
@@ -955,6 +964,9 @@ class Worker:
         if self.protocol is None or not header:
             raise ProtocolError("a protocol plug-in's frame, and no plug-in here "
                                 "(UCXPY_PROTO_PLUGIN differs between the ranks)")
+        if self.proto_c and self.dp.proto_frame(getattr(tep, "native_conn", 0) or 0,
+                                                header, payload):
+            return                      # (one of its C half's messages)
         self.protocol.on_frame(tep.owner_ep, header[0], header[1:], payload)
 
     def _plugin_offer(self, ep, tag, offer):

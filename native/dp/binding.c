@@ -49,6 +49,7 @@
 #include <string.h>
 
 #include "dp.h"
+#include "proto.h"
 #include "match.h"
 #include "ucxpy_native.h"
 
@@ -78,6 +79,35 @@ static int tm_u64(PyObject *o, uint64_t *v)
         return -1;
     *v = x;
     return 0;
+}
+
+/* A sequence of (first, last) pairs into `ranges` (at most `max`): how many,
+ * or -1 with an error. */
+static Py_ssize_t parse_ranges(PyObject *arg, const char *what, uint64_t (*ranges)[2],
+                               Py_ssize_t max)
+{
+    PyObject *seq = PySequence_Fast(arg, "a sequence of (first, last) pairs");
+    Py_ssize_t n;
+
+    if (seq == NULL)
+        return -1;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > max) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: at most %zd ranges", what, max);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long long lo, hi;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KK", &lo, &hi)) {
+            Py_DECREF(seq);
+            return -1;
+        }
+        ranges[i][0] = lo;
+        ranges[i][1] = hi;
+    }
+    Py_DECREF(seq);
+    return n;
 }
 
 /* -- Worker ----------------------------------------------------------------------- */
@@ -223,7 +253,71 @@ static PyObject *worker_remove_stream(WorkerObject *self, PyObject *arg)
     Py_RETURN_NONE;
 }
 
+/* A protocol plug-in's C half (proto.c, proto.h):
+ * set_proto(address, param, am_id, [(first, last), ...]): run the table at
+ *   `address` (a ucxdp_proto_ops_t, which its cffi module gives, and which
+ *   lives as long as that module) for C callers' messages of those sizes;
+ *   set_proto(None) forgets it;
+ * proto_frame(conn, header, payload) -> bool: a plug-in frame Python's path
+ *   read on connection `conn`, offered to the C half (True: taken);
+ * proto_owed -> bool: the C half has frames to push (a wait must not sleep). */
+static PyObject *worker_set_proto(WorkerObject *self, PyObject *args)
+{
+    PyObject *address, *sizes = Py_None;
+    unsigned long long param = 0;
+    unsigned int am_id = 0;
+    uint64_t ranges[8][2];
+    Py_ssize_t n = 0;
+    const ucxdp_proto_ops_t *ops = NULL;
+    ucxdp_status_t st;
+
+    if (!PyArg_ParseTuple(args, "O|KIO:set_proto", &address, &param, &am_id, &sizes))
+        return NULL;
+    if (address != Py_None) {
+        uintptr_t a = (uintptr_t)PyLong_AsUnsignedLongLong(address);
+        if (PyErr_Occurred())
+            return NULL;
+        ops = (const ucxdp_proto_ops_t *)a;
+        if (ops == NULL || ops->abi != UCXDP_PROTO_ABI)
+            return PyErr_Format(PyExc_ValueError, "set_proto: not a protocol table of ABI %d",
+                                UCXDP_PROTO_ABI);
+        n = parse_ranges(sizes, "set_proto", ranges, 8);
+        if (n < 0)
+            return NULL;
+    }
+    st = ucxdp_proto_set(self->w, ops, param, am_id, (const uint64_t (*)[2])ranges, (int)n);
+    if (st == UCXDP_ERR_NO_MEMORY)
+        return PyErr_NoMemory();
+    if (st != UCXDP_OK)
+        return PyErr_Format(PyExc_ValueError, "set_proto: bad sizes or frame id (%d)", (int)st);
+    Py_RETURN_NONE;
+}
+
+static PyObject *worker_proto_frame(WorkerObject *self, PyObject *args)
+{
+    unsigned long long conn;
+    Py_buffer header, payload;
+    int taken;
+
+    if (!PyArg_ParseTuple(args, "Ky*y*:proto_frame", &conn, &header, &payload))
+        return NULL;
+    taken = ucxdp_proto_frame(self->w, conn, header.buf, (size_t)header.len, payload.buf,
+                              (size_t)payload.len);
+    PyBuffer_Release(&header);
+    PyBuffer_Release(&payload);
+    return PyBool_FromLong(taken);
+}
+
+static PyObject *worker_proto_owed(WorkerObject *self, void *closure)
+{
+    return PyBool_FromLong(__atomic_load_n(&self->w->proto_owed, __ATOMIC_RELAXED) != 0);
+}
+
 static PyMethodDef worker_methods[] = {
+    {"set_proto", (PyCFunction)worker_set_proto, METH_VARARGS,
+     "set_proto(address, param, am_id, sizes) / set_proto(None): a protocol plug-in's C half"},
+    {"proto_frame", (PyCFunction)worker_proto_frame, METH_VARARGS,
+     "proto_frame(conn, header, payload) -> bool: a plug-in frame offered to the C half"},
     {"add_stream", (PyCFunction)worker_add_stream, METH_O,
      "add_stream(stream): a tcp connection's reader, run by a C caller's progress while lent"},
     {"remove_stream", (PyCFunction)worker_remove_stream, METH_O,
@@ -305,6 +399,8 @@ static int worker_set_poll_fds(WorkerObject *self, PyObject *v, void *closure)
 }
 
 static PyGetSetDef worker_getset[] = {
+    {"proto_owed", (getter)worker_proto_owed, NULL,
+     "a protocol plug-in's C half has frames to push when the ring has room", NULL},
     {"poll_fds", (getter)worker_get_poll_fds, (setter)worker_set_poll_fds,
      "descriptors readable when Python's progress has work no C consumer sees (a "
      "connection request): a C caller's progress (libucp) polls them now and then (the "
@@ -2610,27 +2706,10 @@ static PyObject *inbox_try_recv(InboxObject *self, PyObject *const *args, Py_ssi
 static PyObject *inbox_hand_sizes(InboxObject *self, PyObject *arg)
 {
     uint64_t ranges[UCXDP_INBOX_RANGES][2];
-    PyObject *seq = PySequence_Fast(arg, "hand_sizes: a sequence of (first, last) pairs");
-    Py_ssize_t n;
+    Py_ssize_t n = parse_ranges(arg, "hand_sizes", ranges, UCXDP_INBOX_RANGES);
 
-    if (seq == NULL)
+    if (n < 0)
         return NULL;
-    n = PySequence_Fast_GET_SIZE(seq);
-    if (n > UCXDP_INBOX_RANGES) {
-        Py_DECREF(seq);
-        return PyErr_Format(PyExc_ValueError, "hand_sizes: at most %d ranges",
-                            UCXDP_INBOX_RANGES);
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned long long lo, hi;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "KK:hand_sizes", &lo, &hi)) {
-            Py_DECREF(seq);
-            return NULL;
-        }
-        ranges[i][0] = lo;
-        ranges[i][1] = hi;
-    }
-    Py_DECREF(seq);
     ucxdp_inbox_hand_sizes(&self->in, (const uint64_t (*)[2])ranges, (int)n);
     Py_RETURN_NONE;
 }

@@ -21,6 +21,7 @@
  *   tcp.c     the tcp eager path: a frame written or read whole on a socket
  *   am.c      active messages: the shm eager send, and arrivals for a C caller's handlers
  *   stream.c  a tcp connection's reader: the tagged eager frames at the stream's head
+ *   proto.c   a protocol plug-in's C half (proto.h), for C callers' messages of its sizes
  *   binding.c the one Python binding (extension types, and a capsule with
  *             this API for other extension modules and libucp)
  *
@@ -68,7 +69,7 @@ typedef enum {
 #define UCXDP_COUNTERS(X) X(put) X(get) X(atomic) X(put_bytes) X(get_bytes) \
     X(tag_eager) X(tag_expected) X(tag_unexpected) X(tag_handoff) X(tag_direct) X(tag_send) \
     X(rndv_offer) X(rndv_get) X(rndv_get_bytes) X(rndv_ats) X(rndv_expected) X(rndv_answered) \
-    X(tcp_send) X(tcp_recv) X(am_send) X(am_recv)
+    X(tcp_send) X(tcp_recv) X(am_send) X(am_recv) X(proto_send) X(proto_frame) X(proto_recv)
 #define UCXDP_COUNTER_FIELD(name) uint64_t name;
 typedef struct {
     UCXDP_COUNTERS(UCXDP_COUNTER_FIELD)
@@ -130,6 +131,15 @@ typedef struct ucxdp_worker {
      * registered by it; each kept alive by its registration */
     struct ucxdp_stream **streams;
     int nstreams, streams_cap;
+    /* a protocol plug-in's C half (proto.c, proto.h), or NULL: its table,
+     * its instance, the sizes it runs, its frames' id (wire.PLUGIN), and
+     * whether its progress may have work left (relaxed atomic) */
+    const struct ucxdp_proto_ops *proto_ops;
+    void *proto;
+    uint64_t proto_sizes[8][2];
+    int nproto_sizes;
+    unsigned proto_am_id;
+    uint32_t proto_owed;
 } ucxdp_worker_t;
 
 /* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL and wants
@@ -309,6 +319,12 @@ typedef struct ucxdp_inbox {
     unsigned am_eager_id;
 } ucxdp_inbox_t;
 
+/* the registered connection `conn`, or NULL (the worker's lock held) */
+ucxdp_conn_t *ucxdp_inbox_conn(const ucxdp_inbox_t *in, uint64_t conn);
+/* An answer went into the ring of the peer behind connection `conn`, which
+ * sleeps: Python's path wakes it (rndv.c; the worker's lock held). */
+void ucxdp_inbox_peer_wake(ucxdp_inbox_t *in, uint64_t conn);
+
 ucxdp_status_t ucxdp_inbox_init(ucxdp_inbox_t *in, struct ucxpy_ring *ring, unsigned eager_am_id);
 void ucxdp_inbox_cleanup(ucxdp_inbox_t *in);
 ucxdp_status_t ucxdp_inbox_add_conn(ucxdp_inbox_t *in, uint64_t conn, int64_t source);
@@ -484,6 +500,35 @@ int ucxdp_am_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t
 /* the inbox takes active messages' eager frames `am_eager_id` (0: none) */
 void ucxdp_inbox_am(ucxdp_inbox_t *in, unsigned am_eager_id);
 
+/* -- a protocol plug-in's C half (proto.c; its interface: proto.h) ---------------- */
+struct ucxdp_proto_ops;
+/* Run `ops` (NULL: none) for C callers' messages of the `n` size ranges
+ * [first, last], its frames being `am_id`; `param` goes to its create.
+ * INVALID_PARAM (its ABI, too many ranges), NO_MEMORY; any earlier one is
+ * destroyed.  The caller's Python half must be the same plug-in. */
+ucxdp_status_t ucxdp_proto_set(ucxdp_worker_t *w, const struct ucxdp_proto_ops *ops,
+                               uint64_t param, unsigned am_id, const uint64_t (*ranges)[2],
+                               int n);
+/* whether the C half runs messages of `length` bytes */
+int ucxdp_proto_covers(const ucxdp_worker_t *w, uint64_t length);
+/* ucxdp_rndv_send's send of the C half's sizes, the worker's lock held */
+ucxdp_status_t ucxdp_proto_send_locked(ucxdp_worker_t *w, const ucxdp_lane_t *lane,
+                                       ucxdp_rndv_send_t *s, uint64_t tag, int *wake);
+/* inbox.c's dispatch, the lock held: the plug-in frame `out` of connection
+ * `c` offered to the C half: 1 taken (*wake: a producer to wake), 0 not */
+int ucxdp_proto_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t *c,
+                           const uint64_t *out, int *wake);
+/* The same for a frame Python's path read (a connection the inbox does not
+ * read; `conn` its id, 0: none): 1 taken, 0 the Python half's.  Takes the lock. */
+int ucxdp_proto_frame(ucxdp_worker_t *w, uint64_t conn, const uint8_t *header,
+                      size_t header_length, const uint8_t *payload, size_t length);
+/* Push what the C half owes (the lock taken here) */
+void ucxdp_proto_progress(ucxdp_worker_t *w, ucxdp_inbox_t *in);
+/* ucxdp_rndv_fail_peer's part: the C half forgets `peer` (the lock held) */
+void ucxdp_proto_fail_peer_locked(ucxdp_worker_t *w, int64_t peer);
+/* the worker's send `id` waiting in `sends`, or NULL (the lock held; rndv.c) */
+ucxdp_rndv_send_t *ucxdp_rndv_find_locked(ucxdp_worker_t *w, uint64_t id);
+
 /* -- a tcp connection's reader (stream.c) ----------------------------------------- */
 /* The bytes of an eager frame on a tcp stream (tcp_frames.PREFIX, then the
  * 8-byte tag): what ucxdp_tcp_eager_send wrote of a frame the socket took
@@ -600,7 +645,7 @@ int64_t ucxdp_tcp_eager_recv(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t
  * the data plane of the Python process they run in through this table, so
  * there is one data plane per process, whoever calls it. */
 #define UCXDP_CAPSULE "ucxpy._dp._C_API"
-#define UCXDP_API_VERSION 5
+#define UCXDP_API_VERSION 6
 
 typedef struct ucxdp_api {
     int version;

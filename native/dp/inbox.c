@@ -8,7 +8,7 @@
  * messages (`eager_am_id`, an 8-byte little-endian tag as the header, the
  * payload as the message) of connections Python registered, which tag.c
  * matches and delivers (and rndv.c's rendezvous frames, am.c's active
- * messages for C handlers).  It stops, leaving the frame in the ring, at the
+ * messages for C handlers, proto.c's plug-in frames).  It stops, leaving the frame in the ring, at the
  * first frame that is anything else (another protocol, a connection not
  * registered, a close record, a message of a size the caller's protocol runs:
  * the protocol table's "Python" entries): the caller's Python path takes
@@ -76,6 +76,11 @@ static ucxdp_conn_t *conn_find(const ucxdp_inbox_t *in, uint64_t conn)
         i = (i + 1) & (in->cap - 1);
     }
     return NULL;
+}
+
+ucxdp_conn_t *ucxdp_inbox_conn(const ucxdp_inbox_t *in, uint64_t conn)
+{
+    return conn == 0 || in->cap == 0 ? NULL : conn_find(in, conn);
 }
 
 static void conn_put(ucxdp_conn_t *table, size_t cap, const ucxdp_conn_t *entry)
@@ -201,6 +206,8 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
         ucxdp_rndv_push_owed(w, in);
         pthread_mutex_unlock(&w->lock);
     }
+    if (__atomic_load_n(&w->proto_owed, __ATOMIC_RELAXED))
+        ucxdp_proto_progress(w, in);       /* (a plug-in's frames waiting for room) */
     rc = ucxpy_ring_peek(ring, out);
     while (rc == 0 && spins-- > 0) {
         ucxpy_cpu_relax();
@@ -223,7 +230,8 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
             if (ucxpy_ring_release(ring) == UCXPY_RING_NOTIFY)
                 *wake = 1;
         } else if (ucxdp_rndv_take_frame(w, in, c, out, &rwake)
-                   || ucxdp_am_take_frame(w, in, c, out, &rwake)) {
+                   || ucxdp_am_take_frame(w, in, c, out, &rwake)
+                   || ucxdp_proto_take_frame(w, in, c, out, &rwake)) {
             *wake |= rwake;
         } else {
             in->stopped = 1;

@@ -31,7 +31,6 @@ enum { WHERE_NONE, WHERE_EXACT, WHERE_BUCKETED, WHERE_WILD };
 #define HASH_MIN_BUCKETS 64
 
 /* -- lists ---------------------------------------------------------------------- */
-#define CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
 
 /* -- hashes ----------------------------------------------------------------------- */
 static inline uint64_t key_hash(int64_t source, uint64_t tag)
@@ -91,14 +90,14 @@ static void hash_grow(ucxdp_hash_t *h, void (*key_of)(ucxdp_link_t *, int64_t *,
 /* -- posted receives -------------------------------------------------------------- */
 static void recv_key(ucxdp_link_t *l, int64_t *source, uint64_t *tag)
 {
-    ucxdp_recv_t *r = CONTAINER(l, ucxdp_recv_t, link);
+    ucxdp_recv_t *r = UCXDP_CONTAINER(l, ucxdp_recv_t, link);
     *source = r->source;
     *tag = r->tag & r->mask;               /* exact: the full mask; bucketed: its mask */
 }
 
 static void unexp_key(ucxdp_link_t *l, int64_t *source, uint64_t *tag)
 {
-    ucxdp_unexp_t *u = CONTAINER(l, ucxdp_unexp_t, by_key);
+    ucxdp_unexp_t *u = UCXDP_CONTAINER(l, ucxdp_unexp_t, by_key);
     *source = u->source;
     *tag = u->tag;
 }
@@ -185,7 +184,7 @@ static ucxdp_recv_t *hash_first(const ucxdp_hash_t *h, int64_t source, uint64_t 
     ucxdp_link_t *head = hash_bucket(h, source, key), *l;
 
     for (l = head->next; l != head; l = l->next) {
-        ucxdp_recv_t *r = CONTAINER(l, ucxdp_recv_t, link);
+        ucxdp_recv_t *r = UCXDP_CONTAINER(l, ucxdp_recv_t, link);
         if (r->source == source && (r->tag & mask) == key && r->mask == mask)
             return r;
     }
@@ -227,7 +226,7 @@ ucxdp_recv_t *ucxdp_match_peek(const ucxdp_matcher_t *m, int64_t source, uint64_
             best = b;
     }
     for (l = m->wild.next; l != &m->wild; l = l->next) {
-        ucxdp_recv_t *w = CONTAINER(l, ucxdp_recv_t, link);
+        ucxdp_recv_t *w = UCXDP_CONTAINER(l, ucxdp_recv_t, link);
         if (best != NULL && w->seq > best->seq)
             break;
         if ((w->source == UCXDP_ANY_SOURCE || w->source == source)
@@ -272,7 +271,7 @@ ucxdp_unexp_t *ucxdp_match_probe(ucxdp_matcher_t *m, int64_t source, uint64_t ta
     if (source != UCXDP_ANY_SOURCE && mask == UCXDP_FULL_MASK) {
         head = hash_bucket(&m->unexp_by_key, source, tag);
         for (l = head->next; l != head; l = l->next) {
-            ucxdp_unexp_t *u = CONTAINER(l, ucxdp_unexp_t, by_key);
+            ucxdp_unexp_t *u = UCXDP_CONTAINER(l, ucxdp_unexp_t, by_key);
             if (u->source == source && u->tag == tag) {
                 found = u;
                 break;
@@ -280,7 +279,7 @@ ucxdp_unexp_t *ucxdp_match_probe(ucxdp_matcher_t *m, int64_t source, uint64_t ta
         }
     } else {
         for (l = m->unexp.next; l != &m->unexp; l = l->next) {
-            ucxdp_unexp_t *u = CONTAINER(l, ucxdp_unexp_t, all);
+            ucxdp_unexp_t *u = UCXDP_CONTAINER(l, ucxdp_unexp_t, all);
             if ((source == UCXDP_ANY_SOURCE || u->source == source)
                     && ((u->tag ^ tag) & mask) == 0) {
                 found = u;
@@ -334,10 +333,10 @@ void ucxdp_match_each_posted(ucxdp_matcher_t *m, void (*fn)(ucxdp_recv_t *, void
         for (size_t b = 0; b < hashes[i]->nbuckets; b++)
             for (l = hashes[i]->heads[b].next; l != &hashes[i]->heads[b]; l = next) {
                 next = l->next;
-                fn(CONTAINER(l, ucxdp_recv_t, link), arg);
+                fn(UCXDP_CONTAINER(l, ucxdp_recv_t, link), arg);
             }
     for (l = m->wild.next; l != &m->wild; l = next) {
         next = l->next;
-        fn(CONTAINER(l, ucxdp_recv_t, link), arg);
+        fn(UCXDP_CONTAINER(l, ucxdp_recv_t, link), arg);
     }
 }

@@ -24,6 +24,9 @@
 #define UCXDP_ANY_SOURCE (-1)
 #define UCXDP_FULL_MASK UINT64_MAX
 
+/* the object of type `type` whose member `field` is at `ptr` */
+#define UCXDP_CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
+
 /* an intrusive doubly-linked list (a ring with a head node) */
 typedef struct ucxdp_link {
     struct ucxdp_link *next, *prev;

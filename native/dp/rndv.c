@@ -135,7 +135,6 @@ ucxdp_status_t ucxdp_lane_ats(ucxdp_worker_t *w, const ucxdp_lane_t *lane, uint6
  * in order: another receive first, a receive of Python's, an unexpected
  * offer, truncation, a read that fails.
  */
-#define CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
 
 ucxdp_status_t ucxdp_rndv_send(ucxdp_worker_t *w, const ucxdp_lane_t *lane,
                                ucxdp_rndv_send_t *s, uint64_t tag, int *wake)
@@ -144,6 +143,11 @@ ucxdp_status_t ucxdp_rndv_send(ucxdp_worker_t *w, const ucxdp_lane_t *lane,
 
     pthread_mutex_lock(&w->lock);
     s->id = UCXDP_RNDV_EXT_ID | ++w->send_ids;
+    if (w->proto != NULL && ucxdp_proto_covers(w, s->length)) {
+        st = ucxdp_proto_send_locked(w, lane, s, tag, wake);   /* (a plug-in's sizes) */
+        pthread_mutex_unlock(&w->lock);
+        return st;
+    }
     st = ucxdp_lane_rts(w, lane, tag, s->id, s->buffer, s->length, wake);
     if (st == UCXDP_OK) {
         s->status = UCXDP_INPROGRESS;
@@ -160,6 +164,11 @@ static ucxdp_rndv_send_t *find_locked(ucxdp_link_t *head, uint64_t id)
         if (UCXDP_DONE_SEND(l)->id == id)
             return UCXDP_DONE_SEND(l);
     return NULL;
+}
+
+ucxdp_rndv_send_t *ucxdp_rndv_find_locked(ucxdp_worker_t *w, uint64_t id)
+{
+    return find_locked(&w->sends, id);
 }
 
 /* the answer to send `id`, waiting (`adopted`: or Python's path's) */
@@ -211,6 +220,8 @@ void ucxdp_rndv_fail_peer(ucxdp_worker_t *w, int64_t peer, ucxdp_status_t status
     ucxdp_link_t *lists[2] = {&w->sends, &w->adopted};
 
     pthread_mutex_lock(&w->lock);
+    if (w->proto != NULL)
+        ucxdp_proto_fail_peer_locked(w, peer);     /* (before its sends go) */
     for (int k = 0; k < 2; k++)
         for (l = lists[k]->next; l != lists[k]; l = next) {
             ucxdp_rndv_send_t *s = UCXDP_DONE_SEND(l);
@@ -234,7 +245,7 @@ void ucxdp_rndv_take_done(ucxdp_worker_t *w, ucxdp_link_t *out)
 /* An answer went into the ring of the peer behind connection `conn`, which
  * sleeps: Python's path wakes it (the binding's Inbox.take_wakes, reported
  * as a producer to wake, which brings a C caller's progress into Python). */
-static void peer_wake(ucxdp_inbox_t *in, uint64_t conn)
+void ucxdp_inbox_peer_wake(ucxdp_inbox_t *in, uint64_t conn)
 {
     if (in->nwake < UCXDP_INBOX_OWED)
         in->wake_conns[in->nwake++] = conn;
@@ -253,7 +264,7 @@ void ucxdp_rndv_push_owed(ucxdp_worker_t *w, ucxdp_inbox_t *in)
             continue;                      /* (the peer is gone: nothing waits) */
         if (o->lane->open && ucxdp_lane_ats(w, o->lane, o->sreq_id, 0, &wake) == UCXDP_OK) {
             if (wake)
-                peer_wake(in, o->conn);
+                ucxdp_inbox_peer_wake(in, o->conn);
             continue;
         }
         in->owed[k++] = *o;
@@ -295,7 +306,7 @@ int ucxdp_rndv_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn
     m = ucxdp_match_peek(&w->matcher, c->source, rts[0]);
     if (m == NULL)
         return 0;                          /* (unexpected: Python's path queues it) */
-    r = CONTAINER(m, ucxdp_tag_recv_t, m);
+    r = UCXDP_CONTAINER(m, ucxdp_tag_recv_t, m);
     if (r->owner != UCXDP_OWNER_EXT || r->buffer == NULL || rts[2] > r->capacity)
         return 0;
     /* read first: a read that fails leaves the receive posted and the frame
@@ -317,7 +328,7 @@ int ucxdp_rndv_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn
         in->owed[in->nowed].sreq_id = rts[1];
         in->nowed++;
     } else if (ats_wake) {
-        peer_wake(in, c->conn);
+        ucxdp_inbox_peer_wake(in, c->conn);
     }
     *wake = ucxpy_ring_release(in->ring) == UCXPY_RING_NOTIFY;
     return 1;

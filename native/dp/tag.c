@@ -24,7 +24,6 @@
 
 #include "dp.h"
 
-#define CONTAINER(ptr, type, field) ((type *)((char *)(ptr) - offsetof(type, field)))
 
 /* -- the unexpected messages' pool ------------------------------------------------- */
 #define POOL_MIN_SHIFT 12                  /* 4 KiB: smaller ones come from malloc */
@@ -114,7 +113,7 @@ ucxdp_status_t ucxdp_tag_post(ucxdp_worker_t *w, ucxdp_tag_recv_t *r, ucxdp_tag_
     pthread_mutex_lock(&w->lock);
     u = ucxdp_match_post(&w->matcher, &r->m, &err);
     pthread_mutex_unlock(&w->lock);
-    *taken = u == NULL ? NULL : CONTAINER(u, ucxdp_tag_unexp_t, m);
+    *taken = u == NULL ? NULL : UCXDP_CONTAINER(u, ucxdp_tag_unexp_t, m);
     return err ? UCXDP_ERR_NO_MEMORY : UCXDP_OK;
 }
 
@@ -150,7 +149,7 @@ static ucxdp_status_t eager_locked(ucxdp_worker_t *w, int64_t source, uint64_t t
         UCXDP_COUNT(w, tag_unexpected, 1);
         return UCXDP_OK;
     }
-    r = CONTAINER(m, ucxdp_tag_recv_t, m);
+    r = UCXDP_CONTAINER(m, ucxdp_tag_recv_t, m);
     r->info_source = source;
     r->info_tag = tag;
     r->info_length = length;
@@ -193,7 +192,7 @@ ucxdp_tag_recv_t *ucxdp_tag_match(ucxdp_worker_t *w, int64_t source, uint64_t ta
     pthread_mutex_lock(&w->lock);
     m = ucxdp_match_arrived(&w->matcher, source, tag);
     pthread_mutex_unlock(&w->lock);
-    return m == NULL ? NULL : CONTAINER(m, ucxdp_tag_recv_t, m);
+    return m == NULL ? NULL : UCXDP_CONTAINER(m, ucxdp_tag_recv_t, m);
 }
 
 void ucxdp_tag_queue(ucxdp_worker_t *w, ucxdp_tag_unexp_t *u)
@@ -211,7 +210,7 @@ ucxdp_tag_unexp_t *ucxdp_tag_probe(ucxdp_worker_t *w, int64_t source, uint64_t t
     pthread_mutex_lock(&w->lock);
     u = ucxdp_match_probe(&w->matcher, source, tag, mask, remove);
     pthread_mutex_unlock(&w->lock);
-    return u == NULL ? NULL : CONTAINER(u, ucxdp_tag_unexp_t, m);
+    return u == NULL ? NULL : UCXDP_CONTAINER(u, ucxdp_tag_unexp_t, m);
 }
 
 void ucxdp_tag_take_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *out)

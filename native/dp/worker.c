@@ -40,6 +40,7 @@ void ucxdp_worker_destroy(ucxdp_worker_t *w)
 {
     if (w == NULL)
         return;
+    ucxdp_proto_set(w, NULL, 0, 0, NULL, 0);  /* (a plug-in's C half, if any) */
     pthread_mutex_destroy(&w->lock);
     ucxdp_match_cleanup(&w->matcher);
     free(w->am_claimed);

@@ -19,7 +19,9 @@
  * before it.  A larger send, or a synchronous one, is offered by the data
  * plane's rendezvous (dp_rndv, native/dp/rndv.c): the receiver reads it and
  * answers, and the answer completes the request from ucp_worker_progress
- * (request.c), all without Python where the receiver is libucp too.
+ * (request.c), all without Python where the receiver is libucp too (the
+ * sizes of a protocol plug-in with a C half go to that half there instead:
+ * native/dp/proto.c).
  * Otherwise, and for anything else, the core sends.
  *
  * A receive (not of a probed message) goes to the worker's data plane

@@ -22,8 +22,9 @@ DP = os.path.join(NATIVE, "dp")
 #: the data plane's files a C test links (binding.c is Python's), and the
 #: ring (native/ring.c) its inbox reads
 DP_SOURCES = [os.path.join(DP, s) for s in ("worker.c", "rma.c", "match.c", "tag.c", "inbox.c", "lane.c",
-                                            "rndv.c", "tcp.c", "am.c", "stream.c")] \
-    + [os.path.join(NATIVE, "ring.c"), os.path.join(NATIVE, "cma.c")]
+                                            "rndv.c", "tcp.c", "am.c", "stream.c", "proto.c")] \
+    + [os.path.join(NATIVE, "ring.c"), os.path.join(NATIVE, "cma.c"),
+       os.path.join(NATIVE, "proto", "pipelined_copy.c")]    # (a plug-in's C half)
 CFLAGS = ["-O1", "-g", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-pthread"]
 VARIANTS = {
     "plain": [],

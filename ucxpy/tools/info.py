@@ -327,6 +327,8 @@ def _reaches(worker, iface, remote) -> bool:
 #: who runs a protocol on the receiving side (the protocol table's entries)
 NATIVE = "native (native/dp)"
 PYTHON = "Python"
+#: a protocol plug-in with a C half, on an interface the data plane reads
+PLUGIN_C = "Python; C half for libucp's"
 
 
 def execution_ranges(iface, config) -> list:
@@ -358,16 +360,20 @@ def execution_ranges(iface, config) -> list:
                 break
         if cur <= hi:
             out.append((cur, hi, proto, NATIVE))
-    return _plugin_cut(out, config)
+    return _plugin_cut(out, config, native)
 
 
-def _plugin_cut(rows: list, config) -> list:
+def _plugin_cut(rows: list, config, native: bool = False) -> list:
     """``rows`` with the sizes of the protocol plug-in (UCXPY_PROTO_PLUGIN)
-    given to it: it runs them in Python, whatever the stock table said."""
-    from ..protocols import parse_spec
+    given to it: it runs them in Python, whatever the stock table said, and
+    in its C half too (``native``: the data plane reads the interface's
+    inbox) for the messages C callers send and receive."""
+    from ..protocols import parse_spec, plugin_class
     name, ranges = parse_spec(config.proto_plugin)
     if not name:
         return rows
+    who_plugin = PLUGIN_C if native and config.proto_native \
+        and getattr(plugin_class(name), "native", None) else PYTHON
     out = []
     for lo, hi, proto, who in rows:
         cur = lo
@@ -376,7 +382,7 @@ def _plugin_cut(rows: list, config) -> list:
                 continue
             if plo > cur:
                 out.append((cur, plo - 1, proto, who))
-            out.append((max(plo, cur), min(phi, hi), f"plug-in {name}", PYTHON))
+            out.append((max(plo, cur), min(phi, hi), f"plug-in {name}", who_plugin))
             cur = min(phi, hi) + 1
             if cur > hi:
                 break
