@@ -136,6 +136,22 @@ def test_steady_eager_exchange_over_tcp_is_read_and_written_in_c(tmp_path):
         assert r["py_entries"] < 20000 // 4, r
 
 
+def test_the_harness_over_tcp_active_messages_in_c(tmp_path):
+    """The whole harness over tcp alone: every check passes, and the eager
+    active messages (2000, in order with a rendezvous one among them) are
+    written on the socket and read from it in C (native/dp/stream.c's
+    reader hands a claimed id's frames to libucp's hook) when it has the reading."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    out, final = _dataplane(tmp_path, tls="tcp")
+    sender, receiver = sorted(final, key=lambda r: r["dp"]["am_send"], reverse=True)
+    assert sender["dp"]["am_send"] >= 1900, sender
+    # (frames that arrive while a pass of Python's has the reading back are
+    # read by the transport in Python: 1000-1999 of 2000 were C's here,
+    # under load)
+    assert receiver["dp"]["am_recv"] >= 200, receiver
+
+
 @pytest.fixture(scope="module")
 def basics(tmp_path_factory):
     return _compile(tmp_path_factory.mktemp("mpi"), "mpi_basics.c", "mpi_basics", MPICC)
@@ -185,7 +201,7 @@ def test_a_protocol_plug_in_under_mpich(basics, tmp_path, mode):
     through libucp (issue 43, step 5): mpi_basics.c checks its data (ring
     exchanges up to 4 MiB, a 2 MiB Bcast), every message of 64 KiB and more
     moving by the plug-in: by its C half where both sides are libucp's
-    (the reports' proto_send, proto_recv), or, with UCXPY_PROTO_NATIVE=n,
+    (the reports' proto_send, proto_frame), or, with UCXPY_PROTO_NATIVE=n,
     all by its Python half (receives the data plane posted are adopted when
     the plug-in's offer matches them); traced, ucxpy-trace merges the
     plug-in's events, an offer, a clear-to-send, the fragments' send and the
@@ -202,12 +218,16 @@ def test_a_protocol_plug_in_under_mpich(basics, tmp_path, mode):
     rc, out, err = _run([UCXPY_UCX, "--check", "--report", MPIEXEC, "-n", "2", basics], env=env)
     assert rc == 0, out + err
     assert sorted(out.split("\n"))[-2:] == ["rank 0: OK", "rank 1: OK"], out + err
-    sends, recvs = _reported(err, "proto_send"), _reported(err, "proto_recv")
+    sends, frames = _reported(err, "proto_send"), _reported(err, "proto_frame")
     assert len(sends) == 2, err
     if mode == "c-half":
-        assert sum(sends) >= 4 and sum(recvs) >= 4, err
+        # every send of 64 KiB and more once the endpoint has its lane, and
+        # each one's clear-to-send; which receives the C half fills depends
+        # on whether they were posted before the offer came (the two-process
+        # harness above pins that down)
+        assert sum(sends) >= 4 and sum(frames) >= sum(sends), err
     else:
-        assert sum(sends) == 0 and sum(recvs) == 0, err
+        assert sum(sends) == 0 and sum(frames) == 0, err
     if mode != "traced":
         return
     merged = tmp_path / "job.json"

@@ -151,12 +151,11 @@ class Config:
                           "caller, the shm inbox's eager messages matched and delivered in C, "
                           "eager sends, put/get and atomics on mapped peer memory (n = the "
                           "pure-Python matcher and protocols only, the reference)")
-    tcp_native: bool = _opt(False, parse_bool,
+    tcp_native: bool = _opt(True, parse_bool,
                             "libucp's progress reads and writes tcp connections' eager "
-                            "messages in C (native/dp/stream.c; the core lends a connection's "
-                            "reading while nothing of it is buffered in Python); off by "
-                            "default until an intermittent hang of MPI_Comm_spawn on it is "
-                            "understood (mpi4py's test_spawn, about 1 run in 10)")
+                            "tagged and active messages in C (native/dp/stream.c; the core "
+                            "lends a connection's reading while nothing of it is buffered in "
+                            "Python); n = libucp's tcp traffic goes through Python")
     proto_python: tuple = _opt((), parse_size_ranges,
                                "message sizes whose eager messages the Python reference "
                                "protocol runs instead of the native data plane: comma-separated "

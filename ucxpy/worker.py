@@ -26,6 +26,7 @@ from .tag import (ANY_SOURCE, FULL_MASK, RecvRequest, TagMatcher,
 
 AmId = wire.AmId
 TAG_EAGER = int(AmId.TAG_EAGER)
+AM_EAGER = int(AmId.AM_EAGER)
 COLD_EVERY = 16     # power of two
 #: polls of one fast-path C call (``Worker.recv_poller``) between progress passes
 FAST_SPINS = 256
@@ -246,7 +247,8 @@ class Worker:
                     self._stream_drop(tep)      # (gone: closed or failed)
                 continue
             if s is None:
-                s = _dp.Stream(fd, tep.owner_ep.remote_id, TAG_EAGER, tep.native_max_frame)
+                s = _dp.Stream(fd, tep.owner_ep.remote_id, TAG_EAGER, tep.native_max_frame,
+                               AM_EAGER)
                 self.dp.add_stream(s)
                 self._streams[tep] = s
             tep.lend_stream(s)

@@ -195,7 +195,8 @@ def proof(folder: str, n: int, require_ops: bool = True) -> list:
 def ucp_stamp() -> tuple:
     """Identity of the files a ``ucp`` (or ``ompi-ucp``) job runs (libucp.so.0, its bridge
     extension, the adapter): a job during which one was rebuilt is rerun."""
-    files = [os.path.join(ROOT, "ucxpy", "lib", "libucp.so.0"),
+    from ucxpy.tools.ucx import LIBUCP
+    files = [LIBUCP,
              os.path.join(ROOT, "ucxpy", "capi.py"),
              *glob.glob(os.path.join(ROOT, "ucxpy", "_ucp_bridge*.so"))]
     out = []
@@ -274,6 +275,16 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
         log, _ = proc.communicate()
         rc = "timeout"
     elapsed = time.monotonic() - t0
+    keep = os.environ.get("CONFORMANCE_KEEP_LOGS")
+    if keep:                            # (debugging: each job's whole log, not its tail)
+        os.makedirs(keep, exist_ok=True)
+        with open(os.path.join(keep, f"{impl}-{module}-{n}-{os.getpid()}-{int(t0)}.log"),
+                  "wb") as f:
+            f.write(log)
+        if report_dir is not None:      # (and what each rank carried)
+            import shutil
+            shutil.copytree(report_dir, os.path.join(keep, f"reports-{module}-{n}-{int(t0)}"),
+                            dirs_exist_ok=True)
     per_rank = []
     for r in range(n):
         try:

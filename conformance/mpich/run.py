@@ -62,6 +62,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from conformance.procs import kill_tree  # noqa: E402
+from ucxpy.tools.ucx import LIBUCP  # noqa: E402
 
 VERSION = "4.0.2"
 DEB_VERSION = "4.0.2-3"            # Debian 12 (bookworm)
@@ -682,7 +683,7 @@ def main(argv=None) -> int:
             print(markdown_table(rows))
         report_worse(bad)
         return 1 if bad else 0
-    if "ours" in impls and not os.path.exists(os.path.join(ROOT, "ucxpy", "lib", "libucp.so.0")):
+    if "ours" in impls and not os.path.exists(LIBUCP):
         print("ucxpy/lib/libucp.so.0 is not built (make install with libucx-dev)", file=sys.stderr)
         return 2
 

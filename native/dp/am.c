@@ -9,7 +9,8 @@
  * frame, so either side of a connection may be C or Python.
  *
  * Send: a C caller (libucp) pushes the frame into the peer's inbox as the
- * tagged eager send does (lane.c), when the lane is open; anything else
+ * tagged eager send does (lane.c), when the lane is open (or writes it on a
+ * tcp connection: stream.c, which also reads them); anything else
  * (a closed lane, a full ring, a header above UCXDP_AM_HEADER_MAX) is
  * declined and goes by Python's path, which also runs every rendezvous.
  *
@@ -93,6 +94,12 @@ void ucxdp_inbox_am(ucxdp_inbox_t *in, unsigned am_eager_id)
     in->am_eager_id = am_eager_id;
 }
 
+int ucxdp_am_runs(const ucxdp_worker_t *w, unsigned id)
+{
+    return w->am_hook != NULL && w->am_claimed != NULL && id < UCXDP_AM_IDS
+        && (w->am_claimed[id / 8] & (1u << (id % 8)));
+}
+
 int ucxdp_am_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t *c,
                         const uint64_t *out, int *wake)
 {
@@ -100,11 +107,11 @@ int ucxdp_am_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t
     uint16_t h[2];
 
     *wake = 0;
-    if (c == NULL || in->am_eager_id == 0 || out[0] != in->am_eager_id || w->am_hook == NULL
-            || w->am_claimed == NULL || out[2] < AM_HEAD || ucxdp_inbox_handed(in, out[4]))
+    if (c == NULL || in->am_eager_id == 0 || out[0] != in->am_eager_id || out[2] < AM_HEAD
+            || ucxdp_inbox_handed(in, out[4]))
         return 0;
     memcpy(h, hdr, AM_HEAD);
-    if (!(w->am_claimed[h[0] / 8] & (1u << (h[0] % 8))) || AM_HEAD + (uint64_t)h[1] > out[2])
+    if (!ucxdp_am_runs(w, h[0]) || AM_HEAD + (uint64_t)h[1] > out[2])
         return 0;                          /* (Python's handler, or a malformed header:
                                               Python's path reports it) */
     w->am_hook(w->am_arg, c->source, h[0], hdr + AM_HEAD, h[1], in->ring->data + out[3],

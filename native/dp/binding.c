@@ -2794,18 +2794,19 @@ static PyObject *stream_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     int fd;
     long long source;
-    unsigned int am_id;
+    unsigned int am_id, am_eager_id = 0;
     unsigned long long max;
     StreamObject *self;
 
-    if (!PyArg_ParseTuple(args, "iLIK:Stream", &fd, &source, &am_id, &max))
+    if (!PyArg_ParseTuple(args, "iLIK|I:Stream", &fd, &source, &am_id, &max, &am_eager_id))
         return NULL;
-    if (fd < 0 || am_id > 255)
-        return PyErr_Format(PyExc_ValueError, "Stream: a socket and an active-message id");
+    if (fd < 0 || am_id > 255 || am_eager_id > 255)
+        return PyErr_Format(PyExc_ValueError, "Stream: a socket and active-message ids");
     self = (StreamObject *)type->tp_alloc(type, 0);
     if (self == NULL)
         return NULL;
     ucxdp_stream_init(&self->s, fd, source, am_id, max);
+    self->s.am_eager_id = am_eager_id;
     return (PyObject *)self;
 }
 
@@ -3273,6 +3274,7 @@ static const ucxdp_api_t api = {
     .lane_am = ucxdp_lane_am,
     .stream_of = api_stream_of,
     .stream_send = ucxdp_stream_send,
+    .stream_am_send = ucxdp_stream_am_send,
 };
 
 static struct PyModuleDef module = {

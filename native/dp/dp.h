@@ -499,6 +499,9 @@ int ucxdp_am_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn_t
                         const uint64_t *out, int *wake);
 /* the inbox takes active messages' eager frames `am_eager_id` (0: none) */
 void ucxdp_inbox_am(ucxdp_inbox_t *in, unsigned am_eager_id);
+/* whether active message `id` is an external caller's (claimed, a hook set;
+ * the worker's lock held) */
+int ucxdp_am_runs(const ucxdp_worker_t *w, unsigned id);
 
 /* -- a protocol plug-in's C half (proto.c; its interface: proto.h) ---------------- */
 struct ucxdp_proto_ops;
@@ -577,6 +580,9 @@ typedef struct ucxdp_stream {
      * keeps it: open, nothing of its own queued) */
     uint32_t out_open;
     uint32_t dead;                         /* the transport forgot it for good */
+    /* active messages' eager frames (wire.AM and the user header; 0: none),
+     * taken for the worker's external handlers (am.c) and sent by them */
+    unsigned am_eager_id;
     uint64_t start, end;                   /* read, not taken: [start, end) of buf */
     uint8_t buf[UCXDP_STREAM_BUF];
 } ucxdp_stream_t;
@@ -613,6 +619,19 @@ ucxdp_status_t ucxdp_stream_send(ucxdp_worker_t *w, ucxdp_stream_t *s, uint64_t 
                                  const void *buffer, uint64_t length, uint64_t *rest,
                                  uint8_t head[UCXDP_TCP_EAGER_HEAD]);
 
+/* The largest head of an active message's frame on a stream: the prefix,
+ * wire.AM, the user header. */
+#define UCXDP_STREAM_AM_HEAD_MAX (UCXDP_TCP_PREFIX + 4 + UCXDP_AM_HEADER_MAX)
+/* Send an eager active message on the stream (its `am_eager_id` frame) as
+ * ucxdp_stream_send sends a tagged one: UCXDP_OK, UCXDP_INPROGRESS with the
+ * last *rest bytes of the frame (`head`, *head_length bytes, then the data)
+ * the caller's to queue, or UCXDP_ERR_NO_RESOURCE with nothing written (no
+ * such frames here, not open, the header or data too large). */
+ucxdp_status_t ucxdp_stream_am_send(ucxdp_worker_t *w, ucxdp_stream_t *s, unsigned id,
+                                    const void *header, uint64_t header_length,
+                                    const void *buffer, uint64_t length, uint64_t *rest,
+                                    uint8_t head[UCXDP_STREAM_AM_HEAD_MAX], size_t *head_length);
+
 /* -- the tcp eager path (tcp.c) ------------------------------------------------- */
 #define UCXDP_TCP_SPILL_MAX (32768 + UCXDP_TCP_EAGER_HEAD)
 
@@ -622,6 +641,10 @@ ucxdp_status_t ucxdp_stream_send(ucxdp_worker_t *w, ucxdp_stream_t *s, uint64_t 
  * tail, which ucxdp_tcp_eager_frame rebuilds); -1 when it took none (full,
  * or an error the caller's path reports). */
 int64_t ucxdp_tcp_eager_send(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t tag,
+                             const void *buffer, uint64_t length);
+/* Write one frame, `head` then the payload, with one sendmsg: the bytes it
+ * did not take (0: all), or -1 when it took none (full, or an error). */
+int64_t ucxdp_tcp_frame_send(int fd, const uint8_t *head, size_t head_length,
                              const void *buffer, uint64_t length);
 /* The frame's first HEAD bytes, as ucxdp_tcp_eager_send writes them. */
 void ucxdp_tcp_eager_head(uint8_t out[UCXDP_TCP_EAGER_HEAD], unsigned am_id, uint64_t tag,
@@ -696,6 +719,9 @@ typedef struct ucxdp_api {
     ucxdp_stream_t *(*stream_of)(void *py_object);
     ucxdp_status_t (*stream_send)(ucxdp_worker_t *, ucxdp_stream_t *, uint64_t, const void *,
                                   uint64_t, uint64_t *, uint8_t *);
+    ucxdp_status_t (*stream_am_send)(ucxdp_worker_t *, ucxdp_stream_t *, unsigned, const void *,
+                                     uint64_t, const void *, uint64_t, uint64_t *, uint8_t *,
+                                     size_t *);
 } ucxdp_api_t;
 
 #endif

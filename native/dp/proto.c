@@ -183,7 +183,7 @@ ucxdp_status_t ucxdp_proto_send_locked(ucxdp_worker_t *w, const ucxdp_lane_t *la
     st = w->proto_ops->send(w->proto, &ctx, lane, s, tag);
     if (st != UCXDP_OK) {
         ucxdp_list_remove(&s->link);
-        return st == UCXDP_ERR_NO_RESOURCE ? st : UCXDP_ERR_NO_RESOURCE;
+        return UCXDP_ERR_NO_RESOURCE;      /* (whatever it said: the caller's path sends) */
     }
     *wake = ctx.wake;
     __atomic_store_n(&w->proto_owed, 1, __ATOMIC_RELAXED);

@@ -11,7 +11,9 @@
  * into the stream's buffer and takes, in order, each whole tagged eager frame
  * (`eager_am_id`, an 8-byte tag as the header, a payload of at most
  * `eager_max` bytes), which the worker's matcher delivers as the shm inbox's
- * frames (ucxdp_tag_eager).  It stops — clears `lent` and says why in
+ * frames (ucxdp_tag_eager), and each whole eager active message of an id
+ * an external caller's handler runs (`am_eager_id`: am.c's frame), which
+ * goes to that handler's hook as the inbox's do.  It stops — clears `lent` and says why in
  * `stopped` — at the first thing it does not run: another frame (a
  * rendezvous, an active message, a close), a frame it cannot hold, bytes
  * that are not a frame, the end of the stream or an error.  What it read and
@@ -40,6 +42,7 @@
 #endif
 
 #define PREFIX UCXDP_TCP_PREFIX           /* tcp_frames.PREFIX: magic, am id, flags, hlen, plen */
+#define AM_HEAD 4                          /* wire.AM: u16 id, u16 user header length */
 
 void ucxdp_stream_init(ucxdp_stream_t *s, int fd, int64_t source, unsigned eager_am_id,
                        uint64_t eager_max)
@@ -53,6 +56,7 @@ void ucxdp_stream_init(ucxdp_stream_t *s, int fd, int64_t source, unsigned eager
     s->stopped = 0;
     s->out_open = 0;
     s->dead = 0;
+    s->am_eager_id = 0;
     s->start = s->end = 0;
 }
 
@@ -60,6 +64,35 @@ static void stop(ucxdp_stream_t *s, uint32_t why)
 {
     s->stopped = why;
     __atomic_store_n(&s->lent, 0, __ATOMIC_RELEASE);
+}
+
+/* The active message whose prefix `p` heads the buffer (`have` bytes
+ * there), when an external caller's handler runs its id: 1 taken (the hook
+ * called), 0 not all there yet, -1 the reader stopped (anything else). */
+static int take_am(ucxdp_worker_t *w, ucxdp_stream_t *s, const ucxdp_tcp_head_t *p,
+                   uint64_t have)
+{
+    const uint8_t *f = s->buf + s->start + PREFIX;
+    uint64_t whole = PREFIX + (uint64_t)p->hlen + p->plen;
+    uint16_t h[2];
+
+    if (p->hlen < AM_HEAD || whole > UCXDP_STREAM_BUF) {
+        stop(s, UCXDP_STREAM_FRAME);
+        return -1;
+    }
+    if (have < PREFIX + AM_HEAD)
+        return 0;
+    memcpy(h, f, AM_HEAD);
+    if (!ucxdp_am_runs(w, h[0]) || AM_HEAD + (uint64_t)h[1] != p->hlen) {
+        stop(s, UCXDP_STREAM_FRAME);       /* (Python's handler, or held: the transport's) */
+        return -1;
+    }
+    if (have < whole)
+        return 0;
+    w->am_hook(w->am_arg, s->source, h[0], f + AM_HEAD, h[1], f + p->hlen, p->plen);
+    s->start += whole;
+    UCXDP_COUNT(w, am_recv, 1);
+    return 1;
 }
 
 /* Take the whole eager frames at the head of the buffer (the worker's lock
@@ -78,6 +111,13 @@ static int take_frames(ucxdp_worker_t *w, ucxdp_stream_t *s, long *taken, long l
         if (p.magic != UCXDP_TCP_FRAME_MAGIC) {
             stop(s, UCXDP_STREAM_CORRUPT);
             return 1;
+        }
+        if (s->am_eager_id != 0 && p.am_id == s->am_eager_id && p.flags == 0) {
+            int rc = take_am(w, s, &p, have);
+            if (rc != 1)
+                return rc < 0;             /* (-1: stopped; 0: its rest, read on) */
+            (*taken)++;
+            continue;
         }
         if (p.am_id != s->eager_am_id || p.flags != 0 || p.hlen != 8 || p.plen > s->eager_max) {
             stop(s, UCXDP_STREAM_FRAME);   /* (the transport's frame: it parses it) */
@@ -230,5 +270,42 @@ ucxdp_status_t ucxdp_stream_send(ucxdp_worker_t *w, ucxdp_stream_t *s, uint64_t 
     s->out_open = 0;                       /* (the rest goes first, by the transport) */
     *rest = (uint64_t)r;
     ucxdp_tcp_eager_head(head, s->eager_am_id, tag, length);
+    return UCXDP_INPROGRESS;
+}
+
+ucxdp_status_t ucxdp_stream_am_send(ucxdp_worker_t *w, ucxdp_stream_t *s, unsigned id,
+                                    const void *header, uint64_t header_length,
+                                    const void *buffer, uint64_t length, uint64_t *rest,
+                                    uint8_t head[UCXDP_STREAM_AM_HEAD_MAX], size_t *head_length)
+{
+    ucxdp_tcp_head_t p;
+    uint16_t h[2];
+    size_t n = PREFIX + AM_HEAD + (size_t)header_length;
+    int64_t r;
+
+    *rest = 0;
+    *head_length = n;
+    if (s->am_eager_id == 0 || !s->out_open || s->dead || id >= UCXDP_AM_IDS
+            || header_length > UCXDP_AM_HEADER_MAX || length > s->eager_max)
+        return UCXDP_ERR_NO_RESOURCE;
+    memset(&p, 0, sizeof p);
+    p.magic = UCXDP_TCP_FRAME_MAGIC;
+    p.am_id = (uint8_t)s->am_eager_id;
+    p.hlen = (uint16_t)(AM_HEAD + header_length);
+    p.plen = length;
+    memcpy(head, &p, PREFIX);
+    h[0] = (uint16_t)id;
+    h[1] = (uint16_t)header_length;
+    memcpy(head + PREFIX, h, AM_HEAD);
+    if (header_length)
+        memcpy(head + PREFIX + AM_HEAD, header, (size_t)header_length);
+    r = ucxdp_tcp_frame_send(s->fd, head, n, buffer, length);
+    if (r < 0)
+        return UCXDP_ERR_NO_RESOURCE;
+    UCXDP_COUNT(w, am_send, 1);
+    if (r == 0)
+        return UCXDP_OK;
+    s->out_open = 0;                       /* (the rest goes first, by the transport) */
+    *rest = (uint64_t)r;
     return UCXDP_INPROGRESS;
 }

@@ -77,17 +77,15 @@ void ucxdp_tcp_eager_head(uint8_t out[UCXDP_TCP_EAGER_HEAD], unsigned am_id, uin
     memcpy(out, &h, sizeof h);
 }
 
-int64_t ucxdp_tcp_eager_send(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t tag,
+int64_t ucxdp_tcp_frame_send(int fd, const uint8_t *head, size_t head_length,
                              const void *buffer, uint64_t length)
 {
-    uint8_t head[HEAD];
     struct iovec iov[2];
     struct msghdr msg;
     ssize_t n;
 
-    ucxdp_tcp_eager_head(head, am_id, tag, length);
-    iov[0].iov_base = head;
-    iov[0].iov_len = sizeof head;
+    iov[0].iov_base = (void *)head;
+    iov[0].iov_len = head_length;
     iov[1].iov_base = (void *)buffer;
     iov[1].iov_len = (size_t)length;
     memset(&msg, 0, sizeof msg);
@@ -96,8 +94,20 @@ int64_t ucxdp_tcp_eager_send(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t
     n = sendmsg(fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (n <= 0)
         return -1;
-    UCXDP_COUNT(w, tcp_send, 1);
-    return (int64_t)(HEAD + length) - n;
+    return (int64_t)(head_length + length) - n;
+}
+
+int64_t ucxdp_tcp_eager_send(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t tag,
+                             const void *buffer, uint64_t length)
+{
+    uint8_t head[HEAD];
+    int64_t rest;
+
+    ucxdp_tcp_eager_head(head, am_id, tag, length);
+    rest = ucxdp_tcp_frame_send(fd, head, sizeof head, buffer, length);
+    if (rest >= 0)
+        UCXDP_COUNT(w, tcp_send, 1);
+    return rest;
 }
 
 /* bytes readable on `fd` now, or -1 */

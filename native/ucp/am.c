@@ -223,6 +223,14 @@ static int dp_am_send(ucp_ep_h ep, unsigned id, const void *header, size_t heade
         return 0;
     if (length > ep->eager_max || !ucxs_py->try_lock())
         return 0;
+    if (ep->stream != NULL) {              /* (a tcp connection written in C) */
+        uint8_t head[UCXDP_STREAM_AM_HEAD_MAX];
+        uint64_t rest;
+        size_t head_length;
+        st = ucxs_py->dp->stream_am_send(ep->worker->dp, ep->stream, id, header, header_length,
+                                         data, length, &rest, head, &head_length);
+        return ucxs_dp_streamed(ep, st, rest, head, head_length, data, length);
+    }
     st = ucxs_py->dp->lane_am(ep->worker->dp, ep->lane, id, header, header_length, data, length,
                               &wake);
     return ucxs_dp_pushed(ep, st, wake);
@@ -241,9 +249,9 @@ static ucs_status_ptr_t am_send(const char *entry, ucp_ep_h ep, unsigned id, con
     status = ucxs_dt_send(ucxs_param_datatype(param), buffer, count, &req->dt, &data);
     if (status != UCS_OK) {
         ucxs_error(entry, "cannot take the send buffer's datatype");
-    } else if (ep->lane != NULL && dp_am_send(ep, id, header, header_length, data,
-                                               req->dt.length, param)) {
-        status = UCS_OK;                   /* (in the peer's inbox: done) */
+    } else if ((ep->lane != NULL || ep->stream != NULL)
+               && dp_am_send(ep, id, header, header_length, data, req->dt.length, param)) {
+        status = UCS_OK;                   /* (in the peer's inbox, or the socket's: done) */
     } else {
         status = ucxs_py->am_send(ep->worker->py, ep->py, id, header, header_length, data,
                                   req->dt.length, req, &req->info);

@@ -42,27 +42,24 @@
  * asking (another transport's endpoint never has one). */
 #define LANE_ASKS 64
 
-/* A tcp connection's eager send in C (native/dp/stream.c): 1 sent, 0 not.
- * What the socket did not take is queued by the transport before anything
- * else (one bridge call, when the socket's buffer is full). */
-static int dp_stream_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
+/* The end of a frame written on a tcp connection in C (native/dp/stream.c;
+ * the lock held, released here): 1 sent, 0 not.  What the socket did not
+ * take (`rest` bytes of `head`, then `data`) is queued by the transport
+ * before anything else (one bridge call, when the socket's buffer is full). */
+int ucxs_dp_streamed(ucp_ep_h ep, ucxdp_status_t st, uint64_t rest, const uint8_t *head,
+                     size_t head_length, const void *data, size_t length)
 {
-    uint8_t head[UCXDP_TCP_EAGER_HEAD];
-    uint64_t rest;
-    ucxdp_status_t st;
-
-    st = ucxs_py->dp->stream_send(ep->worker->dp, ep->stream, tag, data, length, &rest, head);
     if (st == UCXDP_INPROGRESS) {
-        uint64_t sent = UCXDP_TCP_EAGER_HEAD + length - rest;
+        uint64_t sent = head_length + length - rest;
         uint8_t *tail = malloc(rest);
         if (tail == NULL)
-            ucxs_fatal("ucp_tag_send_nbx", "out of memory for %llu bytes of a tcp frame",
+            ucxs_fatal("ucp_worker_progress", "out of memory for %llu bytes of a tcp frame",
                        (unsigned long long)rest);
-        if (sent < UCXDP_TCP_EAGER_HEAD) {         /* (the head, then the payload) */
-            memcpy(tail, head + sent, UCXDP_TCP_EAGER_HEAD - sent);
-            memcpy(tail + UCXDP_TCP_EAGER_HEAD - sent, data, length);
+        if (sent < head_length) {                  /* (the head, then the payload) */
+            memcpy(tail, head + sent, head_length - sent);
+            memcpy(tail + head_length - sent, data, length);
         } else {
-            memcpy(tail, (const uint8_t *)data + (sent - UCXDP_TCP_EAGER_HEAD), rest);
+            memcpy(tail, (const uint8_t *)data + (sent - head_length), rest);
         }
         ucxs_py->unlock();
         ucxs_py->stream_tail(ep->py, tail, rest);
@@ -71,6 +68,17 @@ static int dp_stream_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_
     }
     ucxs_py->unlock();
     return st == UCXDP_OK;
+}
+
+/* A tcp connection's eager send in C: 1 sent, 0 not. */
+static int dp_stream_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_t tag)
+{
+    uint8_t head[UCXDP_TCP_EAGER_HEAD];
+    uint64_t rest;
+    ucxdp_status_t st;
+
+    st = ucxs_py->dp->stream_send(ep->worker->dp, ep->stream, tag, data, length, &rest, head);
+    return ucxs_dp_streamed(ep, st, rest, head, sizeof head, data, length);
 }
 
 /* Send in the data plane: 1 sent, 0 not (the core's way). */

@@ -9,7 +9,12 @@
  *   - it stops, giving back exactly the stream's next bytes, at another
  *     frame (after taking the eager ones before it), at an eager frame above
  *     its limit, at bytes that are not a frame; at the end of the stream;
- *     when the transport reclaims it.
+ *     when the transport reclaims it;
+ *   - eager active messages (written by ucxdp_stream_am_send) of an id a C
+ *     handler claimed go to the worker's hook, in order with the tagged
+ *     frames around them; one of an unclaimed id stops the reader and is
+ *     given back whole; a send when a frame written now would not be next
+ *     is declined.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +28,28 @@
 #define OTHER 9
 #define SOURCE 4
 #define MAX 4096
+#define AM 8                               /* wire.AmId.AM_EAGER */
+
+static struct {
+    int calls;
+    int64_t source;
+    unsigned id;
+    uint8_t header[16], data[64];
+    uint64_t header_length, length;
+} seen;
+
+static void hook(void *arg, int64_t source, unsigned id, const void *header,
+                 uint64_t header_length, const void *data, uint64_t length)
+{
+    (void)arg;
+    seen.calls++;
+    seen.source = source;
+    seen.id = id;
+    seen.header_length = header_length;
+    seen.length = length;
+    memcpy(seen.header, header, header_length < 16 ? header_length : 16);
+    memcpy(seen.data, data, length < 64 ? length : 64);
+}
 
 /* a frame of `am_id` with an 8-byte header `tag` and `n` payload bytes */
 static size_t frame(uint8_t *out, unsigned am_id, uint64_t tag, const uint8_t *payload, size_t n)
@@ -141,6 +168,45 @@ int main(void)
             ucxdp_tag_unexp_free(w, u);
     }
 
+    /* active messages: a claimed id's, between two tagged frames, all in
+     * order; an unclaimed id's given back whole; a send out of turn declined */
+    {
+        uint8_t head[UCXDP_STREAM_AM_HEAD_MAX];
+        uint64_t rest;
+        size_t hl;
+        s.am_eager_id = AM;
+        ucxdp_am_set_hook(w, hook, NULL);
+        CHECK(ucxdp_am_claim(w, 7, 1) == UCXDP_OK);
+        s.out_open = 0;
+        CHECK(ucxdp_stream_am_send(w, &s, 7, "hd", 2, payload, 10, &rest, head, &hl)
+              == UCXDP_ERR_NO_RESOURCE);
+        s.out_open = 1;
+        s.fd = sv[1];                      /* (written on the other end, read on this one) */
+        CHECK(ucxdp_tcp_eager_send(w, sv[1], EAGER, 0x30, payload, 8) == 0);
+        CHECK(ucxdp_stream_am_send(w, &s, 7, "hdr", 3, payload + 9, 50, &rest, head, &hl)
+              == UCXDP_OK && hl == UCXDP_TCP_PREFIX + 4 + 3);
+        CHECK(ucxdp_tcp_eager_send(w, sv[1], EAGER, 0x31, payload, 8) == 0);
+        s.fd = sv[0];
+        s.lent = 1;
+        CHECK(ucxdp_stream_progress(w, &s, 64) == 3 && s.lent);
+        CHECK(seen.calls == 1 && seen.id == 7 && seen.source == SOURCE && seen.header_length == 3
+              && memcmp(seen.header, "hdr", 3) == 0 && seen.length == 50
+              && memcmp(seen.data, payload + 9, 50) == 0);
+        for (uint64_t t = 0x30; t <= 0x31; t++) {
+            u = ucxdp_tag_probe(w, -1, t, UINT64_MAX, 1);
+            CHECK(u != NULL);
+            if (u != NULL)
+                ucxdp_tag_unexp_free(w, u);
+        }
+        s.fd = sv[1];
+        CHECK(ucxdp_stream_am_send(w, &s, 6, NULL, 0, payload, 20, &rest, head, &hl) == UCXDP_OK);
+        s.fd = sv[0];
+        CHECK(ucxdp_stream_progress(w, &s, 64) == 0 && !s.lent && s.stopped == UCXDP_STREAM_FRAME);
+        CHECK(ucxdp_stream_take(&s, &spill) == UCXDP_TCP_PREFIX + 4 + 20 && seen.calls == 1);
+        ucxdp_am_set_hook(w, NULL, NULL);
+        s.lent = 1;
+    }
+
     /* reclaimed by the transport; then the end of the stream */
     ucxdp_stream_reclaim(&s);
     CHECK(!s.lent && s.stopped == UCXDP_STREAM_RECLAIMED);
@@ -149,7 +215,7 @@ int main(void)
     CHECK(ucxdp_stream_progress(w, &s, 64) == 0 && !s.lent && s.stopped == UCXDP_STREAM_EOF);
 
     ucxdp_worker_counters(w, &c);
-    CHECK(c.tcp_recv == 3 + 1 + 1 + 5);
+    CHECK(c.tcp_recv == 3 + 1 + 1 + 5 + 2 && c.am_recv == 1 && c.am_send == 2);
     close(sv[0]);
     ucxdp_worker_destroy(w);
     if (failures)
