@@ -8,8 +8,8 @@
  * messages (`eager_am_id`, an 8-byte little-endian tag as the header, the
  * payload as the message) of connections Python registered, which tag.c
  * matches and delivers (and rndv.c's rendezvous frames, am.c's active
- * messages for C handlers, proto.c's plug-in frames).  It stops, leaving the frame in the ring, at the
- * first frame that is anything else (another protocol, a connection not
+ * messages for C handlers, proto.c's plug-in frames).  It stops, leaving
+ * the frame in the ring, at the first frame that is anything else (another protocol, a connection not
  * registered, a close record, a message of a size the caller's protocol runs:
  * the protocol table's "Python" entries): the caller's Python path takes
  * that one, and then calls again.  So every connection's frames are handled
