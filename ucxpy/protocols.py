@@ -39,7 +39,8 @@ interpreter, the messages of the plug-in's sizes that C callers (libucp:
 MPICH, Open MPI, OSHMEM) send and receive on shm: their sends, the offers
 their posted receives take, and the frames addressed to those.  The two
 halves speak the same frames and tell their messages apart by id (the C
-half's have bit 63, :data:`C_IDS`), so a message may start on one side and
+half's have bit 63, dp.h's UCXDP_RNDV_EXT_ID; a Python half never gives
+such ids), so a message may start on one side and
 end on the other; everything the C half leaves (Python's sends and
 receives, unexpected offers, tracing) is the Python half's, which stays the
 reference.  ``UCXPY_PROTO_NATIVE=n`` runs every message in Python.
@@ -74,10 +75,6 @@ config.declare(
 
 #: the plug-ins ucxpy ships, by the name UCXPY_PROTO_PLUGIN gives
 BUILTIN = {"pipelined-copy": "ucxpy.protocols:PipelinedCopy"}
-
-#: the ids (of sends, of receives) a C half gives have this bit; a Python
-#: half's never do (dp.h's UCXDP_RNDV_EXT_ID)
-C_IDS = 1 << 63
 
 
 class PluginOffer:
