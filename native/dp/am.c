@@ -34,7 +34,7 @@
 #error "wire.AM is little-endian: it is read and written as is"
 #endif
 
-#define AM_HEAD 4                          /* wire.AM: u16 id, u16 user header length */
+#define AM_HEAD UCXDP_AM_HEAD
 
 void ucxdp_am_set_hook(ucxdp_worker_t *w, ucxdp_am_hook_t hook, void *arg)
 {
@@ -63,25 +63,29 @@ ucxdp_status_t ucxdp_am_claim(ucxdp_worker_t *w, unsigned id, int on)
     return st;
 }
 
+size_t ucxdp_am_head(uint8_t *out, unsigned id, const void *header, uint64_t header_length)
+{
+    uint16_t h[2] = {(uint16_t)id, (uint16_t)header_length};
+
+    memcpy(out, h, AM_HEAD);
+    if (header_length)
+        memcpy(out + AM_HEAD, header, (size_t)header_length);
+    return AM_HEAD + (size_t)header_length;
+}
+
 ucxdp_status_t ucxdp_lane_am(ucxdp_worker_t *w, const ucxdp_lane_t *lane, unsigned id,
                              const void *header, uint64_t header_length, const void *buffer,
                              uint64_t length, int *wake)
 {
     uint8_t head[AM_HEAD + UCXDP_AM_HEADER_MAX];
-    uint16_t h[2];
     int rc;
 
     *wake = 0;
     if (lane->am_eager_id == 0 || !lane->open || lane->dead || id >= UCXDP_AM_IDS
             || header_length > UCXDP_AM_HEADER_MAX || length > lane->max_frame)
         return UCXDP_ERR_NO_RESOURCE;
-    h[0] = (uint16_t)id;
-    h[1] = (uint16_t)header_length;
-    memcpy(head, h, AM_HEAD);
-    if (header_length)
-        memcpy(head + AM_HEAD, header, (size_t)header_length);
-    rc = ucxpy_ring_push(lane->ring, lane->am_eager_id, head, AM_HEAD + (size_t)header_length,
-                         buffer, (size_t)length);
+    rc = ucxpy_ring_push(lane->ring, lane->am_eager_id, head,
+                         ucxdp_am_head(head, id, header, header_length), buffer, (size_t)length);
     if (rc < 0)                            /* full, busy, closed, corrupt: Python's path */
         return UCXDP_ERR_NO_RESOURCE;
     *wake = rc == 1;

@@ -254,6 +254,12 @@ void ucxdp_tag_return_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *list);
 /* The receive a done-list link belongs to. */
 #define UCXDP_DONE_RECV(l) ((ucxdp_tag_recv_t *)((char *)(l) - offsetof(ucxdp_tag_recv_t, done)))
 
+/* The earliest posted receive a message of `length` bytes with `tag` from
+ * `source` matches, when it is an external caller's with room for it (left
+ * posted: ucxdp_match_arrived takes it out), else NULL; the worker's lock
+ * held (rndv.c, proto.c: the offers a C receive takes) */
+ucxdp_tag_recv_t *ucxdp_tag_peek_ext(ucxdp_worker_t *w, int64_t source, uint64_t tag,
+                                     uint64_t length);
 /* Put matched receive `r` (its outcome set) on its owner's done list; the
  * worker's lock held (rndv.c) */
 void ucxdp_tag_done_locked(ucxdp_worker_t *w, ucxdp_tag_recv_t *r);
@@ -474,6 +480,12 @@ void ucxdp_rndv_push_owed(ucxdp_worker_t *w, ucxdp_inbox_t *in);
 /* -- active messages (am.c) ------------------------------------------------------ */
 #define UCXDP_AM_IDS 65536
 #define UCXDP_AM_HEADER_MAX 512            /* the largest user header sent in C */
+#define UCXDP_AM_HEAD 4                    /* wire.AM: u16 id, u16 user header length */
+
+/* An active message's frame header as it goes on the wire (wire.AM, then
+ * the user header) into `out` (room for UCXDP_AM_HEAD + header_length):
+ * its length.  The caller checked id and header_length. */
+size_t ucxdp_am_head(uint8_t *out, unsigned id, const void *header, uint64_t header_length);
 
 /* Where the eager arrivals of ids an external caller claims go (NULL: none;
  * claims stay).  Taken under the worker's lock, so once this returns with
@@ -621,7 +633,7 @@ ucxdp_status_t ucxdp_stream_send(ucxdp_worker_t *w, ucxdp_stream_t *s, uint64_t 
 
 /* The largest head of an active message's frame on a stream: the prefix,
  * wire.AM, the user header. */
-#define UCXDP_STREAM_AM_HEAD_MAX (UCXDP_TCP_PREFIX + 4 + UCXDP_AM_HEADER_MAX)
+#define UCXDP_STREAM_AM_HEAD_MAX (UCXDP_TCP_PREFIX + UCXDP_AM_HEAD + UCXDP_AM_HEADER_MAX)
 /* Send an eager active message on the stream (its `am_eager_id` frame) as
  * ucxdp_stream_send sends a tagged one: UCXDP_OK, UCXDP_INPROGRESS with the
  * last *rest bytes of the frame (`head`, *head_length bytes, then the data)
@@ -646,6 +658,10 @@ int64_t ucxdp_tcp_eager_send(ucxdp_worker_t *w, int fd, unsigned am_id, uint64_t
  * did not take (0: all), or -1 when it took none (full, or an error). */
 int64_t ucxdp_tcp_frame_send(int fd, const uint8_t *head, size_t head_length,
                              const void *buffer, uint64_t length);
+/* A frame's prefix (tcp_frames.PREFIX: magic, am id, flags 0, header and
+ * payload lengths) into `out`. */
+void ucxdp_tcp_prefix(uint8_t out[UCXDP_TCP_PREFIX], unsigned am_id, uint16_t header_length,
+                      uint64_t length);
 /* The frame's first HEAD bytes, as ucxdp_tcp_eager_send writes them. */
 void ucxdp_tcp_eager_head(uint8_t out[UCXDP_TCP_EAGER_HEAD], unsigned am_id, uint64_t tag,
                           uint64_t length);

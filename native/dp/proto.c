@@ -94,16 +94,10 @@ static void api_send_done(ucxdp_proto_ctx_t *ctx, ucxdp_rndv_send_t *s, ucxdp_st
 static ucxdp_tag_recv_t *api_match(ucxdp_proto_ctx_t *ctx, int64_t source, uint64_t tag,
                                    uint64_t length)
 {
-    ucxdp_worker_t *w = ctx->w;
-    ucxdp_recv_t *m = ucxdp_match_peek(&w->matcher, source, tag);
-    ucxdp_tag_recv_t *r;
+    ucxdp_tag_recv_t *r = ucxdp_tag_peek_ext(ctx->w, source, tag, length);
 
-    if (m == NULL)
-        return NULL;                       /* (unexpected: the Python half queues it) */
-    r = UCXDP_CONTAINER(m, ucxdp_tag_recv_t, m);
-    if (r->owner != UCXDP_OWNER_EXT || r->buffer == NULL || length > r->capacity)
-        return NULL;
-    ucxdp_match_arrived(&w->matcher, source, tag);     /* (r, out of the matcher) */
+    if (r != NULL)                         /* (else the Python half's: unexpected, ...) */
+        ucxdp_match_arrived(&ctx->w->matcher, source, tag);    /* (r, out of the matcher) */
     return r;
 }
 

@@ -278,7 +278,6 @@ int ucxdp_rndv_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn
     const uint8_t *hdr = in->ring->data + out[1];
     uint64_t rts[4], id;
     ucxdp_lane_t *lane;
-    ucxdp_recv_t *m;
     ucxdp_tag_recv_t *r;
     int ats_wake;
 
@@ -303,12 +302,9 @@ int ucxdp_rndv_take_frame(ucxdp_worker_t *w, ucxdp_inbox_t *in, const ucxdp_conn
     memcpy(rts, hdr, RTS_SIZE);            /* tag, sreq id, size, address */
     if (rts[2] > in->rndv_max || ucxdp_inbox_handed(in, rts[2]))
         return 0;
-    m = ucxdp_match_peek(&w->matcher, c->source, rts[0]);
-    if (m == NULL)
-        return 0;                          /* (unexpected: Python's path queues it) */
-    r = UCXDP_CONTAINER(m, ucxdp_tag_recv_t, m);
-    if (r->owner != UCXDP_OWNER_EXT || r->buffer == NULL || rts[2] > r->capacity)
-        return 0;
+    r = ucxdp_tag_peek_ext(w, c->source, rts[0], rts[2]);
+    if (r == NULL)
+        return 0;                          /* (unexpected, Python's, or too small: Python's path) */
     /* read first: a read that fails leaves the receive posted and the frame
      * to Python's path, which reads again and reports */
     if (ucxdp_lane_get(w, lane, hdr + RTS_SIZE, SHM_KEY_SIZE, rts[3], r->buffer, rts[2])

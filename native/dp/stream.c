@@ -13,8 +13,8 @@
  * `eager_max` bytes), which the worker's matcher delivers as the shm inbox's
  * frames (ucxdp_tag_eager), and each whole eager active message of an id
  * an external caller's handler runs (`am_eager_id`: am.c's frame), which
- * goes to that handler's hook as the inbox's do.  It stops — clears `lent` and says why in
- * `stopped` — at the first thing it does not run: another frame (a
+ * goes to that handler's hook as the inbox's do.  It stops — clears `lent`
+ * and says why in `stopped` — at the first thing it does not run: another frame (a
  * rendezvous, an active message, a close), a frame it cannot hold, bytes
  * that are not a frame, the end of the stream or an error.  What it read and
  * did not take stays in the buffer, [start, end): the head of the stream,
@@ -42,7 +42,7 @@
 #endif
 
 #define PREFIX UCXDP_TCP_PREFIX           /* tcp_frames.PREFIX: magic, am id, flags, hlen, plen */
-#define AM_HEAD 4                          /* wire.AM: u16 id, u16 user header length */
+#define AM_HEAD UCXDP_AM_HEAD
 
 void ucxdp_stream_init(ucxdp_stream_t *s, int fd, int64_t source, unsigned eager_am_id,
                        uint64_t eager_max)
@@ -278,8 +278,6 @@ ucxdp_status_t ucxdp_stream_am_send(ucxdp_worker_t *w, ucxdp_stream_t *s, unsign
                                     const void *buffer, uint64_t length, uint64_t *rest,
                                     uint8_t head[UCXDP_STREAM_AM_HEAD_MAX], size_t *head_length)
 {
-    ucxdp_tcp_head_t p;
-    uint16_t h[2];
     size_t n = PREFIX + AM_HEAD + (size_t)header_length;
     int64_t r;
 
@@ -288,17 +286,8 @@ ucxdp_status_t ucxdp_stream_am_send(ucxdp_worker_t *w, ucxdp_stream_t *s, unsign
     if (s->am_eager_id == 0 || !s->out_open || s->dead || id >= UCXDP_AM_IDS
             || header_length > UCXDP_AM_HEADER_MAX || length > s->eager_max)
         return UCXDP_ERR_NO_RESOURCE;
-    memset(&p, 0, sizeof p);
-    p.magic = UCXDP_TCP_FRAME_MAGIC;
-    p.am_id = (uint8_t)s->am_eager_id;
-    p.hlen = (uint16_t)(AM_HEAD + header_length);
-    p.plen = length;
-    memcpy(head, &p, PREFIX);
-    h[0] = (uint16_t)id;
-    h[1] = (uint16_t)header_length;
-    memcpy(head + PREFIX, h, AM_HEAD);
-    if (header_length)
-        memcpy(head + PREFIX + AM_HEAD, header, (size_t)header_length);
+    ucxdp_tcp_prefix(head, s->am_eager_id, (uint16_t)(n - PREFIX), length);
+    ucxdp_am_head(head + PREFIX, id, header, header_length);
     r = ucxdp_tcp_frame_send(s->fd, head, n, buffer, length);
     if (r < 0)
         return UCXDP_ERR_NO_RESOURCE;

@@ -243,6 +243,17 @@ ucxdp_status_t ucxdp_tag_eager_locked(ucxdp_worker_t *w, int64_t source, uint64_
     return eager_locked(w, source, tag, payload, length);
 }
 
+ucxdp_tag_recv_t *ucxdp_tag_peek_ext(ucxdp_worker_t *w, int64_t source, uint64_t tag,
+                                     uint64_t length)
+{
+    ucxdp_recv_t *m = ucxdp_match_peek(&w->matcher, source, tag);
+    ucxdp_tag_recv_t *r = m != NULL ? UCXDP_CONTAINER(m, ucxdp_tag_recv_t, m) : NULL;
+
+    if (r == NULL || r->owner != UCXDP_OWNER_EXT || r->buffer == NULL || length > r->capacity)
+        return NULL;
+    return r;
+}
+
 void ucxdp_tag_done_locked(ucxdp_worker_t *w, ucxdp_tag_recv_t *r)
 {
     done_append(w, r);

@@ -63,18 +63,24 @@ typedef ucxdp_tcp_head_t eager_head_t;
 
 _Static_assert(sizeof(eager_head_t) == HEAD, "tcp eager frame head");
 
-void ucxdp_tcp_eager_head(uint8_t out[UCXDP_TCP_EAGER_HEAD], unsigned am_id, uint64_t tag,
-                          uint64_t length)
+void ucxdp_tcp_prefix(uint8_t out[UCXDP_TCP_PREFIX], unsigned am_id, uint16_t header_length,
+                      uint64_t length)
 {
     eager_head_t h;
 
     memset(&h, 0, sizeof h);
     h.magic = FRAME_MAGIC;
     h.am_id = (uint8_t)am_id;
-    h.hlen = 8;
+    h.hlen = header_length;
     h.plen = length;
-    h.tag = tag;
-    memcpy(out, &h, sizeof h);
+    memcpy(out, &h, UCXDP_TCP_PREFIX);
+}
+
+void ucxdp_tcp_eager_head(uint8_t out[UCXDP_TCP_EAGER_HEAD], unsigned am_id, uint64_t tag,
+                          uint64_t length)
+{
+    ucxdp_tcp_prefix(out, am_id, 8, length);
+    memcpy(out + UCXDP_TCP_PREFIX, &tag, 8);
 }
 
 int64_t ucxdp_tcp_frame_send(int fd, const uint8_t *head, size_t head_length,

@@ -229,7 +229,8 @@ static int dp_am_send(ucp_ep_h ep, unsigned id, const void *header, size_t heade
         size_t head_length;
         st = ucxs_py->dp->stream_am_send(ep->worker->dp, ep->stream, id, header, header_length,
                                          data, length, &rest, head, &head_length);
-        return ucxs_dp_streamed(ep, st, rest, head, head_length, data, length);
+        return ucxs_dp_streamed("ucp_am_send_nbx", ep, st, rest, head, head_length, data,
+                                length);
     }
     st = ucxs_py->dp->lane_am(ep->worker->dp, ep->lane, id, header, header_length, data, length,
                               &wake);

@@ -300,7 +300,7 @@ void ucxs_find_lane(ucp_ep_h ep);
  * 1 when the push took (status `st`), its peer woken if it sleeps (`wake`),
  * else 0 (the core's way) (tag.c). */
 int ucxs_dp_pushed(ucp_ep_h ep, ucxdp_status_t st, int wake);
-int ucxs_dp_streamed(ucp_ep_h ep, ucxdp_status_t st, uint64_t rest, const uint8_t *head,
-                     size_t head_length, const void *data, size_t length);
+int ucxs_dp_streamed(const char *entry, ucp_ep_h ep, ucxdp_status_t st, uint64_t rest,
+                     const uint8_t *head, size_t head_length, const void *data, size_t length);
 
 #endif

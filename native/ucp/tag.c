@@ -42,18 +42,18 @@
  * asking (another transport's endpoint never has one). */
 #define LANE_ASKS 64
 
-/* The end of a frame written on a tcp connection in C (native/dp/stream.c;
- * the lock held, released here): 1 sent, 0 not.  What the socket did not
+/* The end of a frame `entry` wrote on a tcp connection in C
+ * (native/dp/stream.c; the lock held, released here): 1 sent, 0 not.  What the socket did not
  * take (`rest` bytes of `head`, then `data`) is queued by the transport
  * before anything else (one bridge call, when the socket's buffer is full). */
-int ucxs_dp_streamed(ucp_ep_h ep, ucxdp_status_t st, uint64_t rest, const uint8_t *head,
-                     size_t head_length, const void *data, size_t length)
+int ucxs_dp_streamed(const char *entry, ucp_ep_h ep, ucxdp_status_t st, uint64_t rest,
+                     const uint8_t *head, size_t head_length, const void *data, size_t length)
 {
     if (st == UCXDP_INPROGRESS) {
         uint64_t sent = head_length + length - rest;
         uint8_t *tail = malloc(rest);
         if (tail == NULL)
-            ucxs_fatal("ucp_worker_progress", "out of memory for %llu bytes of a tcp frame",
+            ucxs_fatal(entry, "out of memory for %llu bytes of a tcp frame",
                        (unsigned long long)rest);
         if (sent < head_length) {                  /* (the head, then the payload) */
             memcpy(tail, head + sent, head_length - sent);
@@ -78,7 +78,7 @@ static int dp_stream_send(ucp_ep_h ep, const void *data, size_t length, ucp_tag_
     ucxdp_status_t st;
 
     st = ucxs_py->dp->stream_send(ep->worker->dp, ep->stream, tag, data, length, &rest, head);
-    return ucxs_dp_streamed(ep, st, rest, head, sizeof head, data, length);
+    return ucxs_dp_streamed("ucp_tag_send_nbx", ep, st, rest, head, sizeof head, data, length);
 }
 
 /* Send in the data plane: 1 sent, 0 not (the core's way). */
