@@ -282,12 +282,15 @@ class Worker:
         """Tell the data plane how much of our progress it cannot do: the
         interfaces with endpoints other than those whose inbox it reads, and
         the layers' callbacks (libucp's progress runs ours on every call
-        while there are any)."""
+        while there are any).  An interface with ``c_idle()`` counts only
+        while that is false; it calls this again when that changes (self's
+        queue: empty, or not)."""
         dp = self.dp
         if dp is None:
             return
         native = [i.progress for i in self.ifaces if getattr(i, "native", None) is not None
-                  or (self._streams and getattr(i, "c_quiet", None) is not None and i.c_quiet())]
+                  or (self._streams and getattr(i, "c_quiet", None) is not None and i.c_quiet())
+                  or (getattr(i, "c_idle", None) is not None and i.c_idle())]
         dp.py_poll = sum(1 for fn in self._hot if fn not in native) + len(self._callbacks)
 
     def add_progress_callback(self, cb: Callable[[], int]) -> None:

@@ -30,6 +30,7 @@
  * every one since the last worker flush was done within its call
  * (rma_in_flight, counted by rma.c and atomic.c), else the core flushes.
  */
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -82,7 +83,9 @@ int ucxs_queue_take(ucp_worker_h worker, ucxs_event_t *ev)
     return found;
 }
 
-static ucxs_event_t *queue_pop(ucp_worker_h worker)
+/* The queue's first event, unless it is an active message and *ams (the
+ * call's allowance of them) is used up: then it stays first. */
+static ucxs_event_t *queue_pop(ucp_worker_h worker, unsigned *ams)
 {
     ucxs_event_t *ev;
     /* (most progress calls find nothing: no lock for that) */
@@ -90,6 +93,12 @@ static ucxs_event_t *queue_pop(ucp_worker_h worker)
         return NULL;
     pthread_mutex_lock(&worker->lock);
     ev = worker->head;
+    if (ev != NULL && ev->type == UCXS_EV_AM) {
+        if (*ams == 0)
+            ev = NULL;
+        else
+            --*ams;
+    }
     if (ev != NULL) {
         worker->head = ev->next;
         if (worker->head == NULL)
@@ -100,11 +109,21 @@ static ucxs_event_t *queue_pop(ucp_worker_h worker)
     return ev;
 }
 
-static unsigned dispatch(ucp_worker_h worker)
+/* Run the queued callbacks, in order, up to the `*ams`-th active message.
+ *
+ * One active-message callback per ucp_worker_progress call: a caller counting
+ * them sees every count.  MPICH's PSCW does: MPI_Win_start progresses while
+ * its group's size != the posts counted, then zeroes the count, so a pass
+ * that handed it this epoch's last post and the next epoch's first one
+ * (another peer's, over another ring: nothing orders the two) left it
+ * waiting forever (rma/pscw_ordering_shm, 4 ranks on 2 cores).  What stays
+ * queued behind runs in the next calls, in order; the call still counts
+ * it as progress, so a caller's loop goes on. */
+static unsigned dispatch(ucp_worker_h worker, unsigned *ams)
 {
     unsigned n = 0;
     ucxs_event_t *ev;
-    while ((ev = queue_pop(worker)) != NULL) {
+    while ((ev = queue_pop(worker, ams)) != NULL) {
         if (ev->type == UCXS_EV_REQUEST)
             ucxs_req_dispatch((ucxs_req_t *)ev);
         else
@@ -116,8 +135,9 @@ static unsigned dispatch(ucp_worker_h worker)
 
 void ucxs_dispatch_except(ucp_worker_h worker, ucxs_event_t *keep)
 {
+    unsigned ams = 0;                       /* (a send's call: none of them) */
     int kept = ucxs_queue_take(worker, keep);
-    dispatch(worker);
+    dispatch(worker, &ams);
     if (kept)
         ucxs_queue_push(worker, keep);
 }
@@ -176,12 +196,13 @@ static int timer_stop(ucp_worker_h w);
 void ucp_worker_destroy(ucp_worker_h w)
 {
     ucxs_event_t *ev;
+    unsigned all = UINT_MAX;
     int free_it = timer_stop(w);
     if (w->dp_tag)
         ucxs_py->dp->am_set_hook(w->dp, NULL, NULL);
     ucxs_py->worker_destroy(w->py);
     ucxs_py->release(w->py);
-    while ((ev = queue_pop(w)) != NULL) {   /* undelivered: nobody will ask any more */
+    while ((ev = queue_pop(w, &all)) != NULL) { /* undelivered: nobody will ask any more */
         if (ev->type == UCXS_EV_REQUEST)
             ucxs_req_put((ucxs_req_t *)ev);
         else
@@ -442,8 +463,9 @@ unsigned ucp_worker_progress(ucp_worker_h w)
     int why = PY_NO;
     uint64_t now = 0, start, wait;
     struct ucxs_timer *timer = NULL;
+    unsigned ams = 1;                       /* active messages this call runs */
     w->loopback_done = 0;
-    unsigned n = dispatch(w);               /* what earlier calls queued */
+    unsigned n = dispatch(w, &ams);         /* what earlier calls queued */
     if (w->dp_tag) {
         n += dp_progress(w, &why);
         timer = w->timer;
@@ -477,7 +499,7 @@ unsigned ucp_worker_progress(ucp_worker_h w)
         }
         if (why == PY_NO) {
             w->ops.progress_c++;
-            n += dispatch(w);
+            n += dispatch(w, &ams);
             goto idle;
         }
     }
@@ -496,7 +518,7 @@ unsigned ucp_worker_progress(ucp_worker_h w)
             timer_start(w);
         n += ucxs_dp_done(w);               /* (Python's inbox pass completes ours too) */
     }
-    n += dispatch(w);
+    n += dispatch(w, &ams);
     /* a send to this worker itself completed: the core completes the receive
      * it matched a pass later (its data follows the match); as with UCX's
      * self transport, the caller sees both from this call (Open MPI's
@@ -507,7 +529,7 @@ unsigned ucp_worker_progress(ucp_worker_h w)
         n += ucxs_py->progress(w->py, 0, &wait);
         if (w->dp_tag)
             n += ucxs_dp_done(w);
-        n += dispatch(w);
+        n += dispatch(w, &ams);
     }
     w->ops.py_ns += now_ns() - start;
 idle:

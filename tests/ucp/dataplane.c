@@ -53,6 +53,7 @@
 #define TAG_GO 0x300
 #define TAG_BIG 0x400
 #define TAG_SYNC 0x500
+#define TAG_SELF 0x600                     /* to itself, once */
 
 #define AM_ID 7
 #define AM_HELD_ID 8
@@ -65,7 +66,7 @@ static const char *who = "";
 static int pingpong_only;
 static ucp_context_h ctx;
 static ucp_worker_h worker;
-static ucp_ep_h ep;
+static ucp_ep_h ep, self_ep;
 
 #define CHECK(name, cond, ...)                                                         \
     do {                                                                               \
@@ -145,6 +146,20 @@ static void setup(int rfd, int wfd)
         printf("not ok - %saddress exchange\n", who);
         exit(97);
     }
+    /* as MPICH does: an endpoint to itself too, used once and kept (the
+     * steady exchange's progress must not enter Python for it) */
+    ucp_ep_params_t self_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
+                                   .address = addr};
+    uint64_t out = 0x5e1f, in = 0;
+    ucp_request_param_t sp = {.op_attr_mask = 0}, rp = {.op_attr_mask = 0};
+    ucp_tag_recv_info_t info;
+    if (ucp_ep_create(worker, &self_params, &self_ep) != UCS_OK
+            || wait_req(ucp_tag_send_nbx(self_ep, &out, sizeof out, TAG_SELF, &sp), NULL) != UCS_OK
+            || wait_req(ucp_tag_recv_nbx(worker, &in, sizeof in, TAG_SELF, ~0ull, &rp), &info) != UCS_OK
+            || in != out) {
+        printf("not ok - %sa message to itself\n", who);
+        exit(97);
+    }
     ucp_worker_release_address(worker, addr);
     ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
                                  .address = peer};
@@ -159,6 +174,7 @@ static void teardown(void)
 {
     ucp_request_param_t p = {.op_attr_mask = 0};
     wait_req(ucp_ep_close_nbx(ep, &p), NULL);
+    wait_req(ucp_ep_close_nbx(self_ep, &p), NULL);
     ucp_worker_destroy(worker);
     ucp_cleanup(ctx);
 }

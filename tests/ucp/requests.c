@@ -18,7 +18,8 @@
  *  - truncation, full 64-bit tags and masks, matched probe + msg_recv,
  *    synchronous send (done only after the match), generic datatypes;
  *  - active messages: eager data in the handler, rendezvous kept by
- *    UCS_INPROGRESS and received later by ucp_am_recv_data_nbx;
+ *    UCS_INPROGRESS and received later by ucp_am_recv_data_nbx; one
+ *    handler call per ucp_worker_progress, in order;
  *  - a caller-allocated request (UCP_OP_ATTR_FIELD_REQUEST) done within the
  *    call tests as done;
  *  - RMA: ALLOCATE'd memory, packed keys, put/get, flush; atomics (op_nbx,
@@ -432,6 +433,49 @@ static void test_active_messages(void)
     free(dst);
 }
 
+/* One active-message callback per progress call, in order: a caller that
+ * counts them between calls (MPICH's PSCW) sees every count. */
+static char burst_seen[8];
+static int burst_calls;
+
+static ucs_status_t burst_cb(void *arg, const void *header, size_t header_length, void *data,
+                             size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)arg, (void)header, (void)header_length, (void)param;
+    if (length == 1 && burst_calls < (int)sizeof(burst_seen))
+        burst_seen[burst_calls] = *(const char *)data;
+    burst_calls++;
+    return UCS_OK;
+}
+
+static void test_active_message_burst(void)
+{
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
+        .id = 10,
+        .cb = burst_cb,
+    };
+    ucp_worker_set_am_recv_handler(worker, &hp);
+    ucp_request_param_t sp = send_param();
+    for (const char *c = "abc"; *c; c++) {
+        void *s = ucp_am_send_nbx(ep, 10, NULL, 0, c, 1, &sp);
+        if (s != NULL && !UCS_PTR_IS_ERR(s)) {
+            progress_until(s, 1);
+            ucp_request_free(s);
+        }
+    }
+    int most = 0;
+    for (int i = 0; i < 100000 && burst_calls < 3; i++) {
+        int before = burst_calls;
+        ucp_worker_progress(worker);
+        if (burst_calls - before > most)
+            most = burst_calls - before;
+    }
+    CHECK("active messages: one callback per progress call, in order",
+          burst_calls == 3 && most == 1 && !memcmp(burst_seen, "abc", 3),
+          "%d callbacks, at most %d in one call, order %.3s", burst_calls, most, burst_seen);
+}
+
 /* Wait for a request of ucp_*_nbx / _nb (NULL: done), then free it. */
 static ucs_status_t wait_ptr(ucs_status_ptr_t r)
 {
@@ -617,6 +661,7 @@ int main(void)
     test_sync_send();
     test_generic_datatype();
     test_active_messages();
+    test_active_message_burst();
     test_rma(ctx);
     CHECK("request_init once per pool object", inits > 0 && inits < 20, "inits %d", inits);
 

@@ -52,8 +52,10 @@ class SelfEndpoint(TransportEndpoint):
             else:
                 done = False
         iface._queue.append((self, am_id, bytes(header), payload, None if done else on_complete))
-        if iface._wake_w is not None and len(iface._queue) == 1:
-            iface._wake()
+        if len(iface._queue) == 1:
+            if iface._wake_w is not None:
+                iface._wake()
+            iface._busy_changed()
         return done
 
     @property
@@ -170,9 +172,23 @@ class SelfInterface(Interface):
             owner.recv_frame(ep, am_id, hview, pview)
             if on_complete is not None:
                 on_complete(None)
-        if q and self._wake_w is not None:
-            self._wake()
+        if q:
+            if self._wake_w is not None:
+                self._wake()
+        else:
+            self._busy_changed()
         return n
+
+    def c_idle(self) -> bool:
+        """Nothing queued: a C caller's progress (libucp's) needs none of
+        ours.  Frames are queued only by Python (a send to oneself goes
+        through it), and :meth:`_busy_changed` tells the worker at once."""
+        return not self._queue
+
+    def _busy_changed(self) -> None:
+        sync = getattr(self.owner, "_sync_py_poll", None)
+        if sync is not None:
+            sync()
 
     def wait_fds(self) -> list:
         """A pipe that is readable while frames are queued."""
