@@ -384,14 +384,19 @@ static void am_recv_cb(void *request, ucs_status_t status, size_t length, void *
     (void)user_data;
 }
 
-static void test_active_messages(void)
+static void set_handler(unsigned id, ucp_am_recv_callback_t cb)
 {
     ucp_am_handler_param_t hp = {
         .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
-        .id = 9,
-        .cb = am_cb,
+        .id = id,
+        .cb = cb,
     };
     ucp_worker_set_am_recv_handler(worker, &hp);
+}
+
+static void test_active_messages(void)
+{
+    set_handler(9, am_cb);
     ucp_request_param_t sp = send_param();
     void *s = ucp_am_send_nbx(ep, 9, "HDR", 4, "data!", 6, &sp);
     fresh(s);
@@ -450,12 +455,7 @@ static ucs_status_t burst_cb(void *arg, const void *header, size_t header_length
 
 static void test_active_message_burst(void)
 {
-    ucp_am_handler_param_t hp = {
-        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB,
-        .id = 10,
-        .cb = burst_cb,
-    };
-    ucp_worker_set_am_recv_handler(worker, &hp);
+    set_handler(10, burst_cb);
     ucp_request_param_t sp = send_param();
     for (const char *c = "abc"; *c; c++) {
         void *s = ucp_am_send_nbx(ep, 10, NULL, 0, c, 1, &sp);
