@@ -153,6 +153,11 @@ class CWorker:
         # (UCXPY_PROTO_PYTHON and a plug-in take theirs through Python)
         w.lend_streams = w.config.tcp_native and w.dp is not None and w.tr is None \
             and w.lock is None and w.protocol is None and not w.config.proto_python
+        # its receives that fell back to the core's path (ucp_tag_recv_nbx
+        # while another thread is in Python) live in the data plane's
+        # matcher, where libucp's C progress may match them: the core's
+        # progress delivers those
+        w.c_matches = w.dp is not None
         self.pending = {}
         self.lanes = {}                  # transport name -> endpoints it carried
         self.counted = set()

@@ -161,6 +161,10 @@ class Worker:
         # until first lent; lend_streams: set by ucxpy.capi for its workers)
         self.lend_streams = False
         self._streams = {}
+        # a C caller's pass (libucp's progress: native/dp inbox and streams)
+        # may match a receive posted through our path; we deliver it (set by
+        # ucxpy.capi for its workers)
+        self.c_matches = False
         self._streams_scan = -1              # endpoints counted at the last look for new ones
         self._wake_sources = []              # add_wake_source: slept on beside the transports
         self.address = WorkerAddress(self.id, self.uuid, os.getpid(), host_id(),
@@ -190,6 +194,8 @@ class Worker:
     def progress(self) -> int:
         """Advance the transports once; returns the number of events handled."""
         n = 0
+        if self.c_matches:              # (a C caller's pass matched receives of ours)
+            n += self.matcher.deliver()
         if self._streams:               # (libucp's, read in C: here too while Python waits)
             n += self.matcher.streams_progress(64)[0] + self._streams_back()
         for fn in self._hot:

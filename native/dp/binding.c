@@ -2240,7 +2240,8 @@ static long tm_deliver_done(TagMatcherObject *self)
 
 static PyObject *tm_deliver(TagMatcherObject *self, PyObject *unused)
 {
-    long n = tm_deliver_done(self);
+    long n = __atomic_load_n(&self->worker->w->py_done, __ATOMIC_RELAXED)
+        ? tm_deliver_done(self) : 0;
 
     return n < 0 ? NULL : PyLong_FromLong(n);
 }
@@ -2417,7 +2418,8 @@ static PyObject *tm_streams_progress(TagMatcherObject *self, PyObject *arg)
     if (limit == -1 && PyErr_Occurred())
         return NULL;
     n = ucxdp_streams_progress(self->worker->w, limit, &left);
-    if (n > 0 && tm_deliver_done(self) < 0)
+    if ((n > 0 || __atomic_load_n(&self->worker->w->py_done, __ATOMIC_RELAXED))
+            && tm_deliver_done(self) < 0)
         return NULL;
     return Py_BuildValue("(li)", n, left);
 }
@@ -2665,7 +2667,11 @@ static PyObject *inbox_dispatch(InboxObject *self, PyObject *const *args, Py_ssi
     n = ucxdp_inbox_dispatch(self->matcher->worker->w, &self->in, (long)limit, spins, &wake, &bad);
     if (__atomic_exchange_n(&self->in.owed_wake, 0, __ATOMIC_RELAXED))
         wake = 1;                          /* (a C caller's progress took that frame) */
-    if (n > 0 && tm_deliver_done(self->matcher) < 0)
+    /* (and what a C caller's pass matched for Python: libucp's progress
+     * takes most frames, and a receive of Python's is among them when a
+     * C caller's post fell back to Python's path) */
+    if ((n > 0 || __atomic_load_n(&self->matcher->worker->w->py_done, __ATOMIC_RELAXED))
+            && tm_deliver_done(self->matcher) < 0)
         return NULL;
     return PyLong_FromLongLong((long long)n | (wake ? INBOX_WAKE_BIT : 0)
                                | (bad ? INBOX_BAD_BIT : 0));
@@ -3224,7 +3230,8 @@ static long api_inbox_progress(ucxdp_worker_t *w, long limit, unsigned *flags)
     n = in != NULL ? ucxdp_inbox_progress(w, in, limit, flags) : 0;
     if (w->nstreams > 0) {                 /* (and the tcp streams lent: stream.c) */
         n += ucxdp_streams_progress(w, limit, &left);
-        if (left)
+        /* (a receive of Python's matched: as ucxdp_inbox_progress says) */
+        if (left || __atomic_load_n(&w->py_done, __ATOMIC_RELAXED))
             *flags |= UCXDP_INBOX_LEFT;
     }
     return n;

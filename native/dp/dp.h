@@ -140,6 +140,11 @@ typedef struct ucxdp_worker {
     int nproto_sizes;
     unsigned proto_am_id;
     uint32_t proto_owed;
+    /* Python's receives are on the done list (relaxed atomic: set when one
+     * is appended, cleared when Python takes them): a C caller's pass that
+     * matched one leaves its delivery to Python's next pass, which must
+     * then deliver even if its own inbox read nothing */
+    uint32_t py_done;
 } ucxdp_worker_t;
 
 /* A new worker in *out (UCXDP_ERR_NO_MEMORY); destroy accepts NULL and wants
@@ -367,8 +372,8 @@ long ucxdp_inbox_dispatch(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, int 
  * ucxdp_inbox_dispatch without spinning, under the same lock; a wake owed
  * to a producer is kept for Python (owed_wake).  *flags: UCXDP_INBOX_WAKE
  * (one is owed), UCXDP_INBOX_BAD (a corrupt ring), UCXDP_INBOX_LEFT (a frame
- * the caller's path runs is next), UCXDP_INBOX_BUSY (py_busy): each a reason
- * to run Python's progress. */
+ * the caller's path runs is next, or a receive of Python's matched: py_done),
+ * UCXDP_INBOX_BUSY (py_busy): each a reason to run Python's progress. */
 enum { UCXDP_INBOX_WAKE = 1, UCXDP_INBOX_BAD = 2, UCXDP_INBOX_LEFT = 4, UCXDP_INBOX_BUSY = 8 };
 long ucxdp_inbox_progress(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, unsigned *flags);
 /* A blocking receive's shortcut, for a receive nothing posted or queued

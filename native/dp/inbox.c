@@ -260,8 +260,9 @@ long ucxdp_inbox_progress(ucxdp_worker_t *w, ucxdp_inbox_t *in, long limit, unsi
         *flags |= UCXDP_INBOX_WAKE;        /* (and peers an answer went to: peer_wake) */
     if (bad)
         *flags |= UCXDP_INBOX_BAD;
-    else if (n < limit && in->stopped)
-        *flags |= UCXDP_INBOX_LEFT;
+    else if ((n < limit && in->stopped) || __atomic_load_n(&w->py_done, __ATOMIC_RELAXED))
+        *flags |= UCXDP_INBOX_LEFT;        /* (or a receive of Python's matched: its pass
+                                              delivers it, tag.c) */
     if (__atomic_load_n(&in->py_busy, __ATOMIC_RELAXED))
         *flags |= UCXDP_INBOX_BUSY;
     return n;

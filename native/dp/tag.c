@@ -102,7 +102,11 @@ static ucxdp_tag_unexp_t *unexp_alloc_locked(ucxdp_worker_t *w, uint64_t length)
 
 static inline void done_append(ucxdp_worker_t *w, ucxdp_tag_recv_t *r)
 {
-    ucxdp_list_append(&w->done[r->owner < UCXDP_OWNERS ? r->owner : UCXDP_OWNER_PY], &r->done);
+    int owner = r->owner < UCXDP_OWNERS ? r->owner : UCXDP_OWNER_PY;
+
+    ucxdp_list_append(&w->done[owner], &r->done);
+    if (owner == UCXDP_OWNER_PY)
+        __atomic_store_n(&w->py_done, 1, __ATOMIC_RELAXED);
 }
 
 ucxdp_status_t ucxdp_tag_post(ucxdp_worker_t *w, ucxdp_tag_recv_t *r, ucxdp_tag_unexp_t **taken)
@@ -217,6 +221,8 @@ void ucxdp_tag_take_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *out)
 {
     pthread_mutex_lock(&w->lock);
     ucxdp_list_take_all(&w->done[owner], out);
+    if (owner == UCXDP_OWNER_PY)
+        __atomic_store_n(&w->py_done, 0, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -233,6 +239,8 @@ void ucxdp_tag_return_done(ucxdp_worker_t *w, int owner, ucxdp_link_t *list)
     done->next = list->next;
     list->next->prev = done;
     list->next = list->prev = list;
+    if (owner == UCXDP_OWNER_PY)
+        __atomic_store_n(&w->py_done, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&w->lock);
 }
 
