@@ -114,9 +114,9 @@ static ucxs_event_t *queue_pop(ucp_worker_h worker, unsigned *ams)
  * One active-message callback per ucp_worker_progress call: a caller counting
  * them sees every count.  MPICH's PSCW does: MPI_Win_start progresses while
  * its group's size != the posts counted, then zeroes the count, so a pass
- * that handed it this epoch's last post and the next epoch's first one
- * (another peer's, over another ring: nothing orders the two) left it
- * waiting forever (rma/pscw_ordering_shm, 4 ranks on 2 cores).  What stays
+ * that handed it this epoch's last post and another peer's first post of
+ * the next epoch (both in the inbox when the rank got the CPU back) left
+ * it waiting forever (rma/pscw_ordering_shm, 4 ranks on 2 cores).  What stays
  * queued behind runs in the next calls, in order; the call still counts
  * it as progress, so a caller's loop goes on. */
 static unsigned dispatch(ucp_worker_h worker, unsigned *ams)

@@ -222,6 +222,8 @@ class SelfInterface(Interface):
         for frame in q:
             if frame[4] is not None:
                 frame[4](ConnectionLost("self interface closed"))
+        if q:
+            self._busy_changed()
         if self._wake_r is not None:
             os.close(self._wake_r)
             os.close(self._wake_w)
