@@ -83,7 +83,10 @@ static int take_am(ucxdp_worker_t *w, ucxdp_stream_t *s, const ucxdp_tcp_head_t 
     if (have < PREFIX + AM_HEAD)
         return 0;
     memcpy(h, f, AM_HEAD);
-    if (!ucxdp_am_runs(w, h[0]) || AM_HEAD + (uint64_t)h[1] != p->hlen) {
+    /* (as the inbox's reader, am.c, and Python's, ucxpy/am.py: a frame
+     * header longer than wire.AM and the user header is taken, the rest
+     * skipped; a shorter one is Python's path's to report) */
+    if (!ucxdp_am_runs(w, h[0]) || AM_HEAD + (uint64_t)h[1] > p->hlen) {
         stop(s, UCXDP_STREAM_FRAME);       /* (Python's handler, or held: the transport's) */
         return -1;
     }
