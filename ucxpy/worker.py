@@ -163,7 +163,8 @@ class Worker:
         self._streams = {}
         # a C caller's pass (libucp's progress: native/dp inbox and streams)
         # may match a receive posted through our path; we deliver it (set by
-        # ucxpy.capi for its workers)
+        # ucxpy.capi for its workers, the only ones whose dp.py_poll a C
+        # caller reads)
         self.c_matches = False
         self._streams_scan = -1              # endpoints counted at the last look for new ones
         self._wake_sources = []              # add_wake_source: slept on beside the transports
