@@ -5,6 +5,11 @@ VENV ?= .venv
 PY := $(abspath $(VENV))/bin/python
 NP ?= 4
 PYTEST_ARGS ?=
+# The editable install puts the checkout on sys.path by a .pth line
+# (setuptools' "compat" mode): the default mode's import hook costs every
+# interpreter start 10-17 ms (pathlib & co.), which a 16-rank job on 2 cores
+# pays 16 times over (issue 44).  setuptools warns that the mode is deprecated.
+PIP_E = $(PY) -m pip install -q --config-settings editable_mode=compat -e
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
 # Debian packages: libfabric/libibverbs for the RDMA transports (ofi runs here on
@@ -31,7 +36,7 @@ $(VENV)/.installed: setup.cfg setup.py pyproject.toml $(wildcard native/*.c nati
 	$(MAKE) --no-print-directory deps
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PIP_E) '.[test]'
 	@# shmem4py builds against Open MPI's OSHMEM (oshcc from `make deps`): the
 	@# tests and the bench compare with it; without oshcc those comparisons skip
 	@if command -v oshcc >/dev/null; then OSHCC=oshcc $(PY) -m pip install -q shmem4py \
@@ -103,7 +108,7 @@ mutation-ratchet: install
 ## latency / bandwidth / RMA / allreduce / shmem against mpi4py on MPICH and
 ## shmem4py on Open MPI's OSHMEM, measured in the same run (not part of CI)
 bench: install
-	$(PY) -m pip install -q -e '.[bench]'
+	$(PIP_E) '.[bench]'
 	@command -v oshcc >/dev/null && OSHCC=oshcc $(PY) -m pip install -q shmem4py \
 	  || echo "note: shmem4py not installed; the bench skips its column"
 	@# UCX in C (ucx_perftest), the physical limit column of the tag tables
@@ -136,7 +141,7 @@ bench-tcp: install
 ## MPICH over ucxpy's libucp.so.0 beside MPICH over the real UCX and ucxpy's
 ## own API (part of bench; alone here)
 bench-ucp: install
-	$(PY) -m pip install -q -e '.[bench]'
+	$(PIP_E) '.[bench]'
 	mkdir -p bench/results
 	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
 
@@ -144,7 +149,7 @@ bench-ucp: install
 ## beside each on the real UCX (latency, message rate, Allreduce, bandwidth),
 ## and a C ping-pong beside a Python thread holding the GIL (part of bench)
 bench-capi: install
-	$(PY) -m pip install -q -e '.[bench]'
+	$(PIP_E) '.[bench]'
 	mkdir -p bench/results
 	$(PY) bench/capi_bench.py --repeat 5 --json bench/results/capi.json
 	$(PY) bench/gil_bench.py --json bench/results/gil.json
@@ -160,7 +165,7 @@ bench-oshmem: install
 ## of bench; alone here; SCALE_ARGS=--quick for 8 and 16 ranks)
 SCALE_ARGS ?=
 bench-scale: install
-	$(PY) -m pip install -q -e '.[bench]'
+	$(PIP_E) '.[bench]'
 	mkdir -p bench/results
 	$(PY) bench/scale.py --json bench/results/scale.json $(SCALE_ARGS)
 

@@ -45,8 +45,6 @@ from .p2p import MESSAGE_NO_PROC, MESSAGE_NULL, Message, Pickle, pickle
 from .request import REQUEST_NULL, Grequest, Prequest, Request
 from .session import SESSION_NULL, Session
 from .status import ANY_SOURCE, ANY_TAG, F_ERROR, F_SOURCE, F_STATUS_SIZE, F_TAG, PROC_NULL, Status
-from .memory import buffer
-memory = buffer
 from .topo import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED, WEIGHTS_EMPTY, Cartcomm, Compute_dims,
                    Distgraphcomm, Graphcomm, Topocomm)
 
@@ -78,3 +76,22 @@ from .docsig import embed_signatures as _embed_signatures  # noqa: E402
 _embed_signatures(__import__(__name__, fromlist=["*"]))
 del _embed_signatures
 del annotations
+
+
+def __getattr__(name):
+    # MPI.buffer (alias MPI.memory) is a numpy array subclass: its module is
+    # imported on first use, so that a program that never asks for it does
+    # not import numpy (ucxpy.lazy)
+    if name in ("buffer", "memory"):
+        import types
+
+        from .docsig import embed_signatures
+        from .memory import buffer
+        embed_signatures(types.SimpleNamespace(buffer=buffer))
+        globals().update(buffer=buffer, memory=buffer)
+        return buffer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"buffer", "memory"})

@@ -54,7 +54,8 @@ def configure(worker) -> None:
     (MPI initialization): on with ucxpy's native fast path and no tracing."""
     if _accel is None:
         return
-    import numpy as np
+    import sys
+
     import ucxpy
     from ucxpy.buffers import COMPLETED
     from . import engine as E
@@ -71,7 +72,10 @@ def configure(worker) -> None:
     _CONFIG.clear()
     _CONFIG.update({
         "enabled": on, "handle": Handle, "comm_impl": CommImpl, "op_type": Op,
-        "ndarray": np.ndarray, "completed": COMPLETED, "ucxpy_error": ucxpy.UcxpyError,
+        # (None while numpy is not imported: the C side learns the type from
+        # the first array it sees, ucxpy.lazy)
+        "ndarray": getattr(sys.modules.get("numpy"), "ndarray", None),
+        "completed": COMPLETED, "ucxpy_error": ucxpy.UcxpyError,
         "translate": translate, "worker": worker, "recv_wait": _recv_wait,
         "recv_ack": _recv_ack, "flush_progress": flush_progress, "request": Request,
         "recv_op": RecvOp, "posted_recv": PostedRecv, "sent_op": _SENT,

@@ -10,7 +10,8 @@ the same way on every rank.
 """
 from __future__ import annotations
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import coll as G
 from . import shmcoll as S

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import operator
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .exceptions import ERR_ARG, ERR_COUNT, Exception
 from .typemap import Typemap

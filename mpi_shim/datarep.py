@@ -28,16 +28,23 @@ from __future__ import annotations
 
 import builtins
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import external32
 from .exceptions import ERR_ARG, ERR_CONVERSION, ERR_DUP_DATAREP, ERR_UNSUPPORTED_DATAREP, \
     Exception
-from .memory import buffer as mpi_buffer
 from .msgspec import Msg
 from .typemap import ELEMENTS
 
 MAX_DATAREP_STRING = 128
+
+
+def _mpi_buffer():
+    """MPI.buffer, whose module (numpy) is imported on first use (ucxpy.lazy)."""
+    from .memory import buffer
+    return buffer
+
 PREDEFINED_DATAREPS = ("native", "internal", "external32")
 _registered = {}                 # name -> UserRepresentation
 
@@ -219,7 +226,7 @@ class UserRepresentation(NativeRepresentation):
                        for c, n in zip(tm.codes, tm.counts)))
 
     def _userbuf(self, msg: Msg, readonly: bool):
-        return mpi_buffer.frombuffer(msg.view[msg.offset:], readonly=readonly)
+        return _mpi_buffer().frombuffer(msg.view[msg.offset:], readonly=readonly)
 
     def _call(self, fn, *args) -> None:
         try:
@@ -236,7 +243,7 @@ class UserRepresentation(NativeRepresentation):
             return super().encode(msg, first, count)
         filebuf = bytearray(count * self.element_size(msg))
         self._call(self.write_fn, self._userbuf(msg, True), msg.dtype, count,
-                   mpi_buffer.frombuffer(filebuf), first)
+                   _mpi_buffer().frombuffer(filebuf), first)
         return memoryview(filebuf)
 
     def decode(self, msg: Msg, first: int, count: int, data, nbytes: int) -> int:
@@ -246,7 +253,7 @@ class UserRepresentation(NativeRepresentation):
         per = self.element_size(msg)
         whole = nbytes // per if per else 0
         if whole:
-            filebuf = mpi_buffer.frombuffer(memoryview(data)[:whole * per], readonly=True)
+            filebuf = _mpi_buffer().frombuffer(memoryview(data)[:whole * per], readonly=True)
             self._call(self.read_fn, self._userbuf(msg, False), msg.dtype, whole, filebuf,
                        first)
         return whole * msg.dtype._h.typemap.size

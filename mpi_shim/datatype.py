@@ -20,7 +20,10 @@ of a datatype that another process can rebuild, e.g. for accumulates).
 """
 from __future__ import annotations
 
-import numpy as np
+import threading
+
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import constructors as C
 from . import predefined as P
@@ -512,22 +515,19 @@ def _named(name: str) -> Datatype:
 
 
 def _build_predefined() -> dict:
+    """The predefined constants, without their layouts: :func:`_realize`
+    makes those (with numpy) when one is first used."""
     consts = {}
-    codes = P.register_elements()
-    for names, mpi_name, dtype, code, char, tstr, align, _ext in P.NAMED:
-        impl = TypeImpl(Typemap.basic(codes[mpi_name]), COMBINER_NAMED, name=mpi_name)
+    for names, mpi_name, _dtype, code, char, tstr, align, _ext in P.NAMED:
+        impl = TypeImpl(None, COMBINER_NAMED, name=mpi_name)
         impl.code, impl.typechar, impl.typestr, impl.align = code, char, tstr, align
-        impl.numpy, impl.unit, impl.constant = np.dtype(dtype), impl, names[0]
+        impl.unit, impl.constant = impl, names[0]
         const = Datatype._constant(impl)
         for n in names:
             consts[n] = const
-    for names, mpi_name, value, index, idisp, extent, align in P.PAIRS:
-        v, i = consts[value]._h, consts[index]._h
-        tm = Typemap.from_parts([(0, v.typemap.codes[0]), (idisp, i.typemap.codes[0])],
-                                0, extent, align)
-        impl = TypeImpl(tm, COMBINER_NAMED, name=mpi_name)
+    for names, mpi_name, _value, _index, _idisp, extent, align in P.PAIRS:
+        impl = TypeImpl(None, COMBINER_NAMED, name=mpi_name)
         impl.typechar, impl.typestr, impl.align = "V", f"V{extent}", align
-        impl.numpy = np.dtype([("v", v.numpy), ("i", i.numpy)])
         impl.unit, impl.constant = impl, names[0]
         const = Datatype._constant(impl)
         for n in names:
@@ -537,7 +537,33 @@ def _build_predefined() -> dict:
     return consts
 
 
+_REALIZED = threading.Lock()
+
+
+def _realize() -> None:
+    """Give every predefined type its type map and numpy dtype (once; a
+    thread that comes while another does it waits for it)."""
+    with _REALIZED:
+        if TypeImpl.realize is not None:
+            _realize_all()
+            TypeImpl.realize = None
+
+
+def _realize_all() -> None:
+    codes = P.register_elements()
+    for names, mpi_name, dtype, *_ in P.NAMED:
+        impl = _NAMED[names[0]]._h
+        impl.typemap, impl.numpy = Typemap.basic(codes[mpi_name]), np.dtype(dtype)
+    for names, _mpi_name, value, index, idisp, extent, align in P.PAIRS:
+        v, i = _NAMED[value]._h, _NAMED[index]._h
+        impl = _NAMED[names[0]]._h
+        impl.typemap = Typemap.from_parts([(0, v.typemap.codes[0]), (idisp, i.typemap.codes[0])],
+                                          0, extent, align)
+        impl.numpy = np.dtype([("v", v.numpy), ("i", i.numpy)])
+
+
 _NAMED = _build_predefined()
+TypeImpl.realize = _realize
 DATATYPE_NULL = Datatype._constant(None)
 _NAMED["DATATYPE_NULL"] = DATATYPE_NULL
 globals().update({k: v for k, v in _NAMED.items() if k != "DATATYPE_NULL"})

@@ -11,20 +11,29 @@ element).
 """
 from __future__ import annotations
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .typemap import ELEMENTS, Typemap
 
-_LDOUBLE_MANT = np.finfo(np.longdouble).nmant     # 63: x87 extended, 112: binary128
+_MANT = []
+
+
+def _ldouble_mant() -> int:
+    """The mantissa bits of long double: 63 (x87 extended), 112 (binary128) or
+    52 (a double); asked on first use (numpy: ucxpy.lazy)."""
+    if not _MANT:
+        _MANT.append(np.finfo(np.longdouble).nmant)
+    return _MANT[0]
 
 
 def _x87_to_quad(native: np.ndarray) -> np.ndarray:
     """16-byte x87 extended values (little-endian storage) to big-endian binary128."""
     raw = native.view(np.uint8).reshape(-1, 16)
     out = np.zeros_like(raw)
-    if _LDOUBLE_MANT == 112:
+    if _ldouble_mant() == 112:
         return raw[:, ::-1].copy()
-    if _LDOUBLE_MANT == 52:          # long double is a double: widen
+    if _ldouble_mant() == 52:          # long double is a double: widen
         x = raw[:, :8].copy().view(np.float64).reshape(-1)
         bits = x.view(np.uint64)
         sign_exp = (bits >> 52).astype(np.uint64)
@@ -47,12 +56,12 @@ def _quad_to_x87(ext: np.ndarray) -> np.ndarray:
     """Big-endian binary128 values to 16-byte native long doubles."""
     raw = ext.view(np.uint8).reshape(-1, 16)
     out = np.zeros_like(raw)
-    if _LDOUBLE_MANT == 112:
+    if _ldouble_mant() == 112:
         return raw[:, ::-1].copy()
     sign_exp = raw[:, 0:2].copy().view(">u2").reshape(-1).astype(np.uint64)
     top = raw[:, 2:10].copy().view(">u8").reshape(-1)
     exp = sign_exp & 0x7FFF
-    if _LDOUBLE_MANT == 52:
+    if _ldouble_mant() == 52:
         sign = sign_exp >> 15
         dexp = np.clip(exp.astype(np.int64) - 16383 + 1023, 0, 0x7FF).astype(np.uint64)
         dexp = np.where(exp == 0x7FFF, 0x7FF, np.where(exp == 0, 0, dexp))

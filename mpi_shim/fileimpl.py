@@ -31,7 +31,8 @@ import operator
 import os
 import stat
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .exceptions import (ERR_ACCESS, ERR_AMODE, ERR_ARG, ERR_BAD_FILE, ERR_FILE_EXISTS,
                          ERR_FILE_IN_USE, ERR_IO, ERR_NO_SPACE, ERR_NO_SUCH_FILE, ERR_NOT_SAME,

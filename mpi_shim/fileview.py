@@ -17,7 +17,8 @@ filetype that breaks this raises ``ERR_ARG`` when the view is set.
 """
 from __future__ import annotations
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .exceptions import ERR_ARG, Exception
 

@@ -19,7 +19,8 @@ import operator
 import sys
 import warnings
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 K_DL_CPU, K_DL_CUDA, K_DL_CUDA_HOST, K_DL_ROCM, K_DL_ROCM_HOST, K_DL_CUDA_MANAGED = \
     1, 2, 3, 10, 11, 13

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ctypes
 import operator
 
-import numpy as np
+import numpy as np      # (this module is imported on first use: MPI's __getattr__)
 
 
 _EMPTY = object()          # buffer() without an argument

@@ -29,7 +29,8 @@ import ctypes
 import operator
 import sys
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from ucxpy.buffers import BufferExporter
 
@@ -37,7 +38,6 @@ from . import packing
 from .datatype import Datatype, _NAMED, _committed
 from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_DISP, ERR_TYPE, Exception
 from .interchange import from_cai, from_dlpack
-from .memory import buffer as _MPIBuffer
 from .predefined import CODES
 
 
@@ -160,7 +160,8 @@ def acquire(obj, writable=False) -> Buffer:
         if obj is BOTTOM:
             return _empty(0, None, absolute=True)
         return _empty(int(obj), "B")
-    if isinstance(obj, _MPIBuffer):
+    mem = sys.modules.get("mpi_shim.memory")     # (no MPI.buffer exists before it is imported)
+    if mem is not None and isinstance(obj, mem.buffer):
         if writable and obj.readonly:
             raise BufferError("Object is not writable.")
         view = memoryview(obj.view(np.ndarray)[:obj.nbytes])
@@ -405,7 +406,15 @@ def _simple(msg, writable, blocks=1):
 #: buffer format -> its predefined datatype when one element is one
 #: contiguous run of exactly the item size (None: use the full parser)
 _PLAIN_FORMATS = {}
-_PLAIN_TYPES = (np.ndarray, bytearray, bytes)
+#: the exact types whose objects take the plain path; numpy's array joins
+#: once numpy is imported (:func:`_note_numpy`: no array exists before)
+_PLAIN_TYPES = [bytearray, bytes]
+
+
+def _note_numpy() -> None:
+    """Add numpy's array to :data:`_PLAIN_TYPES` once numpy is imported."""
+    if len(_PLAIN_TYPES) == 2 and "numpy" in sys.modules:
+        _PLAIN_TYPES.insert(0, sys.modules["numpy"].ndarray)
 
 
 def _plain_type(fmt, itemsize):
@@ -429,6 +438,8 @@ def parse(msg, writable=False) -> Msg:
     """Parse a buffer message for point-to-point and rooted collectives (see the module)."""
     if isinstance(msg, Msg):
         return msg
+    if len(_PLAIN_TYPES) == 2:
+        _note_numpy()
     if type(msg) in _PLAIN_TYPES:
         # the common case, without the general parser: a whole contiguous
         # numpy array or bytes object of a predefined element type

@@ -6,7 +6,8 @@ left operand from the lower rank (MPI's canonical order).
 """
 from __future__ import annotations
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .exceptions import ERR_OP, Exception
 from .handle import Handle, register_family
@@ -38,21 +39,23 @@ def _logical(fn):
 _maxloc = _loc(lambda x, y: x > y)
 _minloc = _loc(lambda x, y: x < y)
 
+#: name -> (combine two objects, make the array combiner): the array side
+#: is made on first use, so that the table does not import numpy (ucxpy.lazy)
 _TABLE = {
-    "SUM": (lambda x, y: x + y, np.add),
-    "PROD": (lambda x, y: x * y, np.multiply),
-    "MAX": (lambda x, y: y if y > x else x, np.maximum),
-    "MIN": (lambda x, y: y if y < x else x, np.minimum),
-    "LAND": (lambda x, y: x and y, _logical(np.logical_and)),
-    "LOR": (lambda x, y: x or y, _logical(np.logical_or)),
-    "LXOR": (lambda x, y: bool(x) != bool(y), _logical(np.logical_xor)),
-    "BAND": (lambda x, y: x & y, np.bitwise_and),
-    "BOR": (lambda x, y: x | y, np.bitwise_or),
-    "BXOR": (lambda x, y: x ^ y, np.bitwise_xor),
-    "MAXLOC": _maxloc,
-    "MINLOC": _minloc,
-    "REPLACE": (lambda x, y: y, lambda a, b: b.copy()),
-    "NO_OP": (lambda x, y: x, lambda a, b: a.copy()),
+    "SUM": (lambda x, y: x + y, lambda: np.add),
+    "PROD": (lambda x, y: x * y, lambda: np.multiply),
+    "MAX": (lambda x, y: y if y > x else x, lambda: np.maximum),
+    "MIN": (lambda x, y: y if y < x else x, lambda: np.minimum),
+    "LAND": (lambda x, y: x and y, lambda: _logical(np.logical_and)),
+    "LOR": (lambda x, y: x or y, lambda: _logical(np.logical_or)),
+    "LXOR": (lambda x, y: bool(x) != bool(y), lambda: _logical(np.logical_xor)),
+    "BAND": (lambda x, y: x & y, lambda: np.bitwise_and),
+    "BOR": (lambda x, y: x | y, lambda: np.bitwise_or),
+    "BXOR": (lambda x, y: x ^ y, lambda: np.bitwise_xor),
+    "MAXLOC": (_maxloc[0], lambda: _maxloc[1]),
+    "MINLOC": (_minloc[0], lambda: _minloc[1]),
+    "REPLACE": (lambda x, y: y, lambda: lambda a, b: b.copy()),
+    "NO_OP": (lambda x, y: x, lambda: lambda a, b: a.copy()),
 }
 
 
@@ -62,13 +65,25 @@ _user_ops = [0]
 
 class OpImpl:
     __slots__ = ("name", "obj", "arr", "user", "commute", "predefined", "freed", "ufunc",
-                 "_hid", "__weakref__")
+                 "make_arr", "_hid", "__weakref__")
 
-    def __init__(self, name, obj=None, arr=None, user=None, commute=True, predefined=False):
-        self.name, self.obj, self.arr, self.user = name, obj, arr, user
+    def __init__(self, name, obj=None, arr=None, user=None, commute=True, predefined=False,
+                 make_arr=None):
+        self.name, self.obj, self.user = name, obj, user
         self.commute, self.predefined, self.freed = commute, predefined, False
-        #: arr is a numpy ufunc that combine_to calls as it is
-        self.ufunc = user is None and isinstance(arr, np.ufunc)
+        self.make_arr = make_arr
+        if make_arr is None:
+            self.arr = arr
+            #: arr is a numpy ufunc that combine_to calls as it is
+            self.ufunc = user is None and isinstance(arr, np.ufunc)
+
+    def __getattr__(self, name):
+        # only an unset slot gets here: a predefined op's array side, made now
+        if name in ("arr", "ufunc") and self.make_arr is not None:
+            self.arr = arr = self.make_arr()
+            self.ufunc = isinstance(arr, np.ufunc)
+            return getattr(self, name)
+        raise AttributeError(name)
 
 
 class Op(Handle):
@@ -89,8 +104,8 @@ class Op(Handle):
 
     @classmethod
     def _predef(cls, name):
-        obj, arr = _TABLE[name]
-        return cls._constant(OpImpl(name, obj, arr, predefined=True))
+        obj, make_arr = _TABLE[name]
+        return cls._constant(OpImpl(name, obj, predefined=True, make_arr=make_arr))
 
     @classmethod
     def Create(cls, function, commute: bool = False) -> "Op":

@@ -11,8 +11,8 @@ once and the holes of a sparse layout are never read.
 """
 from __future__ import annotations
 
-import numpy as np
-from numpy.lib.stride_tricks import as_strided
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .typemap import Typemap
 
@@ -41,12 +41,12 @@ def contiguous_range(offset: int, count: int, tm: Typemap):
 
 def _rows(flat, length):
     """View of every ``length``-byte window of ``flat`` (row ``k`` starts at ``k``)."""
-    return as_strided(flat, shape=(flat.size - length + 1, length), strides=(1, 1))
+    return np.lib.stride_tricks.as_strided(flat, shape=(flat.size - length + 1, length), strides=(1, 1))
 
 
 def _strided(flat, start, count, stride, length):
     """``count`` rows of ``length`` bytes, row ``i`` at ``start + i * stride``."""
-    return as_strided(flat[start:], shape=(count, length), strides=(stride, 1))
+    return np.lib.stride_tricks.as_strided(flat[start:], shape=(count, length), strides=(stride, 1))
 
 
 def pack(flat: np.ndarray, offset: int, count: int, tm: Typemap) -> np.ndarray:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import builtins
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .datatype import INT64_T
 from .exceptions import ERR_OTHER, Exception

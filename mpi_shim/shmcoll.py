@@ -23,7 +23,8 @@ from __future__ import annotations
 import weakref
 from typing import Optional
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 import ucxpy
 from ucxpy import coll as engine

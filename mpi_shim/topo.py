@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from ucxpy import coll as engine
 

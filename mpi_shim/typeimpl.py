@@ -24,19 +24,36 @@ class TypeImpl:
                  "committed", "refs", "freed", "attrs", "code", "typechar", "typestr",
                  "align", "numpy", "unit", "constant", "_hid", "__weakref__")
 
+    #: builds every predefined type's ``typemap`` and ``numpy`` (set by
+    #: .datatype): a predefined type gets them on first use, so that a
+    #: program that moves no typed data never imports numpy (ucxpy.lazy)
+    realize = None
+
     def __init__(self, typemap, combiner, params=None, children=(), name=""):
-        self.typemap, self.combiner, self.name = typemap, combiner, name
+        if typemap is not None:             # (None: predefined, see realize)
+            self.typemap = typemap
+        self.combiner, self.name = combiner, name
         self.params = params or {}
         self.children = list(children)
         self.predefined = combiner == COMBINER_NAMED or combiner in F90_COMBINERS
         self.committed = self.predefined
         self.refs, self.freed, self.attrs = 1, False, {}
-        self.code = self.typechar = self.typestr = self.align = self.numpy = None
+        self.code = self.typechar = self.typestr = self.align = None
+        if typemap is not None:
+            self.numpy = None
         self.constant = None                 # module name of a predefined type
         units = {c.unit for c in self.children}
         self.unit = units.pop() if len(units) == 1 else None
         for child in self.children:
             child.refs += 1
+
+    def __getattr__(self, name):
+        # only an unset slot gets here: a predefined type's layout, built now
+        realize = TypeImpl.realize
+        if name in ("typemap", "numpy") and realize is not None:
+            realize()
+            return object.__getattribute__(self, name)
+        raise AttributeError(name)
 
     def release(self, handle) -> None:
         """Drop one reference; the last one deletes attributes and components."""

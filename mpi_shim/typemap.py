@@ -18,7 +18,8 @@ element counting are derived from the segments and cached per map.
 """
 from __future__ import annotations
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 __all__ = ["Element", "ELEMENTS", "register_element", "Typemap", "ByteBlocks"]
 
@@ -41,7 +42,7 @@ class Element:
 
 
 ELEMENTS: list = []
-_SIZES = np.zeros(0, np.int64)
+_SIZES = None          # element sizes by code (numpy), from the first registration
 
 
 def register_element(name, numpy_dtype, align=None, ext32=None, convert=None) -> int:

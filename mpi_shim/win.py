@@ -27,7 +27,8 @@ import functools
 import pickle
 import sys
 
-import numpy as np
+from ucxpy.lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 import ucxpy
 
@@ -64,10 +65,17 @@ _WORD_MASK = {4: (1 << 32) - 1, 8: (1 << 64) - 1}
 _WORD = {}                  # datatype impl -> its size as an atomic word (0: none)
 #: numpy element type -> (word size, signed, the first unsigned value that
 #: stands for a negative one, 2**bits) for Fetch_and_op's one-pass path
-_NP_WORD = {np.dtype(t): (np.dtype(t).itemsize, np.dtype(t).kind == "i",
-                          1 << (8 * np.dtype(t).itemsize - (np.dtype(t).kind == "i")),
-                          1 << 8 * np.dtype(t).itemsize)
-            for t in ("=i4", "=i8", "=u4", "=u8")}
+#: (filled on first use: numpy is imported then, ucxpy.lazy)
+_NP_WORD = {}
+
+
+def _np_word(dt):
+    """The ``_NP_WORD`` entry of numpy dtype ``dt``, or None."""
+    if not _NP_WORD:
+        for t in map(np.dtype, ("=i4", "=i8", "=u4", "=u8")):
+            signed = t.kind == "i"
+            _NP_WORD[t] = (t.itemsize, signed, 1 << (8 * t.itemsize - signed), 1 << 8 * t.itemsize)
+    return _NP_WORD.get(dt)
 _ATOMIC_OP = {"SUM": "add", "REPLACE": "swap", "NO_OP": "add", "BAND": "and", "BOR": "or",
               "BXOR": "xor"}
 
@@ -369,7 +377,7 @@ def _word_now(w, origin, result, target_rank: int, target_disp: int, atomic: str
     key ucxpy's atomics reach.  Mapped memory takes one native call and no
     request (``Endpoint.atomic_fetch_now``).  True when the atomic is issued
     (done, or completed by the next flush), False for the general path."""
-    word = _NP_WORD.get(origin.dtype)
+    word = _np_word(origin.dtype)
     if word is None or result.dtype is not origin.dtype or origin.size != 1 \
             or result.size != 1 or target_disp < 0 or not 0 <= target_rank < w.size \
             or w.inflight.get(target_rank) or not result.flags.writeable:

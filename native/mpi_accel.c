@@ -192,12 +192,27 @@ np_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
  * format, not empty (and writable if asked): its buffer in ``v`` (release
  * it with release()), 1; else 0 with no error.  ``fmt`` (2 chars) holds a
  * numpy array's format. */
+/* ``t`` is numpy's array type.  Numpy is imported on first use
+ * (ucxpy.lazy): when it was not at configure() the type is learned from the
+ * first array seen, which only an imported numpy can have made. */
+static inline int
+is_ndarray(PyTypeObject *t)
+{
+    if (t == S.ndarray)
+        return 1;
+    if (S.ndarray == NULL && strcmp(t->tp_name, "numpy.ndarray") == 0) {
+        S.ndarray = (PyTypeObject *)Py_NewRef(t);
+        return 1;
+    }
+    return 0;
+}
+
 static int
 plain_view(PyObject *o, Py_buffer *v, char *fmt, int writable)
 {
     PyTypeObject *t = Py_TYPE(o);
 
-    if (t == S.ndarray)
+    if (is_ndarray(t))
         return np_view(o, v, fmt, writable) && v->len > 0;
     if (t != &PyByteArray_Type && t != &PyBytes_Type)
         return 0;
@@ -1134,8 +1149,8 @@ fast_atomic(PyObject *const *args, Py_ssize_t nargs, PyObject **result, int cas)
         code = (int)(c & 7);
         noop = (c & 8) != 0;
     }
-    if (Py_TYPE(origin) != S.ndarray || Py_TYPE(res) != S.ndarray
-            || (cmp != NULL && Py_TYPE(cmp) != S.ndarray))
+    if (!is_ndarray(Py_TYPE(origin)) || Py_TYPE(res) != Py_TYPE(origin)
+            || (cmp != NULL && Py_TYPE(cmp) != Py_TYPE(origin)))
         return DECLINED;
     if (disp == NULL)
         disp = Py_None;                    /* 0 */
@@ -1421,7 +1436,8 @@ configure(PyObject *module, PyObject *cfg)
     }
     if (take_type(cfg, "handle", &S.handle) < 0 || take_type(cfg, "comm_impl", &S.comm_impl) < 0
             || take_type(cfg, "op_type", &S.op_type) < 0
-            || take_type(cfg, "ndarray", &S.ndarray) < 0
+            || (PyDict_GetItemString(cfg, "ndarray") != Py_None     /* (None: learned later) */
+                && take_type(cfg, "ndarray", &S.ndarray) < 0)
             || take_type(cfg, "request", &S.request) < 0
             || take_type(cfg, "recv_op", &S.recv_op) < 0
             || take_type(cfg, "posted_recv", &S.posted_recv) < 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ast
 import os
 
-from conftest import ROOT
+from conftest import ROOT, run_job
 
 
 def _modules(pkg: str) -> dict:
@@ -113,3 +113,30 @@ def test_the_rule_finds_a_circle(tmp_path, monkeypatch):
     (pkg / "c.py").write_text("import os\nfrom .b import f\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", str(tmp_path))
     assert circles("pkgx") == [["pkgx.a", "pkgx.b"]]
+
+
+#: what a user's first MPI program (import, one Barrier) must not import: the
+#: modules that cost start-up most (issue 44; ``python -X importtime``)
+_NOT_AT_START = ("numpy", "zmq", "mpi_shim.memory")
+
+
+def test_a_first_mpi_program_imports_only_what_it_needs():
+    """``from mpi_shim import MPI`` and a Barrier on 2 ranks under ucxpy-run
+    import neither numpy (deferred: ucxpy.lazy) nor pyzmq (the rank speaks
+    the launcher's protocol itself: ucxpy.bootstrap.zmtp); a first typed
+    call brings numpy in, and the data is right."""
+    prog = ("import sys\n"
+            "from mpi_shim import MPI\n"
+            "c = MPI.COMM_WORLD\n"
+            "c.Barrier()\n"
+            f"mods = {_NOT_AT_START!r}\n"
+            "sys.stdout.write('loaded %r\\n' % [m for m in mods if m in sys.modules])\n"
+            "import array\n"
+            "a = array.array('d', [c.Get_rank() + 1.0])\n"
+            "b = array.array('d', [0.0])\n"
+            "c.Allreduce(a, b, op=MPI.SUM)\n"
+            "sys.stdout.write('sum %s %s\\n' % (b[0], 'numpy' in sys.modules))\n")
+    r = run_job(["python", "-c", prog], 2, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("loaded []") == 2, r.stdout
+    assert r.stdout.count("sum 3.0 True") == 2, r.stdout

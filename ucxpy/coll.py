@@ -66,7 +66,8 @@ import itertools
 import pickle
 from typing import Optional
 
-import numpy as np
+from .lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .schedules import (allreduce_algorithm, binomial_tree, block_bounds, halving_doubling,
                         recursive_doubling, ring_allreduce)
@@ -223,12 +224,21 @@ class CollRequest:
 
 # -- reductions over numpy ---------------------------------------------------------
 class NumpyOp:
-    """``combine_to(a, b, out)`` by a numpy ufunc (``out`` may be ``a`` or ``b``)."""
+    """``combine_to(a, b, out)`` by a numpy ufunc (``out`` may be ``a`` or
+    ``b``), given as the ufunc or as its name in numpy (looked up on first
+    use, so that the table below does not import numpy: ucxpy.lazy)."""
 
-    __slots__ = ("name", "ufunc", "commutative")
+    __slots__ = ("name", "_ufunc", "commutative")
 
     def __init__(self, name, ufunc, commutative=True):
-        self.name, self.ufunc, self.commutative = name, ufunc, commutative
+        self.name, self._ufunc, self.commutative = name, ufunc, commutative
+
+    @property
+    def ufunc(self):
+        fn = self._ufunc
+        if type(fn) is str:
+            fn = self._ufunc = getattr(np, fn)
+        return fn
 
     def combine_to(self, a, b, out) -> None:
         self.ufunc(a, b, out=out)
@@ -238,9 +248,9 @@ class NumpyOp:
 
 
 NUMPY_OPS = {name: NumpyOp(name, fn) for name, fn in (
-    ("sum", np.add), ("prod", np.multiply), ("min", np.minimum), ("max", np.maximum),
-    ("band", np.bitwise_and), ("bor", np.bitwise_or), ("bxor", np.bitwise_xor),
-    ("land", np.logical_and), ("lor", np.logical_or), ("lxor", np.logical_xor))}
+    ("sum", "add"), ("prod", "multiply"), ("min", "minimum"), ("max", "maximum"),
+    ("band", "bitwise_and"), ("bor", "bitwise_or"), ("bxor", "bitwise_xor"),
+    ("land", "logical_and"), ("lor", "logical_or"), ("lxor", "logical_xor"))}
 
 
 class ScratchPool:
@@ -887,7 +897,9 @@ def _recv_now(t, src, buf, tag) -> None:
         if r.exc is not None:
             raise r.exc
         info = r.result
-    nb = buf.nbytes if type(buf) is np.ndarray or type(buf) is memoryview else len(buf)
+    nb = len(buf) if type(buf) is bytearray or type(buf) is bytes else getattr(buf, "nbytes", None)
+    if nb is None:
+        nb = len(buf)
     if info.length != nb:
         raise _short(info.length, nb, wid)
 

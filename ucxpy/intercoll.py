@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import pickle
 
-import numpy as np
+from .lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import coll
 from .coll import Codec, post_recv, post_recv_any, post_send

@@ -75,7 +75,8 @@ import weakref
 from os import sched_yield
 from typing import Callable, List, Optional, Sequence
 
-import numpy as np
+from .lazy import lazy_import
+np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import doorbell
 from .atomics import add64, address_of, load64, pointer, store64

@@ -4,7 +4,9 @@ Theory of operation
 -------------------
 The launcher (:mod:`ucxpy.bootstrap.launcher`) runs a rendezvous service: a
 zmq ROUTER socket at ``UCXPY_RUN_ADDR`` and a PUB socket for failure notices.
-Each rank holds one DEALER socket to the ROUTER and one SUB socket to the PUB.
+Each rank holds one DEALER connection to the ROUTER and one SUB connection to
+the PUB, which it speaks ZMTP on over plain sockets (:mod:`.zmtp`: importing
+pyzmq would cost each rank more than the rest of its wire-up).
 
 Requests and replies are multipart messages (the ROUTER adds/strips the
 peer identity frame)::
@@ -67,11 +69,10 @@ import socket
 import threading
 import time
 
-import zmq
-
 from .. import auth, config
 from ..errors import BootstrapError, ConfigError, PeerFailure
 from .base import Bootstrap, BootstrapTimeout, resolve_timeout
+from .zmtp import Connection
 
 __all__ = ["ZmqBootstrap", "PROTOCOL_VERSION"]
 
@@ -142,19 +143,17 @@ class ZmqBootstrap(Bootstrap):
         self._lock = threading.Lock()
         self._closed = False
 
-        self._ctx = zmq.Context()
-        self._req = self._ctx.socket(zmq.DEALER)
-        self._req.setsockopt(zmq.LINGER, 0)  # every request waits for its reply
-        self._req.setsockopt(zmq.IPV6, 1)
-        self._sub = None
-        try:
-            self._req.connect(addr)
-        except zmq.ZMQError as e:
-            self._abandon()
-            raise BootstrapError(f"UCXPY_RUN_ADDR={addr!r}: {e}") from None
-
+        # the service's ROUTER and PUB, spoken to over plain sockets (.zmtp)
+        self._req = self._sub = None
         if connect_timeout is None:
             connect_timeout = CONNECT_TIMEOUT
+        try:
+            self._req = Connection(addr, b"DEALER", timeout=connect_timeout)
+        except ValueError as e:
+            raise BootstrapError(f"UCXPY_RUN_ADDR={addr!r}: {e}") from None
+        except OSError as e:
+            raise BootstrapError(f"rank {rank}: rendezvous service at {addr} unreachable "
+                                 f"({e})") from None
         try:
             hdr, _ = self._call("HELLO", {
                 "rank": self.rank, "size": self.size, "job_id": job_id,
@@ -170,12 +169,15 @@ class ZmqBootstrap(Bootstrap):
             self._abandon()
             raise
 
-        self._sub = self._ctx.socket(zmq.SUB)
-        self._sub.setsockopt(zmq.LINGER, 0)
-        self._sub.setsockopt(zmq.IPV6, 1)
-        self._sub.setsockopt(zmq.SUBSCRIBE, b"")
         host = addr.rsplit(":", 1)[0]
-        self._sub.connect(f"{host}:{int(hdr['pub_port'])}")
+        try:
+            self._sub = Connection(f"{host}:{int(hdr['pub_port'])}", b"SUB",
+                                   timeout=connect_timeout)
+            self._sub.subscribe(b"")
+        except OSError as e:
+            self._abandon()
+            raise BootstrapError(f"rank {rank}: the rendezvous service's notices at {host}: "
+                                 f"{e}") from None
         for r, msg in hdr.get("failed", {}).items():
             self._note_failure(int(r), msg)
 
@@ -222,15 +224,22 @@ class ZmqBootstrap(Bootstrap):
         body = [req_id, op.encode(), encode_header(header), *[bytes(p) for p in payload]]
         mac = auth.sign_frames(self.key, REQUEST_LABEL, [*body, self._session])
         with self._lock:
-            self._req.send_multipart([*body, self._session, mac], copy=False)
+            try:
+                self._req.send_multipart([*body, self._session, mac])
+            except OSError as e:
+                raise BootstrapError(f"{what}: the rendezvous service is gone ({e})") from None
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
                 wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-                # Block in zmq poll, waking at least once a second so that
+                # Block in select, waking at least once a second so that
                 # Ctrl-C (handled by Python between calls) is not delayed.
-                ms = 1000 if wait is None else int(min(wait, 1.0) * 1000) + 1
-                if self._req.poll(ms, zmq.POLLIN):
-                    frames = self._req.recv_multipart()
+                try:
+                    frames = self._req.recv_multipart(1.0 if wait is None else min(wait, 1.0)
+                                                      + 0.001)
+                except OSError as e:
+                    raise BootstrapError(f"{what}: the rendezvous service is gone "
+                                         f"({e})") from None
+                if frames is not None:
                     if len(frames) < 4 or frames[0] != req_id:
                         continue        # stale reply to a request that timed out
                     if not auth.check(self.key, frames[-1], REPLY_LABEL, self._session,
@@ -337,8 +346,13 @@ class ZmqBootstrap(Bootstrap):
         if sub is None or not self._lock.acquire(blocking=False):
             return
         try:
-            while sub.poll(0, zmq.POLLIN):
-                frames = sub.recv_multipart()
+            while True:
+                try:
+                    frames = sub.recv_multipart(0)
+                except OSError:
+                    break               # (the launcher is gone: requests report it)
+                if frames is None:
+                    break
                 if len(frames) != 3 or not auth.check(self.key, frames[2], NOTICE_LABEL,
                                                       frames[0], frames[1]):
                     auth.refused("rendezvous", "notice not signed by the launcher")
@@ -384,7 +398,6 @@ class ZmqBootstrap(Bootstrap):
         for s in (self._req, self._sub):
             if s is not None:
                 s.close()
-        self._ctx.term()
 
 
 def _ranges(ranks) -> str:
