@@ -47,6 +47,15 @@ PASS/FAIL:
 * PSS at 32 ranks <= 1.5x MPICH's, and PSS growing from 16 to 64 ranks by
   no more than MPICH's does.
 
+First (``--first yes|no|only``), issue 44's start-up figures: a user's
+first program exactly, with no numpy on either side,
+``python -c "from mpi_shim import MPI; MPI.COMM_WORLD.Barrier()"`` under
+``ucxpy-run`` against the same with mpi4py under ``mpiexec`` at 16 and 64
+ranks (best of 3 jobs, the sides alternating), the import alone in one
+process (best of 5), and ``import shmem; shmem.barrier_all()`` against
+shmem4py under ``oshrun`` (when shmem4py is installed); targets: each
+<= 1.5x its reference.
+
 A target whose rank counts were not run (``--quick``, ``--ranks``) is N/A.
 The project's modules are byte-compiled first (:func:`compile_sources`).
 Every job has a hard timeout; on timeout its session is killed, and so is
@@ -57,14 +66,16 @@ Usage::
 
     python bench/scale.py [--quick] [--ranks 8,16,32,64] [--repeat N]
                           [--launch-repeat N] [--main-repeat N] [--timeout S]
-                          [--json FILE] [--impls ours,mpich]
+                          [--json FILE] [--impls ours,mpich] [--first yes|no|only]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
 import statistics
@@ -314,6 +325,121 @@ def run_job(impl: str, n: int, mode: str, reps: int, timeout: float) -> dict:
     return out
 
 
+# ------------------------------------------------------------------ a first program
+
+#: issue 44: a user's first run, exactly, with no numpy on either side
+FIRST = {
+    "ours": "from mpi_shim import MPI; MPI.COMM_WORLD.Barrier()",
+    "mpich": "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()",
+    "shmem": "import shmem; shmem.barrier_all()",
+    "shmem4py": "from shmem4py import shmem; shmem.barrier_all()",
+}
+FIRST_IMPORT = {"ours": "from mpi_shim import MPI", "mpich": "from mpi4py import MPI"}
+FIRST_RANKS = (16, 64)
+#: Open MPI's OSHMEM for shmem4py (as bench/run_bench.py runs it)
+OMPI_LIBMPI = "/usr/lib/x86_64-linux-gnu/libmpi.so.40"
+OMPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+            "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+
+
+def first_cmd(impl: str, n: int, timeout: float) -> list:
+    prog = [sys.executable, "-c", FIRST[impl]]
+    if impl in ("ours", "shmem"):
+        return [os.path.join(BIN, "ucxpy-run"), "-n", str(n), "--timeout", str(int(timeout)),
+                *prog]
+    if impl == "mpich":
+        return [os.path.join(BIN, "mpiexec"), "-n", str(n), *prog]
+    return ["oshrun", "--oversubscribe", "--bind-to", "none", "-n", str(n),
+            "-x", "LD_PRELOAD", *prog]
+
+
+def _first_env(impl: str, token: str) -> dict:
+    env = _clean_env(token)
+    if impl == "shmem4py":
+        env.update(OMPI_ENV)
+        if os.path.exists(OMPI_LIBMPI):
+            env["LD_PRELOAD"] = OMPI_LIBMPI
+    return env
+
+
+def _timed(cmd: list, env: dict, timeout: float, token: str):
+    """Wall seconds of ``cmd`` run to its end, or an error string."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        _kill_marked(token)
+        proc.communicate()
+        return f"timed out after {timeout:.0f} s"
+    wall = time.perf_counter() - t0
+    _kill_marked(token)
+    if proc.returncode != 0:
+        return f"exit {proc.returncode}: {' | '.join(err.strip().splitlines()[-3:])[-400:]}"
+    return wall
+
+
+def _best(runs: list):
+    """The least of the times in ``runs``, or its last error when none ran."""
+    times = [t for t in runs if not isinstance(t, str)]
+    return min(times) if times else (runs[-1] if runs else None)
+
+
+def first_program(counts, repeat: int, import_repeat: int, shmem: bool) -> dict:
+    """Issue 44's start-up figures, each side alternating with its reference:
+    the import alone in one process (best of ``import_repeat``) and the whole
+    job at each rank count (best of ``repeat``); ``{key: {impl: seconds or
+    error}}``."""
+    token = secrets.token_hex(8)
+    runs: dict = {}
+    for i in range(import_repeat):
+        for impl in (("ours", "mpich") if i % 2 == 0 else ("mpich", "ours")):
+            runs.setdefault("import", {}).setdefault(impl, []).append(
+                _timed([sys.executable, "-c", FIRST_IMPORT[impl]], _first_env(impl, token),
+                       60, token))
+    pairs = [("ours", "mpich")] + ([("shmem", "shmem4py")] if shmem else [])
+    for n in counts:
+        for ours, ref in pairs:
+            key = f"{'job' if ours == 'ours' else 'shmem_job'}_{n}"
+            for i in range(repeat):
+                for impl in ((ours, ref) if i % 2 == 0 else (ref, ours)):
+                    runs.setdefault(key, {}).setdefault(impl, []).append(
+                        _timed(first_cmd(impl, n, 60 + 2 * n), _first_env(impl, token),
+                               90 + 2 * n, token))
+            _say(f"# first program, {n} ranks: " + "; ".join(
+                f"{impl} " + ", ".join(t if isinstance(t, str) else f"{t:.2f} s" for t in ts)
+                for impl, ts in runs[key].items()))
+    return {key: {impl: _best(ts) for impl, ts in per.items()} for key, per in runs.items()}
+
+
+def first_targets(first: dict, counts) -> list:
+    """``[(name, PASS|FAIL|N/A, detail)]`` of issue 44's start-up targets."""
+    res = []
+
+    def ratio(name, key, ours, ref):
+        got = first.get(key, {})
+        o, r = got.get(ours), got.get(ref)
+        if o is None and r is None:
+            res.append((name, "N/A", "not run"))
+        elif isinstance(o, str) or isinstance(r, str) or o is None or r is None:
+            res.append((name, "FAIL", f"{ours}: {o}; {ref}: {r}"))
+        else:
+            res.append((name, "PASS" if o <= FACTOR * r else "FAIL",
+                        f"{o:.3f} s vs {r:.3f} s ({o / r:.2f}x)"))
+
+    ratio(f"from mpi_shim import MPI, one process, best of 5 <= {FACTOR:g}x mpi4py's",
+          "import", "ours", "mpich")
+    for n in counts:
+        ratio(f"{n} ranks, import MPI + Barrier, best of 3 <= {FACTOR:g}x mpi4py+mpiexec",
+              f"job_{n}", "ours", "mpich")
+        ratio(f"{n} PEs, import shmem + barrier_all, best of 3 <= {FACTOR:g}x shmem4py+oshrun",
+              f"shmem_job_{n}", "shmem", "shmem4py")
+    return res
+
+
 # ------------------------------------------------------------------ report
 
 def _fmt_t(s) -> str:
@@ -485,6 +611,10 @@ def main(argv=None) -> int:
                    help="seconds per job (default 120 + 4 s per rank)")
     p.add_argument("--impls", default="ours,mpich", help="ours, mpich or both")
     p.add_argument("--json", default=os.path.join(RESULTS, "scale.json"))
+    p.add_argument("--first", choices=("yes", "no", "only"), default="yes",
+                   help="issue 44's first-program figures (import MPI + Barrier; import "
+                        "shmem + barrier_all) at 16 and 64 ranks: with the rest (yes), "
+                        "not (no), or alone (only)")
     p.add_argument("--rank", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.rank:
@@ -502,6 +632,29 @@ def main(argv=None) -> int:
             p.error(f"unknown implementation {i!r} (ours, mpich)")
     started = time.monotonic()
     compile_sources()
+    first, first_tg = {}, []
+    if args.first != "no":
+        fcounts = [n for n in FIRST_RANKS if n in counts] or list(FIRST_RANKS)
+        shmem = shutil.which("oshrun") is not None and subprocess.run(
+            [sys.executable, "-c", "import importlib.util as u, sys; "
+             "sys.exit(u.find_spec('shmem4py') is None)"], timeout=60).returncode == 0
+        _say(f"# first program (issue 44): {fcounts} ranks, best of 3 jobs; the import "
+             f"alone best of 5{'' if shmem else '; no shmem4py here: shmem rows N/A'}")
+        first = first_program(fcounts, 3, 5, shmem)
+        first_tg = first_targets(first, fcounts)
+        print("\n== targets (issue 44)")
+        for name, verdict, detail in first_tg:
+            print(f"{verdict:<5} {name}: {detail}")
+        if args.first == "only":
+            if args.json:
+                os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+                with open(args.json, "w") as f:
+                    json.dump({"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                               "host": socket.gethostname(), "cpus": os.cpu_count(),
+                               "first": first,
+                               "first_targets": [{"name": a, "verdict": b, "detail": c}
+                                                 for a, b, c in first_tg]}, f, indent=1)
+            return 0
     _say(f"# scale: ranks {counts} on {os.cpu_count()} CPU(s), "
          f"{', '.join(IMPLS[i] for i in impls)}; all-to-all repeats {reps}, "
          f"launch jobs {lreps}, main jobs {mreps}")
@@ -564,7 +717,10 @@ def main(argv=None) -> int:
                        "quick": args.quick, "raw": raw,
                        "table": {str(n): v for n, v in table.items()},
                        "report": lines,
-                       "targets": [{"name": a, "verdict": b, "detail": c} for a, b, c in tg]},
+                       "targets": [{"name": a, "verdict": b, "detail": c} for a, b, c in tg],
+                       "first": first,
+                       "first_targets": [{"name": a, "verdict": b, "detail": c}
+                                         for a, b, c in first_tg]},
                       f, indent=1)
         print(f"\n# saved {os.path.relpath(args.json, ROOT)} "
               f"({time.monotonic() - started:.0f} s)")
