@@ -9,32 +9,56 @@ import, so the sources keep plain docstrings.
 """
 from __future__ import annotations
 
-import inspect
+import sys
 import types
 
 _SEEN = "__mpi_shim_sig__"
+#: (inspect's names for these: importing inspect costs a rank's start-up
+#: 7-11 ms with what it imports, issue 44; it is imported for the rare
+#: signature this module cannot read itself)
+_EMPTY = object()
+_CO_VARARGS, _CO_VARKEYWORDS = 0x04, 0x08
+
+
+def cleandoc(doc: str) -> str:
+    """``inspect.cleandoc``: tabs expanded, the indentation common to the
+    lines after the first removed, the first line's leading blanks and the
+    blank lines at both ends dropped."""
+    lines = doc.expandtabs().split("\n")
+    margin = sys.maxsize
+    for line in lines[1:]:
+        content = len(line.lstrip(" "))
+        if content:
+            margin = min(margin, len(line) - content)
+    lines[0] = lines[0].lstrip(" ")
+    if margin < sys.maxsize:
+        lines[1:] = [line[margin:] for line in lines[1:]]
+    while lines and not lines[-1]:
+        lines.pop()
+    while lines and not lines[0]:
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 def _fast_signature(fn):
     """``str(inspect.signature(fn))`` read straight from a plain Python
     function's code object (or the one a wrapper's ``__wrapped__`` names),
     or None where that needs inspect's general machinery (a set
-    ``__signature__``, a wrapped function that wraps again, a non-string
+    ``__signature__``, a chain of more than 3 wrappers, a non-string
     annotation).  inspect builds a Parameter object per argument: for the
     500 functions of the namespace that was 14-20 ms of every rank's
     start-up.  The text is the same (tests/test_mpi_unit.py compares them
     all)."""
-    for _ in range(4):          # (a wrapper: what it wraps, as inspect follows it)
-        if type(fn) is types.FunctionType:
-            break
+    for _ in range(4):          # (wrappers: what they wrap, as inspect follows them)
         if isinstance(fn, types.MethodType) or hasattr(fn, "__signature__"):
             return None         # (inspect drops a bound method's first parameter)
-        fn = getattr(fn, "__wrapped__", None)
-        if fn is None:
-            return None
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None:
+            break
+        fn = inner
     else:
         return None
-    if "__wrapped__" in fn.__dict__ or "__signature__" in fn.__dict__:
+    if type(fn) is not types.FunctionType:
         return None
     co = fn.__code__
     ann = fn.__annotations__
@@ -47,29 +71,29 @@ def _fast_signature(fn):
     first_default = npos - len(defaults)
     parts = []
 
-    def param(name, prefix="", default=inspect.Parameter.empty):
+    def param(name, prefix="", default=_EMPTY):
         text = prefix + name
         a = ann.get(name)
         if a is not None:
             text += f": {a!r}"
-        if default is not inspect.Parameter.empty:
+        if default is not _EMPTY:
             text += f" = {default!r}" if a is not None else f"={default!r}"
         return text
 
     for i in range(npos):
         parts.append(param(names[i], default=defaults[i - first_default]
-                           if i >= first_default else inspect.Parameter.empty))
+                           if i >= first_default else _EMPTY))
         if i + 1 == co.co_posonlyargcount:
             parts.append("/")
     at = npos + nkw
-    if co.co_flags & inspect.CO_VARARGS:
+    if co.co_flags & _CO_VARARGS:
         parts.append(param(names[at], "*"))
         at += 1
     elif nkw:
         parts.append("*")
     for name in names[npos:npos + nkw]:
-        parts.append(param(name, default=kwdefaults.get(name, inspect.Parameter.empty)))
-    if co.co_flags & inspect.CO_VARKEYWORDS:
+        parts.append(param(name, default=kwdefaults.get(name, _EMPTY)))
+    if co.co_flags & _CO_VARKEYWORDS:
         parts.append(param(names[at], "**"))
     text = f"({', '.join(parts)})"
     if "return" in ann:
@@ -80,6 +104,7 @@ def _fast_signature(fn):
 def _signature_line(name, fn) -> str:
     sig = _fast_signature(fn)
     if sig is None:
+        import inspect                      # (deferred on purpose: see _EMPTY)
         try:
             sig = str(inspect.signature(fn))
         except (TypeError, ValueError):
@@ -92,7 +117,7 @@ def _embed(name, obj, line):
     if not doc or getattr(obj, _SEEN, False):
         return
     try:
-        obj.__doc__ = f"{line}\n\n{inspect.cleandoc(doc)}"
+        obj.__doc__ = f"{line}\n\n{cleandoc(doc)}"
         setattr(obj, _SEEN, True)
     except (AttributeError, TypeError):
         pass
@@ -108,7 +133,7 @@ def embed_signatures(namespace, prefix="mpi_shim") -> None:
         seen.add(id(cls))
         if cls.__doc__ and "\n" in cls.__doc__ and not cls.__doc__.startswith("\n"):
             try:
-                cls.__doc__ = inspect.cleandoc(cls.__doc__)     # no trailing indentation
+                cls.__doc__ = cleandoc(cls.__doc__)     # no trailing indentation
             except (AttributeError, TypeError):
                 pass
         for key, member in list(vars(cls).items()):
@@ -124,7 +149,7 @@ def embed_signatures(namespace, prefix="mpi_shim") -> None:
                 prop_doc = member.__doc__
                 if prop_doc and not prop_doc.startswith(f"{key}:"):
                     try:
-                        member.__doc__ = f"{key}: property\n\n{inspect.cleandoc(prop_doc)}"
+                        member.__doc__ = f"{key}: property\n\n{cleandoc(prop_doc)}"
                     except AttributeError:
                         pass
             elif isinstance(member, type):

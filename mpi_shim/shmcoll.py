@@ -21,7 +21,9 @@ packed into and unpacked out of plain bytes around the team's operation.
 from __future__ import annotations
 
 import weakref
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)

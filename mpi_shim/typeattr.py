@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import sys
-import traceback
 
 from .exceptions import ERR_ARG, ERR_KEYVAL, ERR_OTHER, Exception
 from .info import KEYVAL_INVALID
@@ -61,6 +60,7 @@ def _call(fn, *args):
     try:
         return fn(*args)
     except BaseException:
+        import traceback                    # (deferred on purpose: only a failing callback)
         traceback.print_exc(file=sys.stderr)
         raise Exception(ERR_OTHER, "attribute callback raised") from None
 

@@ -7,7 +7,7 @@ predefined and cached, one per set of arguments, as MPI requires.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False      # (typing is not imported at run time: issue 44)
 
 from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)

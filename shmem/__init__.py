@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import enum as _enum
 import os as _os
-from typing import Optional as _Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional as _Optional
 
 from . import runtime as _runtime
 from .amo import (AMO, AMO_ADD, AMO_AND, AMO_INC, AMO_OR, AMO_SET, AMO_XOR, atomic_add,

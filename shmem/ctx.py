@@ -9,7 +9,9 @@ order.  A context made from a team takes team-relative PE numbers.
 from __future__ import annotations
 
 import enum
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from . import runtime
 from .errors import InvalidContext

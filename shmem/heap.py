@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import enum
 import math
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 import numpy as np
 

@@ -38,7 +38,9 @@ import os
 import struct
 import sys
 import time
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 import ucxpy
 from ucxpy import atomics, config

@@ -24,7 +24,9 @@ ucxpy atomics (the waiter's progress serves them).
 """
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 import numpy as np
 

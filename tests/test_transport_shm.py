@@ -525,9 +525,9 @@ def test_the_eager_limit_shares_the_receive_queue_among_local_peers():
     assert rndv(0) == rndv(7) == rndv(15) == (64 << 10) + 1
     assert rndv(31) == (2 << 20) // 62 + 1
     assert rndv(1000) == MIN_SHARED_EAGER + 1
-    import dataclasses
-    no_get = dataclasses.replace(attrs, caps=Caps(0))
-    unshared = dataclasses.replace(attrs, rx_shared=0)
+    from ucxpy.record import replace
+    no_get = replace(attrs, caps=Caps(0))
+    unshared = replace(attrs, rx_shared=0)
     assert rndv(31, no_get) == rndv(31, unshared) == (64 << 10) + 1
 
 

@@ -11,9 +11,8 @@ launcher); the uuid distinguishes two incarnations with the same id.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
-
 from .errors import ProtocolError
+from .record import field, record
 
 MAGIC = b"UXA1"
 _HEAD = struct.Struct("<4sQQIH")
@@ -21,7 +20,7 @@ _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WorkerAddress:
     worker_id: int
     uuid: int

@@ -44,7 +44,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable, Iterable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Optional
 
 from .errors import ConnectionLost, TimeoutError
 from .request import Request, TagInfo

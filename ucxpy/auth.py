@@ -33,16 +33,18 @@ import collections
 import functools
 import hashlib
 import hmac
-import logging
 import os
 import secrets
 import stat
 import struct
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
+from .lazy import logger
 from .errors import ConfigError
 
-log = logging.getLogger("ucxpy.auth")
+log = logger("ucxpy.auth")
 
 ENV_KEY = "UCXPY_AUTH_KEY"
 ENV_KEY_FILE = "UCXPY_AUTH_KEY_FILE"

@@ -64,7 +64,9 @@ from __future__ import annotations
 
 import itertools
 import pickle
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from .lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)

@@ -11,11 +11,13 @@ variable (:func:`variables`), ``-cf`` with its documentation.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
-from typing import Callable, Dict, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Dict, Optional
 
 from . import auth
 from .errors import ConfigError
+from .record import field, fields, record
 
 PREFIX = "UCXPY_"
 
@@ -96,7 +98,7 @@ def _opt(default, parse, doc: str, **kw):
     return field(default=default, metadata={"parse": parse, "doc": doc}, **kw)
 
 
-@dataclass
+@record
 class Config:
     """Effective configuration.  Each field maps to ``UCXPY_<FIELD NAME>``;
     the variables of transports and launchers are declared with
@@ -272,7 +274,7 @@ def _fields():
 
 # ----------------------------------------------------------------- the registry
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Var:
     """One declared ``UCXPY_*`` variable."""
     name: str                  # the whole environment name, UCXPY_...

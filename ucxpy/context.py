@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import importlib
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from .config import Config
 from .errors import TransportUnavailable

@@ -23,7 +23,9 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from .netaddr import ns_inode
 

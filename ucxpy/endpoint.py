@@ -1,7 +1,9 @@
 """Endpoint: a connection from one worker to a remote worker."""
 from __future__ import annotations
 
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from . import _dp, wire
 from .address import WorkerAddress

@@ -9,18 +9,21 @@ modules: from then on ``np.ndarray`` costs what it always did.  A module
 that uses numpy at its top level still imports it there, so such uses
 belong in functions (see mpi_shim's typemap for the pattern).
 
+:func:`logger` is ``logging.getLogger`` without importing :mod:`logging`
+(3-5 ms of a start) until a message is logged: the core logs only what goes
+wrong.
+
 ``python -X importtime -c "from mpi_shim import MPI"`` shows what a start
-costs; ``UCXPY_LAZY_TRACE=1`` prints the stack that first loads a deferred
-module.
+costs; tests/test_imports.py keeps numpy and pyzmq out of a first MPI
+program.
 """
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import types
 
-__all__ = ["lazy_import", "loaded"]
+__all__ = ["lazy_import", "loaded", "logger"]
 
 
 class _Deferred(types.ModuleType):
@@ -41,10 +44,6 @@ _PENDING: dict = {}
 
 def _load(stub: _Deferred) -> types.ModuleType:
     name = stub.__name__
-    if os.environ.get("UCXPY_LAZY_TRACE"):
-        import traceback
-        print(f"ucxpy.lazy: importing {name} for", file=sys.stderr)
-        traceback.print_stack(limit=8, file=sys.stderr)
     mod = importlib.import_module(name)
     entry = _PENDING.pop(name, None)
     if entry is not None:
@@ -72,3 +71,26 @@ def loaded(name: str):
     check such as "is this a numpy array", which no buffer can be while
     numpy is not imported."""
     return sys.modules.get(name)
+
+
+class _Logger:
+    """``logging.getLogger(name)``, looked up (and :mod:`logging` imported)
+    on each use: the core's log calls are on paths where something went
+    wrong, never per message."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __getattr__(self, attr):
+        import logging                  # (deferred on purpose: see logger)
+        return getattr(logging.getLogger(self.name), attr)
+
+    def __repr__(self) -> str:
+        return f"<logger {self.name!r} (deferred)>"
+
+
+def logger(name: str) -> _Logger:
+    """The logger called ``name``, without importing :mod:`logging` now."""
+    return _Logger(name)

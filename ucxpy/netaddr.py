@@ -24,7 +24,9 @@ import functools
 import os
 import socket
 import struct
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 LOOPBACK = "127.0.0.1"
 

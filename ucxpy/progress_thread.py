@@ -11,11 +11,11 @@ descriptors, so an idle target costs little CPU.
 from __future__ import annotations
 
 import functools
-import logging
 import select
 import threading
 import time
 
+from .lazy import logger
 from ._apilock import ApiLock, serialized  # noqa: F401  (public here)
 
 #: ``serialized(fn, lock)``: ``fn`` called holding ``lock``, one C vectorcall
@@ -24,7 +24,7 @@ from ._apilock import ApiLock, serialized  # noqa: F401  (public here)
 #: (mpi_shim's THREAD_MULTIPLE) serialize their API with it.  With an
 #: ``ApiLock`` (threading.RLock's interface) it takes and drops the lock in C.
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 _limbo = getattr(threading, "_limbo", None)
 _active = getattr(threading, "_active", None)

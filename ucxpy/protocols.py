@@ -57,7 +57,9 @@ from __future__ import annotations
 import importlib
 import itertools
 import struct
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from . import config
 from .buffers import recv_view, send_view

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 from . import _dp
 from .errors import Canceled, TimeoutError

@@ -50,7 +50,9 @@ it also across modes (it waits for outstanding AM and one-sided operations);
 from __future__ import annotations
 
 import itertools
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from . import wire
 from .atomics import MASK as _MASK, OPS as ATOMIC_OPS

@@ -7,7 +7,11 @@ within the group; callers map them to their own process ids.
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Optional, Tuple
+from collections import namedtuple
+
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import List, Optional, Tuple
 
 
 def binomial_tree(rank: int, n: int, root: int) -> Tuple[Optional[int], List[int]]:
@@ -33,7 +37,7 @@ def binomial_tree(rank: int, n: int, root: int) -> Tuple[Optional[int], List[int
     return parent, children
 
 
-class DoublingPlan(NamedTuple):
+class DoublingPlan(namedtuple("DoublingPlan", "fold partners unfold")):
     """Recursive doubling for any ``n``: the ``n - 2**k`` ranks beyond the
     largest power of two first fold into a neighbour, the power-of-two core
     exchanges pairwise, and the folded ranks get the result back.
@@ -44,21 +48,23 @@ class DoublingPlan(NamedTuple):
     ``unfold``: the reverse of ``fold`` (``("recv", peer)`` for a rank that
     sat out).  Every peer with a lower rank holds values of lower ranks,
     which keeps non-commutative reductions in rank order."""
-    fold: Optional[Tuple[str, int]]
-    partners: List[int]
-    unfold: Optional[Tuple[str, int]]
+    __slots__ = ()
+    # fold: Optional[Tuple[str, int]]
+    # partners: List[int]
+    # unfold: Optional[Tuple[str, int]]
 
 
-class _Fold(NamedTuple):
+class _Fold(namedtuple("_Fold", "pof2 rem fold unfold newrank")):
     """The power-of-two core both doubling schedules run on: the ``rem = n -
     pof2`` even ranks below ``2 rem`` hand their value to ``rank + 1`` and sit
     out (``newrank`` None); the others get core rank ``newrank``, and
     :meth:`real` maps a core rank back to a group rank."""
-    pof2: int
-    rem: int
-    fold: Optional[Tuple[str, int]]
-    unfold: Optional[Tuple[str, int]]
-    newrank: Optional[int]
+    __slots__ = ()
+    # pof2: int
+    # rem: int
+    # fold: Optional[Tuple[str, int]]
+    # unfold: Optional[Tuple[str, int]]
+    # newrank: Optional[int]
 
     def real(self, nd: int) -> int:
         return nd * 2 + 1 if nd < self.rem else nd + self.rem
@@ -88,7 +94,7 @@ def recursive_doubling(rank: int, n: int) -> DoublingPlan:
     return DoublingPlan(f.fold, partners, f.unfold)
 
 
-class RingPlan(NamedTuple):
+class RingPlan(namedtuple("RingPlan", "right left reduce_scatter owned allgather")):
     """Ring reduce-scatter followed by ring allgather over ``n`` blocks.
 
     ``right``/``left``: the neighbours this rank sends to and receives from.
@@ -99,11 +105,12 @@ class RingPlan(NamedTuple):
     replaces this rank's copy.  Each rank sends ``2 (n - 1) / n`` of the data
     in all (bandwidth-optimal), and reduces ``(n - 1) / n`` of it.  Blocks are
     combined in ring order, so the operation must be commutative."""
-    right: int
-    left: int
-    reduce_scatter: List[Tuple[int, int]]
-    owned: int
-    allgather: List[Tuple[int, int]]
+    __slots__ = ()
+    # right: int
+    # left: int
+    # reduce_scatter: List[Tuple[int, int]]
+    # owned: int
+    # allgather: List[Tuple[int, int]]
 
 
 def ring_allreduce(rank: int, n: int) -> RingPlan:
@@ -114,7 +121,7 @@ def ring_allreduce(rank: int, n: int) -> RingPlan:
     return RingPlan((rank + 1) % n, (rank - 1) % n, rs, (rank + 1) % n, ag)
 
 
-class HalvingPlan(NamedTuple):
+class HalvingPlan(namedtuple("HalvingPlan", "fold reduce_scatter owned allgather unfold nblocks")):
     """Rabenseifner's allreduce: a recursive-halving reduce-scatter, then a
     recursive-doubling allgather, over ``nblocks`` (the largest power of two
     ``<= n``) blocks; ranks beyond it fold in first and get the result back,
@@ -129,12 +136,13 @@ class HalvingPlan(NamedTuple):
     ``2 (p - 1) / p`` of the data in ``2 log2 p`` rounds (the ring needs
     ``2 (n - 1)``); blocks are combined out of rank order, so the operation
     must be commutative."""
-    fold: Optional[Tuple[str, int]]
-    reduce_scatter: List[Tuple[int, Tuple[int, int], Tuple[int, int]]]
-    owned: int
-    allgather: List[Tuple[int, Tuple[int, int], Tuple[int, int]]]
-    unfold: Optional[Tuple[str, int]]
-    nblocks: int
+    __slots__ = ()
+    # fold: Optional[Tuple[str, int]]
+    # reduce_scatter: List[Tuple[int, Tuple[int, int], Tuple[int, int]]]
+    # owned: int
+    # allgather: List[Tuple[int, Tuple[int, int], Tuple[int, int]]]
+    # unfold: Optional[Tuple[str, int]]
+    # nblocks: int
 
 
 def halving_doubling(rank: int, n: int) -> HalvingPlan:

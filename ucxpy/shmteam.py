@@ -73,7 +73,9 @@ from __future__ import annotations
 
 import weakref
 from os import sched_yield
-from typing import Callable, List, Optional, Sequence
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, List, Optional, Sequence
 
 from .lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)

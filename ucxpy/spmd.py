@@ -13,10 +13,11 @@ and as a plain single process::
 from __future__ import annotations
 
 import atexit
-import dataclasses
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
-from . import auth
+from . import auth, record
 from .config import Config
 from .context import Context
 from .errors import InvalidRank
@@ -175,7 +176,7 @@ def job_config(config: Config, bootstrap, timeout=None) -> Config:
         listen = bootstrap.listen_address()
         if listen:
             changes["tcp_iface"] = listen
-    return dataclasses.replace(config, **changes) if changes else config
+    return record.replace(config, **changes) if changes else config
 
 
 def _atexit():

@@ -44,7 +44,9 @@ import os
 import secrets
 import socket
 import zlib
-from typing import List, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import List, Optional
 
 import numpy as np
 import torch

@@ -7,7 +7,9 @@ import select
 import struct
 import threading
 import time
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 from . import _dp, protocols, wire
 from .address import WorkerAddress

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import dataclasses
 import errno
 import fcntl
 import os
 import socket
 import struct
 import sys
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
+from .. import record
 from ..endpoint import protocol_thresholds
 
 #: protocol names printed by ``-e`` (and used by tests)
@@ -83,7 +85,7 @@ def interface_attrs(name: str, config):
     ``(None, reason)`` if the interface cannot be created here."""
     from ..context import Context
     try:
-        cfg = dataclasses.replace(config, tls=(name,))
+        cfg = record.replace(config, tls=(name,))
         worker = Context(cfg).create_worker()
     except Exception as e:     # report, never crash ucxpy-info
         return None, f"{type(e).__name__}: {e}"
@@ -234,7 +236,7 @@ def self_test(config) -> dict:
     fresh worker with counting on (``-s``)."""
     from ..context import LOOPBACK, Context
     from ..trace import Recorder, discard
-    cfg = dataclasses.replace(config, stats=False, trace="", tls=(LOOPBACK,))
+    cfg = record.replace(config, stats=False, trace="", tls=(LOOPBACK,))
     w = Context(cfg).create_worker()
     w.tr = Recorder(w, cfg)
     try:
@@ -272,9 +274,9 @@ def print_protocols(config, out) -> int:
         other_uuid = (me.uuid + 1) & ((1 << 63) - 1)
         peers = [
             ("this process (same worker)", me),
-            ("this host", dataclasses.replace(me, worker_id=me.worker_id + 1, uuid=other_uuid,
+            ("this host", record.replace(me, worker_id=me.worker_id + 1, uuid=other_uuid,
                                               pid=me.pid + 1)),
-            ("another host", dataclasses.replace(me, worker_id=me.worker_id + 2, uuid=other_uuid,
+            ("another host", record.replace(me, worker_id=me.worker_id + 2, uuid=other_uuid,
                                                  pid=me.pid + 2,
                                                  host_id=b"ucxpy-info:another-host")),
         ]

@@ -47,8 +47,11 @@ from __future__ import annotations
 import abc
 import enum
 import weakref
-from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Optional, Protocol
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, ClassVar, Optional
+
+from ..record import field, record
 
 MAX_HEADER = 1024
 
@@ -85,7 +88,7 @@ class Caps(enum.IntFlag):
     LOOPBACK = 1 << 10     # only reaches the same worker
 
 
-@dataclass
+@record
 class TransportAttrs:
     """What the core needs to choose protocols and lanes (``uct_iface_attr``)."""
 
@@ -105,7 +108,7 @@ class TransportAttrs:
         return self.overhead + self.latency + size / self.bandwidth
 
 
-@dataclass
+@record
 class Availability:
     """Result of :meth:`Interface.query`: shown by ``ucxpy-info``."""
 
@@ -114,7 +117,7 @@ class Availability:
     devices: list = field(default_factory=list)
 
 
-class TransportOwner(Protocol):
+class TransportOwner:
     """What a transport calls back into (implemented by ``ucxpy.worker.Worker``)."""
 
     direct_am_ids: frozenset

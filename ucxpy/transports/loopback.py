@@ -18,7 +18,9 @@ from __future__ import annotations
 import collections
 import itertools
 import os
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 from ..errors import ConnectionLost, MessageTooLarge, RemoteAccessError, TransportUnavailable
 from .base import (MAX_HEADER, Availability, Caps, Interface, MdCaps, MdRemoteKey,

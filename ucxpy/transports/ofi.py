@@ -110,15 +110,17 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import logging
 import mmap
 import os
 import random
 import socket
 import struct
 import time
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
+from ..lazy import logger
 from .. import auth, config
 from ..netaddr import host_id as this_host_id
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
@@ -135,7 +137,7 @@ except ImportError as _e:  # built only where libfabric's headers exist
     ffi = lib = None
     _IMPORT_ERROR = _e
 
-log = logging.getLogger("ucxpy.ofi")
+log = logger("ucxpy.ofi")
 
 DEFAULT_PROVIDERS = ("tcp;ofi_rxm", "shm")
 INTRA_HOST_PROVIDERS = ("shm",)

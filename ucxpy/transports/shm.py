@@ -77,15 +77,17 @@ the kernel lets us (self probe, Yama policy).
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import secrets
 import socket
 import struct
 import time
 from collections import deque
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
+from ..lazy import logger
 from .. import auth
 from .._dp import BAD_BIT as _NATIVE_BAD
 from .._dp import WAKE_BIT as _WAKE_BIT
@@ -101,7 +103,7 @@ from .shm_md import RKEY, RKEY_MAGIC, ShmMemoryDomain
 #: WAKE_BIT is the one above it)
 _NATIVE_FLAGS = _NATIVE_BAD
 
-log = logging.getLogger("ucxpy.shm")
+log = logger("ucxpy.shm")
 
 from ..shmfile import SHM_DIR, unlink_quiet as _unlink_quiet
 from .shm_inbox import (HDR, SEG_PREFIX, Inbox, free_stuck_lock as _free_stuck_lock,

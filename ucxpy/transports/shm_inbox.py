@@ -12,20 +12,22 @@ itself is ucxpy/transports/shm.py.
 from __future__ import annotations
 
 import errno
-import logging
 import mmap
 import os
 import re
 import secrets
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
+from ..lazy import logger
 from .. import shmfile
 from .._native import ffi, lib
 from ..errors import ProtocolError
 from ..shmfile import SHM_DIR, unlink_quiet as _unlink_quiet
 from .liveness import pid_alive
 
-log = logging.getLogger("ucxpy.shm")
+log = logger("ucxpy.shm")
 
 SEG_PREFIX = "ucxpy-shm-"
 _SEG_RE = re.compile(r"^ucxpy-shm-([0-9]+)-[0-9a-f]{16}$")

@@ -40,7 +40,9 @@ import os
 import re
 import secrets
 import struct
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from .. import shmfile
 from .._native import ffi, lib

@@ -94,15 +94,17 @@ from __future__ import annotations
 import collections
 import errno
 import hmac
-import logging
 import os
 import select
 import socket
 import struct
 import time
 from itertools import islice
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
+from ..lazy import logger
 from .. import auth
 from ..errors import (ConfigError, ConnectionLost, MessageTooLarge, ProtocolError,
                       TransportUnavailable)
@@ -111,7 +113,7 @@ from .base import (MAX_HEADER, Availability, Caps, Interface, TransportAttrs, Tr
                    byte_view)
 from .tcp_frames import FRAME_MAGIC, PREFIX, FrameError, FrameReader
 
-log = logging.getLogger(__name__)
+log = logger(__name__)
 
 ADDR_VERSION = 1
 _ADDR = struct.Struct("!BBHI")

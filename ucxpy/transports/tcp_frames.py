@@ -38,7 +38,9 @@ reader stops delivering at once.
 from __future__ import annotations
 
 import struct
-from typing import Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Optional
 
 from ..errors import ProtocolError
 from .base import MAX_HEADER

@@ -76,14 +76,16 @@ from __future__ import annotations
 
 import collections
 import errno
-import logging
 import os
 import random
 import select
 import socket
 import struct
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
+from ..lazy import logger
 from .. import auth, config
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
@@ -104,7 +106,7 @@ except ImportError as _e:   # built only where infiniband/verbs.h exists
     ffi = lib = None
     _IMPORT_ERROR = _e
 
-log = logging.getLogger("ucxpy.verbs")
+log = logger("ucxpy.verbs")
 
 
 # The QP state machine, the endpoint connection steps and the QP data check

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Callable, Optional
+TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
+if TYPE_CHECKING:
+    from typing import Callable, Optional
 
 from ..errors import ProtocolError
 
