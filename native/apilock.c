@@ -6,8 +6,10 @@
  *
  * serialized(fn, lock) -> a callable that runs fn(*args, **kwargs) holding
  *   ``lock`` (acquire() before, release() after, also when fn raises), and
- *   binds like a function when stored on a class.  It has a __dict__, so
- *   functools.update_wrapper gives it fn's name, docstring and __wrapped__.
+ *   binds like a function when stored on a class.  It shows fn's __name__,
+ *   __qualname__, __module__, __doc__ and other attributes, and __wrapped__
+ *   is fn, as functools.update_wrapper would make them, without copying
+ *   (what is set on the wrapper stays its own).
  *   What a Python wrapper costs on every call (a frame with *args and **kwargs
  *   and two bound-method calls) becomes one vectorcall.
  *
@@ -17,6 +19,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <limits.h>
+#include <string.h>
 #include <time.h>
 
 /* -- ApiLock: a re-entrant lock whose owner takes it again in C ---------------
@@ -348,13 +351,14 @@ serialized_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
         return NULL;
     if (Py_TYPE(lock) == &ApiLockType) {
         Py_INCREF(lock);
-        s->lock = (ApiLock *)lock;
-    }
-    s->acquire = PyObject_GetAttrString(lock, "acquire");
-    s->release = s->acquire ? PyObject_GetAttrString(lock, "release") : NULL;
-    if (s->release == NULL) {
-        Py_DECREF(s);
-        return NULL;
+        s->lock = (ApiLock *)lock;              /* (taken in C: no methods needed) */
+    } else {
+        s->acquire = PyObject_GetAttrString(lock, "acquire");
+        s->release = s->acquire ? PyObject_GetAttrString(lock, "release") : NULL;
+        if (s->release == NULL) {
+            Py_DECREF(s);
+            return NULL;
+        }
     }
     Py_INCREF(fn);
     s->fn = fn;
@@ -414,10 +418,61 @@ static PyMemberDef serialized_members[] = {
     {NULL},
 };
 
+/* fn's identity, as functools.update_wrapper would copy it, read from fn
+ * unless set on the wrapper (then kept in its __dict__): the closure is the
+ * attribute's name.  __wrapped__ is fn itself. */
+static PyObject *
+serialized_get_fn_attr(Serialized *s, void *closure)
+{
+    const char *name = closure;
+    PyObject *v;
+
+    if (s->dict != NULL && (v = PyDict_GetItemString(s->dict, name)) != NULL)
+        return Py_NewRef(v);
+    if (strcmp(name, "__wrapped__") == 0)
+        return Py_NewRef(s->fn);
+    return PyObject_GetAttrString(s->fn, name);
+}
+
+static int
+serialized_set_fn_attr(Serialized *s, PyObject *value, void *closure)
+{
+    if (s->dict == NULL && (s->dict = PyDict_New()) == NULL)
+        return -1;
+    if (value == NULL) {
+        if (PyDict_DelItemString(s->dict, (const char *)closure) < 0) {
+            PyErr_SetString(PyExc_AttributeError, (const char *)closure);
+            return -1;
+        }
+        return 0;
+    }
+    return PyDict_SetItemString(s->dict, (const char *)closure, value);
+}
+
+#define FN_ATTR(name)                                                                   \
+    {name, (getter)serialized_get_fn_attr, (setter)serialized_set_fn_attr, NULL, name}
+
 static PyGetSetDef serialized_getset[] = {
     {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, NULL, NULL},
+    FN_ATTR("__doc__"), FN_ATTR("__name__"), FN_ATTR("__qualname__"), FN_ATTR("__module__"),
+    FN_ATTR("__wrapped__"),
     {NULL},
 };
+
+/* any other attribute the wrapper lacks is fn's (its __annotations__,
+ * __defaults__, what a decorator stored on it), as update_wrapper's copy of
+ * fn's __dict__ made it */
+static PyObject *
+serialized_getattro(PyObject *self, PyObject *name)
+{
+    PyObject *v = PyObject_GenericGetAttr(self, name);
+
+    if (v == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        PyErr_Clear();
+        v = PyObject_GetAttr(((Serialized *)self)->fn, name);
+    }
+    return v;
+}
 
 static PyTypeObject SerializedType = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -435,6 +490,7 @@ static PyTypeObject SerializedType = {
     .tp_repr = (reprfunc)serialized_repr,
     .tp_members = serialized_members,
     .tp_getset = serialized_getset,
+    .tp_getattro = serialized_getattro,
     .tp_dictoffset = offsetof(Serialized, dict),
     .tp_vectorcall_offset = offsetof(Serialized, vectorcall),
 };
