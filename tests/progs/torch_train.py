@@ -137,8 +137,13 @@ def die(rank, n):
 
 
 def stall(rank):
+    # the ranks' parent (torchrun's agent) names the file rank 0 leaves when
+    # it is done, so that rank 1 stalls only that long (at most 25 s)
+    done = os.path.join("/tmp", f"ucxpy-torch-stall-{os.getppid()}")
     if rank == 1:
-        time.sleep(25)
+        deadline = time.monotonic() + 25
+        while time.monotonic() < deadline and not os.path.exists(done):
+            time.sleep(0.1)
         os._exit(0)
     t0 = time.monotonic()
     try:
@@ -147,6 +152,11 @@ def stall(rank):
         took = time.monotonic() - t0
         print(f"TIMED OUT AS EXPECTED after {took:.1f}s: {type(e).__name__}: {str(e)[:200]}",
               flush=True)
+        open(done, "w").close()
+        try:
+            time.sleep(0.5)             # (rank 1 sees it)
+        finally:
+            os.unlink(done)
         os._exit(0 if 4 < took < 20 else 1)
     os._exit(1)
 

@@ -95,7 +95,7 @@ from .._native import ffi, lib
 from ..netaddr import host_id as local_host_id, ns_inode as _ns_inode
 from ..errors import (ConnectionLost, InvalidBuffer, MessageTooLarge, ProtocolError,
                       RemoteAccessError)
-from .liveness import PidWatch
+from .liveness import PidWatch, pid_alive as _pid_alive
 from .base import MAX_HEADER, Availability, Caps, Interface, TransportAttrs, TransportEndpoint
 from .shm_md import RKEY, RKEY_MAGIC, ShmMemoryDomain
 
@@ -106,6 +106,7 @@ _NATIVE_FLAGS = _NATIVE_BAD
 log = logger("ucxpy.shm")
 
 from ..shmfile import SHM_DIR, unlink_quiet as _unlink_quiet
+from .shm_inbox import _LOCK_STUCK
 from .shm_inbox import (HDR, SEG_PREFIX, Inbox, free_stuck_lock as _free_stuck_lock,
                         inbox_name, new_source as _new_source, reap_stale_segments,
                         ring_ok as _ring_ok)
@@ -143,6 +144,9 @@ _HOUSEKEEPING = 1e-3
 _LIVENESS = 0.1          # seconds between peer-death checks
 _BATCH = 64              # frames delivered per progress()
 _LOCK_GRACE = 0.2        # seconds a peer's inbox lock may be held before we ask whether its holder lives
+#: seconds a live peer's inbox may look closed before a frame to it fails: its
+#: owner repairs a scribbled flag within the lock's _LOCK_STUCK and a pass
+_CLOSED_REPAIR = _LOCK_STUCK + 1.0
 
 _push = lib.ucxpy_ring_push
 _peek = lib.ucxpy_ring_peek
@@ -415,10 +419,14 @@ class ShmEndpoint(TransportEndpoint):
                 break
             if rc == RING_CLOSED:
                 # the owner closed its inbox, or its flag was scribbled on and
-                # the owner repairs it within _LIVENESS: give it _LOCK_GRACE
+                # the owner repairs it: give it _LOCK_GRACE, and while it
+                # lives the time its repair may take (a scribbled lock word
+                # beside the flag is broken only after _LOCK_STUCK)
                 now = time.monotonic()
                 self._closed_seen = self._closed_seen or now
-                if now - self._closed_seen <= _LOCK_GRACE:
+                waited = now - self._closed_seen
+                if waited <= _LOCK_GRACE or (waited <= _CLOSED_REPAIR
+                                             and _pid_alive(self._peer_pid)):
                     break
             self._closed_seen = 0.0
             self._busy_holder = 0
