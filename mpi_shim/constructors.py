@@ -88,8 +88,34 @@ def indexed(tm: Typemap, blocklengths, disps_bytes) -> Typemap:
     return tm.replicate(np.asarray(disps_bytes, np.int64), np.asarray(blocklengths, np.int64))
 
 
+#: Create_struct's type maps by their arguments (the component maps, which
+#: are immutable, held here with them): a program converts the same
+#: structured types again and again (mpi4py.util.dtlib: one numpy dtype
+#: becomes a struct per conversion, the same maps each time)
+_STRUCTS: dict = {}
+_STRUCTS_KEPT = 512
+
+
 def struct(maps, blocklengths, disps, aligns) -> Typemap:
     """Blocks of copies of several types, with MPI's alignment padding of the extent."""
+    try:
+        key = (tuple(maps), tuple(map(int, blocklengths)), tuple(map(int, disps)),
+               tuple(map(int, aligns)))
+    except (TypeError, ValueError):         # (arguments of another shape: not kept)
+        return _struct(maps, blocklengths, disps, aligns)
+    tm = _STRUCTS.get(key)
+    if tm is None:
+        tm = _struct(maps, blocklengths, disps, aligns)
+        if len(_STRUCTS) >= _STRUCTS_KEPT:
+            try:
+                _STRUCTS.pop(next(iter(_STRUCTS)), None)    # the oldest
+            except (StopIteration, RuntimeError):           # (another thread's change)
+                pass
+        _STRUCTS[key] = tm
+    return tm
+
+
+def _struct(maps, blocklengths, disps, aligns) -> Typemap:
     parts = [tm.replicate([d], [b]) for tm, b, d in zip(maps, blocklengths, disps) if b > 0]
     if not parts:
         return Typemap([], [], [], 0, 0)

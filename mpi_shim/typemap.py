@@ -42,6 +42,11 @@ class Element:
 
 
 ELEMENTS: list = []
+#: Typemap.replicate's results for a few blocks, by map and arguments (the
+#: oldest dropped past _REPLICAS_KEPT)
+_REPLICAS: dict = {}
+_REPLICAS_KEPT = 1024
+_REPLICA_BLOCKS = 16
 _SIZES = None          # element sizes by code (numpy), from the first registration
 
 
@@ -126,8 +131,32 @@ class Typemap:
 
         Block ``i`` holds ``lengths[i]`` copies, the first at byte ``starts[i]``
         and each next one an extent further.  Bounds are MPI's: the smallest
-        ``lb`` and largest ``ub`` of the copies (or the given ones).
+        ``lb`` and largest ``ub`` of the copies (or the given ones).  Maps are
+        immutable: the same few blocks of the same map give the same object
+        (``_REPLICAS``), as a program builds the same types again and again.
         """
+        try:
+            if len(starts) > _REPLICA_BLOCKS or len(lengths) > _REPLICA_BLOCKS:
+                raise ValueError
+            key = (self, tuple(map(int, starts)), tuple(map(int, lengths)), lb, ub, sticky,
+                   align)
+            hash(key)
+        except (TypeError, ValueError):      # (many blocks, arrays of any shape, lists)
+            key = None
+        if key is not None:
+            tm = _REPLICAS.get(key)
+            if tm is None:
+                tm = self._replicate(starts, lengths, lb, ub, sticky, align)
+                if len(_REPLICAS) >= _REPLICAS_KEPT:
+                    try:
+                        _REPLICAS.pop(next(iter(_REPLICAS)), None)      # the oldest
+                    except (StopIteration, RuntimeError):               # (another thread's)
+                        pass
+                _REPLICAS[key] = tm
+            return tm
+        return self._replicate(starts, lengths, lb, ub, sticky, align)
+
+    def _replicate(self, starts, lengths, lb, ub, sticky, align):
         starts = np.asarray(starts, np.int64).reshape(-1)
         lengths = np.asarray(lengths, np.int64).reshape(-1)
         used = lengths > 0
