@@ -23,7 +23,7 @@ import importlib
 import sys
 import types
 
-__all__ = ["lazy_import", "loaded", "logger"]
+__all__ = ["lazy_import", "logger"]
 
 
 class _Deferred(types.ModuleType):
@@ -64,13 +64,6 @@ def lazy_import(name: str, globals_: dict, as_: str = "np"):
         entry = _PENDING[name] = (_Deferred(name), [])
     entry[1].append((globals_, as_))
     return entry[0]
-
-
-def loaded(name: str):
-    """Module ``name`` if something imported it already, else None: for a
-    check such as "is this a numpy array", which no buffer can be while
-    numpy is not imported."""
-    return sys.modules.get(name)
 
 
 class _Logger:
