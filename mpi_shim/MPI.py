@@ -14,7 +14,8 @@ from .comm import (COMM_NULL, COMM_SELF, COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUI
 from .compat import (_addressof, _comm_lock, _comm_lock_table, _commctx_inter,
                      _commctx_intra, _handleof, _set_abort_status, _sizeof)
 from .datatype import *  # noqa: F401,F403 - the predefined datatypes and their helpers
-from .datatype import BOTTOM, IN_PLACE, UNDEFINED, Datatype
+from .datatype import UNDEFINED, Datatype
+from .msgspec import BOTTOM, IN_PLACE
 from .datatype import _datatype_create, _datatype_decode, _typealign, _typecode  # noqa: F401
 from .msgspec import BUFFER_AUTOMATIC, BottomType, BufferAutomaticType, InPlaceType
 from .dynproc import MAX_PORT_NAME

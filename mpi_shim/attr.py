@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import itertools
 
-from .exceptions import ERR_ARG, ERR_KEYVAL, Exception
+from .exceptions import ERR_ARG, ERR_KEYVAL, Exception, user_call
+from .typeattr import KEYVAL_INVALID
 
-KEYVAL_INVALID = 603979776
 # predefined attribute keys (answered by the objects themselves)
 TAG_UB_KEY, HOST, IO, WTIME_IS_GLOBAL, UNIVERSE_SIZE, APPNUM, LASTUSEDCODE = range(1, 8)
 WIN_BASE, WIN_SIZE, WIN_DISP_UNIT, WIN_CREATE_FLAVOR, WIN_MODEL = range(10, 15)
@@ -94,8 +94,7 @@ def _delete(k: Keyval, obj, keyval, attrs) -> None:
 def _callback(fn, *args):
     """Run a user attribute callback: what it raises is printed and becomes
     MPI.Exception (ERR_OTHER unless it was an MPI.Exception)."""
-    from .request import _user_call
-    return _user_call(fn, *args)
+    return user_call(fn, *args)
 
 
 def _unref(k: Keyval, keyval) -> None:

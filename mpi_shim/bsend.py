@@ -28,7 +28,7 @@ class BsendPool:
         if buf is BUFFER_AUTOMATIC:
             self.capacity = None
         else:
-            from .datatype import byte_view
+            from .msgspec import byte_view
             self.capacity = byte_view(buf)[0].nbytes
         self.pending = []            # (ucxpy request, bytes charged, copy)
         self.used = 0
@@ -65,7 +65,7 @@ def attach(c, buf):
     if scope.get("pool") is not None:
         raise Exception(ERR_BUFFER, "a buffer is already attached")
     if buf is not BUFFER_AUTOMATIC:
-        from .datatype import byte_view
+        from .msgspec import byte_view
         try:
             byte_view(buf, writable=True)
         except Exception:

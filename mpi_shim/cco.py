@@ -15,7 +15,7 @@ np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import coll as G
 from . import shmcoll as S
-from .datatype import IN_PLACE, Msg, parse, sub
+from .msgspec import IN_PLACE, Msg, parse, sub
 from .msgspec import parse_block, parse_v
 
 

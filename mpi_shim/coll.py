@@ -15,7 +15,7 @@ from __future__ import annotations
 from ucxpy import coll as engine
 from ucxpy import intercoll as inter
 
-from .datatype import Msg, sub
+from .msgspec import Msg, sub
 from .exceptions import ERR_ROOT, ERR_TRUNCATE, Exception
 
 ROOT, PROC_NULL = inter.ROOT, inter.IDLE      # (MPI's values: -3, -2)

@@ -20,7 +20,7 @@ import weakref
 from . import attr, shmcoll
 from .cco import Coll
 from .engine import CTX_BITS, CTX_SHIFT, ENGINE, KIND_CGRP, KIND_COLL, KIND_LOCAL, TAG_UB
-from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
+from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in, set_abort
 from .exceptions import (ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL, ERR_OTHER, ERR_REVOKED,
                          ERR_UNSUPPORTED_OPERATION, Exception)
 from .group import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL, Group
@@ -657,6 +657,9 @@ def _string_tag(s: str) -> int:
 
 COMM_NULL = Comm._constant(None)
 COMM_WORLD = Intracomm._constant(None)
+# ERRORS_ARE_FATAL ends the job through the world communicator (errhandler
+# does not import this module)
+set_abort(lambda code: COMM_WORLD.Abort(code))
 COMM_SELF = Intracomm._constant(None)
 
 

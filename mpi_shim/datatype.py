@@ -43,7 +43,7 @@ from .typedesc import _datatype_create
 from .typedesc import (_datatype_decode, _typealign, _typecode, describe,  # noqa: F401
                        from_description)
 from .typeimpl import F90_COMBINERS as _F90
-from .typeimpl import TypeImpl
+from .typeimpl import REGISTRY, TypeImpl
 from .typemap import Typemap
 
 UNDEFINED = -32766
@@ -354,9 +354,8 @@ class Datatype(DatatypeConstructors, Handle):
 
         As many whole elements as ``inbuf`` holds are packed at ``outbuf[position:]``.
         """
-        from .msgspec import pack_whole
         _check_comm(comm)
-        data = pack_whole(self, inbuf)
+        data = _msgspec("pack_whole")(self, inbuf)
         return _store(outbuf, position, data)
 
     def Unpack(self, inbuf, position: int, outbuf, comm) -> int:
@@ -366,9 +365,8 @@ class Datatype(DatatypeConstructors, Handle):
 
         As many whole elements as ``outbuf`` holds are unpacked from ``inbuf[position:]``.
         """
-        from .msgspec import unpack_whole
         _check_comm(comm)
-        return unpack_whole(self, inbuf, position, outbuf, external=False)
+        return _msgspec("unpack_whole")(self, inbuf, position, outbuf, external=False)
 
     def Pack_size(self, count: int, comm) -> int:
         """Return the upper bound on the amount of space needed to pack a message.
@@ -383,11 +381,10 @@ class Datatype(DatatypeConstructors, Handle):
 
         Only "external32" is supported (big-endian, MPI's sizes).
         """
-        from .msgspec import pack_whole
         from .external32 import encode
         _check_datarep(datarep)
         impl = _committed(self)
-        data = pack_whole(self, inbuf)
+        data = _msgspec("pack_whole")(self, inbuf)
         count = len(data) // impl.typemap.size if impl.typemap.size else 0
         return _store(outbuf, position, encode(data, impl.typemap, count))
 
@@ -396,9 +393,8 @@ class Datatype(DatatypeConstructors, Handle):
 
         Only "external32" is supported.
         """
-        from .msgspec import unpack_whole
         _check_datarep(datarep)
-        return unpack_whole(self, inbuf, position, outbuf, external=True)
+        return _msgspec("unpack_whole")(self, inbuf, position, outbuf, external=True)
 
     def Pack_external_size(self, datarep: str, count: int) -> int:
         """Return the space needed to pack a message in a portable data representation.
@@ -486,9 +482,17 @@ def _check_datarep(datarep) -> None:
         raise Exception(ERR_ARG, f"unsupported data representation {datarep!r}")
 
 
+def _msgspec(name: str):
+    """The buffer side of Pack/Unpack, which .msgspec registers at its
+    import (it imports this module; the MPI facade imports it)."""
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise RuntimeError("mpi_shim.msgspec is not imported: use mpi_shim.MPI") from None
+
+
 def _store(outbuf, position, data) -> int:
-    from .msgspec import acquire
-    out = acquire(outbuf, writable=True)
+    out = _msgspec("acquire")(outbuf, writable=True)
     position = C.index(position)
     end = position + len(data)
     if position < 0:
@@ -564,6 +568,7 @@ def _realize_all() -> None:
 
 _NAMED = _build_predefined()
 TypeImpl.realize = _realize
+REGISTRY.update(Datatype=Datatype, named=_NAMED)
 DATATYPE_NULL = Datatype._constant(None)
 _NAMED["DATATYPE_NULL"] = DATATYPE_NULL
 globals().update({k: v for k, v in _NAMED.items() if k != "DATATYPE_NULL"})
@@ -572,17 +577,3 @@ __all__ = sorted(_NAMED) + [n for n in dir() if n.startswith(("COMBINER_", "TYPE
                                                                 "DISTRIBUTE_", "ORDER_"))] + \
     ["UNDEFINED", "Datatype"]
 name_constants(globals())
-
-_MSGSPEC_NAMES = {"BOTTOM", "BUFFER_AUTOMATIC", "IN_PLACE", "Msg", "byte_view", "parse",
-                  "parse_block", "parse_v", "parse_w", "sub"}
-
-
-def __getattr__(name):
-    """Message-spec names used to live here: ``from .datatype import parse`` still works."""
-    if name in _MSGSPEC_NAMES:
-        from . import msgspec
-        return getattr(msgspec, name)
-    if name == "buffer":
-        from .memory import buffer
-        return buffer
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

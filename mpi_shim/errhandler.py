@@ -106,11 +106,23 @@ def raise_in(obj, exc: Exception, call_only: bool = False) -> None:
     _abort(obj, exc)
 
 
+#: how ERRORS_ARE_FATAL ends the job: ``abort(errorcode)``, set by .comm
+#: (COMM_WORLD.Abort), which imports this module, not the other way round
+_ABORT_JOB = []
+
+
+def set_abort(fn) -> None:
+    """Make ``fn(errorcode)`` what ERRORS_ARE_FATAL calls."""
+    _ABORT_JOB[:] = [fn]
+
+
 def _abort(obj, exc) -> None:
     sys.stderr.write(f"MPI error on {obj!r}: {exc}; aborting (ERRORS_ARE_FATAL)\n")
     sys.stderr.flush()
-    from .comm import COMM_WORLD
-    COMM_WORLD.Abort(exc.Get_error_class() or 1)
+    if _ABORT_JOB:
+        _ABORT_JOB[0](exc.Get_error_class() or 1)
+    else:                                   # (no communicator yet: nothing else to end)
+        raise SystemExit(exc.Get_error_class() or 1)
 
 
 _RETURN = ErrhandlerImpl("ERRORS_RETURN", predefined=True)

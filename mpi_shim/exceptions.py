@@ -277,3 +277,22 @@ def translate(e: BaseException) -> Exception:
     exc = Exception(cls, str(e))
     exc.__cause__ = e
     return exc
+
+
+def user_call(fn, *args, **kwargs):
+    """Run a user callback (of a generalized request, an attribute, ...).
+    What it raises is printed with its traceback and turned into
+    ``MPI.Exception`` (its own class for an MPI.Exception, ERR_OTHER
+    otherwise)."""
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as e:
+        import sys
+        import traceback                    # (deferred on purpose: only a failing callback)
+        sys.stderr.write("Traceback (most recent call last):\n")
+        traceback.print_tb(e.__traceback__, file=sys.stderr)
+        sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
+        sys.stderr.flush()
+        if isinstance(e, Exception):
+            raise Exception(e.Get_error_class(), str(e)) from None
+        raise Exception(ERR_OTHER, f"{type(e).__name__}: {e}") from None

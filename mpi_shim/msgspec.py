@@ -39,6 +39,7 @@ from .datatype import Datatype, _NAMED, _committed
 from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_DISP, ERR_TYPE, Exception
 from .interchange import from_cai, from_dlpack
 from .predefined import CODES
+from .typeimpl import REGISTRY
 
 
 # -- the buffer constants ------------------------------------------------------------------
@@ -663,3 +664,6 @@ def unpack_whole(datatype: Datatype, inbuf, position, outbuf, external=False) ->
     m.unpack(avail[:used], used)
     return position + used
 
+
+# the buffer side of Datatype.Pack/Unpack (datatype does not import this module)
+REGISTRY.update(pack_whole=pack_whole, unpack_whole=unpack_whole, acquire=acquire)

@@ -226,7 +226,7 @@ class Op(Handle):
 
     def Reduce_local(self, inbuf, inoutbuf) -> None:
         """Apply a reduction operation to local data."""
-        from .datatype import parse
+        from .msgspec import parse
         mi, mo = parse(inbuf), parse(inoutbuf, writable=True)
         if mi.count != mo.count:
             raise ValueError(f"mismatch in inbuf count {mi.count} and inoutbuf count {mo.count}")

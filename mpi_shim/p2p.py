@@ -15,7 +15,7 @@ import pickle as _pickle
 import ucxpy
 
 from . import accel
-from .datatype import parse
+from .msgspec import parse
 from ucxpy.buffers import COMPLETED
 
 from .engine import (CTX_MASK, ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, SEQ_MASK,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 
-from .datatype import parse
+from .msgspec import parse
 from .engine import ENGINE, KIND_PART, TAG_UB
 from .exceptions import ERR_ARG, ERR_RANK, ERR_REQUEST, ERR_TAG, ERR_TRUNCATE, Exception, translate
 from .ops import _Op

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import accel
 from .engine import ENGINE
-from .exceptions import ERR_ARG, ERR_OTHER, ERR_REQUEST, Exception
+from .exceptions import ERR_ARG, ERR_REQUEST, Exception, user_call
 from .handle import Handle, register_family
 from .ops import *  # noqa: F401,F403 - re-exported for the other modules
 from .ops import DoneOp, _Op
@@ -471,7 +471,7 @@ class _GrequestOp(_Op):
         st = status if status is not None else Status()
         st._clear()
         if self.query is not None:
-            _user_call(self.query, st, *self.args, **self.kwargs)
+            user_call(self.query, st, *self.args, **self.kwargs)
         return st
 
     def finish(self, status):
@@ -479,7 +479,7 @@ class _GrequestOp(_Op):
             st = self._status(status)
         finally:
             if self.free_fn is not None:
-                _user_call(self.free_fn, *self.args, **self.kwargs)
+                user_call(self.free_fn, *self.args, **self.kwargs)
         err = st.Get_error()
         if err:
             raise Exception(err)
@@ -491,26 +491,8 @@ class _GrequestOp(_Op):
 
     def cancel(self):
         if self.cancel_fn is not None:
-            _user_call(self.cancel_fn, self.done, *self.args, **self.kwargs)
+            user_call(self.cancel_fn, self.done, *self.args, **self.kwargs)
         return False
-
-
-def _user_call(fn, *args, **kwargs):
-    """Run a user callback of a generalized request.  What it raises is
-    printed with its traceback and turned into ``MPI.Exception`` (its own
-    class for an MPI.Exception, ERR_OTHER otherwise)."""
-    import sys
-    import traceback
-    try:
-        return fn(*args, **kwargs)
-    except BaseException as e:
-        sys.stderr.write("Traceback (most recent call last):\n")
-        traceback.print_tb(e.__traceback__, file=sys.stderr)
-        sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
-        sys.stderr.flush()
-        if isinstance(e, Exception):
-            raise Exception(e.Get_error_class(), str(e)) from None
-        raise Exception(ERR_OTHER, f"{type(e).__name__}: {e}") from None
 
 
 class Grequest(Request):

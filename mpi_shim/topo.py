@@ -25,7 +25,7 @@ from ucxpy import coll as engine
 
 from . import coll as G
 from .comm import CommImpl, Intracomm, new_ctx, register_kind
-from .datatype import parse, sub
+from .msgspec import parse, sub
 from .msgspec import parse_block, parse_v
 from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception

@@ -17,7 +17,9 @@ import itertools
 import sys
 
 from .exceptions import ERR_ARG, ERR_KEYVAL, ERR_OTHER, Exception
-from .info import KEYVAL_INVALID
+
+#: the keyval Free returns (MPI_KEYVAL_INVALID); MPI's other attribute keys are in .attr
+KEYVAL_INVALID = 603979776
 
 _keyvals = {}                               # keyval -> _Keyval
 _next = itertools.count(0x2C000000)

@@ -7,7 +7,6 @@ predefined and cached, one per set of arguments, as MPI requires.
 """
 from __future__ import annotations
 
-TYPE_CHECKING = False      # (typing is not imported at run time: issue 44)
 
 from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
@@ -20,10 +19,7 @@ from .constructors import (COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_F90_CO
                            COMBINER_INDEXED_BLOCK, COMBINER_RESIZED, COMBINER_STRUCT,
                            COMBINER_SUBARRAY, COMBINER_VECTOR, COMBINER_DUP, ORDER_C)
 from .exceptions import ERR_ARG, Exception
-from .typeimpl import TypeImpl
-
-if TYPE_CHECKING:
-    from .datatype import Datatype
+from .typeimpl import REGISTRY, TypeImpl
 
 UNDEFINED = -32766
 _TYPECLASS = {1: "REAL", 2: "INTEGER", 3: "COMPLEX", 4: "LOGICAL"}
@@ -231,13 +227,11 @@ class DatatypeConstructors:
 
 
 def _named(name: str):
-    from .datatype import _NAMED
-    return _NAMED[name]
+    return REGISTRY["named"][name]
 
 
 def _as_datatype(obj):
-    from .datatype import Datatype
-    if not isinstance(obj, Datatype):
+    if not isinstance(obj, REGISTRY["Datatype"]):
         raise TypeError(f"expected a Datatype, not {type(obj).__name__}")
     return obj
 

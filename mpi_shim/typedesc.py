@@ -12,11 +12,11 @@ from __future__ import annotations
 from . import constructors as C
 from .constructors import COMBINER_DUP, COMBINER_NAMED
 from .typeimpl import F90_COMBINERS as _F90
+from .typeimpl import REGISTRY
 
 
 def _classes():
-    from .datatype import _NAMED, Datatype
-    return Datatype, _NAMED
+    return REGISTRY["Datatype"], REGISTRY["named"]
 
 
 def _datatype_create(datatype, combiner, params, free=False):

@@ -16,6 +16,13 @@ from .constructors import (COMBINER_DUP, COMBINER_F90_COMPLEX, COMBINER_F90_INTE
 
 F90_COMBINERS = (COMBINER_F90_INTEGER, COMBINER_F90_REAL, COMBINER_F90_COMPLEX)
 
+#: what the modules below ``datatype`` (typecreate, typedesc) and the
+#: packing it leaves to ``msgspec`` need of the layers that import them,
+#: registered by those layers at their import (no import points back up):
+#: ``Datatype`` and ``named`` (the predefined constants by name) by
+#: datatype; ``pack_whole``, ``unpack_whole`` and ``acquire`` by msgspec
+REGISTRY: dict = {}
+
 
 class TypeImpl:
     """The object a Datatype handle refers to (see the module docstring)."""

@@ -34,7 +34,8 @@ import ucxpy
 
 from . import accel, attr
 from .comm import Comm
-from .datatype import Msg, byte_view, describe, from_description, parse, reduction_dtype
+from .datatype import describe, from_description, reduction_dtype
+from .msgspec import Msg, byte_view, parse
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES, parse_target
 from .exceptions import ERR_ARG, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_WIN, Exception, translate
@@ -754,7 +755,7 @@ class Win(Handle, BufferExporter):
 
     def tomemory(self):
         """Return the local window memory as a buffer."""
-        from .datatype import buffer
+        from .memory import buffer
         return buffer.frombuffer(self._impl().view)
 
     def Shared_query(self, rank):
@@ -762,7 +763,7 @@ class Win(Handle, BufferExporter):
         w = self._impl()
         if rank == PROC_NULL:
             rank = 0
-        from .datatype import buffer
+        from .memory import buffer
         if w.flavor != FLAVOR_SHARED:
             return buffer.allocate(0), w.disp_unit
         return buffer.frombuffer(w.shared[rank]), w.peers[rank][2]
