@@ -42,7 +42,8 @@ from .info import INFO_ENV, INFO_NULL, MAX_INFO_KEY, MAX_INFO_VAL, Info
 from .intercomm import Intercomm
 from .op import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC, MIN, MINLOC, NO_OP, OP_NULL,
                  PROD, REPLACE, SUM, Op)
-from .p2p import MESSAGE_NO_PROC, MESSAGE_NULL, Message, Pickle, pickle
+from .p2p import MESSAGE_NO_PROC, MESSAGE_NULL, Message
+from .pickling import Pickle, pickle
 from .request import REQUEST_NULL, Grequest, Prequest, Request
 from .session import SESSION_NULL, Session
 from .status import ANY_SOURCE, ANY_TAG, F_ERROR, F_SOURCE, F_STATUS_SIZE, F_TAG, PROC_NULL, Status

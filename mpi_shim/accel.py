@@ -110,6 +110,14 @@ def counts() -> dict:
     return dict(zip(KINDS, _accel.counts()))
 
 
-def targets(size: int, reqs: dict, after: list, inflight: dict):
-    """A window's table of mapped targets for the C calls, or None."""
-    return None if _accel is None else _accel.WinTargets(size, reqs, after, inflight)
+def install() -> None:
+    """Put the C callables over the methods (idempotent; MPI initialization
+    calls it before THREAD_MULTIPLE's wrappers go around them): the common
+    case in C, the methods themselves for the rest."""
+    from .p2p import P2P
+    from .request import Request
+    from .win import Win
+    wrap(P2P, {"Send": SEND, "Recv": RECV, "Isend": ISEND, "Irecv": IRECV})
+    wrap(Request, {"Waitall": WAITALL})
+    wrap(Win, {"Put": PUT, "Get": GET, "Flush": FLUSH, "Fetch_and_op": FETCH_AND_OP,
+               "Compare_and_swap": COMPARE_AND_SWAP})

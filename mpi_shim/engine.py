@@ -59,14 +59,15 @@ class Engine:
         self.me = world.rank
         self.eps = dict(enumerate(world.eps))
         self.worker.add_progress_callback(self._progress_hook)
-        # receives match by MASK_TAG (any ssend sequence): hash them like
-        # exact ones, and have the matcher call send_ack for the matches
-        # that carry a sequence (ucxpy.tag), so no receive needs a callback
-        from .ops import send_ack
+
+    def acknowledge_by(self, send_ack) -> None:
+        """Receives match by MASK_TAG (any ssend sequence): hash them like
+        exact ones, and have the matcher call ``send_ack`` (.ops, which
+        the MPI initialization passes: this module imports no layer above
+        it) for the matches that carry a sequence (ucxpy.tag), so no
+        receive needs a callback."""
         m = self.worker.matcher
         m.bucket_mask, m.notify_mask, m.notify = MASK_TAG, SEQ_MASK, send_ack
-        from . import accel
-        accel.configure(self.worker)
 
     def ep(self, wid):
         return self.eps[wid]

@@ -28,6 +28,11 @@ def _init(required=None):
     level = rc.thread_level_value() if required is None else required
     world = ucxpy.init()
     ENGINE.attach(world)
+    from . import accel
+    from .ops import send_ack
+    ENGINE.acknowledge_by(send_ack)
+    accel.install()                         # (the calls in C: mpi_shim.accel)
+    accel.configure(world.worker)
     if world.worker.tr is not None:
         from .win import trace_epochs
         trace_epochs()

@@ -147,8 +147,21 @@ class Group(Handle):
     @classmethod
     def Create_from_session_pset(cls, session, pset_name: str) -> "Group":
         """Create a group from a session's process set (``mpi://WORLD``, ``mpi://SELF``)."""
-        from .session import pset_members
         return cls._of(pset_members(session, pset_name))
+
+
+def pset_members(session, name):
+    """The world ranks of process set ``name`` of ``session`` (a Session,
+    checked by its ``_impl()``, or its implementation object)."""
+    from .engine import ENGINE
+    impl = getattr(session, "_impl", None)
+    if impl is not None:
+        impl()                              # (a null or finalized session raises)
+    if name.lower() == "mpi://world":
+        return tuple(range(ENGINE.world.size))
+    if name.lower() == "mpi://self":
+        return (ENGINE.me,)
+    raise Exception(ERR_ARG, f"unknown process set {name!r}")
 
 
 _EMPTY = GroupImpl((), predefined=True)

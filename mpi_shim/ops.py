@@ -24,6 +24,7 @@ import ucxpy.coll
 from ucxpy.errors import Canceled, TruncationError
 from ucxpy.tag import RecvRequest
 
+from .pickling import pickle as mpi_pickle
 from .exceptions import ERR_REQUEST, ERR_TRUNCATE, Exception, translate
 from .status import ANY_SOURCE, PROC_NULL, Status
 
@@ -232,7 +233,6 @@ class PickleRecvOp(_Op):
 
 
 def _loads(data):
-    from .p2p import pickle as mpi_pickle
     return mpi_pickle.loads(data)
 
 

@@ -10,11 +10,8 @@ Buffered sends copy into the attached buffer (:mod:`.bsend`).
 """
 from __future__ import annotations
 
-import pickle as _pickle
-
 import ucxpy
 
-from . import accel
 from .msgspec import parse
 from ucxpy.buffers import COMPLETED
 
@@ -24,6 +21,7 @@ from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
 from .handle import Handle, register_family
 from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
 from .ops import DoneOp, PickleRecvOp, PostedRecv, RecvOp, SendOp, send_ack
+from .pickling import Pickle, pickle  # noqa: F401 - MPI.Pickle, MPI.pickle
 from .request import Request
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
@@ -32,66 +30,6 @@ _ACK = bytearray(0)
 _SENT = SendOp(COMPLETED)
 
 
-class Pickle:
-    """Pickle/unpickle Python objects (``MPI.pickle``).
-
-    ``Pickle(dumps, loads, protocol)``: a custom serializer is called as
-    ``dumps(obj)`` when ``protocol`` is None, else ``dumps(obj, protocol)``;
-    the default is the ``pickle`` module with its highest protocol.
-    """
-
-    def __init__(self, dumps=None, loads=None, protocol=None, threshold=None):
-        self._custom = dumps is not None
-        self._dumps = dumps or _pickle.dumps
-        self._loads = loads or _pickle.loads
-        if protocol is None and not self._custom:
-            protocol = _pickle.HIGHEST_PROTOCOL
-        self.PROTOCOL = protocol
-        self.THRESHOLD = threshold
-
-    @property
-    def THRESHOLD(self) -> int:
-        """Buffers this large or larger travel out of band (``dumps_oob``)."""
-        return self._threshold
-
-    @THRESHOLD.setter
-    def THRESHOLD(self, value) -> None:
-        self._threshold = 256 * 1024 if value is None else int(value)
-
-    def _protocol(self):
-        p = self.PROTOCOL
-        return _pickle.DEFAULT_PROTOCOL if p is None else p
-
-    def dumps(self, obj):
-        """Serialize an object to bytes."""
-        if self._custom and self.PROTOCOL is None:
-            return self._dumps(obj)
-        return self._dumps(obj, self._protocol())
-
-    def loads(self, data):
-        """Deserialize an object from bytes."""
-        return self._loads(data)
-
-    def dumps_oob(self, obj):
-        """Serialize an object; returns ``(data, out-of-band buffers)``."""
-        from .memory import buffer
-        bufs = []
-
-        def out_of_band(pb):
-            raw = pb.raw()
-            if raw.nbytes < self.THRESHOLD:
-                return True                 # small: serialized in band
-            bufs.append(buffer.frombuffer(raw))
-            return False
-        data = _pickle.dumps(obj, max(self._protocol(), 5), buffer_callback=out_of_band)
-        return data, bufs
-
-    def loads_oob(self, data, buffers):
-        """Deserialize an object from bytes and out-of-band buffers."""
-        return _pickle.loads(data, buffers=buffers)
-
-
-pickle = Pickle()
 
 
 def _dumps(obj):
@@ -700,7 +638,3 @@ def _recv_wait(comm, buf, source, tag=ANY_TAG, status=None) -> None:
     ENGINE.wait(op)
     op.finish(status)
 
-
-# the common case of these in C (mpi_shim.accel), the methods above for the rest
-accel.wrap(P2P, {"Send": accel.SEND, "Recv": accel.RECV, "Isend": accel.ISEND,
-                 "Irecv": accel.IRECV})

@@ -9,7 +9,6 @@ operation (:class:`PersistentOp`) goes back to *inactive* instead and
 """
 from __future__ import annotations
 
-from . import accel
 from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_REQUEST, Exception, user_call
 from .handle import Handle, register_family
@@ -527,9 +526,6 @@ class Grequest(Request):
         self.Complete()
         self._h.obj = obj
 
-
-# the common case of Waitall in C (mpi_shim.accel), the method above for the rest
-accel.wrap(Request, {"Waitall": accel.WAITALL})
 
 REQUEST_NULL = Request._constant(None)
 register_family(Request)

@@ -1,8 +1,8 @@
 """Sessions (MPI 4.0): ``Session.Init``, process sets, groups from psets."""
 from __future__ import annotations
 
-from .engine import ENGINE
 from .errhandler import Errhandler
+from .group import pset_members
 from .exceptions import ERR_ARG, ERR_SESSION, Exception
 from .handle import Handle, register_family
 from .info import INFO_NULL, Info
@@ -20,15 +20,6 @@ class SessionImpl:
         self.finalized = False
         self.locks = {}
         self.predefined = False
-
-
-def pset_members(session, name):
-    s = session._impl() if isinstance(session, Session) else session
-    if name.lower() == "mpi://world":
-        return tuple(range(ENGINE.world.size))
-    if name.lower() == "mpi://self":
-        return (ENGINE.me,)
-    raise Exception(ERR_ARG, f"unknown process set {name!r}")
 
 
 class Session(Handle):
@@ -77,7 +68,7 @@ class Session(Handle):
     def Create_group(self, pset_name: str):
         """Create a group from a process set."""
         from .group import Group
-        return Group._of(pset_members(self, pset_name))
+        return Group.Create_from_session_pset(self, pset_name)
 
     def Get_errhandler(self):
         """Get the error handler of the session."""

@@ -32,7 +32,12 @@ np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 import ucxpy
 
-from . import accel, attr
+from . import attr
+
+try:                    # a window's table of mapped targets for the C calls (.accel)
+    from ._accel import WinTargets as _WinTargets
+except ImportError:     # (not built: the Python methods serve every call)
+    _WinTargets = None
 from .comm import Comm
 from .datatype import describe, from_description, reduction_dtype
 from .msgspec import Msg, byte_view, parse
@@ -134,7 +139,8 @@ class WinImpl:
             self.rkeys.append(ep.unpack_rkey(rk) if rk and r != self.rank else None)
         # the mapped targets for the C calls (mpi_shim.accel): Put, Get, Flush
         # and the one-word atomics on them take one native step
-        self._native = accel.targets(self.size, self.reqs, self.after, self.inflight)
+        self._native = None if _WinTargets is None else \
+            _WinTargets(self.size, self.reqs, self.after, self.inflight)
         if self._native is not None:
             for r, rk in enumerate(self.rkeys):
                 if rk is not None and rk.native is not None:
@@ -1064,11 +1070,6 @@ class Win(Handle, BufferExporter):
         idx = {wr: i for i, wr in enumerate(w.ranks)}
         return [idx[x] for x in group._check()]
 
-
-# the common case of these in C (mpi_shim.accel), the methods above for the rest
-accel.wrap(Win, {"Put": accel.PUT, "Get": accel.GET, "Flush": accel.FLUSH,
-                 "Fetch_and_op": accel.FETCH_AND_OP,
-                 "Compare_and_swap": accel.COMPARE_AND_SWAP})
 
 WIN_NULL = Win._constant(None)
 register_family(Win)
