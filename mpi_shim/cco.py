@@ -290,7 +290,7 @@ class Coll:
 
     def bcast(self, obj, root: int = 0):
         """Broadcast a Python object from one process to all other processes."""
-        from .compat import _comm_lock
+        from .commlocks import _comm_lock
         with _comm_lock(self, "bcast"):
             return run(self._g_bcast(obj, root))
 

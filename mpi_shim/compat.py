@@ -3,32 +3,10 @@
 ``util.pkl5``, per-communicator locks, the abort status, type tables."""
 from __future__ import annotations
 
-import threading
-
+from .commlocks import _comm_lock, _comm_lock_table  # noqa: F401 - mpi4py's names
 from .engine import ENGINE
 
 _abort = {"status": None}
-_lock_guard = threading.Lock()
-
-
-def _comm_lock_table(comm) -> dict:
-    """The table of named locks of ``comm``."""
-    c = comm._impl()
-    table = c.locks.get("_pylocks")
-    if table is None:
-        with _lock_guard:
-            table = c.locks.setdefault("_pylocks", {})
-    return table
-
-
-def _comm_lock(comm, key=None):
-    """A lock of ``comm`` named ``key`` (created on first use)."""
-    table = _comm_lock_table(comm)
-    lock = table.get(key)
-    if lock is None:
-        with _lock_guard:
-            lock = table.setdefault(key, threading.Lock())
-    return lock
 
 
 def _commctx_intra(comm):
