@@ -35,6 +35,28 @@ _state = {"next_ctx": 2}
 _KIND_CLASS = {}        # impl kind -> natural Python class (filled below)
 
 
+#: the topology kinds (MPI.CART, MPI.GRAPH, MPI.DIST_GRAPH; .topo re-exports them)
+CART, GRAPH, DIST_GRAPH = 1, 2, 3
+
+
+class _Provided(dict):
+    def __missing__(self, name):
+        raise RuntimeError(f"mpi_shim: {name} is provided by a module not imported yet "
+                           "(use mpi_shim.MPI)")
+
+
+#: what the communicator kinds built on this module (.intercomm, .topo,
+#: .dynproc, .ulfm) provide to the methods here that make or use them, by
+#: name: they import this module and register at their import (provide),
+#: so none of them is imported from here
+_IMPL = _Provided()
+
+
+def provide(**functions) -> None:
+    """Register the implementations of this module's facade methods."""
+    _IMPL.update(functions)
+
+
 class CommImpl:
     """Shared state of one communicator."""
 
@@ -223,7 +245,6 @@ class Comm(Handle, P2P, Coll):
 
     def Get_topology(self) -> int:
         """Return the kind of topology attached to the communicator."""
-        from .topo import CART, DIST_GRAPH, GRAPH
         return {"cart": CART, "graph": GRAPH, "dist_graph": DIST_GRAPH}.get(
             self._impl_any().kind, UNDEFINED)
 
@@ -316,10 +337,10 @@ class Comm(Handle, P2P, Coll):
         if keyval == HOST:
             return -2
         if keyval == UNIVERSE_SIZE:
-            from .dynproc import universe_size
+            universe_size = _IMPL["universe_size"]
             return universe_size()
         if keyval == APPNUM:
-            from .dynproc import appnum
+            appnum = _IMPL["appnum"]
             return appnum()
         if keyval == LASTUSEDCODE:
             from .exceptions import last_used_code
@@ -379,7 +400,7 @@ class Comm(Handle, P2P, Coll):
         c.freed = True
         self._h = None
         shmcoll.release(c)
-        from .dynproc import forget_parent
+        forget_parent = _IMPL["forget_parent"]
         forget_parent(c)
 
     def _release(self) -> None:
@@ -387,7 +408,7 @@ class Comm(Handle, P2P, Coll):
         attr.delete_all(self, c.attrs)
         c.freed = True
         shmcoll.release(c)
-        from .dynproc import forget_parent
+        forget_parent = _IMPL["forget_parent"]
         forget_parent(c)
 
     def Disconnect(self) -> None:
@@ -404,7 +425,7 @@ class Comm(Handle, P2P, Coll):
         """Create a communicator from a subgroup (collective over this communicator)."""
         c = self._impl()
         if c.kind == "inter":
-            from .intercomm import inter_create
+            inter_create = _IMPL["inter_create"]
             return inter_create(self, group)
         members = group._check()
         ctx = new_ctx(c)
@@ -429,7 +450,7 @@ class Comm(Handle, P2P, Coll):
         """Split the communicator by color and key."""
         c = self._impl()
         if c.kind == "inter":
-            from .intercomm import inter_split
+            inter_split = _IMPL["inter_split"]
             return inter_split(self, color, key)
         ctx = new_ctx(c)
         table = self.allgather((color, key))
@@ -452,7 +473,7 @@ class Comm(Handle, P2P, Coll):
             raise Exception(ERR_ARG, f"unknown split type {split_type}")
         host = ENGINE.worker.address.host_id
         if c.kind == "inter":
-            from .intercomm import local_comm
+            local_comm = _IMPL["local_comm"]
             base = local_comm(self)
         else:
             base = self
@@ -476,13 +497,13 @@ class Comm(Handle, P2P, Coll):
     @classmethod
     def Get_parent(cls):
         """Return the parent intercommunicator of a spawned process (or COMM_NULL)."""
-        from .dynproc import get_parent
+        get_parent = _IMPL["get_parent"]
         return get_parent()
 
     @classmethod
     def Join(cls, fd: int):
         """Interconnect two processes connected by a socket."""
-        from .dynproc import join
+        join = _IMPL["join"]
         return join(fd)
 
     # -- bsend buffers -------------------------------------------------------
@@ -509,7 +530,7 @@ class Comm(Handle, P2P, Coll):
     # -- fault tolerance (ULFM) ---------------------------------------------------
     def Revoke(self) -> None:
         """Revoke the communicator: pending and future communication on it fails."""
-        from .ulfm import revoke
+        revoke = _IMPL["revoke"]
         revoke(self._impl_any())
 
     def Is_revoked(self) -> bool:
@@ -518,27 +539,27 @@ class Comm(Handle, P2P, Coll):
 
     def Get_failed(self) -> Group:
         """Group of the processes of the communicator known to have failed."""
-        from .ulfm import get_failed
+        get_failed = _IMPL["get_failed"]
         return get_failed(self._impl_any())
 
     def Ack_failed(self, num_to_ack=None) -> int:
         """Acknowledge failures; returns the number of acknowledged failed processes."""
-        from .ulfm import ack_failed
+        ack_failed = _IMPL["ack_failed"]
         return ack_failed(self._impl_any(), num_to_ack)
 
     def Agree(self, flag: int) -> int:
         """Agree on a flag (bitwise AND) among the surviving processes."""
-        from .ulfm import agree
+        agree = _IMPL["agree"]
         return agree(self, flag)
 
     def Iagree(self, flag):
         """Nonblocking ``Agree``; ``flag`` is a one-element integer buffer."""
-        from .ulfm import iagree
+        iagree = _IMPL["iagree"]
         return iagree(self, flag)
 
     def Shrink(self):
         """Create a communicator of the surviving processes."""
-        from .ulfm import shrink
+        shrink = _IMPL["shrink"]
         return shrink(self)
 
     def Ishrink(self):
@@ -573,7 +594,7 @@ class Intracomm(Comm):
     def Create_intercomm(self, local_leader: int, peer_comm, remote_leader: int,
                          tag: int = 0):
         """Create an intercommunicator with the group of ``remote_leader`` (collective)."""
-        from .intercomm import create_intercomm
+        create_intercomm = _IMPL["create_intercomm"]
         return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
 
     @classmethod
@@ -595,58 +616,58 @@ class Intracomm(Comm):
     # topologies (see .topo)
     def Create_cart(self, dims, periods=None, reorder: bool = False):
         """Create a communicator with Cartesian topology."""
-        from .topo import create_cart
+        create_cart = _IMPL["create_cart"]
         return create_cart(self, dims, periods, reorder)
 
     def Create_graph(self, index, edges, reorder: bool = False):
         """Create a communicator with graph topology."""
-        from .topo import create_graph
+        create_graph = _IMPL["create_graph"]
         return create_graph(self, index, edges, reorder)
 
     def Create_dist_graph_adjacent(self, sources, destinations, sourceweights=None,
                                    destweights=None, info=INFO_NULL, reorder: bool = False):
         """Create a distributed graph communicator from each process's neighbors."""
-        from .topo import create_dist_graph_adjacent
+        create_dist_graph_adjacent = _IMPL["create_dist_graph_adjacent"]
         return create_dist_graph_adjacent(self, sources, destinations, sourceweights,
                                           destweights, reorder)
 
     def Create_dist_graph(self, sources, degrees, destinations, weights=None,
                           info=INFO_NULL, reorder: bool = False):
         """Create a distributed graph communicator from arbitrary edge lists."""
-        from .topo import create_dist_graph
+        create_dist_graph = _IMPL["create_dist_graph"]
         return create_dist_graph(self, sources, degrees, destinations, weights, reorder)
 
     def Cart_map(self, dims, periods=None) -> int:
         """Return an optimal placement of the calling process on a Cartesian topology."""
-        from .topo import cart_map
+        cart_map = _IMPL["cart_map"]
         return cart_map(self, dims, periods)
 
     def Graph_map(self, index, edges) -> int:
         """Return an optimal placement of the calling process on a graph topology."""
-        from .topo import graph_map
+        graph_map = _IMPL["graph_map"]
         return graph_map(self, index, edges)
 
     # dynamic processes (see .dynproc)
     def Spawn(self, command, args=None, maxprocs: int = 1, info=INFO_NULL, root: int = 0,
               errcodes=None):
         """Spawn instances of a single MPI application."""
-        from .dynproc import spawn
+        spawn = _IMPL["spawn"]
         return spawn(self, [command], [args], [maxprocs], [info], root, errcodes)
 
     def Spawn_multiple(self, command, args=None, maxprocs=None, info=INFO_NULL,
                        root: int = 0, errcodes=None):
         """Spawn instances of multiple MPI applications."""
-        from .dynproc import spawn_multiple
+        spawn_multiple = _IMPL["spawn_multiple"]
         return spawn_multiple(self, command, args, maxprocs, info, root, errcodes)
 
     def Accept(self, port_name: str, info=INFO_NULL, root: int = 0):
         """Accept a request to form a new intercommunicator."""
-        from .dynproc import accept
+        accept = _IMPL["accept"]
         return accept(self, port_name, root)
 
     def Connect(self, port_name: str, info=INFO_NULL, root: int = 0):
         """Request a connection to a server to form a new intercommunicator."""
-        from .dynproc import connect
+        connect = _IMPL["connect"]
         return connect(self, port_name, root)
 
 

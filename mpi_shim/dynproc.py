@@ -41,6 +41,7 @@ import struct
 
 import ucxpy
 
+from .comm import provide as _provide
 from .engine import ENGINE
 from .exceptions import (ERR_ARG, ERR_NAME, ERR_PORT, ERR_ROOT, ERR_SERVICE, ERR_SPAWN,
                          ERR_UNSUPPORTED_OPERATION, Exception, SUCCESS)
@@ -407,3 +408,9 @@ def _spawn(comm, commands, args, maxprocs, infos, root, errcodes, single):
         flat = [x for app in codes for x in app]
         errcodes[:] = flat if single else codes
     return inter
+
+
+# the communicator's methods that make these (.comm does not import this module)
+_provide(accept=accept, appnum=appnum, connect=connect, forget_parent=forget_parent,
+         get_parent=get_parent, join=join, spawn=spawn, spawn_multiple=spawn_multiple,
+         universe_size=universe_size)

@@ -14,6 +14,7 @@ import zlib
 
 from ucxpy import coll as engine
 
+from .comm import provide as _provide
 from .coll import _MAX, leader_swap, run
 from .comm import Comm, CommImpl, Intracomm, claim_ctx, new_ctx, next_ctx_value, register_kind
 from .engine import CTX_SHIFT, ENGINE, FULL, KIND_CGRP, KIND_CTRL, TAG_UB
@@ -186,3 +187,8 @@ class Intercomm(Comm):
 
 register_kind("inter", Intercomm)
 _ = (ERR_ARG, CTX_SHIFT)
+
+
+# the communicator's methods that make these (.comm does not import this module)
+_provide(create_intercomm=create_intercomm, inter_create=inter_create, inter_split=inter_split,
+         local_comm=local_comm)

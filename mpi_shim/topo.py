@@ -24,7 +24,8 @@ np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 from ucxpy import coll as engine
 
 from . import coll as G
-from .comm import CommImpl, Intracomm, new_ctx, register_kind
+from .comm import provide as _provide
+from .comm import CART, DIST_GRAPH, GRAPH, CommImpl, Intracomm, new_ctx, register_kind
 from .msgspec import parse, sub
 from .msgspec import parse_block, parse_v
 from .engine import ENGINE
@@ -32,7 +33,6 @@ from .exceptions import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception
 from .group import UNDEFINED
 from .ops import GenOp, run
 
-CART, GRAPH, DIST_GRAPH = 1, 2, 3
 PROC_NULL = -2
 
 
@@ -605,3 +605,9 @@ _KIND_CLASS = {"cart": Cartcomm, "graph": Graphcomm, "dist_graph": Distgraphcomm
 for _k, _cls in _KIND_CLASS.items():
     register_kind(_k, _cls)
 _ = (np, ENGINE)
+
+
+# the communicator's methods that make these (.comm does not import this module)
+_provide(cart_map=cart_map, create_cart=create_cart, create_dist_graph=create_dist_graph,
+         create_dist_graph_adjacent=create_dist_graph_adjacent, create_graph=create_graph,
+         graph_map=graph_map)

@@ -38,6 +38,7 @@ import pickle
 
 from ucxpy import coll as engine
 
+from .comm import provide as _provide
 from .engine import CTX_SHIFT, ENGINE, KIND_CTRL, SEQ_SHIFT
 from .exceptions import ERR_ARG, ERR_PROC_FAILED, ERR_REVOKED, Exception
 
@@ -210,3 +211,8 @@ def shrink(comm):
 
 
 _ = ERR_ARG
+
+
+# the communicator's methods that use these (.comm does not import this module)
+_provide(ack_failed=ack_failed, agree=agree, get_failed=get_failed, iagree=iagree,
+         revoke=revoke, shrink=shrink)

@@ -1,10 +1,9 @@
 """Imports point one way (issue 44): no circle among a package's own
 modules, counting every import, at module level or inside a function (a
 function-level import of a sibling that imports back is still a circle in
-the design, only hidden from the interpreter).  The core (ucxpy) and shmem
-have none; mpi_shim has one left, its communicator facade's (5 modules,
-still to be taken apart: issue 44; ``python ../shared/tools/import_circles.py
-mpi_shim`` lists it), and no other may appear."""
+the design, only hidden from the interpreter).  The core (ucxpy), shmem and
+mpi_shim have none (``python ../shared/tools/import_circles.py ucxpy
+mpi_shim shmem`` finds the same), and none may appear."""
 from __future__ import annotations
 
 import ast
@@ -95,18 +94,13 @@ def test_shmem_has_no_import_circle():
     assert circles("shmem") == []
 
 
-def test_mpi_shim_has_no_circle_but_its_facades():
-    """One circle is left, through the communicator's facade (comm and the
-    communicator kinds it makes: intercomm, topo, dynproc, ulfm; 5 modules,
-    31 before the datatype family, errhandler, keyvals, the engine, the C
-    calls' installer, pickling, sessions and the communicator locks stopped
-    importing upward); MPI.File's and shmem4py's are gone. It may only
-    shrink."""
-    found = circles("mpi_shim")
-    assert len(found) <= 1, found
-    assert not found or len(found[0]) <= 5, found
-    assert not any("mpi_shim.file" in g and len(g) < 10 for g in found), found
-    assert not any("mpi_shim.datatype" in g for g in found), found
+def test_mpi_shim_has_no_import_circle():
+    """The facade (MPI) imports the communicator kinds (intercomm, topo,
+    dynproc, ulfm), which import the communicator (comm) and register what
+    its methods make with them (comm.provide); the datatype family, the
+    engine, the C calls' installer, pickling, sessions and the locks import
+    nothing above them (there was one circle of 31 modules)."""
+    assert circles("mpi_shim") == []
 
 
 def test_the_rule_finds_a_circle(tmp_path, monkeypatch):
