@@ -15,7 +15,7 @@ from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from .exceptions import ERR_ARG, ERR_COUNT, Exception
-from .typemap import Typemap
+from .typemap import Typemap, keep
 
 COMBINER_NAMED, COMBINER_DUP, COMBINER_CONTIGUOUS = 1, 2, 3
 COMBINER_VECTOR, COMBINER_HVECTOR, COMBINER_INDEXED, COMBINER_HINDEXED = 4, 6, 7, 9
@@ -105,13 +105,7 @@ def struct(maps, blocklengths, disps, aligns) -> Typemap:
         return _struct(maps, blocklengths, disps, aligns)
     tm = _STRUCTS.get(key)
     if tm is None:
-        tm = _struct(maps, blocklengths, disps, aligns)
-        if len(_STRUCTS) >= _STRUCTS_KEPT:
-            try:
-                _STRUCTS.pop(next(iter(_STRUCTS)), None)    # the oldest
-            except (StopIteration, RuntimeError):           # (another thread's change)
-                pass
-        _STRUCTS[key] = tm
+        tm = keep(_STRUCTS, _STRUCTS_KEPT, key, _struct(maps, blocklengths, disps, aligns))
     return tm
 
 

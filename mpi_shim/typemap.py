@@ -50,6 +50,19 @@ _REPLICA_BLOCKS = 16
 _SIZES = None          # element sizes by code (numpy), from the first registration
 
 
+def keep(cache: dict, limit: int, key, value):
+    """``cache[key] = value``, dropping the oldest entry past ``limit``
+    (type maps kept by their arguments: here and in .constructors); returns
+    ``value``."""
+    if len(cache) >= limit:
+        try:
+            cache.pop(next(iter(cache)), None)
+        except (StopIteration, RuntimeError):       # (another thread's change)
+            pass
+    cache[key] = value
+    return value
+
+
 def register_element(name, numpy_dtype, align=None, ext32=None, convert=None) -> int:
     """Add a basic element kind; returns its code."""
     global _SIZES
@@ -146,13 +159,8 @@ class Typemap:
         if key is not None:
             tm = _REPLICAS.get(key)
             if tm is None:
-                tm = self._replicate(starts, lengths, lb, ub, sticky, align)
-                if len(_REPLICAS) >= _REPLICAS_KEPT:
-                    try:
-                        _REPLICAS.pop(next(iter(_REPLICAS)), None)      # the oldest
-                    except (StopIteration, RuntimeError):               # (another thread's)
-                        pass
-                _REPLICAS[key] = tm
+                tm = keep(_REPLICAS, _REPLICAS_KEPT, key,
+                          self._replicate(starts, lengths, lb, ub, sticky, align))
             return tm
         return self._replicate(starts, lengths, lb, ub, sticky, align)
 
