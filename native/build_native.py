@@ -36,6 +36,7 @@ typedef struct ucxpy_ring {
     uint64_t  peeked;
     uint64_t  source;
     uint32_t  token;
+    uint32_t  lost;
     uint64_t  epoch;
 } ucxpy_ring_t;
 
@@ -59,7 +60,7 @@ int     ucxpy_ring_take_waiters(ucxpy_ring_t *r, uint64_t *out, int n);
 uint32_t ucxpy_ring_lock_owner(const ucxpy_ring_t *r);
 int     ucxpy_ring_break_lock(ucxpy_ring_t *r, uint32_t token);
 int     ucxpy_ring_check_lost(ucxpy_ring_t *r);
-int     ucxpy_ring_check_header(const ucxpy_ring_t *r);
+int     ucxpy_ring_check_header(ucxpy_ring_t *r);
 int     ucxpy_ring_reset(ucxpy_ring_t *r, uint32_t token);
 void    ucxpy_ring_close_consumer(ucxpy_ring_t *r);
 int     ucxpy_ring_is_closed(const ucxpy_ring_t *r);

@@ -53,7 +53,15 @@
  * the control block.  Each producer knows where its own last frame ended; the
  * first push after a reset (or ucxpy_ring_check_lost) compares that with the
  * discarded ranges and reports LOST only to the connections that lost
- * frames, which then fail.  Everyone else goes on.
+ * frames, which then fail (LOST sticks to the handle: every later push
+ * returns it too, so no caller can go on past a gap).  Everyone else goes on.
+ *
+ * The epoch is shared memory too, and a peer may scribble on it.  Only the
+ * consumer writes it, by one at a time, each time with its record: a
+ * producer takes an epoch that went backwards, or one whose record does not
+ * name it, for a scribble and ignores it (no connection fails for it), and
+ * the consumer, which keeps its own count, puts the shared copy back
+ * (ucxpy_ring_check_header).
  */
 #include <stdatomic.h>
 #include <stdalign.h>
@@ -84,6 +92,7 @@ typedef struct ring_shared {
     alignas(128) _Atomic uint64_t epoch;        /* resets so far (under the lock) */
     uint64_t reset_at[RESETS_KEPT];             /* per reset (epoch % RESETS_KEPT): */
     uint64_t reset_to[RESETS_KEPT];             /*   the bytes [at, to) were discarded */
+    uint64_t reset_epoch[RESETS_KEPT];          /*   and the epoch it made */
 } ring_shared_t;
 
 _Static_assert(sizeof(ring_shared_t) <= UCXPY_RING_HDR_SIZE, "ring header too big");
@@ -169,6 +178,7 @@ int ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize)
         return -1;
     h.head = head;
     h.tail = tail;
+    h.epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
     *r = h;
     return 0;
 }
@@ -182,12 +192,23 @@ int ucxpy_ring_attach(ucxpy_ring_t *r, void *mem, size_t memsize)
 int ucxpy_ring_attach_producer(ucxpy_ring_t *r, void *mem, size_t memsize,
                                uint64_t source, uint32_t token)
 {
+    ring_shared_t *s;
+    unsigned k;
+
     if (source == 0 || token == 0 || attach_geometry(r, mem, memsize) == 0)
         return -1;
     r->source = source;
     r->token = token;
-    /* no frame of ours yet (head 0): earlier resets discarded nothing of ours */
-    r->epoch = atomic_load_explicit(&SHARED(r)->epoch, memory_order_acquire);
+    /* no frame of ours yet (head 0): earlier resets discarded nothing of
+     * ours.  An epoch no record names is a scribble: the newest record's. */
+    s = SHARED(r);
+    r->epoch = atomic_load_explicit(&s->epoch, memory_order_acquire);
+    if (r->epoch != 0 && s->reset_epoch[r->epoch % RESETS_KEPT] != r->epoch) {
+        r->epoch = 0;
+        for (k = 0; k < RESETS_KEPT; k++)
+            if (s->reset_epoch[k] % RESETS_KEPT == k && s->reset_epoch[k] > r->epoch)
+                r->epoch = s->reset_epoch[k];
+    }
     return 0;
 }
 
@@ -222,24 +243,33 @@ static void put_prefix(uint8_t *at, uint8_t kind, uint8_t am_id, size_t hdrlen,
 }
 
 /* Did a reset since this producer's last push discard any of its frames?
- * (Its frames all end at or before r->head.)  Brings r->epoch up to date. */
+ * (Its frames all end at or before r->head.)  Brings r->epoch up to date;
+ * once it finds a loss, it is lost for good.  A shared epoch no reset made
+ * (see "Corruption" above) is ignored. */
 static int lost_frames(ucxpy_ring_t *r)
 {
     ring_shared_t *s = SHARED(r);
     uint64_t epoch = atomic_load_explicit(&s->epoch, memory_order_acquire), e;
     int lost = 0;
 
-    if (epoch == r->epoch)
-        return 0;
+    if (epoch == r->epoch || r->lost)
+        return (int)r->lost;
+    if (epoch < r->epoch || s->reset_epoch[epoch % RESETS_KEPT] != epoch)
+        return 0;                           /* scribbled: the consumer restores it */
     if (epoch - r->epoch > RESETS_KEPT)
         lost = 1;                           /* too many resets to tell: assume so */
-    for (e = r->epoch + 1; !lost && e <= epoch; e++)
+    for (e = r->epoch + 1; !lost && e <= epoch; e++) {
+        if (s->reset_epoch[e % RESETS_KEPT] != e)
+            return 0;                       /* a scribbled record: as above */
         lost = r->head > s->reset_at[e % RESETS_KEPT];
+    }
     r->epoch = epoch;
+    r->lost = (uint32_t)lost;
     return lost;
 }
 
-/* Producer: did a reset discard frames of ours?  1 once per loss, else 0. */
+/* Producer: did a reset discard frames of ours?  1 from the first check that
+ * finds a loss on (the connection must fail), else 0. */
 int ucxpy_ring_check_lost(ucxpy_ring_t *r)
 {
     return r->token != 0 && lost_frames(r);
@@ -270,7 +300,7 @@ push_record(ucxpy_ring_t *r, uint8_t kind, unsigned am_id,
                                                  memory_order_acquire, memory_order_relaxed))
         return UCXPY_RING_BUSY;
 
-    if (lost_frames(r)) {
+    if (lost_frames(r) && kind != KIND_CLOSE) {   /* (a close still tells the end) */
         rc = UCXPY_RING_LOST;
         goto unlock;
     }
@@ -498,10 +528,14 @@ int ucxpy_ring_break_lock(ucxpy_ring_t *r, uint32_t token)
 }
 
 /* Consumer: is the control block as we made it?  0 if so, else -1 (call
- * ucxpy_ring_reset). */
-int ucxpy_ring_check_header(const ucxpy_ring_t *r)
+ * ucxpy_ring_reset).  A scribbled epoch describes no frame: it is put back
+ * here (producers ignored it meanwhile). */
+int ucxpy_ring_check_header(ucxpy_ring_t *r)
 {
     ring_shared_t *s = SHARED(r);
+
+    if (atomic_load_explicit(&s->epoch, memory_order_relaxed) != r->epoch)
+        atomic_store_explicit(&s->epoch, r->epoch, memory_order_release);
     return s->magic == RING_MAGIC && s->capacity == r->capacity &&
            !atomic_load_explicit(&s->closed, memory_order_relaxed) ? 0 : -1;
 }
@@ -523,9 +557,10 @@ int ucxpy_ring_reset(ucxpy_ring_t *r, uint32_t token)
     if (head < r->tail || head - r->tail > r->capacity)
         head = r->tail + r->capacity;       /* a scribbled head: skip a whole lap */
     head = ALIGN8(head);
-    epoch = atomic_load_explicit(&s->epoch, memory_order_relaxed) + 1;
+    epoch = r->epoch + 1;                   /* ours: the shared copy may be scribbled */
     s->reset_at[epoch % RESETS_KEPT] = r->tail;
     s->reset_to[epoch % RESETS_KEPT] = head;
+    s->reset_epoch[epoch % RESETS_KEPT] = epoch;
     s->magic = RING_MAGIC;
     s->capacity = r->capacity;
     atomic_store_explicit(&s->closed, 0, memory_order_relaxed);
@@ -533,6 +568,7 @@ int ucxpy_ring_reset(ucxpy_ring_t *r, uint32_t token)
     r->head = r->tail = head;
     r->peeked = 0;
     atomic_store_explicit(&s->tail, head, memory_order_relaxed);
+    r->epoch = epoch;
     atomic_store_explicit(&s->epoch, epoch, memory_order_release);
     atomic_store_explicit(&s->lock, 0, memory_order_release);
     return 1;

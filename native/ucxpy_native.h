@@ -58,7 +58,10 @@ typedef struct ucxpy_ring {
     uint64_t  peeked;     /* consumer: size of the frame returned by peek */
     uint64_t  source;     /* producer: the connection id its frames carry */
     uint32_t  token;      /* producer: its lock token (pid); 0 for the consumer */
-    uint64_t  epoch;      /* producer: the ring's resets it has checked */
+    uint32_t  lost;       /* producer: a reset discarded frames of ours (sticky) */
+    uint64_t  epoch;      /* the ring's resets: a producer's checked so far, the
+                           * consumer's own count (the shared copy is checked
+                           * against it) */
 } ucxpy_ring_t;
 
 size_t  ucxpy_ring_mem_size(size_t capacity);
@@ -81,7 +84,7 @@ int     ucxpy_ring_take_waiters(ucxpy_ring_t *r, uint64_t *out, int n);
 uint32_t ucxpy_ring_lock_owner(const ucxpy_ring_t *r);
 int     ucxpy_ring_break_lock(ucxpy_ring_t *r, uint32_t token);
 int     ucxpy_ring_check_lost(ucxpy_ring_t *r);
-int     ucxpy_ring_check_header(const ucxpy_ring_t *r);
+int     ucxpy_ring_check_header(ucxpy_ring_t *r);
 int     ucxpy_ring_reset(ucxpy_ring_t *r, uint32_t token);
 void    ucxpy_ring_close_consumer(ucxpy_ring_t *r);
 int     ucxpy_ring_is_closed(const ucxpy_ring_t *r);

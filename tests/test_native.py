@@ -337,7 +337,8 @@ def test_ring_reset_fails_only_the_producers_that_lost_frames():
     assert lib.ucxpy_ring_reset(r.cons, os.getpid()) == 1
     assert lib.ucxpy_ring_check_header(r.cons) == 0
     assert lib.ucxpy_ring_check_lost(b) == 1           # its frame was discarded
-    assert lib.ucxpy_ring_check_lost(b) == 0           # reported once
+    assert lib.ucxpy_ring_check_lost(b) == 1           # for good: the connection fails
+    assert lib.ucxpy_ring_push(b, 1, b"", 0, b"gap", 3) == LOST      # no push past a gap
     assert lib.ucxpy_ring_push(a, 1, b"", 0, b"after", 5) == OK      # nothing of a's lost
     assert lib.ucxpy_ring_push(c, 1, b"", 0, b"c", 1) == OK          # c never pushed
     assert r.pop() == (1, b"", b"after") and r.pop() == (1, b"", b"c")
@@ -349,7 +350,38 @@ def test_ring_reset_fails_only_the_producers_that_lost_frames():
     lib.ucxpy_ring_push(a, 1, b"", 0, b"gone", 4)
     assert lib.ucxpy_ring_reset(r.cons, os.getpid()) == 1
     assert lib.ucxpy_ring_push(a, 1, b"", 0, b"x", 1) == LOST
-    assert lib.ucxpy_ring_push(a, 1, b"", 0, b"x", 1) == OK
+    assert lib.ucxpy_ring_push(a, 1, b"", 0, b"x", 1) == LOST        # it sticks
+    assert lib.ucxpy_ring_push_close(a) in (OK, NOTIFY)      # but the end is still told
+    assert lib.ucxpy_ring_peek(r.cons, r.out) == 2 and r.out[5] == 1
+
+
+EPOCH = 896                 # native/ring.c's ring_shared_t: the resets' count
+
+
+def test_ring_scribbled_epoch_fails_no_producer():
+    """A peer that scribbles on the shared epoch makes no connection fail:
+    an epoch no reset recorded is ignored, and the consumer puts it back."""
+    r = Ring().init()
+    a = r.producer(1)
+    lib.ucxpy_ring_push(a, 1, b"", 0, b"pending", 7)
+    for bogus in (0x746006_4dd412ac79, 3, 1):
+        struct.pack_into("<Q", r.mm, EPOCH, bogus)
+        assert lib.ucxpy_ring_check_lost(a) == 0
+        assert lib.ucxpy_ring_push(a, 1, b"", 0, b"more", 4) == OK
+        late = r.producer(9)                          # attaching meanwhile
+        assert lib.ucxpy_ring_check_header(r.cons) == 0       # put back ...
+        assert struct.unpack_from("<Q", r.mm, EPOCH)[0] == 0
+        assert lib.ucxpy_ring_check_lost(late) == 0
+    assert r.pop()[2] == b"pending"
+    while lib.ucxpy_ring_peek(r.cons, r.out) == 1:
+        lib.ucxpy_ring_release(r.cons)
+    # ... and a genuine reset afterwards still reaches whoever lost frames
+    lib.ucxpy_ring_push(a, 1, b"", 0, b"lost", 4)
+    struct.pack_into("<Q", r.mm, EPOCH, 77)           # (with the epoch scribbled again)
+    assert lib.ucxpy_ring_reset(r.cons, os.getpid()) == 1
+    assert struct.unpack_from("<Q", r.mm, EPOCH)[0] == 1
+    assert lib.ucxpy_ring_check_lost(a) == 1
+    assert lib.ucxpy_ring_check_lost(late) == 0
 
 
 def _mpsc_producer(path, size, source, count, seed):

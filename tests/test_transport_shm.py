@@ -404,6 +404,26 @@ def test_corrupt_inbox_fails_only_the_connections_that_lost_frames(local):
     assert owner_c.failed == []
 
 
+def test_scribbled_epoch_fails_no_connection(local):
+    """A peer scribbles on the reset count (epoch) of b's inbox: no reset
+    made it, so no connection into the inbox fails (before, every producer
+    took it for resets it could not tell apart and failed), and b puts the
+    count back."""
+    owner_a, a = local()
+    owner_b, b = local()
+    ep = a.connect(b.address())
+    ep.send(AM_DATA, b"1", b"")
+    drive(b, lambda: len(owner_b.frames) == 1)
+    epoch_at = 896                          # native/ring.c's ring_shared_t
+    struct.pack_into("<Q", b._inbox.mm, epoch_at, 0x746006_4dd412ac79)
+    assert a._check_lost() == 0             # what a peer's reset notice runs
+    ep.send(AM_DATA, b"2", b"")
+    drive(b, lambda: len(owner_b.frames) == 2)
+    b._check_peers()
+    assert struct.unpack_from("<Q", b._inbox.mm, epoch_at)[0] == 0
+    assert owner_a.failed == [] and owner_b.failed == [] and b.resets == 0
+
+
 def test_endpoint_closed_from_inside_recv_frame(local):
     owner_a, a = local()
     owner_b, b = local()
