@@ -18,6 +18,21 @@ the extension module (a build without a compiler) nothing changes.
 from __future__ import annotations
 
 import functools
+import sys
+
+import ucxpy
+from ucxpy.buffers import COMPLETED
+
+from . import engine as E
+from .comm import CommImpl
+from .exceptions import translate
+from .handle import Handle
+from .op import SUM, Op
+from .ops import PostedRecv, RecvOp, SendOp
+from .p2p import _SENT, P2P, _recv_ack, _recv_wait
+from .request import Request
+from .status import ANY_TAG
+from .win import FLUSH_PROGRESS_EVERY, Win, atomic_op_codes, flush_progress
 
 try:
     from . import _accel
@@ -54,20 +69,6 @@ def configure(worker) -> None:
     (MPI initialization): on with ucxpy's native fast path and no tracing."""
     if _accel is None:
         return
-    import sys
-
-    import ucxpy
-    from ucxpy.buffers import COMPLETED
-    from . import engine as E
-    from .comm import CommImpl
-    from .exceptions import translate
-    from .handle import Handle
-    from .op import SUM, Op
-    from .ops import PostedRecv, RecvOp, SendOp
-    from .p2p import _SENT, _recv_ack, _recv_wait
-    from .request import Request
-    from .status import ANY_TAG
-    from .win import FLUSH_PROGRESS_EVERY, atomic_op_codes, flush_progress
     on = bool(worker.config.fastpath) and worker.tr is None
     _CONFIG.clear()
     _CONFIG.update({
@@ -114,9 +115,6 @@ def install() -> None:
     """Put the C callables over the methods (idempotent; MPI initialization
     calls it before THREAD_MULTIPLE's wrappers go around them): the common
     case in C, the methods themselves for the rest."""
-    from .p2p import P2P
-    from .request import Request
-    from .win import Win
     wrap(P2P, {"Send": SEND, "Recv": RECV, "Isend": ISEND, "Irecv": IRECV})
     wrap(Request, {"Waitall": WAITALL})
     wrap(Win, {"Put": PUT, "Get": GET, "Flush": FLUSH, "Fetch_and_op": FETCH_AND_OP,

@@ -10,12 +10,15 @@ leave.  Buffers attach to a communicator, a session or the process
 """
 from __future__ import annotations
 
+from .engine import ENGINE
 from .exceptions import ERR_BUFFER, Exception
 
 BSEND_OVERHEAD = 96
 
 
-from .msgspec import BUFFER_AUTOMATIC, BufferAutomaticType  # noqa: E402,F401
+from .msgspec import BUFFER_AUTOMATIC, BufferAutomaticType, byte_view  # noqa: E402,F401
+from .ops import CondOp  # noqa: E402
+from .request import Request  # noqa: E402
 
 
 class BsendPool:
@@ -28,7 +31,6 @@ class BsendPool:
         if buf is BUFFER_AUTOMATIC:
             self.capacity = None
         else:
-            from .msgspec import byte_view
             self.capacity = byte_view(buf)[0].nbytes
         self.pending = []            # (ucxpy request, bytes charged, copy)
         self.used = 0
@@ -65,7 +67,6 @@ def attach(c, buf):
     if scope.get("pool") is not None:
         raise Exception(ERR_BUFFER, "a buffer is already attached")
     if buf is not BUFFER_AUTOMATIC:
-        from .msgspec import byte_view
         try:
             byte_view(buf, writable=True)
         except Exception:
@@ -74,7 +75,6 @@ def attach(c, buf):
 
 
 def detach(c):
-    from .engine import ENGINE
     scope = _scope(c)
     pool = scope.get("pool")
     if pool is None:
@@ -85,7 +85,6 @@ def detach(c):
 
 
 def flush(c):
-    from .engine import ENGINE
     pool = _scope(c).get("pool")
     if pool is not None:
         ENGINE.wait_until(lambda: all(r.done for r, _, _ in pool.pending))
@@ -93,8 +92,6 @@ def flush(c):
 
 
 def iflush(c):
-    from .ops import CondOp
-    from .request import Request
     pool = _scope(c).get("pool")
     if pool is None:
         return Request._done_request()

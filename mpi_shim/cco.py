@@ -26,11 +26,13 @@ import ucxpy
 from ucxpy import coll as engine
 from ucxpy.schedules import ALLREDUCE_RING_MIN
 
+from .commlocks import _comm_lock
 from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COMM, ERR_OP, Exception, translate
-from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
+from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES, parse_w
 from .op import SUM, Op, store, typed
 from .ops import GenOp, run
+from .request import Request, make_prequest
 
 ROOT, PROC_NULL = G.ROOT, G.PROC_NULL
 
@@ -40,12 +42,10 @@ _ALLTOALL_NOW_MAX = 8192
 
 
 def _req(gen):
-    from .request import Request
     return Request._from(GenOp(gen))
 
 
 def _preq(factory):
-    from .request import make_prequest
     return make_prequest(lambda: GenOp(factory()))
 
 
@@ -290,7 +290,6 @@ class Coll:
 
     def bcast(self, obj, root: int = 0):
         """Broadcast a Python object from one process to all other processes."""
-        from .commlocks import _comm_lock
         with _comm_lock(self, "bcast"):
             return run(self._g_bcast(obj, root))
 
@@ -773,7 +772,6 @@ class Coll:
         return _preq(lambda: self._g_Alltoallv(sendbuf, recvbuf))
 
     def _g_Alltoallw(self, sendbuf, recvbuf):
-        from .msgspec import parse_w
         c = self._impl()
         n = len(c.peers)
         rparts = parse_w(recvbuf, n, True)

@@ -16,14 +16,15 @@ from ucxpy import coll as engine
 from ucxpy import intercoll as inter
 
 from .msgspec import Msg, sub
-from .exceptions import ERR_ROOT, ERR_TRUNCATE, Exception
+from .exceptions import ERR_REVOKED, ERR_ROOT, ERR_TRUNCATE, Exception
+from .op import store
+from .ops import run as _run
 
 ROOT, PROC_NULL = inter.ROOT, inter.IDLE      # (MPI's values: -3, -2)
 _EMPTY = b""
 
 
 def _revoked():
-    from .exceptions import ERR_REVOKED
     return Exception(ERR_REVOKED, "the communicator was revoked")
 
 
@@ -39,7 +40,6 @@ def check_inter_root(c, root):
 
 def run(gen):
     """Run a collective generator to completion, blocking."""
-    from .ops import run as _run
     return _run(gen)
 
 
@@ -179,7 +179,6 @@ def g_inter_allgatherv(c, sm, rm, counts, displs):
 def g_inter_reduce_scatter(c, x, op, codec, rm, counts):
     """The other group's reduction of ``x``, scattered by ``counts`` (of the
     local group) over the local group; stored into ``rm`` (a Msg)."""
-    from .op import store
     store(rm, (yield from inter.reduce_scatter(c, x, op, codec, counts)))
 
 

@@ -15,18 +15,25 @@ classes follow mpi4py: ``Comm`` > ``Intracomm`` > ``Topocomm`` >
 """
 from __future__ import annotations
 
+import os
+import sys
 import weakref
+import zlib
 
-from . import attr, shmcoll
+from ucxpy.coll import barrier
+
+from . import attr, bsend, shmcoll
 from .cco import Coll
+from .coll import _revoked, agree_max, g_inter_barrier, run
 from .engine import CTX_BITS, CTX_SHIFT, ENGINE, KIND_CGRP, KIND_COLL, KIND_LOCAL, TAG_UB
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in, set_abort
 from .exceptions import (ERR_ARG, ERR_COMM, ERR_GROUP, ERR_KEYVAL, ERR_OTHER, ERR_REVOKED,
-                         ERR_UNSUPPORTED_OPERATION, Exception)
+                         ERR_TAG, ERR_UNSUPPORTED_OPERATION, Exception, last_used_code)
 from .group import CONGRUENT, IDENT, SIMILAR, UNDEFINED, UNEQUAL, Group
-from .handle import Handle, register_family
+from .handle import Handle, impl_of, register_family
 from .info import INFO_NULL, Info
 from .p2p import P2P
+from .request import Request
 
 COMM_TYPE_SHARED = 1
 COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED = 2, 3, 4
@@ -114,7 +121,6 @@ class CommImpl:
     def check(self) -> None:
         """Raise ERR_REVOKED once revoked (before every collective round)."""
         if self.revoked:
-            from .coll import _revoked
             raise _revoked()
 
     def coll_tag(self) -> int:
@@ -140,7 +146,6 @@ def claim_ctx(ctx: int) -> int:
 
 def new_ctx(c: CommImpl) -> int:
     """A context id free at every member of ``c`` (both groups when inter)."""
-    from .coll import agree_max
     return claim_ctx(agree_max(c, _state["next_ctx"]))
 
 
@@ -161,7 +166,6 @@ class Comm(Handle, P2P, Coll):
     @classmethod
     def fromhandle(cls, handle: int):
         """Communicator referring to integer ``handle``."""
-        from .handle import impl_of
         impl = impl_of(handle)
         nat = _natural(impl)
         return (nat if nat is not None and issubclass(nat, cls) else cls)._wrap(impl)
@@ -302,8 +306,6 @@ class Comm(Handle, P2P, Coll):
 
     def Abort(self, errorcode: int = 0):
         """Terminate the MPI execution environment."""
-        import os
-        import sys
         try:
             sys.stderr.flush()
             sys.stdout.flush()
@@ -343,7 +345,6 @@ class Comm(Handle, P2P, Coll):
             appnum = _IMPL["appnum"]
             return appnum()
         if keyval == LASTUSEDCODE:
-            from .exceptions import last_used_code
             return last_used_code()
         return attr.get_attr("comm", c.attrs, keyval)
 
@@ -380,7 +381,6 @@ class Comm(Handle, P2P, Coll):
 
     def Idup(self, info: Info = None):
         """Nonblocking duplicate: returns ``(comm, request)``."""
-        from .request import Request
         return self.Dup(info), Request._done_request()
 
     def Idup_with_info(self, info: Info):
@@ -416,8 +416,6 @@ class Comm(Handle, P2P, Coll):
         c = self._impl()
         if c.predefined:
             raise Exception(ERR_COMM, "cannot disconnect a predefined communicator")
-        from ucxpy.coll import barrier
-        from .coll import run
         run(barrier(c) if c.kind != "inter" else _inter_barrier(c))
         self.Free()
 
@@ -440,7 +438,6 @@ class Comm(Handle, P2P, Coll):
         if ENGINE.me not in members:
             raise Exception(ERR_GROUP, "calling process is not in the group")
         if not (0 <= tag <= TAG_UB):
-            from .exceptions import ERR_TAG
             raise Exception(ERR_TAG, f"invalid tag {tag}")
         tmp = CommImpl(0, members, coll_kind=KIND_CGRP | (c.ctx << CTX_SHIFT))
         tmp.coll_seq = tag & 0x3FFFFF
@@ -509,23 +506,19 @@ class Comm(Handle, P2P, Coll):
     # -- bsend buffers -------------------------------------------------------
     def Attach_buffer(self, buf) -> None:
         """Attach a buffer used by this communicator's buffered sends."""
-        from .bsend import attach
-        attach(self._impl(), buf)
+        bsend.attach(self._impl(), buf)
 
     def Detach_buffer(self):
         """Detach this communicator's buffer (waits for its messages to leave)."""
-        from .bsend import detach
-        return detach(self._impl())
+        return bsend.detach(self._impl())
 
     def Flush_buffer(self) -> None:
         """Wait until every buffered send of this communicator has left."""
-        from .bsend import flush
-        flush(self._impl())
+        bsend.flush(self._impl())
 
     def Iflush_buffer(self):
         """Nonblocking ``Flush_buffer``."""
-        from .bsend import iflush
-        return iflush(self._impl())
+        return bsend.iflush(self._impl())
 
     # -- fault tolerance (ULFM) ---------------------------------------------------
     def Revoke(self) -> None:
@@ -564,24 +557,22 @@ class Comm(Handle, P2P, Coll):
 
     def Ishrink(self):
         """Nonblocking ``Shrink``: returns ``(comm, request)``."""
-        from .request import Request
         return self.Shrink(), Request._done_request()
 
     # -- partitioned point-to-point -------------------------------------------------
     def Psend_init(self, buf, partitions: int, dest: int, tag: int = 0, info=INFO_NULL):
         """Create a partitioned send request."""
-        from .part import psend_init
+        from .part import psend_init     # deferred: .part loads at the first partitioned call
         return psend_init(self, buf, partitions, dest, tag)
 
     def Precv_init(self, buf, partitions: int, source: int = -1, tag: int = -1,
                    info=INFO_NULL):
         """Create a partitioned receive request."""
-        from .part import precv_init
+        from .part import precv_init     # deferred: .part loads at the first partitioned call
         return precv_init(self, buf, partitions, source, tag)
 
 
 def _inter_barrier(c):
-    from .coll import g_inter_barrier
     return g_inter_barrier(c)
 
 
@@ -672,7 +663,6 @@ class Intracomm(Comm):
 
 
 def _string_tag(s: str) -> int:
-    import zlib
     return zlib.crc32(s.encode()) & 0x3FFFFF
 
 

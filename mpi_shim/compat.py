@@ -3,8 +3,14 @@
 ``util.pkl5``, per-communicator locks, the abort status, type tables."""
 from __future__ import annotations
 
+import ctypes
+import importlib
+
 from .commlocks import _comm_lock, _comm_lock_table  # noqa: F401 - mpi4py's names
 from .engine import ENGINE
+from .handle import HANDLE_SIZE, Handle, addressof, handle_of
+from .intercomm import local_comm
+from .status import Status
 
 _abort = {"status": None}
 
@@ -22,7 +28,6 @@ def _commctx_intra(comm):
 
 def _commctx_inter(comm):
     """Return a private duplicate of ``comm``, a fresh tag, the local intracomm and low_group."""
-    from .intercomm import local_comm
     c = comm._impl()
     ctx = c.locks.get("_commctx")
     if ctx is None:
@@ -42,8 +47,6 @@ def _set_abort_status(status) -> None:
 
 def _handleof(obj) -> int:
     """The integer handle of an MPI object."""
-    from .handle import Handle, handle_of
-    from .status import Status
     if isinstance(obj, Handle):
         return handle_of(obj._h)
     if isinstance(obj, Status):
@@ -53,20 +56,15 @@ def _handleof(obj) -> int:
 
 def _addressof(obj) -> int:
     """Memory address of the handle of an MPI object (a 64-bit cell)."""
-    from .handle import Handle, addressof
-    from .status import Status
     if isinstance(obj, Handle):
         return addressof(obj)
     if isinstance(obj, Status):
-        import ctypes
         return ctypes.addressof(ctypes.c_char.from_buffer(obj.tomemory()))
     raise TypeError(f"expected an MPI object, got {type(obj).__name__}")
 
 
 def _sizeof(obj) -> int:
     """Size in bytes of the handle of an MPI object or class."""
-    from .handle import HANDLE_SIZE, Handle
-    from .status import Status
     cls = obj if isinstance(obj, type) else type(obj)
     if issubclass(cls, Handle):
         return HANDLE_SIZE
@@ -86,9 +84,6 @@ def _build_capi() -> dict:
     ``MPI_Status *``), so C extensions that speak mpi4py's C API can move
     handles in and out of Python objects.  The functions are ctypes callbacks
     into this module; the capsule names carry mpi4py's signatures."""
-    import ctypes
-    import importlib
-    from .handle import HANDLE_SIZE
     raw_new = ctypes.pythonapi.PyCapsule_New
     raw_new.restype = ctypes.py_object
     raw_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -119,7 +114,6 @@ def _build_capi() -> dict:
             ctypes.cast(newf, ctypes.c_void_p), f"PyObject *(MPI_{name})".encode(), None)
         capi[f"PyMPI{name}_Get"] = new_capsule(
             ctypes.cast(getf, ctypes.c_void_p), f"MPI_{name} *(PyObject *)".encode(), None)
-    from .status import Status
 
     def new_status(ptr):
         s = Status()

@@ -32,6 +32,7 @@ from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import external32
+from .datatype import _NAMED
 from .exceptions import ERR_ARG, ERR_CONVERSION, ERR_DUP_DATAREP, ERR_UNSUPPORTED_DATAREP, \
     Exception
 from .msgspec import Msg
@@ -42,7 +43,7 @@ MAX_DATAREP_STRING = 128
 
 def _mpi_buffer():
     """MPI.buffer, whose module (numpy) is imported on first use (ucxpy.lazy)."""
-    from .memory import buffer
+    from .memory import buffer      # deferred: .memory imports numpy (start-up, issue 44)
     return buffer
 
 PREDEFINED_DATAREPS = ("native", "internal", "external32")
@@ -304,7 +305,6 @@ _BASIC = {}
 def _basic_datatypes() -> dict:
     """Element code -> the predefined datatype made of one such element."""
     if not _BASIC:
-        from .datatype import _NAMED
         for const in _NAMED.values():
             impl = const._h
             if impl is None:

@@ -26,6 +26,7 @@ from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from . import constructors as C
+from . import external32
 from . import predefined as P
 from . import typeattr
 from .constructors import (COMBINER_CONTIGUOUS, COMBINER_DARRAY, COMBINER_DUP,  # noqa: F401
@@ -381,12 +382,11 @@ class Datatype(DatatypeConstructors, Handle):
 
         Only "external32" is supported (big-endian, MPI's sizes).
         """
-        from .external32 import encode
         _check_datarep(datarep)
         impl = _committed(self)
         data = _msgspec("pack_whole")(self, inbuf)
         count = len(data) // impl.typemap.size if impl.typemap.size else 0
-        return _store(outbuf, position, encode(data, impl.typemap, count))
+        return _store(outbuf, position, external32.encode(data, impl.typemap, count))
 
     def Unpack_external(self, datarep: str, inbuf, position: int, outbuf) -> int:
         """Unpack from contiguous memory in a portable data representation.
@@ -401,9 +401,8 @@ class Datatype(DatatypeConstructors, Handle):
 
         Raises MPI.Exception (ERR_ARG) for a data representation other than "external32".
         """
-        from .external32 import size
         _check_datarep(datarep)
-        return size(_committed(self).typemap, C.count_arg(count))
+        return external32.size(_committed(self).typemap, C.count_arg(count))
 
     # -- attributes -------------------------------------------------------------------------
     @classmethod

@@ -40,11 +40,17 @@ import secrets
 import struct
 
 import ucxpy
+from ucxpy import coll as engine
+from ucxpy.coll import bcast_obj
 
+from .coll import _MAX, run
 from .comm import provide as _provide
+from .comm import COMM_SELF, COMM_WORLD, CommImpl, claim_ctx, next_ctx_value
 from .engine import ENGINE
 from .exceptions import (ERR_ARG, ERR_NAME, ERR_PORT, ERR_ROOT, ERR_SERVICE, ERR_SPAWN,
                          ERR_UNSUPPORTED_OPERATION, Exception, SUCCESS)
+from .info import Info
+from .intercomm import Intercomm
 
 MAX_PORT_NAME = 1024
 AM_PORT, AM_PORT_REPLY = 0x4D60, 0x4D61
@@ -111,21 +117,14 @@ def address_of(wid) -> bytes:
 
 
 def _next_ctx_max(c) -> int:
-    from ucxpy import coll as engine
-    from .coll import _MAX, run
-    from .comm import next_ctx_value
     return int(run(engine.allreduce(c, next_ctx_value(), _MAX, codec=engine.Codec())))
 
 
 def _share(c, root, value):
-    from ucxpy.coll import bcast_obj
-    from .coll import run
     return run(bcast_obj(c, value, root))
 
 
 def _intercomm(comm, c, ctx, remote_addrs):
-    from .comm import CommImpl, claim_ctx
-    from .intercomm import Intercomm
     remote = [connect_address(a) for a in remote_addrs]
     new = CommImpl(claim_ctx(ctx), c.group, remote)
     new.errhandler = c.errhandler
@@ -288,7 +287,6 @@ def _sock_recv(fd):
 
 def join(fd):
     """Intercommunicator of this process and the one at the other end of ``fd``."""
-    from .comm import COMM_SELF, next_ctx_value
     c = COMM_SELF._impl()
     _sock_send(fd, pickle.dumps((ENGINE.worker.address_bytes, next_ctx_value())))
     addr, theirs = pickle.loads(_sock_recv(fd))
@@ -305,7 +303,6 @@ def appnum():
 
 
 def get_parent():
-    from .intercomm import Intercomm
     return Intercomm._wrap(_state["parent"])
 
 
@@ -318,7 +315,6 @@ def connect_parent() -> None:
     """Children of a spawn: connect to the parents (at MPI initialization)."""
     port = _boot().parent_port()
     if port:
-        from .comm import COMM_WORLD
         _state["parent"] = connect(COMM_WORLD, port, 0)._h
 
 
@@ -369,7 +365,6 @@ def spawn_multiple(comm, command, args, maxprocs, info, root, errcodes):
         maxprocs = list(maxprocs)
         if len(maxprocs) != n:
             raise ValueError(f"expected {n} maxprocs, got {len(maxprocs)}")
-        from .info import Info
         if info is None or isinstance(info, Info):
             info = [info] * n
         info = list(info)

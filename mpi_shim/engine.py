@@ -26,6 +26,8 @@ import time
 import ucxpy
 from ucxpy.progress_thread import ApiLock, threads_alive
 
+from .exceptions import translate
+
 USER_BITS = 31
 USER_MASK = (1 << USER_BITS) - 1
 CTX_SHIFT, CTX_BITS = 31, 20
@@ -98,7 +100,6 @@ class Engine:
                 time.sleep(0)           # a polling loop (Test) lets other threads in
             return n
         except ucxpy.UcxpyError as e:
-            from .exceptions import translate
             raise translate(e) from None
 
     def wait(self, op) -> None:
@@ -136,13 +137,11 @@ class Engine:
                     if (w.progress() or not on_events) and cond():
                         return
             except ucxpy.UcxpyError as e:
-                from .exceptions import translate
                 raise translate(e) from None
         saved = lock._release_save() if lock is not None and lock._is_owned() else None
         try:
             w.wait_until(cond, timeout, "MPI operation", lock, fast, max_nap, on_events)
         except ucxpy.UcxpyError as e:
-            from .exceptions import translate
             raise translate(e) from None
         finally:
             if saved is not None:

@@ -8,8 +8,16 @@ import time
 
 import ucxpy
 
+from . import accel, bsend, rc, threads
+from .comm import finalize_predefined, init_predefined
+from .dynproc import connect_parent
 from .engine import ENGINE
-from .exceptions import ERR_OTHER, Exception, translate
+from .exceptions import ERR_ARG, ERR_OTHER, Exception, translate
+from .info import INFO_NULL, Info
+from .msgspec import address_of
+from .ops import send_ack
+from .ulfm import serve_notices
+from .win import trace_epochs
 
 THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 4, 1
@@ -23,28 +31,20 @@ _state = {"init": False, "fin": False, "level": THREAD_MULTIPLE,
 def _init(required=None):
     if _state["init"]:
         return
-    from .comm import init_predefined
-    from . import rc
     level = rc.thread_level_value() if required is None else required
     world = ucxpy.init()
     ENGINE.attach(world)
-    from . import accel
-    from .ops import send_ack
     ENGINE.acknowledge_by(send_ack)
     accel.install()                         # (the calls in C: mpi_shim.accel)
     accel.configure(world.worker)
     if world.worker.tr is not None:
-        from .win import trace_epochs
         trace_epochs()
     init_predefined()
     _state["level"] = min(max(level, THREAD_SINGLE), THREAD_MULTIPLE)
     if _state["level"] == THREAD_MULTIPLE:
-        from .threads import install
-        install()
+        threads.install()
     _state["init"] = True
     _state["main"] = threading.get_ident()
-    from .dynproc import connect_parent
-    from .ulfm import serve_notices
     serve_notices()          # revoke notices must be served before the first Revoke here
     connect_parent()
     if rc.finalize is not False:
@@ -88,7 +88,6 @@ def Finalize() -> None:
     """Terminate the MPI execution environment."""
     if _state["fin"]:
         return
-    from .comm import finalize_predefined
     finalize_predefined()
     _state["fin"] = True
     try:
@@ -147,7 +146,6 @@ def Pcontrol(level: int) -> None:
 
 def Get_hw_resource_info():
     """Hardware resource information (an empty Info)."""
-    from .info import Info
     return Info.Create()
 
 
@@ -158,13 +156,11 @@ def Get_abi_version():
 
 def Get_abi_info():
     """Return the sizes of MPI_Aint, MPI_Count and MPI_Offset."""
-    from .info import Info
     return Info.Create({"mpi_aint_size": "8", "mpi_count_size": "8", "mpi_offset_size": "8"})
 
 
 def Get_abi_fortran_info():
     """Return Fortran type information (INFO_NULL: no Fortran bindings)."""
-    from .info import INFO_NULL
     return INFO_NULL
 
 
@@ -173,7 +169,6 @@ def Get_address(location) -> int:
 
     Buffers, DLPack and CUDA-array objects, and the buffer constants.
     """
-    from .msgspec import address_of
     return address_of(location)
 
 
@@ -189,40 +184,35 @@ def Aint_diff(addr1: int, addr2: int) -> int:
 
 def Alloc_mem(size: int, info=None):
     """Allocate memory for message passing and remote memory access."""
-    from .memory import buffer
+    from .memory import buffer      # deferred: .memory imports numpy (start-up, issue 44)
     if size < 0:
-        from .exceptions import ERR_ARG
         raise Exception(ERR_ARG, f"invalid size {size}")
     return buffer.allocate(size)
 
 
 def Free_mem(mem) -> None:
     """Free memory allocated with ``Alloc_mem`` (the buffer becomes empty)."""
-    from .memory import buffer
+    from .memory import buffer      # deferred: .memory imports numpy (start-up, issue 44)
     if isinstance(mem, buffer):
         mem.release()
 
 
 def Attach_buffer(buf) -> None:
     """Attach a user buffer for sending in buffered mode."""
-    from .bsend import attach
-    attach(None, buf)
+    bsend.attach(None, buf)
 
 
 def Detach_buffer():
     """Remove an existing attached buffer (waits for buffered messages to leave)."""
-    from .bsend import detach
-    return detach(None)
+    return bsend.detach(None)
 
 
 def Flush_buffer() -> None:
     """Block until every buffered message has been transmitted."""
-    from .bsend import flush
-    flush(None)
+    bsend.flush(None)
 
 
 def Iflush_buffer():
     """Nonblocking ``Flush_buffer``."""
-    from .bsend import iflush
-    return iflush(None)
+    return bsend.iflush(None)
 

@@ -10,6 +10,7 @@ user code only ever sees ``MPI.Exception`` with a standard error class.
 from __future__ import annotations
 
 import builtins
+import sys
 
 import ucxpy
 
@@ -287,7 +288,6 @@ def user_call(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except BaseException as e:
-        import sys
         import traceback                    # (deferred on purpose: only a failing callback)
         sys.stderr.write("Traceback (most recent call last):\n")
         traceback.print_tb(e.__traceback__, file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
+from .packing import _rows
 from .typemap import ELEMENTS, Typemap
 
 _MANT = []
@@ -105,7 +106,6 @@ def size(tm: Typemap, count: int) -> int:
 
 
 def _gather(flat, positions, width):
-    from .packing import _rows
     return _rows(flat, width)[positions].reshape(-1)
 
 
@@ -119,7 +119,6 @@ def encode(packed: np.ndarray, tm: Typemap, count: int) -> np.ndarray:
     out = np.empty(per * count, np.uint8)
     ebase = per * np.arange(count, dtype=np.int64)
     nbase = tm.size * np.arange(count, dtype=np.int64)
-    from .packing import _rows
     for code, ext_pos in offsets.items():
         e = ELEMENTS[code]
         npos = (nbase[:, None] + tm.element_positions(code)[None, :]).reshape(-1)
@@ -139,7 +138,6 @@ def decode(ext: np.ndarray, tm: Typemap, count: int) -> np.ndarray:
     out = np.empty(tm.size * count, np.uint8)
     ebase = per * np.arange(count, dtype=np.int64)
     nbase = tm.size * np.arange(count, dtype=np.int64)
-    from .packing import _rows
     for code, ext_pos in offsets.items():
         e = ELEMENTS[code]
         npos = (nbase[:, None] + tm.element_positions(code)[None, :]).reshape(-1)

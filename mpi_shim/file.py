@@ -20,6 +20,7 @@ import operator
 import os
 
 from . import datarep as _datarep
+from .comm import Intracomm
 from .datatype import BYTE, Datatype, _committed, _reference
 from .errhandler import Errhandler, errhandler_of
 from .exceptions import ERR_ARG, ERR_BAD_FILE, ERR_COMM, ERR_FILE, ERR_NOT_SAME, Exception
@@ -108,7 +109,6 @@ class File(FileDataAccess, Handle):
         (ERR_AMODE, ERR_NO_SUCH_FILE, ERR_FILE_EXISTS, ERR_ACCESS ...) at every
         member when any member fails.
         """
-        from .comm import Intracomm
         if not isinstance(comm, Intracomm):
             raise TypeError(f"expected an Intracomm, got {type(comm).__name__}")
         if not comm:

@@ -1,6 +1,7 @@
 """``MPI.Group``: an ordered set of processes, stored as wids (see :mod:`.engine`)."""
 from __future__ import annotations
 
+from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_GROUP, ERR_RANK, Exception
 from .handle import Handle, register_family
 
@@ -13,7 +14,6 @@ class GroupImpl:
     __slots__ = ("ranks", "index", "me", "predefined", "_hid", "__weakref__")
 
     def __init__(self, ranks, predefined=False):
-        from .engine import ENGINE
         self.ranks = tuple(ranks)
         self.index = {w: i for i, w in enumerate(self.ranks)}
         self.me = self.index.get(ENGINE.me, UNDEFINED)
@@ -153,7 +153,6 @@ class Group(Handle):
 def pset_members(session, name):
     """The world ranks of process set ``name`` of ``session`` (a Session,
     checked by its ``_impl()``, or its implementation object)."""
-    from .engine import ENGINE
     impl = getattr(session, "_impl", None)
     if impl is not None:
         impl()                              # (a null or finalized session raises)

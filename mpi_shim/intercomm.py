@@ -10,6 +10,7 @@ MPI's intercommunicator forms (see :mod:`.coll`).
 """
 from __future__ import annotations
 
+import pickle
 import zlib
 
 from ucxpy import coll as engine
@@ -31,14 +32,12 @@ def _check_leader(c: CommImpl, leader, what):
 
 def _exchange(dest_wid, tag, payload):
     """Leader to leader: send ``payload`` (any object) and receive the peer's."""
-    import pickle
     rreq = ENGINE.worker.tag_recv_any_nb(tag, FULL, dest_wid)
     sreq = ENGINE.ep(dest_wid).tag_send_nb(pickle.dumps(payload, pickle.HIGHEST_PROTOCOL), tag)
     return run(_wait_pair(sreq, rreq))
 
 
 def _wait_pair(sreq, rreq):
-    import pickle
     yield [sreq, rreq]
     return pickle.loads(rreq.buf)
 

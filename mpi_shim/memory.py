@@ -18,6 +18,8 @@ import operator
 
 import numpy as np      # (this module is imported on first use: MPI's __getattr__)
 
+from .msgspec import acquire
+
 
 _EMPTY = object()          # buffer() without an argument
 
@@ -87,7 +89,6 @@ class buffer(np.ndarray):
 
         Raises TypeError for a non-buffer, BufferError for read-only memory asked to be writable.
         """
-        from .msgspec import acquire
         if obj is None or isinstance(obj, (int, float, list, tuple, dict, str)):
             raise TypeError(f"a bytes-like object is required, not '{type(obj).__name__}'")
         mem = acquire(obj, writable=not readonly)

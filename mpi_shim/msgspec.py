@@ -34,8 +34,8 @@ np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
 from ucxpy.buffers import BufferExporter
 
-from . import packing
-from .datatype import Datatype, _NAMED, _committed
+from . import external32, packing
+from .datatype import Datatype, _NAMED, _committed, reduction_dtype
 from .exceptions import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_DISP, ERR_TYPE, Exception
 from .interchange import from_cai, from_dlpack
 from .predefined import CODES
@@ -312,7 +312,6 @@ class Msg:
 
     def array(self):
         """A numpy array of the packed elements (the reduction element type)."""
-        from .datatype import reduction_dtype
         nd = reduction_dtype(self.dtype)
         data = self.pack()
         return np.frombuffer(data, nd) if len(data) else np.zeros(0, nd)
@@ -643,7 +642,6 @@ def pack_whole(datatype: Datatype, inbuf) -> np.ndarray:
 
 def unpack_whole(datatype: Datatype, inbuf, position, outbuf, external=False) -> int:
     """Unpack ``inbuf[position:]`` into as many whole elements as ``outbuf`` holds."""
-    from . import external32
     impl = _committed(datatype)
     src = acquire(inbuf)
     out = acquire(outbuf, writable=True)

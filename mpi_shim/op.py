@@ -9,8 +9,10 @@ from __future__ import annotations
 from ucxpy.lazy import lazy_import
 np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 
+from .datatype import Datatype, reduction_dtype
 from .exceptions import ERR_OP, Exception
 from .handle import Handle, register_family
+from .msgspec import parse
 
 
 def _loc(better):
@@ -196,7 +198,6 @@ class Op(Handle):
             out = np.array(right, copy=True)
             dt = datatype
             if dt is None:
-                from .datatype import Datatype
                 try:
                     dt = Datatype.fromcode(out.dtype.char)
                 except (ValueError, KeyError):
@@ -226,7 +227,6 @@ class Op(Handle):
 
     def Reduce_local(self, inbuf, inoutbuf) -> None:
         """Apply a reduction operation to local data."""
-        from .msgspec import parse
         mi, mo = parse(inbuf), parse(inoutbuf, writable=True)
         if mi.count != mo.count:
             raise ValueError(f"mismatch in inbuf count {mi.count} and inoutbuf count {mo.count}")
@@ -250,7 +250,7 @@ def _recreate(cls, fn, commute):
 
 def _nargs(fn):
     try:
-        import inspect
+        import inspect      # deferred: inspect (with ast, dis, tokenize) only for a user op
         return len(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         return 2
@@ -258,7 +258,6 @@ def _nargs(fn):
 
 def typed(msg, dtype=None):
     """Numpy array view of a buffer message's packed data."""
-    from .datatype import reduction_dtype
     d = msg.dtype
     nd = reduction_dtype(d)
     if nd is None:

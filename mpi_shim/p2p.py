@@ -10,11 +10,14 @@ Buffered sends copy into the attached buffer (:mod:`.bsend`).
 """
 from __future__ import annotations
 
+import warnings
+
 import ucxpy
 
 from .msgspec import parse
 from ucxpy.buffers import COMPLETED
 
+from . import bsend as _bsend
 from .engine import (CTX_MASK, ENGINE, FULL, KIND_ACK, MASK_ANY_TAG, MASK_TAG, SEQ_MASK,
                      SEQ_SHIFT, TAG_UB, USER_MASK)
 from .exceptions import ERR_RANK, ERR_REQUEST, ERR_TAG, Exception, translate
@@ -22,7 +25,7 @@ from .handle import Handle, register_family
 from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES
 from .ops import DoneOp, PickleRecvOp, PostedRecv, RecvOp, SendOp, send_ack
 from .pickling import Pickle, pickle  # noqa: F401 - MPI.Pickle, MPI.pickle
-from .request import Request
+from .request import Request, make_prequest
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 _ACK = bytearray(0)
@@ -187,8 +190,7 @@ class P2P:
             if not mode:
                 return SendOp(ep.tag_send_nb(data, c.p2p | tag), None, keep)
             if mode == "b":
-                from .bsend import bsend
-                bsend(c, ep, data, c.p2p | tag)
+                _bsend.bsend(c, ep, data, c.p2p | tag)
                 return DoneOp()
             c.ssend_seq = c.ssend_seq % 511 + 1
             seq = c.ssend_seq << SEQ_SHIFT
@@ -421,7 +423,6 @@ class P2P:
             self._impl()
         if buf is not None:
             parse(buf, writable=True)
-        from .request import make_prequest
         return make_prequest(lambda: self._irecv_op(buf, source, tag))
 
     def _persistent(self, start, buf, dest, tag):
@@ -431,7 +432,6 @@ class P2P:
             self._impl()
         if buf is not None:
             parse(buf)
-        from .request import make_prequest
         return make_prequest(start)
 
     # -- probes ----------------------------------------------------------------------
@@ -554,7 +554,6 @@ class P2P:
     def recv(self, buf=None, source: int = ANY_SOURCE, tag: int = ANY_TAG, status=None):
         """Receive a Python object."""
         if buf is not None:
-            import warnings
             warnings.warn("recv(): the buf argument is ignored (received objects are "
                           "allocated to fit)", UserWarning, stacklevel=2)
         op = self._irecv_obj(buf, source, tag)

@@ -19,6 +19,7 @@ from .msgspec import parse
 from .engine import ENGINE, KIND_PART, TAG_UB
 from .exceptions import ERR_ARG, ERR_RANK, ERR_REQUEST, ERR_TAG, ERR_TRUNCATE, Exception, translate
 from .ops import _Op
+from .request import Prequest
 from .status import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 _HDR = struct.Struct("<II")
@@ -184,12 +185,10 @@ class PrecvOp(_PartOp):
 
 
 def psend_init(comm, buf, partitions, dest, tag):
-    from .request import Prequest
     return Prequest._wrap(PsendOp(comm, buf, partitions, dest, tag, False))
 
 
 def precv_init(comm, buf, partitions, source, tag):
-    from .request import Prequest
     if source == ANY_SOURCE or tag == ANY_TAG:
         raise Exception(ERR_ARG, "partitioned receives need an explicit source and tag")
     return Prequest._wrap(PrecvOp(comm, buf, partitions, source, tag, True))

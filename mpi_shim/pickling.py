@@ -47,7 +47,7 @@ class Pickle:
 
     def dumps_oob(self, obj):
         """Serialize an object; returns ``(data, out-of-band buffers)``."""
-        from .memory import buffer
+        from .memory import buffer      # deferred: .memory imports numpy (start-up, issue 44)
         bufs = []
 
         def out_of_band(pb):

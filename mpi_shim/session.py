@@ -1,8 +1,9 @@
 """Sessions (MPI 4.0): ``Session.Init``, process sets, groups from psets."""
 from __future__ import annotations
 
-from .errhandler import Errhandler
-from .group import pset_members
+from . import bsend
+from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
+from .group import Group, pset_members
 from .exceptions import ERR_ARG, ERR_SESSION, Exception
 from .handle import Handle, register_family
 from .info import INFO_NULL, Info
@@ -30,7 +31,6 @@ class Session(Handle):
     @classmethod
     def Init(cls, info=INFO_NULL, errhandler=None):
         """Create a new session."""
-        from .errhandler import ERRORS_RETURN_IMPL
         eh = ERRORS_RETURN_IMPL if errhandler is None else Errhandler._checked(errhandler,
                                                                                 "session")
         return cls._wrap(SessionImpl(info, eh))
@@ -67,12 +67,10 @@ class Session(Handle):
 
     def Create_group(self, pset_name: str):
         """Create a group from a process set."""
-        from .group import Group
         return Group.Create_from_session_pset(self, pset_name)
 
     def Get_errhandler(self):
         """Get the error handler of the session."""
-        from .errhandler import errhandler_of
         return errhandler_of(self._impl().errhandler)
 
     def Set_errhandler(self, errhandler) -> None:
@@ -81,7 +79,6 @@ class Session(Handle):
 
     def Call_errhandler(self, errorcode: int) -> None:
         """Call the error handler installed on the session."""
-        from .errhandler import raise_in
         raise_in(self, Exception(errorcode), call_only=True)
 
     @classmethod
@@ -91,23 +88,19 @@ class Session(Handle):
 
     def Attach_buffer(self, buf) -> None:
         """Attach a buffer for the session's buffered sends."""
-        from .bsend import attach
-        attach(self._impl(), buf)
+        bsend.attach(self._impl(), buf)
 
     def Detach_buffer(self):
         """Detach the session's buffer."""
-        from .bsend import detach
-        return detach(self._impl())
+        return bsend.detach(self._impl())
 
     def Flush_buffer(self) -> None:
         """Wait until the session's buffered sends have left."""
-        from .bsend import flush
-        flush(self._impl())
+        bsend.flush(self._impl())
 
     def Iflush_buffer(self):
         """Nonblocking ``Flush_buffer``."""
-        from .bsend import iflush
-        return iflush(self._impl())
+        return bsend.iflush(self._impl())
 
 
 SESSION_NULL = Session._constant(None)

@@ -32,13 +32,13 @@ np = lazy_import("numpy", globals())   # (deferred: ucxpy.lazy)
 from .datatype import INT64_T
 from .exceptions import ERR_OTHER, Exception
 from .op import REPLACE, SUM
+from .win import LOCK_SHARED, Win
 
 
 class SharedPointer:
     """The shared pointer of one file (see the module docstring)."""
 
     def __init__(self, comm, initial: int = 0):
-        from .win import LOCK_SHARED, Win
         self.comm = comm
         self.rank = comm.Get_rank()
         self.win = Win.Allocate(8 if self.rank == 0 else 0, 8, None, comm)

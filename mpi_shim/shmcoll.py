@@ -33,6 +33,7 @@ from ucxpy import coll as engine
 from ucxpy.schedules import team_max  # noqa: F401  (cco.py reads S.team_max)
 from ucxpy.shmteam import ShmTeam
 
+from .coll import _revoked
 from .engine import ENGINE
 from .exceptions import ERR_TRUNCATE, Exception, translate
 
@@ -80,7 +81,6 @@ def _form(c) -> Optional[ShmTeam]:
 
 def _check(c) -> None:
     if c is not None and c.revoked:
-        from .coll import _revoked
         raise _revoked()
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import operator
 from array import array
 
-from .datatype import UNDEFINED, Datatype
+from .datatype import BYTE, UNDEFINED, Datatype
 from .exceptions import ERR_COUNT, SUCCESS, Exception
 
 ANY_SOURCE = -1
@@ -250,7 +250,6 @@ class Status:
 
 
 def _byte():
-    from .datatype import BYTE
     return BYTE
 
 

@@ -12,6 +12,8 @@ nothing is wrapped and the calls pay nothing.
 """
 from __future__ import annotations
 
+import importlib
+
 from ucxpy.progress_thread import serialized
 
 from .engine import ENGINE
@@ -49,7 +51,6 @@ def install() -> None:
         return
     _installed["done"] = True
     ENGINE.enable_threads()
-    import importlib
     mixins = {}
     for spec in _CLASSES:
         mod, name = spec.split(":")

@@ -27,11 +27,12 @@ from . import coll as G
 from .comm import provide as _provide
 from .comm import CART, DIST_GRAPH, GRAPH, CommImpl, Intracomm, new_ctx, register_kind
 from .msgspec import parse, sub
-from .msgspec import parse_block, parse_v
+from .msgspec import parse_block, parse_v, parse_w
 from .engine import ENGINE
 from .exceptions import ERR_ARG, ERR_DIMS, ERR_RANK, ERR_TOPOLOGY, Exception
 from .group import UNDEFINED
 from .ops import GenOp, run
+from .request import Request, make_prequest
 
 PROC_NULL = -2
 
@@ -381,7 +382,6 @@ class Topocomm(Intracomm):
                           [sub(rm, rc[j], rd[j]) for j in range(len(ins))])
 
     def _g_nbr_alltoallw(self, sendbuf, recvbuf):
-        from .msgspec import parse_w
         c = self._impl()
         ins, outs = in_out_edges(c)
         return g_neighbor(c, parse_w(sendbuf, len(outs), False), parse_w(recvbuf, len(ins), True))
@@ -465,12 +465,10 @@ class Topocomm(Intracomm):
 
 
 def _req(gen):
-    from .request import Request
     return Request._from(GenOp(gen))
 
 
 def _preq(factory):
-    from .request import make_prequest
     return make_prequest(lambda: GenOp(factory()))
 
 

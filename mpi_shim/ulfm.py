@@ -39,8 +39,12 @@ import pickle
 from ucxpy import coll as engine
 
 from .comm import provide as _provide
+from .comm import CommImpl, claim_ctx, next_ctx_value
 from .engine import CTX_SHIFT, ENGINE, KIND_CTRL, SEQ_SHIFT
 from .exceptions import ERR_ARG, ERR_PROC_FAILED, ERR_REVOKED, Exception
+from .group import Group
+from .ops import GenOp, run
+from .request import Request
 
 AM_ULFM = 0x4D70
 _SEQ_AGREE = 2 << SEQ_SHIFT                   # distinct from intercomm creation (seq 0)
@@ -117,7 +121,6 @@ def _on_notice(msg):
 
 # -- queries ---------------------------------------------------------------------------
 def get_failed(c):
-    from .group import Group
     return Group._of(_failed_wids(c))
 
 
@@ -160,7 +163,6 @@ def g_agree(c, value, combine):
 
 
 def agree(comm, flag):
-    from .ops import run
     c = comm._impl_any()
     if not isinstance(flag, int):
         raise TypeError("Agree needs an int flag")
@@ -184,8 +186,6 @@ def _flag_view(flag):
 
 
 def iagree(comm, flag):
-    from .ops import GenOp
-    from .request import Request
     c = comm._impl_any()
     view = _flag_view(flag)
 
@@ -197,8 +197,6 @@ def iagree(comm, flag):
 
 
 def shrink(comm):
-    from .comm import CommImpl, claim_ctx, next_ctx_value
-    from .ops import run
     c = comm._impl_any()
     ctx, failed = run(g_agree(c, next_ctx_value(), max))
     local = [w for w in c.group if w not in failed]

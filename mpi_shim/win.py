@@ -38,12 +38,13 @@ try:                    # a window's table of mapped targets for the C calls (.a
     from ._accel import WinTargets as _WinTargets
 except ImportError:     # (not built: the Python methods serve every call)
     _WinTargets = None
-from .comm import Comm
+from .comm import COMM_WORLD, Comm
 from .datatype import describe, from_description, reduction_dtype
 from .msgspec import Msg, byte_view, parse
 from .errhandler import ERRORS_RETURN_IMPL, Errhandler, errhandler_of, raise_in
 from .msgspec import _PLAIN_FORMATS, _PLAIN_TYPES, parse_target
-from .exceptions import ERR_ARG, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_WIN, Exception, translate
+from .exceptions import (ERR_ARG, ERR_DISP, ERR_RANK, ERR_RMA_SHARED, ERR_RMA_SYNC, ERR_WIN,
+                         Exception, translate)
 from .handle import Handle, register_family
 from ucxpy.buffers import BufferExporter
 from .info import WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL, WIN_SIZE, Info
@@ -151,7 +152,6 @@ class WinImpl:
     def _target(self, origin: Msg, target_rank, target):
         disp, count, dtype = parse_target(target, origin.count, origin.dtype)
         if not (0 <= target_rank < self.size):
-            from .exceptions import ERR_RANK
             raise Exception(ERR_RANK, f"invalid target rank {target_rank}")
         du = self.peers[target_rank][2]
         return disp * du, count, dtype
@@ -168,7 +168,6 @@ class WinImpl:
                 and 0 <= target_rank < self.size):
             return None
         if target is not None and target < 0:
-            from .exceptions import ERR_DISP
             raise Exception(ERR_DISP, f"invalid target displacement {target}")
         return (target or 0) * self.peers[target_rank][2]
 
@@ -641,7 +640,6 @@ class Win(Handle, BufferExporter):
     @classmethod
     def Create(cls, memory, disp_unit=1, info=None, comm=None):
         """Create a window over existing memory (collective)."""
-        from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         view = byte_view(memory, writable=True)[0] if memory is not None else \
             memoryview(bytearray(0))
@@ -651,7 +649,6 @@ class Win(Handle, BufferExporter):
     @classmethod
     def Allocate(cls, size, disp_unit=1, info=None, comm=None):
         """Create a window over newly allocated, registered memory (collective)."""
-        from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         if size > 0:
             mh = ENGINE.worker.mem_map(length=size)
@@ -665,7 +662,6 @@ class Win(Handle, BufferExporter):
         """Create a window over memory that same-host processes map directly (collective)."""
         # each rank's part is a shared segment of ucxpy's (mem_map(shared=True)),
         # which the others map through its remote key (RemoteKey.map)
-        from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         mh = ENGINE.worker.mem_map(length=max(size, 1), shared=True)
         view = mh.buf[:size]
@@ -686,7 +682,6 @@ class Win(Handle, BufferExporter):
     @classmethod
     def Create_dynamic(cls, info=None, comm=None):
         """Create a window to which memory is attached later (collective)."""
-        from .comm import COMM_WORLD
         comm = (comm or COMM_WORLD).Dup()
         return cls._make(WinImpl(comm, memoryview(bytearray(0)), 1, FLAVOR_DYNAMIC))
 
@@ -761,7 +756,7 @@ class Win(Handle, BufferExporter):
 
     def tomemory(self):
         """Return the local window memory as a buffer."""
-        from .memory import buffer
+        from .memory import buffer      # deferred: .memory imports numpy (start-up, issue 44)
         return buffer.frombuffer(self._impl().view)
 
     def Shared_query(self, rank):
@@ -769,7 +764,7 @@ class Win(Handle, BufferExporter):
         w = self._impl()
         if rank == PROC_NULL:
             rank = 0
-        from .memory import buffer
+        from .memory import buffer      # deferred: .memory imports numpy (start-up, issue 44)
         if w.flavor != FLAVOR_SHARED:
             return buffer.allocate(0), w.disp_unit
         return buffer.frombuffer(w.shared[rank]), w.peers[rank][2]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ucxpy.dataplane import (ADD, AND, COMPARE_SWAP, FETCH, FETCH_ADD,  # noqa: F401
                              FETCH_AND, FETCH_INC, FETCH_OR, FETCH_XOR, GET, GET_NBI, INC, OR,
                              PUT, PUT_NBI, QUIET, SET, SWAP, XOR, MappedKey, Symmetric)
@@ -30,7 +32,6 @@ def call(kind: int, fn):
 
 def open_table(rt) -> None:
     """Fill the table from ``rt`` (a started runtime) and enable it."""
-    import numpy as np
     dp = rt.worker.dp
     if dp is None or rt.worker.tr is not None:
         return

@@ -42,6 +42,8 @@ TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 4
 if TYPE_CHECKING:
     from typing import Callable, Optional
 
+import numpy as np
+
 import ucxpy
 from ucxpy import atomics, config
 from ucxpy.errors import TimeoutError as UcxpyTimeout
@@ -77,7 +79,6 @@ class Peer:
     __slots__ = ("pe", "mode", "base", "ptr", "u8", "ep", "rkey", "raddr")
 
     def __init__(self, pe, mode, base=0, ep=None, rkey=None, raddr=0, length=0):
-        import numpy as np
         self.pe = pe
         self.mode = mode
         self.base = base            # heap address in *this* process (LOCAL, MAPPED)

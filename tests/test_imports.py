@@ -3,7 +3,9 @@ modules, counting every import, at module level or inside a function (a
 function-level import of a sibling that imports back is still a circle in
 the design, only hidden from the interpreter).  The core (ucxpy), shmem and
 mpi_shim have none (``python ../shared/tools/import_circles.py ucxpy
-mpi_shim shmem`` finds the same), and none may appear."""
+mpi_shim shmem`` finds the same), and none may appear.  Function-level
+imports remain only where they defer a heavy module on purpose, each with a
+comment saying so."""
 from __future__ import annotations
 
 import ast
@@ -113,6 +115,66 @@ def test_the_rule_finds_a_circle(tmp_path, monkeypatch):
     (pkg / "c.py").write_text("import os\nfrom .b import f\n")
     monkeypatch.setattr(__import__(__name__), "ROOT", str(tmp_path))
     assert circles("pkgx") == [["pkgx.a", "pkgx.b"]]
+
+
+def _undeferred_imports(pkg: str) -> list:
+    """``path:line`` of each import inside a function of ``pkg`` with no
+    comment saying "deferred" on its lines or the line above (a comment over
+    a run of consecutive imports covers the run)."""
+    out = []
+    for path in sorted(_modules(pkg).values()):
+        with open(path) as f:
+            src = f.read()
+        lines = src.splitlines()
+        inner = sorted({(n.lineno, n.end_lineno) for fn in ast.walk(ast.parse(src, path))
+                        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom))})
+        covered = set()         # last lines of the imports that say why
+        for first, last in inner:
+            said = any("deferred" in line.partition("#")[2]
+                       for line in lines[max(first - 2, 0):last])
+            if said or first - 1 in covered:
+                covered.add(last)
+            else:
+                out.append(f"{os.path.relpath(path, ROOT)}:{first}: {lines[first - 1].strip()}")
+    return out
+
+
+def test_function_level_imports_defer_on_purpose():
+    """Function-level imports remain only where they defer a heavy or rarely
+    needed module on purpose (numpy through mpi_shim.memory, a bootstrap
+    that was not chosen, TLS, tracing, a tool's option), each with a comment
+    saying so; every other import is at the top of its module (issue 44)."""
+    found = [i for pkg in ("ucxpy", "mpi_shim", "shmem") for i in _undeferred_imports(pkg)]
+    assert found == [], "imports inside functions with no '# deferred: <why>' comment:\n" + \
+        "\n".join(found)
+
+
+def test_the_rule_finds_an_undeferred_import(tmp_path, monkeypatch):
+    """A comment elsewhere, or one not saying "deferred", does not count; one
+    over a run of imports covers the run."""
+    pkg = tmp_path / "pkgy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("import os\n")
+    (pkg / "a.py").write_text(
+        "def f():\n"
+        "    import json      # deferred: only f needs it\n"
+        "    import shlex\n"
+        "\n"
+        "    # deferred: g is rarely called\n"
+        "    import csv\n"
+        "    import zlib\n"
+        "    x = 1  # deferred\n"
+        "\n"
+        "    import glob\n"
+        "\n"
+        "\n"
+        "def g():\n"
+        "    import struct    # (cheap, loaded anyway)\n")
+    monkeypatch.setattr(__import__(__name__), "ROOT", str(tmp_path))
+    where = os.path.join("pkgy", "a.py")
+    assert _undeferred_imports("pkgy") == [f"{where}:10: import glob",
+                                           f"{where}:14: import struct    # (cheap, loaded anyway)"]
 
 
 #: what a user's first MPI program (import, one Barrier) must not import: the

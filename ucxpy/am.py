@@ -30,6 +30,7 @@ from . import wire
 from .buffers import recv_view, send_view
 from .errors import InvalidBuffer, MessageTooLarge, TruncationError
 from .request import Request
+from .rndv import RtsInfo
 from .transports.base import MAX_HEADER
 
 MAX_AM_ID = 0xFFFF
@@ -149,7 +150,6 @@ class ActiveMessages:
         user_header = bytes(header[n:n + hlen])
         if len(user_header) != hlen:
             raise ValueError("active message header shorter than announced")
-        from .rndv import RtsInfo
         rts = RtsInfo(tep, sreq_id, size, raddr, bytes(header[n + hlen:]))
         self._deliver(AmMessage(self.worker, am_id, tep.owner_ep.remote_id, user_header,
                                 size, rts=rts), tep)

@@ -57,8 +57,8 @@ import socket
 import sys
 import weakref
 
-from . import auth, config, errors
-from .context import Context
+from . import __version__, auth, config, errors
+from .context import Context, load_transport
 from .request import TagInfo
 from .transports.base import Caps
 from .tag import RecvRequest
@@ -348,8 +348,6 @@ def context_info(ctx: CContext) -> str:
     (Open MPI reads the ``transport/device`` pairs to match its
     ``pml_ucx_tls`` / ``pml_ucx_devices`` lists).  Never another UCX's names:
     a list naming only UCX transports (rc, ud, dc, ...) matches none of these."""
-    from . import __version__
-    from .context import load_transport
     cfg = ctx.context.config
     lines = ["#", f"# UCP context: ucxpy {__version__} (libucp.so.0 on ucxpy's core)",
              f"#     UCXPY_TLS={','.join(cfg.tls)}", "#"]

@@ -846,7 +846,7 @@ def form_shm_team(t, wait=None):
     """The team's :class:`ucxpy.shmteam.ShmTeam` (collective: every member
     calls it, blocking), or None on every member when one cannot join (not
     one host, no shared-memory transport, ``UCXPY_SHM_COLL=n``)."""
-    from .shmteam import ShmTeam
+    from .shmteam import ShmTeam    # deferred: shmem never forms one (its start-up, issue 44)
     return ShmTeam.create(t.worker, t.rank, t.eps,
                           lambda obj: run(t, allgather_obj(t, obj)), wait=wait)
 

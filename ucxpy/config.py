@@ -10,6 +10,7 @@ variable (:func:`variables`), ``-cf`` with its documentation.
 """
 from __future__ import annotations
 
+import importlib
 import os
 TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 44)
 if TYPE_CHECKING:
@@ -18,6 +19,7 @@ if TYPE_CHECKING:
 from . import auth
 from .errors import ConfigError
 from .record import field, fields, record
+from .transports import TRANSPORTS, transports
 
 PREFIX = "UCXPY_"
 
@@ -233,7 +235,6 @@ class Config:
     def validate(self) -> None:
         if isinstance(self.tls, str):
             self.tls = tuple(x.strip() for x in self.tls.split(",") if x.strip())
-        from .transports import TRANSPORTS, transports
         unknown = [t for t in self.tls if t not in TRANSPORTS and t != "all"]
         if unknown:         # (the installed packages' entry points: read only when needed)
             known = transports()
@@ -326,7 +327,6 @@ def setting(name: str, env=None):
         # the launch variables first: importing every transport for them
         # (libfabric's and libibverbs' libraries) costs a rank's start-up
         # a quarter of a second
-        import importlib
         importlib.import_module("ucxpy.bootstrap")
         var = _REGISTRY.get(name)
     if var is None:
@@ -358,10 +358,7 @@ def variables(plugins: bool = True) -> Dict[str, Var]:
     launcher's (their modules are imported for it), and (``plugins``) those
     that packages above the core declare through the ``ucxpy.config`` entry
     point group."""
-    import importlib
-    from importlib import metadata
-
-    from .transports import transports
+    from importlib import metadata      # deferred: importlib.metadata (email, zipfile) only here
     for mod in dict.fromkeys(t.split(":")[0] for t in transports().values()):
         try:
             importlib.import_module(mod)

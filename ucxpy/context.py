@@ -13,6 +13,7 @@ from .transports.base import Availability
 # the transport registry lives with the transports (the config validates
 # names against it without importing the context); re-exported here
 from .transports import LOOPBACK, TRANSPORTS, register_transport, transports  # noqa: F401
+from .worker import Worker
 
 
 def load_transport(name: str, config: Config):
@@ -61,7 +62,6 @@ class Context:
     def create_worker(self, worker_id: Optional[int] = None):
         """Create a :class:`ucxpy.Worker`; ``worker_id`` is its identity for
         tag matching (the rank under a launcher), random if omitted."""
-        from .worker import Worker
         return Worker(self, worker_id)
 
     def host_memory_domain(self):

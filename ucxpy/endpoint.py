@@ -7,6 +7,7 @@ if TYPE_CHECKING:
 
 from . import _dp, wire
 from .address import WorkerAddress
+from .am import am_send_nb as _am_send_nb
 from .atomics import OPS as ATOMIC_OPS, POST_OPS
 from .buffers import COMPLETED, send_view  # noqa: F401  (re-exported)
 from .errors import ConnectionLost, TransportUnavailable
@@ -282,8 +283,7 @@ class Endpoint:
         """Send an active message to handler ``am_id`` of the remote worker:
         a user ``header`` (bytes, small) and ``data`` (any buffer; large data
         goes by rendezvous into a buffer the handler chooses)."""
-        from .am import am_send_nb
-        return am_send_nb(self, am_id, header, data)
+        return _am_send_nb(self, am_id, header, data)
 
     def am_send(self, am_id: int, header=b"", data=b"", timeout: Optional[float] = None) -> None:
         """Blocking :meth:`am_send_nb`."""

@@ -28,6 +28,8 @@ TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 4
 if TYPE_CHECKING:
     from typing import Optional
 
+from .errors import TransportUnavailable
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -138,7 +140,6 @@ def advertised_ipv4s(tcp_iface: str, keyed: bool = True) -> list:
     """The one IP to bind and put in a listener's address (:func:`listen_ipv4`):
     ``tcp_iface`` (an IP or a device name) if set, else loopback without a
     job key, else the address of the default route."""
-    from .errors import TransportUnavailable
     ip = listen_ipv4(tcp_iface, keyed)
     if ip is None:
         raise TransportUnavailable(f"UCXPY_TCP_IFACE={tcp_iface!r} is neither an "

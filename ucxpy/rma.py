@@ -58,7 +58,7 @@ from . import wire
 from .atomics import MASK as _MASK, OPS as ATOMIC_OPS
 from .atomics import address_of as buffer_address, apply as apply_atomic
 from .buffers import COMPLETED, recv_view, send_view
-from .errors import RemoteAccessError
+from .errors import ProtocolError, RemoteAccessError
 from .request import Request
 from .rkey import ALIGN, BADOP, OK, RANGE, STALE, RegionKey, resolve
 from .rkey import pack as _pack_rkey
@@ -466,7 +466,6 @@ class RmaEngine:
         fields = struct_.unpack(header)
         op = self.ops.pop(fields[0], None)
         if op is None:
-            from .errors import ProtocolError
             raise ProtocolError(f"RMA reply for unknown operation {fields[0]}")
         if fields[1] != OK:
             op.req.complete(exc=RemoteAccessError(f"remote {_STATUS.get(fields[1], 'error')}"))

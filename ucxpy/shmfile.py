@@ -14,6 +14,9 @@ import errno
 import mmap
 import os
 import stat
+import time
+
+from .transports.liveness import pid_alive
 
 SHM_DIR = "/dev/shm"
 
@@ -25,7 +28,7 @@ MAP_FAILED = (1 << 64) - 1
 def _c():
     global _libc
     if _libc is None:
-        import ctypes
+        import ctypes       # deferred: only fixed mappings (UCP_MEM_MAP_FIXED) need ctypes
         lib = ctypes.CDLL(None, use_errno=True)
         for name, args in (("mmap", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                                      ctypes.c_int, ctypes.c_long]),
@@ -49,7 +52,7 @@ def alias_fixed(source: int, length: int, address: int) -> None:
     ``UCP_MEM_MAP_FIXED``).  The range is first reserved with
     MAP_FIXED_NOREPLACE, so nothing already mapped there is replaced: a range
     in use raises OSError EEXIST.  Undo with :func:`unmap_fixed`."""
-    import ctypes
+    import ctypes       # deferred: as in _c
     length = page_round(length)
     if address % mmap.PAGESIZE:
         raise OSError(errno.EINVAL, f"fixed address {address:#x} is not page-aligned")
@@ -142,8 +145,6 @@ def reap_dead(pattern, min_age: float = 0.0) -> int:
     no longer alive, and (``min_age`` > 0) older than ``min_age`` seconds
     (the guard for peers in another pid namespace sharing /dev/shm).
     Returns the number removed."""
-    import time
-    from .transports.liveness import pid_alive
     try:
         names = os.listdir(SHM_DIR)
     except OSError:

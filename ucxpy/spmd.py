@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Optional
 
 from . import auth, record
+from .bootstrap import from_env
 from .config import Config
 from .context import Context
 from .errors import InvalidRank
@@ -48,7 +49,7 @@ class World:
             if tr is not None:
                 tr.rank, tr.size = self.rank, self.size
                 if tr.tracing and self.size > 1:
-                    from .trace import align_clocks
+                    from .trace import align_clocks     # deferred: ucxpy.trace only when tracing
                     align_clocks(self, timeout=timeout)
         except BaseException:
             self.worker.close()
@@ -150,7 +151,6 @@ def init(config=None, timeout: float = 120.0, **overrides) -> World:
     global _world
     if _world is not None and not _world.finalized:
         return _world
-    from .bootstrap import from_env
     boot = from_env()
     try:
         cfg = config if config is not None else Config.from_env(**overrides)

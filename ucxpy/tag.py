@@ -49,7 +49,7 @@ from __future__ import annotations
 import collections
 
 from . import _dp
-from .errors import TruncationError
+from .errors import TruncationError, UcxpyError
 from .request import Request, TagInfo
 
 ANY_SOURCE = -1
@@ -282,7 +282,6 @@ def handoff_matched(req: RecvRequest, source: int, tag: int, payload) -> None:
     if tag & m.notify_mask & ~req.mask:
         req.add_done_callback(m.notify)
     if payload is None:
-        from .errors import UcxpyError
         req.complete(exc=UcxpyError(
             f"out of memory keeping a message of {source} (tag {tag:#x}) for this receive"))
         return

@@ -56,7 +56,11 @@ from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOpti
                                         BroadcastOptions, GatherOptions, ReduceOp,
                                         ReduceOptions, ReduceScatterOptions, ScatterOptions)
 
-from . import coll
+from . import coll, config
+from .bootstrap import detect_mpi_launcher
+from .bootstrap.pmi_boot import pmi_available
+from .config import Config
+from .context import Context
 from .errors import UcxpyError
 from .tag import ANY_SOURCE, FULL_MASK, RESERVED_TAG_BASE
 
@@ -80,8 +84,6 @@ def _process(store, group_rank: int):
     key group rank 0 published in ``store``."""
     if _Proc.worker is not None:
         return _Proc.worker
-    from .config import Config
-    from .context import Context
     if group_rank == 0:
         store.set("ucxpy/job_key", secrets.token_hex(32))
     key = store.get("ucxpy/job_key").decode()
@@ -97,9 +99,6 @@ def _process(store, group_rank: int):
 
 
 def _launched_by_ucxpy_or_mpi(env) -> bool:
-    from . import config
-    from .bootstrap import detect_mpi_launcher
-    from .bootstrap.pmi_boot import pmi_available
     return bool(config.setting("UCXPY_RUN_ADDR", env)) or pmi_available(env) \
         or detect_mpi_launcher(env) is not None
 
@@ -112,7 +111,7 @@ def _join_launcher_job() -> None:
     if env.get("MASTER_ADDR") or env.get("TORCHELASTIC_RUN_ID") or \
             not _launched_by_ucxpy_or_mpi(env):
         return
-    from .spmd import init
+    from .spmd import init      # deferred: only a ucxpy-run or mpiexec job joins (not torchrun)
     w = init()
     _Proc.world, _Proc.worker = w, w.worker
     boot = w.bootstrap

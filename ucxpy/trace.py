@@ -37,6 +37,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -432,8 +433,7 @@ def align_clocks(world, rounds: int = CLOCK_ROUNDS, timeout: float = 30.0) -> No
     pings rank 0 ``rounds`` times; from the round with the shortest round trip,
     offset = t_rank0 - (t_send + t_recv) / 2.  Rank 0 serves ranks in order.
     Collective; called by :class:`ucxpy.World` when tracing."""
-    import struct
-    from .tag import RESERVED_TAG_BASE
+    from .tag import RESERVED_TAG_BASE     # deferred: ucxpy-trace reads traces without .tag (_dp)
     tag = RESERVED_TAG_BASE | (2 << 48)
     tr = world.worker.tr
     w, rank, size = world.worker, world.rank, world.size

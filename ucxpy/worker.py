@@ -17,9 +17,10 @@ from .am import ActiveMessages
 from .buffers import PayloadPool, recv_view  # noqa: F401  (recv_view re-exported)
 from .endpoint import Endpoint
 from .netaddr import host_id
-from .progress_thread import threads_alive
+from .progress_thread import (ENDPOINT_API, WORKER_API, ProgressThread, make_thread_safe,
+                              threads_alive)
 from .errors import (ConnectionLost, InvalidBuffer, PeerFailure, ProgressThreadError,
-                     ProtocolError, UcxpyError)
+                     ProtocolError, TruncationError, UcxpyError)
 from .request import Request, TagInfo, deadline_of, timeout_error
 from .rma import MemHandle, RmaEngine
 from .rndv import RendezvousProtocol, RtsInfo, split_floor
@@ -174,7 +175,7 @@ class Worker:
                                      tuple((i.name, i.address()) for i in self.ifaces))
         self.address_bytes = self.address.pack()
         if self.config.trace or self.config.stats:
-            from .trace import Recorder
+            from .trace import Recorder     # deferred: ucxpy.trace only when tracing or counting
             self.tr = Recorder(self, self.config)
         if self.dp is not None:
             self._attach_native()
@@ -723,8 +724,6 @@ class Worker:
         :mod:`ucxpy.progress_thread`); public methods become serialized."""
         if self._progress_thread is not None:
             return
-        from .progress_thread import ENDPOINT_API, WORKER_API, ProgressThread, make_thread_safe
-        import threading
         self.lock = threading.RLock()
         make_thread_safe(self, WORKER_API, self.lock)
         for ep in self.endpoints.values():
@@ -768,7 +767,6 @@ class Worker:
         ep = Endpoint(self, address)
         ep.remote_id = self._local_id(address)
         if self.lock is not None:
-            from .progress_thread import ENDPOINT_API, make_thread_safe
             make_thread_safe(ep, ENDPOINT_API, self.lock)
         self.endpoints[ep.remote_id] = ep
         self._by_uuid[address.uuid] = ep
@@ -998,7 +996,6 @@ class Worker:
     def _recv_rndv(self, req, src, tag, rts):
         plugin = type(rts) is protocols.PluginOffer
         if rts.size > req.capacity:
-            from .errors import TruncationError
             if plugin:
                 rts.protocol.drop(rts)
             else:

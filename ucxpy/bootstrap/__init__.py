@@ -102,6 +102,7 @@ def from_env(env=None) -> Bootstrap:
     if forced in ("", "auto") and config.setting("UCXPY_RUN_ADDR", env):
         forced = "zmq"              # (ucxpy-run: no PMI or PMIx module to load)
     if forced in ("", "auto"):
+        # deferred: PMI's and PMIx's modules load only when probed (a ucxpy-run rank: neither)
         from .pmi_boot import pmi_available
         from .pmix_boot import pmix_server_present, unavailable_reason
         pmix_why = unavailable_reason() if pmix_server_present(env) else "no PMIx server"
@@ -123,16 +124,16 @@ def from_env(env=None) -> Bootstrap:
         else:
             forced = "single"
     if forced in ("zmq", "ucxpy-run"):
-        from .zmq_boot import ZmqBootstrap
+        from .zmq_boot import ZmqBootstrap      # deferred: the chosen bootstrap only
         return ZmqBootstrap.from_env(env)
     if forced == "pmi":
-        from .pmi_boot import PmiBootstrap
+        from .pmi_boot import PmiBootstrap      # deferred: the chosen bootstrap only
         return PmiBootstrap(env)
     if forced == "pmix":
-        from .pmix_boot import PmixBootstrap
+        from .pmix_boot import PmixBootstrap    # deferred: the chosen bootstrap only
         return PmixBootstrap(env)
     if forced == "mpi":
-        from .mpi_boot import MpiBootstrap
+        from .mpi_boot import MpiBootstrap      # deferred: the chosen bootstrap only (mpi4py)
         return MpiBootstrap()
     if forced in ("single", "singleton", "none"):
         return SingletonBootstrap()

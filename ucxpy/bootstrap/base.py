@@ -8,9 +8,10 @@ import os
 import socket
 import sys
 
-from .. import config
-from ..errors import BootstrapError, InvalidRank, PeerFailure
+from .. import auth, config
+from ..errors import BootstrapError, ConfigError, InvalidRank, PeerFailure
 from ..errors import TimeoutError as _UcxpyTimeoutError
+from ..netaddr import LOOPBACK, outward_ipv4
 
 #: seconds a collective waits when the caller passes ``timeout=None``
 #: (override with ``UCXPY_BOOTSTRAP_TIMEOUT``; 0 or negative = wait forever)
@@ -161,8 +162,6 @@ class Bootstrap:
         broadcast through the launcher's own channel; computed once."""
         key = getattr(self, "_job_key", None)
         if key is None:
-            from .. import auth
-            from ..errors import ConfigError
             mine = None
             if self.rank == 0:
                 try:
@@ -174,7 +173,6 @@ class Bootstrap:
 
     def _placement_listen_address(self):
         """Loopback when every rank is on this host, else the routed address."""
-        from ..netaddr import LOOPBACK, outward_ipv4
         return LOOPBACK if self.local_size >= self.size else outward_ipv4()
 
     def _placement_from_hostnames(self, timeout=None):

@@ -99,7 +99,7 @@ def dropin_pythonpath(name: str) -> list:
     that provides the drop-in (``ucxpy.dropins`` entry point: a function of
     the name returning the entries; mpi_shim provides mpi4py and shmem4py):
     the launcher does not import the layers built on ucxpy."""
-    from importlib import metadata
+    from importlib import metadata      # deferred: importlib.metadata only for --as-<name>
     for ep in metadata.entry_points(group="ucxpy.dropins"):
         if ep.name == name:
             return list(ep.load()(name))

@@ -31,7 +31,7 @@ __all__ = ["MpiBootstrap"]
 
 def _import_mpi():
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI      # deferred: an MPI library initializes at this import
     except ImportError as e:
         raise BootstrapError(f"MPI bootstrap needs mpi4py: {e}") from None
     return MPI

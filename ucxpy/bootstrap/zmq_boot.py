@@ -71,6 +71,7 @@ import time
 
 from .. import auth, config
 from ..errors import BootstrapError, ConfigError, PeerFailure
+from ..netaddr import LOOPBACK, is_loopback, outward_ipv4
 from .base import Bootstrap, BootstrapTimeout, resolve_timeout
 from .zmtp import Connection
 
@@ -210,7 +211,6 @@ class ZmqBootstrap(Bootstrap):
     def listen_address(self):
         """Loopback when the launcher is (a single-host job), else the local
         address that routes to the launcher."""
-        from ..netaddr import LOOPBACK, is_loopback, outward_ipv4
         host = self.addr.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
         return LOOPBACK if is_loopback(host) else outward_ipv4(host)
 

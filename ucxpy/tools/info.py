@@ -26,8 +26,15 @@ TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 4
 if TYPE_CHECKING:
     from typing import Optional
 
-from .. import record
-from ..endpoint import protocol_thresholds
+from .. import __version__, record
+from ..auth import MASK, job_key
+from ..config import Config, setting, unknown_variables, variables
+from ..context import LOOPBACK, TRANSPORTS, Context, load_transport
+from ..endpoint import protocol_thresholds, select_lane
+from ..errors import ConfigError, UcxpyError
+from ..protocols import parse_spec, plugin_class
+from ..rndv import rndv_variant
+from ..transports.base import Caps
 
 #: protocol names printed by ``-e`` (and used by tests)
 EAGER_SHORT = "eager short"
@@ -71,8 +78,6 @@ def _table(rows, headers) -> str:
 
 def load_config():
     """``(Config, error or None)``: a broken environment falls back to defaults."""
-    from ..config import Config
-    from ..errors import ConfigError
     try:
         return Config.from_env(), None
     except ConfigError as e:
@@ -83,7 +88,6 @@ def load_config():
 def interface_attrs(name: str, config):
     """Attributes of transport ``name`` from a throwaway worker, or
     ``(None, reason)`` if the interface cannot be created here."""
-    from ..context import Context
     try:
         cfg = record.replace(config, tls=(name,))
         worker = Context(cfg).create_worker()
@@ -105,7 +109,6 @@ def protocol_ranges(attrs, config) -> list:
     """``[(first byte count, last byte count, protocol)]`` covering 0 .. inf,
     from the functions the endpoint (eager/rendezvous thresholds) and the
     rendezvous receiver (its variant) call themselves."""
-    from ..rndv import rndv_variant
     short, rndv = protocol_thresholds(attrs, config)
     ranges = []
     short_end = min(short, rndv - 1)
@@ -136,8 +139,6 @@ def protocol_ranges(attrs, config) -> list:
 
 def describe_auth(config) -> str:
     """One line on the job key (never the key itself)."""
-    from ..auth import job_key
-    from ..errors import ConfigError
     try:
         key = job_key(config)
     except ConfigError as e:
@@ -151,8 +152,6 @@ def describe_auth(config) -> str:
 
 
 def print_transports(config, out) -> None:
-    from .. import __version__
-    from ..context import TRANSPORTS, load_transport
     print(f"# ucxpy version {__version__}  (python {sys.version.split()[0]}, "
           f"{os.uname().sysname} {os.uname().release}, host {socket.gethostname()})", file=out)
     print(f"# UCXPY_TLS={','.join(config.tls)}", file=out)
@@ -201,11 +200,7 @@ def print_config(config, out, full: bool = False) -> None:
     component, with its documentation when ``full``; environment values that
     differ from the default are marked ``*``; undeclared ``UCXPY_*`` names in
     the environment are listed (a typo is otherwise silently ignored)."""
-    import textwrap
-
-    from ..auth import MASK
-    from ..config import setting, unknown_variables, variables
-    from ..errors import ConfigError
+    import textwrap     # deferred: only -c wraps text
     core = dict(config.items())
     groups = {}
     for var in variables().values():
@@ -234,8 +229,7 @@ def print_config(config, out, full: bool = False) -> None:
 def self_test(config) -> dict:
     """Statistics of a loopback exchange (one message per protocol) on a
     fresh worker with counting on (``-s``)."""
-    from ..context import LOOPBACK, Context
-    from ..trace import Recorder, discard
+    from ..trace import Recorder, discard   # deferred: ucxpy.trace only for -s
     cfg = record.replace(config, stats=False, trace="", tls=(LOOPBACK,))
     w = Context(cfg).create_worker()
     w.tr = Recorder(w, cfg)
@@ -258,9 +252,6 @@ def self_test(config) -> dict:
 
 def print_protocols(config, out) -> int:
     """Chosen lane and protocol per size range; returns an exit status."""
-    from ..context import Context
-    from ..endpoint import select_lane
-    from ..errors import UcxpyError
     try:
         worker = Context(config).create_worker()
     except UcxpyError as e:
@@ -303,18 +294,17 @@ def print_protocols(config, out) -> int:
 
 def print_collectives(n: int, out) -> None:
     """Collective algorithm per operation and size (ucxpy.schedules decides)."""
-    from ..schedules import collective_table
+    from ..schedules import collective_table    # deferred: the schedules only for -e
     print(f"\n# collective algorithms for a group of {n} ranks "
           "(mpi_shim, shmem; ucxpy.schedules):", file=out)
     print(_table(collective_table(n), ("collective", "payload", "algorithm")), file=out)
-    from ..schedules import team_table
+    from ..schedules import team_table      # deferred: the schedules only for -e
     print(f"\n# blocking collectives of a same-host group of {n} with a shared-memory team "
           "(mpi_shim; ucxpy.shmteam, UCXPY_SHM_COLL=y; ucxpy.schedules), larger ones as above:", file=out)
     print(_table(team_table(n), ("collective", "payload", "algorithm")), file=out)
 
 
 def _reaches(worker, iface, remote) -> bool:
-    from ..transports.base import Caps
     raddr = remote.transport(iface.name)
     if raddr is None:
         return False
@@ -370,7 +360,6 @@ def _plugin_cut(rows: list, config, native: bool = False) -> list:
     given to it: it runs them in Python, whatever the stock table said, and
     in its C half too (``native``: the data plane reads the interface's
     inbox) for the messages C callers send and receive."""
-    from ..protocols import parse_spec, plugin_class
     name, ranges = parse_spec(config.proto_plugin)
     if not name:
         return rows
@@ -473,7 +462,6 @@ def cma_check() -> tuple:
 
 
 def print_devices(config, out) -> None:
-    from ..context import load_transport
     print("# tcp: network interfaces", file=out)
     rows = []
     try:
@@ -531,8 +519,6 @@ def print_devices(config, out) -> None:
 def print_memory_domains(config, out) -> None:
     """The memory domain of every selected transport, from a worker's
     interfaces (what ``ucxpy.rma`` chooses by), and the atomic mode."""
-    from ..context import Context
-    from ..errors import UcxpyError
     try:
         worker = Context(config).create_worker()
     except UcxpyError as e:
@@ -561,7 +547,7 @@ def print_memory_domains(config, out) -> None:
 
 def print_stats(config, out) -> int:
     """What the statistics count, and those of a loopback self-test."""
-    from ..trace import COUNTERS
+    from ..trace import COUNTERS     # deferred: ucxpy.trace only for -s
     print("# Statistics (Worker.stats(); UCXPY_STATS=y prints them at exit, "
           "UCXPY_TRACE=DIR records them in each trace header)", file=out)
     print(_table(list(COUNTERS), ("counter", "meaning")), file=out)
@@ -609,7 +595,7 @@ def main(argv=None) -> int:
     if args.stats:
         status = print_stats(config, out) or status
     if args.libucp:
-        from .ucx import environment, resolved_libucp
+        from .ucx import environment, resolved_libucp     # deferred: only --libucp
         print(f"libucp.so.0 as built:        {resolved_libucp() or '(no MPICH libmpi found)'}",
               file=out)
         print(f"libucp.so.0 under ucxpy-ucx: {resolved_libucp(environment())}", file=out)

@@ -85,7 +85,7 @@ import time
 
 import numpy as np
 
-from ..config import setting
+from ..config import parse_size, setting
 from .perf_comms import UcxpyComm
 
 TAG_TESTS = ("tag_lat", "tag_lat_nb", "tag_bw")
@@ -111,7 +111,6 @@ BW_BYTES, BW_MIN, BW_MAX = 1 << 30, 3, 1000
 
 
 def parse_sizes(text: str) -> list:
-    from ..config import parse_size
     return [parse_size(t) for t in text.split(",") if t.strip()]
 
 

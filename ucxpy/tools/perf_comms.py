@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import struct
 
+import ucxpy
+
 
 # ------------------------------------------------------------------ comms
 
@@ -20,8 +22,7 @@ class UcxpyComm:
     impl = "ucxpy"
 
     def __init__(self):
-        import ucxpy
-        from ucxpy.tag import FULL_MASK
+        from ucxpy.tag import FULL_MASK     # deferred: the core loads only for the ucxpy driver
         self.world = ucxpy.init()
         self.rank, self.size = self.world.rank, self.world.size
         self._mask = FULL_MASK

@@ -190,13 +190,13 @@ def print_summary(s: dict, out=sys.stdout) -> None:
 def plot(s: dict, outdir: str) -> list:
     """Message-size histogram and rank x rank traffic heat map (PNG files)."""
     try:
-        import matplotlib
+        import matplotlib               # deferred: matplotlib only for plots
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt     # deferred (as above)
     except ImportError:
         raise TraceError("plotting needs matplotlib (pip install matplotlib, "
                          "or the package's [bench] / [test] extra)") from None
-    import numpy as np
+    import numpy as np      # deferred: numpy only for plots
     os.makedirs(outdir, exist_ok=True)
     paths = []
     fig, ax = plt.subplots(figsize=(7, 4))

@@ -51,6 +51,7 @@ TYPE_CHECKING = False      # (typing is imported for type checkers only: issue 4
 if TYPE_CHECKING:
     from typing import Callable, ClassVar, Optional
 
+from ..errors import InvalidBuffer
 from ..record import field, record
 
 MAX_HEADER = 1024
@@ -66,7 +67,6 @@ def byte_view(buf):
         try:
             mv = mv.cast("B")
         except TypeError:
-            from ..errors import InvalidBuffer
             raise InvalidBuffer("payload must be a contiguous buffer") from None
     return mv
 

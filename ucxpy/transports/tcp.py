@@ -615,7 +615,7 @@ class TcpEndpoint(TransportEndpoint):
 
     def _tls_step(self) -> None:
         """Advance the non-blocking TLS handshake; send the hello once it is done."""
-        import ssl          # (loaded with tcp_tls, only by jobs that use TLS: 7 ms)
+        import ssl          # (deferred with tcp_tls: only jobs that use TLS load it, 7 ms)
         try:
             self.sock.do_handshake()
         except ssl.SSLWantReadError:
@@ -803,7 +803,7 @@ class TcpInterface(Interface):
         self.key = job_key or auth.process_key()
         self.tls = None
         if getattr(config, "tcp_tls", False):
-            from .tcp_tls import TlsCredentials
+            from .tcp_tls import TlsCredentials     # deferred: TLS (ssl, 7 ms) only when asked for
             self.tls = TlsCredentials.get()
         tcp_iface = getattr(config, "tcp_iface", "") or ""
         ips = advertised_ipv4s(tcp_iface, keyed=job_key is not None)
@@ -838,7 +838,7 @@ class TcpInterface(Interface):
                                    keyed=auth.job_key(config) is not None)
             socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
             if getattr(config, "tcp_tls", False):
-                from .tcp_tls import TlsCredentials
+                from .tcp_tls import TlsCredentials     # deferred: TLS (ssl) only when asked for
                 TlsCredentials.get()
         except (OSError, TransportUnavailable, ConfigError) as e:
             return Availability(False, str(e))

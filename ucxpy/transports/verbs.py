@@ -89,6 +89,7 @@ from ..lazy import logger
 from .. import auth, config
 from ..errors import (ConnectionLost, MessageTooLarge, ProtocolError, RemoteAccessError,
                       TransportUnavailable)
+from ..netaddr import advertised_ipv4s
 from .base import (MAX_HEADER, Availability, Caps, ChunkedOp, Interface, MdCaps,
                    RegistrationDomain, TransportAttrs, TransportEndpoint, ViewRegistrations,
                    fail_queued)
@@ -658,7 +659,6 @@ class VerbsInterface(Interface):
             raise
 
     def _setup(self, cfg) -> None:
-        from ..netaddr import advertised_ipv4s
         a = self.dev
         self.port = int(a.port)
         self.lid = int(a.lid)

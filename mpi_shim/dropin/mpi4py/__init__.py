@@ -18,6 +18,9 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
+import warnings
+
+from mpi_shim import rc as _shim_rc
 
 __version__ = "4.1.2"
 __author__ = "ucxpy (drop-in for mpi4py)"
@@ -35,9 +38,8 @@ class Rc:
                 "recv_mprobe", "irecv_bufsz", "errors")
 
     def __init__(self, **kwargs):
-        from mpi_shim import rc as defaults
         for name in self._OPTIONS:
-            object.__setattr__(self, name, getattr(defaults, name))
+            object.__setattr__(self, name, getattr(_shim_rc, name))
         self(**kwargs)
 
     def __setattr__(self, name, value):
@@ -45,8 +47,7 @@ class Rc:
             raise TypeError(f"object has no attribute {name!r}")
         object.__setattr__(self, name, value)
         if self is rc:                      # the module-level rc drives mpi_shim
-            from mpi_shim import rc as target
-            setattr(target, name, value)
+            setattr(_shim_rc, name, value)
 
     def __call__(self, **kwargs):
         for name, value in kwargs.items():
@@ -118,8 +119,7 @@ def profile(name: str, *, path=None) -> None:
     loaded.  (mpi_shim has no PMPI layer: the library is loaded, its MPI_*
     symbols are not called by this MPI.)
     """
-    import ctypes
-    import warnings
+    import ctypes       # deferred: only profile() needs ctypes, not `import mpi4py`
     if path is None:
         dirs = []
     elif isinstance(path, (str, bytes, os.PathLike)):
@@ -152,6 +152,6 @@ def profile(name: str, *, path=None) -> None:
 
 
 def _in_ld_path(fname) -> bool:
-    import ctypes.util
+    import ctypes.util      # deferred: ctypes.util imports subprocess and shutil
     base = fname[3:-3] if fname.startswith("lib") and fname.endswith(".so") else fname
     return ctypes.util.find_library(base) is not None
