@@ -13,6 +13,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGS = os.path.join(ROOT, "tests", "progs")
+# A job of the suite that ucxpy-run kills at its --timeout prints every
+# rank's stacks first: a hang seen once in a CI run is then diagnosable.
+os.environ.setdefault("UCXPY_RUN_STACKS_ON_TIMEOUT", "1")
 
 
 # ------------------------------------------------- full-size jobs (make test-scale)

@@ -221,6 +221,20 @@ def test_abort_kills_the_job():
 
 
 @pytest.mark.timeout(60)
+def test_global_timeout_prints_the_ranks_stacks():
+    """--stacks-on-timeout: each rank's threads' stacks, then the kill."""
+    t0 = time.monotonic()
+    r = launch(2, "boot_misc.py", "sleep", opts=["--timeout", "3", "--stacks-on-timeout"],
+               timeout=50)
+    assert r.returncode == 124, r.stderr
+    assert "job timed out after 3 s; the stacks of rank(s) 0, 1 follow" in r.stderr
+    # faulthandler's dump, once per rank, naming the line the rank sleeps on
+    assert r.stderr.count("Fatal Python error: Aborted") == 2, r.stderr
+    assert r.stderr.count("boot_misc.py\", line") >= 2, r.stderr
+    assert time.monotonic() - t0 < 12
+
+
+@pytest.mark.timeout(60)
 def test_global_timeout():
     t0 = time.monotonic()
     r = launch(2, "boot_misc.py", "sleep", opts=["--timeout", "2"], timeout=50)

@@ -36,6 +36,9 @@ config.declare(
      "PMI wire protocol to speak on PMI_FD: 1 or 2 (default 1 under Hydra, 2 under Slurm)"),
     ("RUN_ADVERTISE", "", str,
      "ucxpy-run: the address ranks use to reach the launcher (as --advertise)"),
+    ("RUN_STACKS_ON_TIMEOUT", False, config.parse_bool,
+     "ucxpy-run: at --timeout, have every rank print each thread's stack before it is "
+     "killed (as --stacks-on-timeout)"),
     ("RUN_ADDR", "", str, "set by ucxpy-run: its rendezvous service (selects the zmq bootstrap)"),
     ("RANK", None, int, "set by ucxpy-run: this process's rank"),
     ("SIZE", None, int, "set by ucxpy-run: the number of ranks"),

@@ -62,6 +62,7 @@ import ctypes
 import math
 import os
 import queue
+import resource
 import shlex
 import shutil
 import signal
@@ -374,6 +375,8 @@ class Job:
             os.environ["PYTHONPATH"] = base_env["PYTHONPATH"]    # spawned processes too
         if opts.tag_output:
             base_env.setdefault("PYTHONUNBUFFERED", "1")    # lines arrive as written
+        if opts.stacks_on_timeout:
+            base_env.setdefault("PYTHONFAULTHANDLER", "1")  # stacks on SIGABRT
         for rank, (host, lrank, lsize) in enumerate(placement):
             vars_ = {
                 "UCXPY_RUN_ADDR": self.addr, "UCXPY_RANK": str(rank),
@@ -545,6 +548,24 @@ class Job:
             r.signal(signal.SIGTERM)
             self.terminating[r.label] = deadline
 
+    def _dump_stacks(self, reason: str):
+        """--stacks-on-timeout: SIGABRT every running rank (faulthandler,
+        which the ranks' PYTHONFAULTHANDLER turned on, prints each thread's
+        stack, then the rank dies); what is left is killed as usual,
+        :data:`KILL_ESCALATE` seconds later."""
+        self.killing = True
+        alive = [r for r in self.running() if r.label not in self.terminating]
+        _say(f"{reason}; the stacks of rank(s) {', '.join(r.label for r in alive)} follow")
+        deadline = time.monotonic() + KILL_ESCALATE
+        for r in alive:
+            r.killed_by_us = True
+            try:                # our abort, not a crash: no core file
+                resource.prlimit(r.proc.pid, resource.RLIMIT_CORE, (0, 0))
+            except (OSError, ValueError, AttributeError):
+                pass
+            r.signal(signal.SIGABRT)
+            self.terminating[r.label] = deadline
+
     def _kill_job(self, reason: str):
         self.killing = True
         self._terminate(self.running(), reason)
@@ -593,7 +614,11 @@ class Job:
                 and not self.killing and self.running():
             if self.status == 0:
                 self.status = 124
-            self._kill_job(f"job timed out after {self.opts.timeout:g} s")
+            reason = f"job timed out after {self.opts.timeout:g} s"
+            if self.opts.stacks_on_timeout:
+                self._dump_stacks(reason)
+            else:
+                self._kill_job(reason)
         if self.grace_deadline is not None and now >= self.grace_deadline \
                 and not self.killing and self.running():
             self._kill_job(f"grace period of {self.opts.grace:g} s is over")
@@ -714,6 +739,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--np", type=int, required=True, help="number of ranks")
     p.add_argument("--timeout", type=float, default=0.0,
                    help="kill the whole job after this many seconds (0 = never)")
+    p.add_argument("--stacks-on-timeout", action="store_true",
+                   default=config.setting("UCXPY_RUN_STACKS_ON_TIMEOUT"),
+                   help="at --timeout, have every rank print each of its threads' stack "
+                        "(Python's faulthandler, on SIGABRT) before the job is killed")
     p.add_argument("--grace", type=float, default=5.0,
                    help="after a rank fails, seconds before the others are killed")
     p.add_argument("--tag-output", action="store_true",
