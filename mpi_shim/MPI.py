@@ -5,8 +5,6 @@ Importing this module joins the SPMD job (``ucxpy.init()``, like mpi4py's
 """
 from __future__ import annotations
 
-import types as _types
-
 from .attr import (APPNUM, HOST, IO, KEYVAL_INVALID, LASTUSEDCODE, TAG_UB_KEY as TAG_UB,
                    UNIVERSE_SIZE, WIN_BASE, WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_MODEL,
                    WIN_SIZE, WTIME_IS_GLOBAL)
@@ -78,6 +76,7 @@ __pyx_capi__ = _build_capi()
 del _build_capi
 from .docsig import embed_signatures as _embed_signatures  # noqa: E402
 _embed_signatures(__import__(__name__, fromlist=["*"]))
+del _embed_signatures
 del annotations
 
 
@@ -86,8 +85,13 @@ def __getattr__(name):
     # imported on first use, so that a program that never asks for it does
     # not import numpy (ucxpy.lazy)
     if name in ("buffer", "memory"):
-        from .memory import buffer      # deferred: .memory imports numpy (start-up, issue 44)
-        _embed_signatures(_types.SimpleNamespace(buffer=buffer))
+        # deferred: .memory imports numpy (start-up, issue 44); and MPI's
+        # namespace holds no helper module (mpi4py's test_doc walks it)
+        import types
+
+        from .docsig import embed_signatures
+        from .memory import buffer
+        embed_signatures(types.SimpleNamespace(buffer=buffer))
         globals().update(buffer=buffer, memory=buffer)
         return buffer
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
