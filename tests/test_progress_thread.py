@@ -74,3 +74,43 @@ def test_receives_posted_while_the_thread_delivers_all_complete(tl, post):
     finally:
         sys.setswitchinterval(old)
         p.close()
+
+
+def test_a_paused_thread_stands_aside_until_resumed():
+    """pause_progress_thread: a waiter that progresses the worker itself has
+    the thread stand aside (shmem's waits: two threads taking turns at the
+    worker cost a GIL hand-off each); pauses nest, and a paused thread stops."""
+    p = Pair("tcp")
+    try:
+        a, b = p.workers
+        ep = p.eps[0][1]
+        assert not b.pause_progress_thread()            # no thread: nothing to pause
+        r = b.tag_recv_nb(bytearray(4), 7, source=0)     # wire-up first
+        ep.tag_send_nb(b"wire", 7)
+        p.wait(r)
+        b.start_progress_thread()
+        assert b.pause_progress_thread() and b.pause_progress_thread()
+        buf = bytearray(4)
+        r = b.tag_recv_nb(buf, 8, source=0)
+        ep.tag_send_nb(b"late", 8)
+        deadline = time.monotonic() + 0.3
+        while time.monotonic() < deadline:
+            a.progress()                                 # only the sender progresses
+            time.sleep(0.001)
+        assert not r.done, "the paused thread progressed the worker"
+        b.resume_progress_thread()
+        time.sleep(0.05)
+        assert not r.done, "one resume of two let the thread go on"
+        b.resume_progress_thread()
+        deadline = time.monotonic() + 30
+        while not r.done and time.monotonic() < deadline:
+            a.progress()
+            time.sleep(0.001)
+        assert r.done and bytes(buf) == b"late"
+        b.pause_progress_thread()
+        t = b._progress_thread
+        b.stop_progress_thread()                         # stops while paused
+        t.join(5)
+        assert not t.is_alive()
+    finally:
+        p.close()
