@@ -85,10 +85,9 @@ def __getattr__(name):
     # imported on first use, so that a program that never asks for it does
     # not import numpy (ucxpy.lazy)
     if name in ("buffer", "memory"):
-        # deferred: .memory imports numpy (start-up, issue 44); and MPI's
-        # namespace holds no helper module (mpi4py's test_doc walks it)
+        # (MPI's namespace holds no helper module: mpi4py's test_doc walks it)
+        # deferred: .memory imports numpy (start-up, issue 44)
         import types
-
         from .docsig import embed_signatures
         from .memory import buffer
         embed_signatures(types.SimpleNamespace(buffer=buffer))
