@@ -205,21 +205,9 @@ class Runtime:
         forever) and PeerFailure/ConnectionLost when a peer died meanwhile."""
         if cond():
             return
-        # The waiter progresses the worker itself and the progress thread
-        # stands aside meanwhile.  Two threads taking turns at the worker
-        # cost a GIL hand-off per turn (up to the switch interval): with the
-        # thread doing the progress and the waiter only testing, a 16-PE
-        # barrier_all over tcp on 2 cores took 40 ms against 6 ms without a
-        # thread, and tests/hosts' 16-PE shmem job 100-240 s.
-        paused = self.progress_thread and self.worker.pause_progress_thread()
-        try:
-            self._wait(cond, what, timeout)
-        finally:
-            if paused:
-                self.worker.resume_progress_thread()
-
-    def _wait(self, cond, what, timeout) -> None:
-        progress = self.worker.progress
+        # with the progress thread on, leave progress to it: competing for
+        # the worker lock costs a GIL hand-off (up to the switch interval)
+        progress = _no_progress if self.progress_thread else self.worker.progress
         timeout = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + timeout if timeout and timeout > 0 else float("inf")
         spins, nap = 0, 10e-6
@@ -272,6 +260,10 @@ class Runtime:
             accel.close_table()
             self.finalized = True
 
+
+def _no_progress() -> int:
+    time.sleep(0)       # release the GIL so the progress thread runs
+    return 0
 
 
 def _want_progress_thread() -> bool:

@@ -6,10 +6,7 @@ busy computing) can instead let a thread progress its worker.  While the
 thread runs, the worker's and its endpoints' public methods take the
 worker's lock, so the application may keep calling them from one thread.
 The thread spins briefly after activity, then sleeps on the transports' file
-descriptors, so an idle target costs little CPU.  An application thread that
-blocks in a wait of its own and progresses the worker meanwhile may have the
-thread stand aside for that time (:meth:`ProgressThread.pause`): two threads
-of one process taking turns at the worker pay a GIL hand-off each time.
+descriptors, so an idle target costs little CPU.
 """
 from __future__ import annotations
 
@@ -65,8 +62,7 @@ WORKER_LOCK_FREE = {
     "recv_frame", "recv_dest", "conn_failed",
     # configuration read (or set once before traffic) and the thread's own switches
     "oversubscribed", "local_ranks", "set_local_ranks", "cpu_share", "stats",
-    "start_progress_thread", "stop_progress_thread", "pause_progress_thread",
-    "resume_progress_thread",
+    "start_progress_thread", "stop_progress_thread",
     # close() stops the thread first, then tears down alone
     "close",
 }
@@ -92,25 +88,6 @@ class ProgressThread(threading.Thread):
         self.worker = worker
         self.busy = busy
         self._stop_event = threading.Event()
-        self._running = threading.Event()     # clear while paused
-        self._running.set()
-        self._pauses = 0
-        self._pause_lock = threading.Lock()
-
-    def pause(self) -> None:
-        """Stand aside until :meth:`resume`: the caller progresses the
-        worker itself meanwhile.  Calls nest, from any thread."""
-        with self._pause_lock:
-            self._pauses += 1
-            self._running.clear()
-
-    def resume(self) -> None:
-        """Undo one :meth:`pause`; the last one lets the thread go on."""
-        with self._pause_lock:
-            self._pauses -= 1
-            if self._pauses <= 0:
-                self._pauses = 0
-                self._running.set()
 
     def run(self) -> None:
         try:
@@ -122,16 +99,8 @@ class ProgressThread(threading.Thread):
 
     def _loop(self) -> None:
         w, lock = self.worker, self.worker.lock
-        running = self._running
-        # more ranks than CPUs: no spin after activity (it would take the
-        # CPU from the rank that is to answer), sleep on the fds at once
-        busy = 0.0 if w.oversubscribed() else self.busy
         idle_since = time.monotonic()
         while not self._stop_event.is_set():
-            if not running.is_set():
-                running.wait()              # paused: the application progresses
-                idle_since = time.monotonic()
-                continue
             with lock:
                 if w.closed:
                     return
@@ -139,7 +108,7 @@ class ProgressThread(threading.Thread):
             now = time.monotonic()
             if n:
                 idle_since = now
-            elif now - idle_since >= busy:
+            elif now - idle_since > self.busy:
                 fds = [fd for i in w.ifaces for fd in i.wait_fds()]
                 if fds:
                     select.select(fds, (), (), 0.001)
@@ -150,6 +119,5 @@ class ProgressThread(threading.Thread):
 
     def stop(self) -> None:
         self._stop_event.set()
-        self._running.set()                 # (a paused thread sees the stop)
         if threading.current_thread() is not self:
             self.join(timeout=5)

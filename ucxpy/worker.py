@@ -736,23 +736,6 @@ class Worker:
         if t is not None:
             t.stop()
 
-    def pause_progress_thread(self) -> bool:
-        """A blocking wait that progresses this worker itself begins: the
-        progress thread, if any, stands aside until
-        :meth:`resume_progress_thread` (see :mod:`ucxpy.progress_thread`).
-        Returns whether there is a thread to resume."""
-        t = self._progress_thread
-        if t is None:
-            return False
-        t.pause()
-        return True
-
-    def resume_progress_thread(self) -> None:
-        """Undo one :meth:`pause_progress_thread` that returned True."""
-        t = self._progress_thread
-        if t is not None:
-            t.resume()
-
     # -- wire-up -------------------------------------------------------------
     def connect(self, address) -> Endpoint:
         """Endpoint to the worker at ``address`` (bytes or WorkerAddress).
