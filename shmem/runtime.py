@@ -178,7 +178,7 @@ class Runtime:
         self.wait_policy = _WAIT_POLICY[self.oversubscribed]
         self.ctxs = _registry("ctxs")(self)
         self.progress_thread = False
-        if self.any_am and _want_progress_thread():
+        if self.any_am and _want_progress_thread(self.oversubscribed):
             # AM-mode targets must progress for peers' puts and atomics to
             # land; a PE busy computing would otherwise stall them.
             self.worker.start_progress_thread()
@@ -266,8 +266,15 @@ def _no_progress() -> int:
     return 0
 
 
-def _want_progress_thread() -> bool:
-    return config.setting("UCXPY_SHMEM_PROGRESS_THREAD") != "n"
+def _want_progress_thread(oversubscribed: bool) -> bool:
+    """auto: only when the host has a CPU for the thread.  With more PEs than
+    CPUs the thread has none to run on: each PE's two threads take turns at
+    the GIL, and every worker call goes through the thread's lock with the
+    native fast paths off (tests/hosts' 16-PE job on 2 cores: 68-132 s with
+    it, 19 s without, docs/performance.md).  AM-mode accesses are then
+    served inside shmem calls, as OpenSHMEM requires."""
+    mode = config.setting("UCXPY_SHMEM_PROGRESS_THREAD")
+    return mode == "y" or (mode == "auto" and not oversubscribed)
 
 
 current: Optional[Runtime] = None

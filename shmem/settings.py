@@ -22,6 +22,7 @@ config.declare(
      "bytes of symmetric heap per PE (default: SHMEM_SYMMETRIC_SIZE, else 64M)"),
     ("SHMEM_PROGRESS_THREAD", "auto", config.parse_tristate,
      "a background thread serves remote accesses that arrive as active messages while "
-     "the PE computes (auto/y: when some peer is reached that way; n: they are served "
-     "only inside shmem calls)"),
+     "the PE computes (y: when some peer is reached that way; auto: the same, unless "
+     "this host runs more PEs than it has CPUs; n: they are served only inside shmem "
+     "calls)"),
 )

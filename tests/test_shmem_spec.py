@@ -91,3 +91,14 @@ def test_spec_all_sections_four_pes():
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-4000:]
     assert r.stdout.count("SHMEM-SPEC OK") == 4 * len(SECTIONS), out[-4000:]
+
+
+@pytest.mark.parametrize("mode,oversubscribed,want", [
+    ("auto", False, True), ("auto", True, False), ("y", True, True), ("n", False, False)])
+def test_progress_thread_choice(monkeypatch, mode, oversubscribed, want):
+    """UCXPY_SHMEM_PROGRESS_THREAD: auto starts the AM-mode thread only where
+    the host has a CPU for it (with more PEs than CPUs it cost tests/hosts'
+    16-PE job 68-132 s against 19 s); y and n decide alone."""
+    from shmem import runtime
+    monkeypatch.setenv("UCXPY_SHMEM_PROGRESS_THREAD", mode)
+    assert runtime._want_progress_thread(oversubscribed) is want
