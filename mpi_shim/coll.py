@@ -18,7 +18,7 @@ from ucxpy import intercoll as inter
 from .msgspec import Msg, sub
 from .exceptions import ERR_REVOKED, ERR_ROOT, ERR_TRUNCATE, Exception
 from .op import store
-from .ops import run as _run
+from .ops import run  # (comm, dynproc and intercomm take it from here)
 
 ROOT, PROC_NULL = inter.ROOT, inter.IDLE      # (MPI's values: -3, -2)
 _EMPTY = b""
@@ -36,11 +36,6 @@ def check_root(c, root):
 def check_inter_root(c, root):
     if root not in (ROOT, PROC_NULL) and not (0 <= root < len(c.remote)):
         raise Exception(ERR_ROOT, f"invalid root {root}")
-
-
-def run(gen):
-    """Run a collective generator to completion, blocking."""
-    return _run(gen)
 
 
 def g_alltoall_obj(c, objs):

@@ -416,7 +416,7 @@ class Comm(Handle, P2P, Coll):
         c = self._impl()
         if c.predefined:
             raise Exception(ERR_COMM, "cannot disconnect a predefined communicator")
-        run(barrier(c) if c.kind != "inter" else _inter_barrier(c))
+        run(barrier(c) if c.kind != "inter" else g_inter_barrier(c))
         self.Free()
 
     def Create(self, group: Group):
@@ -570,10 +570,6 @@ class Comm(Handle, P2P, Coll):
         """Create a partitioned receive request."""
         from .part import precv_init     # deferred: .part loads at the first partitioned call
         return precv_init(self, buf, partitions, source, tag)
-
-
-def _inter_barrier(c):
-    return g_inter_barrier(c)
 
 
 class Intracomm(Comm):

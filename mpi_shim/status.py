@@ -234,7 +234,7 @@ class Status:
 
     @count.setter
     def count(self, value: int) -> None:
-        self.Set_elements(_byte(), value)
+        self.Set_elements(BYTE, value)
 
     @property
     def cancelled(self) -> bool:
@@ -249,14 +249,10 @@ class Status:
         self.Set_cancelled(value)
 
 
-def _byte():
-    return BYTE
-
-
 def _typemap(datatype):
     """The type map of a status query's datatype (BYTE when None)."""
     if datatype is None:
-        datatype = _byte()
+        datatype = BYTE
     if not isinstance(datatype, Datatype):
         raise TypeError(f"expected a Datatype, not {type(datatype).__name__}")
     return datatype._impl().typemap

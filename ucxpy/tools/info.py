@@ -294,11 +294,10 @@ def print_protocols(config, out) -> int:
 
 def print_collectives(n: int, out) -> None:
     """Collective algorithm per operation and size (ucxpy.schedules decides)."""
-    from ..schedules import collective_table    # deferred: the schedules only for -e
+    from ..schedules import collective_table, team_table    # deferred: the schedules only for -e
     print(f"\n# collective algorithms for a group of {n} ranks "
           "(mpi_shim, shmem; ucxpy.schedules):", file=out)
     print(_table(collective_table(n), ("collective", "payload", "algorithm")), file=out)
-    from ..schedules import team_table      # deferred: the schedules only for -e
     print(f"\n# blocking collectives of a same-host group of {n} with a shared-memory team "
           "(mpi_shim; ucxpy.shmteam, UCXPY_SHM_COLL=y; ucxpy.schedules), larger ones as above:", file=out)
     print(_table(team_table(n), ("collective", "payload", "algorithm")), file=out)
