@@ -535,40 +535,31 @@ class Job:
     def running(self):
         return [r for r in self.ranks if r.returncode is None]
 
-    def _terminate(self, ranks, reason: str):
-        """SIGTERM ``ranks`` (their process groups); SIGKILL follows after
-        :data:`KILL_ESCALATE` seconds for any still alive."""
+    def _terminate(self, ranks, reason: str, sig=signal.SIGTERM):
+        """Send ``sig`` to ``ranks`` (their process groups); SIGKILL follows
+        after :data:`KILL_ESCALATE` seconds for any still alive.  SIGTERM,
+        or SIGABRT for --stacks-on-timeout: faulthandler, which the ranks'
+        PYTHONFAULTHANDLER turned on, prints each thread's stack first."""
         alive = [r for r in ranks if r.returncode is None and r.label not in self.terminating]
         if not alive:
             return
-        _say(f"{reason}; killing rank(s) {', '.join(r.label for r in alive)}")
+        labels = ", ".join(r.label for r in alive)
+        _say(f"{reason}; the stacks of rank(s) {labels} follow" if sig == signal.SIGABRT
+             else f"{reason}; killing rank(s) {labels}")
         deadline = time.monotonic() + KILL_ESCALATE
         for r in alive:
             r.killed_by_us = True
-            r.signal(signal.SIGTERM)
+            if sig == signal.SIGABRT:
+                try:            # our abort, not a crash: no core file
+                    resource.prlimit(r.proc.pid, resource.RLIMIT_CORE, (0, 0))
+                except (OSError, ValueError, AttributeError):
+                    pass
+            r.signal(sig)
             self.terminating[r.label] = deadline
 
-    def _dump_stacks(self, reason: str):
-        """--stacks-on-timeout: SIGABRT every running rank (faulthandler,
-        which the ranks' PYTHONFAULTHANDLER turned on, prints each thread's
-        stack, then the rank dies); what is left is killed as usual,
-        :data:`KILL_ESCALATE` seconds later."""
+    def _kill_job(self, reason: str, sig=signal.SIGTERM):
         self.killing = True
-        alive = [r for r in self.running() if r.label not in self.terminating]
-        _say(f"{reason}; the stacks of rank(s) {', '.join(r.label for r in alive)} follow")
-        deadline = time.monotonic() + KILL_ESCALATE
-        for r in alive:
-            r.killed_by_us = True
-            try:                # our abort, not a crash: no core file
-                resource.prlimit(r.proc.pid, resource.RLIMIT_CORE, (0, 0))
-            except (OSError, ValueError, AttributeError):
-                pass
-            r.signal(signal.SIGABRT)
-            self.terminating[r.label] = deadline
-
-    def _kill_job(self, reason: str):
-        self.killing = True
-        self._terminate(self.running(), reason)
+        self._terminate(self.running(), reason, sig)
 
     def _handle_signals(self):
         while self.signals:
@@ -614,11 +605,8 @@ class Job:
                 and not self.killing and self.running():
             if self.status == 0:
                 self.status = 124
-            reason = f"job timed out after {self.opts.timeout:g} s"
-            if self.opts.stacks_on_timeout:
-                self._dump_stacks(reason)
-            else:
-                self._kill_job(reason)
+            self._kill_job(f"job timed out after {self.opts.timeout:g} s",
+                           signal.SIGABRT if self.opts.stacks_on_timeout else signal.SIGTERM)
         if self.grace_deadline is not None and now >= self.grace_deadline \
                 and not self.killing and self.running():
             self._kill_job(f"grace period of {self.opts.grace:g} s is over")
