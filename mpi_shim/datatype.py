@@ -82,7 +82,7 @@ class Datatype(DatatypeConstructors, Handle):
         return Datatype._wrap(TypeImpl(typemap, combiner, params, children))
 
     def _release(self) -> None:
-        self._h.release(self)
+        self._h.release(Datatype._wrap, self)
 
     # -- size and bounds ---------------------------------------------------------------
     def Get_size(self) -> int:
@@ -269,7 +269,10 @@ class Datatype(DatatypeConstructors, Handle):
 
         The COMBINER_* constant of the constructor that made the type.
         """
-        return self._impl().combiner
+        impl = self._h
+        if impl is None or impl.freed:
+            raise Exception(ERR_TYPE, "invalid datatype")
+        return impl.combiner
 
     def Get_contents(self) -> tuple:
         """Return the input arguments used to create a datatype.
@@ -298,17 +301,18 @@ class Datatype(DatatypeConstructors, Handle):
         Returns (base datatype, combiner name, keyword arguments of the constructor).
         """
         impl = self._impl()
-        if impl.combiner == COMBINER_NAMED:
+        combiner = impl.combiner
+        if combiner == COMBINER_NAMED:
             return self, "NAMED", {}
         params = dict(impl.params)
-        if impl.combiner == COMBINER_STRUCT:
+        if combiner == COMBINER_STRUCT:
             params["datatypes"] = [_reference(c) for c in impl.children]
-            base = Datatype()
-        elif impl.combiner in _F90:
-            base = Datatype()
+            base = Datatype._wrap(None)
+        elif combiner in _F90:
+            base = Datatype._wrap(None)
         else:
             base = _reference(impl.children[0])
-        return base, C.NAMES[impl.combiner], params
+        return base, C.NAMES[combiner], params
 
     # -- life cycle -------------------------------------------------------------------------
     def Commit(self) -> "Datatype":
@@ -328,7 +332,7 @@ class Datatype(DatatypeConstructors, Handle):
         if impl.predefined:
             raise Exception(ERR_TYPE, "cannot free a predefined datatype")
         self._h = None
-        impl.release(Datatype._wrap(impl))
+        impl.release(Datatype._wrap)
 
     def Dup(self) -> "Datatype":
         """Duplicate a datatype.
@@ -338,10 +342,12 @@ class Datatype(DatatypeConstructors, Handle):
         impl = self._impl()
         new = TypeImpl(impl.typemap, COMBINER_DUP, {}, [impl])
         new.committed = impl.committed
+        if not impl.attrs:
+            return Datatype._wrap(new)
         try:
             new.attrs = typeattr.copy_attrs(self, impl.attrs)
         except BaseException:
-            new.release(Datatype._wrap(new))
+            new.release(Datatype._wrap)
             raise
         return Datatype._wrap(new)
 

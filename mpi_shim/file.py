@@ -60,7 +60,7 @@ def _hold(datatype) -> Datatype:
 def _drop(datatype) -> None:
     impl = datatype._h
     if impl is not None and not impl.predefined:
-        impl.release(Datatype._wrap(impl))
+        impl.release(Datatype._wrap)
 
 
 def _path(filename):

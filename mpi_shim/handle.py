@@ -120,8 +120,9 @@ class Handle:
         return obj
 
     def __eq__(self, other):
-        if not isinstance(other, Handle) or \
-                family_of(type(self)) is not family_of(type(other)):
+        cls, other_cls = type(self), type(other)
+        if other_cls is not cls and (not isinstance(other, Handle) or
+                                     family_of(cls) is not family_of(other_cls)):
             return NotImplemented
         if _cells:
             _sync(self)

@@ -49,10 +49,14 @@ class TypeImpl:
         if typemap is not None:
             self.numpy = None
         self.constant = None                 # module name of a predefined type
-        units = {c.unit for c in self.children}
-        self.unit = units.pop() if len(units) == 1 else None
-        for child in self.children:
+        unit = None                # the one unit of every component, if one
+        for i, child in enumerate(self.children):
             child.refs += 1
+            if i == 0:
+                unit = child.unit
+            elif child.unit is not unit:
+                unit = None
+        self.unit = unit
 
     def __getattr__(self, name):
         # only an unset slot gets here: a predefined type's layout, built now
@@ -62,8 +66,10 @@ class TypeImpl:
             return object.__getattribute__(self, name)
         raise AttributeError(name)
 
-    def release(self, handle) -> None:
-        """Drop one reference; the last one deletes attributes and components."""
+    def release(self, wrap, handle=None) -> None:
+        """Drop one reference; the last one deletes attributes (their delete
+        callbacks get ``handle``, else a new handle ``wrap(self)``) and
+        releases the components."""
         if self.predefined or self.freed:
             return
         self.refs -= 1
@@ -71,10 +77,11 @@ class TypeImpl:
             return
         self.freed = True
         try:
-            typeattr.delete_all(handle, self.attrs)
+            if self.attrs:
+                typeattr.delete_all(wrap(self) if handle is None else handle, self.attrs)
         finally:
             for child in self.children:
-                child.release(type(handle)._wrap(child))
+                child.release(wrap)
 
     def codes(self):
         """``(type code or None, typechar, typestr)`` (duplicates follow their base)."""

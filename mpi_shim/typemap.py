@@ -208,9 +208,17 @@ class Typemap:
                    np.concatenate([m.counts for m in maps]), lb, ub, sticky, align)
 
     def resized(self, lb: int, extent: int) -> "Typemap":
-        """The same data with explicit (sticky) bounds."""
-        return Typemap(self.disps, self.codes, self.counts, lb, lb + extent, (True, True),
-                       self.align, merge=False)
+        """The same data with explicit (sticky) bounds: the segments, size,
+        true bounds and the views derived from the segments (``_cache``,
+        shared) are this map's, nothing is computed again."""
+        tm = object.__new__(Typemap)
+        tm.disps, tm.codes, tm.counts = self.disps, self.codes, self.counts
+        tm.size, tm.true_bounds, tm.align = self.size, self.true_bounds, self.align
+        tm.lb, tm.ub = int(lb), int(lb) + int(extent)
+        tm.extent = tm.ub - tm.lb
+        tm.sticky_lb = tm.sticky_ub = True
+        tm._cache = self._cache
+        return tm
 
     # -- derived views ---------------------------------------------------------------
     def byte_blocks(self) -> "ByteBlocks":
