@@ -59,9 +59,15 @@ run: install
 	ucxpy-run -n $(NP) --timeout 300 python examples/pingpong.py
 
 ## the test suite (real multi-process runs, each with a hard timeout); the
-## 15 slowest tests are listed at the end (the suite must stay under ~30 min)
+## 15 slowest tests are listed at the end.  Two pytest workers run whole
+## files side by side (xdist's loadfile, longest files first: conftest.py's
+## LONGEST_FIRST): one test alone leaves a core idle about a third of the
+## time (waiting for a peer, a timeout, a launcher).  PYTEST_WORKERS=0 runs
+## it in one process.
+PYTEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -ra --durations=15 $(PYTEST_ARGS) tests
+	$(PY) -m pytest -q -ra --durations=15 -n $(PYTEST_WORKERS) --dist loadfile \
+	  --no-loadscope-reorder $(PYTEST_ARGS) tests
 
 ## the native data plane's C tests (tests/c/: plain C, no Python), built with
 ## -Wall -Wextra -Werror; -san under ASan/UBSan, -tsan under ThreadSanitizer

@@ -29,9 +29,35 @@ def pytest_configure(config):
                                        "ranks on one host); only with --scale")
 
 
+#: the files that take longest (seconds in a 2-worker run, 2026-12-07),
+#: longest first: ``make test`` runs files on 2 pytest workers (xdist's
+#: loadfile), and a long file started last would leave one worker alone
+#: at the end.  The rest follow in their usual order.
+LONGEST_FIRST = (
+    "test_conformance.py",           # 319: mpi4py's whole suite on mpi_shim
+    "test_conformance_ucp.py",       # 208: the mpi4py wheel on libucp
+    "test_torch_backend.py",         # 144
+    "hosts/test_slurm.py",           # 118
+    "test_conformance_mpich.py",     # 107 (14 alone: allredmany's 4 ranks spin)
+    "test_load.py",                  # 53: the 30 s soak
+    "hosts/test_link_faults.py",     # 40
+    "test_fuzz_wire.py",             # 40
+)
+
+
+def _longest_first(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    for i, name in enumerate(LONGEST_FIRST):
+        if path.endswith("/" + name):
+            return i
+    return len(LONGEST_FIRST)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Leave the 'scale' jobs out unless --scale: ``make test`` runs their
-    smaller versions."""
+    """Leave the 'scale' jobs out unless --scale (``make test`` runs their
+    smaller versions); put the longest files first (stable: the rest keep
+    their order)."""
+    items.sort(key=_longest_first)
     if config.getoption("--scale"):
         return
     drop = [it for it in items if it.get_closest_marker("scale")]

@@ -17,9 +17,16 @@ pytestmark = [pytest.mark.timeout(300),
               pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")]
 
 
+@pytest.fixture(scope="module")
+def lib_dir(tmp_path_factory):
+    """Where each variant's build of the data plane's files goes, once for
+    the module (ctests.library)."""
+    return str(tmp_path_factory.mktemp("dp-lib"))
+
+
 @pytest.mark.parametrize("variant", ["plain", "san", "tsan"])
 @pytest.mark.parametrize("test", [os.path.basename(t) for t in ctests.tests()])
-def test_c(tmp_path, test, variant):
-    r = ctests.run(os.path.join(ctests.HERE, test), variant, str(tmp_path))
+def test_c(tmp_path, lib_dir, test, variant):
+    r = ctests.run(os.path.join(ctests.HERE, test), variant, str(tmp_path), lib_dir=lib_dir)
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{test[:-2]}: OK" in r.stdout

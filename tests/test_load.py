@@ -34,11 +34,17 @@ def totals(proc, n):
     return sent
 
 
-def shm_files():
+def shm_files(proc):
+    """The /dev/shm segments left by the job's ranks (each names its
+    creator's pid, and each rank printed its pid): other jobs may be
+    running beside this one (``make test`` runs two pytest workers)."""
+    pids = set(re.findall(r"STREAM \d+ .* pid=(\d+)", proc.stdout))
     try:
-        return len([f for f in os.listdir("/dev/shm") if f.startswith("ucxpy-")])
+        names = os.listdir("/dev/shm")
     except OSError:
-        return 0
+        return []
+    return [f for f in names if f.startswith("ucxpy-") and len(f.split("-")) > 2
+            and f.split("-")[2] in pids]
 
 
 @pytest.mark.timeout(400)
@@ -49,7 +55,6 @@ def test_many_ranks_oversubscribed(tls):
     keep /dev/shm use at RANKS*6*2*64 KiB."""
     if tls == "shm" and not transport_available("shm"):
         pytest.skip("shm unavailable")
-    before = shm_files()
     t0 = time.monotonic()
     p = run_job(["python", STREAM, "--count", "60", "--fanout", "3", "--window", "4",
                  "--max-size", "40000", "--timeout", "200"], RANKS, timeout=300,
@@ -57,7 +62,7 @@ def test_many_ranks_oversubscribed(tls):
     n = totals(p, RANKS)
     assert n == RANKS * 3 * 60
     print(f"{tls}: {RANKS} ranks in {time.monotonic() - t0:.1f} s")
-    assert shm_files() <= before, "shm segments leaked"
+    assert not shm_files(p), "shm segments leaked"
 
 
 @pytest.mark.timeout(300)

@@ -53,6 +53,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+
+from conformance.cache import locked  # noqa: E402
+
 DEFAULT_VERSION = "4.1.2"
 STATES = ("pass", "fail", "error", "skip", "hang")
 IMPLS = ("shim", "ref", "ucp", "ref-ucx", "ompi-ucp", "ompi-ref")
@@ -107,10 +111,15 @@ OPENMPI_BUGS = {
 
 def fetch(version: str, cache: str) -> str:
     """Directory holding mpi4py-<version>/test, downloading the sdist if needed."""
+    with locked(cache):
+        return _fetch(version, cache)
+
+
+def _fetch(version: str, cache: str) -> str:
     testdir = os.path.join(cache, f"mpi4py-{version}", "test")
-    if os.path.isdir(testdir):
+    done = os.path.join(cache, f"mpi4py-{version}", ".extracted")
+    if os.path.exists(done):
         return testdir
-    os.makedirs(cache, exist_ok=True)
     sdist = os.path.join(cache, f"mpi4py-{version}.tar.gz")
     if not os.path.exists(sdist):
         # --no-binary for mpi4py only: the source release, while its build
@@ -124,6 +133,7 @@ def fetch(version: str, cache: str) -> str:
         members = [m for m in tar.getmembers()
                    if m.name.startswith(f"mpi4py-{version}/test/") and m.isfile()]
         tar.extractall(cache, members=members, filter="data")
+    open(done, "w").close()
     return testdir
 
 

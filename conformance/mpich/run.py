@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import fcntl
 import fnmatch
 import glob
 import json
@@ -61,6 +60,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
+from conformance.cache import locked  # noqa: E402
 from conformance.procs import kill_tree  # noqa: E402
 from ucxpy.tools.ucx import LIBUCP  # noqa: E402
 
@@ -256,18 +256,6 @@ def build(testdir: str, cache: str, entries: list) -> None:
                                stderr=subprocess.STDOUT, timeout=3600)
     for e in entries:
         e["built"] = os.access(os.path.join(e["cwd"], e["exe"]), os.X_OK)
-
-
-@contextlib.contextmanager
-def locked(cache: str):
-    """One runner at a time prepares the cache (fetch, configure, build)."""
-    os.makedirs(cache, exist_ok=True)
-    with open(os.path.join(cache, ".lock"), "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 # --- the testlists -----------------------------------------------------------

@@ -69,6 +69,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
+from conformance.cache import locked  # noqa: E402
 from conformance.procs import kill_tree  # noqa: E402
 from ucxpy.tools import ucx  # noqa: E402
 
@@ -121,6 +122,11 @@ class BuildError(Exception):
 def fetch_examples(cache: str) -> str:
     """``examples/`` of Open MPI 4.1.4's upstream tarball, extracted into
     ``cache`` (Debian's source package downloaded with apt-get if needed)."""
+    with locked(cache):
+        return _fetch_examples(cache)
+
+
+def _fetch_examples(cache: str) -> str:
     top = os.path.join(cache, f"openmpi-{OMPI_VERSION}")
     examples = os.path.join(top, "examples")
     if os.path.exists(os.path.join(top, ".extracted")):
@@ -530,6 +536,12 @@ def numpy_path(spec: str, cache: str) -> list:
     if spec == "installed":
         return []
     dest = os.path.join(cache, "pydeps-" + re.sub(r"[^\w.]+", "_", spec))
+    with locked(cache):
+        _install_target(spec, dest)
+    return [dest]
+
+
+def _install_target(spec: str, dest: str) -> None:
     if not os.path.exists(os.path.join(dest, ".installed")):
         log(f"installing {spec} for the shmem4py jobs into {dest} ...")
         shutil.rmtree(dest, ignore_errors=True)
@@ -540,7 +552,6 @@ def numpy_path(spec: str, cache: str) -> list:
             raise DownloadError(f"pip install --target {dest} {spec} failed "
                                 f"(could not download?):\n{r.stdout[-1500:]}{r.stderr[-1500:]}")
         open(os.path.join(dest, ".installed"), "w").close()
-    return [dest]
 
 
 def fetch_shmem4py(version: str) -> str:
@@ -1007,7 +1018,8 @@ def main(argv=None) -> int:
         if "examples" in parts:
             examples = fetch_examples(opts.cache)
             build = os.path.join(opts.cache, "build")
-            build_examples(examples, build, opts.programs)
+            with locked(opts.cache):
+                build_examples(examples, build, opts.programs)
             data["examples"] = run_examples(opts, examples, build)
         if "shmem4py" in parts or "demos" in parts:
             opts.shmem4py_version = shmem4py_version()

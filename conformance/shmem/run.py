@@ -34,6 +34,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, ROOT)
+
+from conformance.cache import locked  # noqa: E402
+
 ADAPTER = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shmem", "dropin")
 RUNNER = os.path.join(HERE, "unittest_runner.py")
 DEFAULT_VERSION = "1.0.0"
@@ -46,11 +50,16 @@ def default_cache() -> str:
 
 def fetch_suite(version: str, cache: str) -> str:
     """Directory holding shmem4py's ``test/`` files, downloading once."""
+    with locked(cache):
+        return _fetch_suite(version, cache)
+
+
+def _fetch_suite(version: str, cache: str) -> str:
     dest = os.path.join(cache, f"shmem4py-{version}")
     tests = os.path.join(dest, "test")
-    if glob.glob(os.path.join(tests, "test_*.py")) and os.path.isdir(os.path.join(dest, "demo")):
+    done = os.path.join(dest, ".extracted")
+    if os.path.exists(done):
         return tests
-    os.makedirs(cache, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                "-q", "-d", tmp, f"shmem4py=={version}"]
@@ -67,6 +76,7 @@ def fetch_suite(version: str, cache: str) -> str:
             for m in members:
                 m.name = m.name[len(top):]
             tar.extractall(dest, members=members, filter="data")
+    open(done, "w").close()
     return tests
 
 

@@ -38,12 +38,35 @@ def tests() -> list:
     return sorted(glob.glob(os.path.join(HERE, "test_*.c")))
 
 
-def run(test: str, variant: str, out: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Build ``test`` in ``variant`` into ``out`` and run it; the run's
-    CompletedProcess (a failed build raises CalledProcessError)."""
+_LIBRARIES: dict = {}
+
+
+def library(variant: str, out: str) -> str:
+    """The data plane's files compiled in ``variant`` into an archive in
+    ``out``, once per process and folder: the tests link it instead of
+    compiling the same files each."""
+    lib = _LIBRARIES.get((variant, out))
+    if lib is None:
+        objs = os.path.join(out, f"dp-{variant}")
+        os.makedirs(objs, exist_ok=True)
+        subprocess.run(["gcc", "-c", *CFLAGS, *VARIANTS[variant], "-I", DP, "-I", NATIVE,
+                        *DP_SOURCES], cwd=objs, check=True, capture_output=True, text=True)
+        lib = os.path.join(out, f"libdp-{variant}.a")
+        subprocess.run(["ar", "rcs", lib, *sorted(glob.glob(os.path.join(objs, "*.o")))],
+                       check=True, capture_output=True, text=True)
+        _LIBRARIES[(variant, out)] = lib
+    return lib
+
+
+def run(test: str, variant: str, out: str, timeout: float = 120,
+        lib_dir: str | None = None) -> subprocess.CompletedProcess:
+    """Build ``test`` in ``variant`` into ``out`` (linked with the
+    :func:`library` built in ``lib_dir``, default ``out``) and run it; the
+    run's CompletedProcess (a failed build raises CalledProcessError)."""
     exe = os.path.join(out, f"{os.path.basename(test)[:-2]}-{variant}")
+    lib = library(variant, lib_dir or out)
     subprocess.run(["gcc", *CFLAGS, *VARIANTS[variant], "-I", DP, "-I", NATIVE, "-I", HERE,
-                    test, *DP_SOURCES, "-o", exe],
+                    test, lib, "-o", exe],
                    check=True, capture_output=True, text=True)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1", UBSAN_OPTIONS="print_stacktrace=1",
                TSAN_OPTIONS="halt_on_error=1")

@@ -177,5 +177,5 @@ for st in ins:
     for _buf, req in st.posted:
         req.cancel()
 print(f"STREAM {rank} sent={sent} received={received} verified={verified} bytes={nbytes} "
-      f"secs={secs:.2f}", flush=True)
+      f"secs={secs:.2f} pid={os.getpid()}", flush=True)
 world.finalize(timeout=opts.timeout)
