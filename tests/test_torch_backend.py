@@ -2,9 +2,13 @@
 ucxpy-run and mpiexec (tests/progs/torch_ops.py, tests/progs/torch_train.py).
 
 Every operation against its expected result; DDP, FSDP2 and a GPipe
-pipeline trained on ucxpy and on gloo in the same test, parameters (losses)
-compared; an MoE dispatch/combine round trip with uneven and empty splits;
-a dead rank and a stalled one failing the survivors' next collective."""
+pipeline trained on ucxpy and on gloo, parameters (losses) compared; an MoE
+dispatch/combine round trip with uneven and empty splits; a dead rank and a
+stalled one failing the survivors' next collective.  Every process of a job
+imports torch (1.5 s of CPU), so tests share jobs where they are
+independent: the three trainings run in one job per backend, and the MoE
+round trip runs in the operations job of its size."""
+import functools
 import os
 import socket
 import subprocess
@@ -40,6 +44,13 @@ def _ok(rc, out, word, n):
     assert out.count(word) == n, out[-4000:]
 
 
+@functools.lru_cache(maxsize=None)
+def _ops_and_moe(n):
+    """One torchrun job of n ranks for two tests (every process imports
+    torch, 1.5 s of CPU each): torch_ops.py, then the MoE round trip."""
+    return torchrun(n, OPS, "ucxpy", "moe")
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_every_operation_under_torchrun(n):
@@ -48,7 +59,8 @@ def test_every_operation_under_torchrun(n):
     gather, scatter, all_to_all(_single) with uneven and empty splits,
     barrier, send/recv with tags, batch_isend_irecv, object collectives,
     subgroups and (4 ranks) a 2 x 2 DeviceMesh."""
-    _ok(*torchrun(n, OPS), "TORCH OK", n)
+    rc, out = _ops_and_moe(n)
+    assert out.count("TORCH OK") == n, out[-4000:]
 
 
 @pytest.mark.timeout(300)
@@ -69,43 +81,60 @@ def test_under_mpiexec_without_master_addr():
 GLOO_EXIT_ABORT = "terminate called without an active exception"
 
 
-def _trained(tmp_path, mode, backend, n=2):
-    out = str(tmp_path / f"{mode}-{backend}.pt")
-    rc, text = torchrun(n, TRAIN, backend, mode, out)
+#: the training tests' modes, run one after the other in one job per
+#: backend (torch_train.py's comma-separated modes)
+TRAINED = ("ddp", "fsdp", "pipe")
+
+
+@functools.lru_cache(maxsize=None)
+def _training_job(backend, out, n=2):
+    """(rc, output) of one torchrun job training every mode of TRAINED on
+    ``backend``, each saving ``out``/<mode>.pt."""
+    return torchrun(n, TRAIN, backend, ",".join(TRAINED), out)
+
+
+def _trained(tmp_path_factory, mode, backend, n=2):
+    out = str(tmp_path_factory.getbasetemp() / f"trained-{backend}")
+    os.makedirs(out, exist_ok=True)
+    rc, text = _training_job(backend, out, n)
+    saved = os.path.join(out, f"{mode}.pt")
     if backend == "gloo" and rc != 0 and GLOO_EXIT_ABORT in text \
-            and text.count("TRAIN OK") == n and os.path.exists(out):
+            and text.count("TRAIN OK") == n and os.path.exists(saved):
         # gloo, the reference, aborted at exit (about 1 run in 20 here) after
         # every rank finished and its parameters were saved: they count, as
         # shmem4py's figures do when OSHMEM crashes in shmem_finalize
         print(f"note: gloo aborted at exit after training:\n{text[-2000:]}")
         rc = 0
-    _ok(rc, text, "TRAIN OK", n)
-    return torch.load(out)
+    assert text.count(f"TRAIN {mode} OK") == n and os.path.exists(saved), text[-4000:]
+    return torch.load(saved)
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
-def test_training_matches_gloo(tmp_path, mode):
+def test_training_matches_gloo(tmp_path_factory, mode):
     """20 steps of the same model and seed on ucxpy and on gloo (DDP with
     several buckets; FSDP2 fully_shard per layer): the same parameters."""
-    ours, ref = _trained(tmp_path, mode, "ucxpy"), _trained(tmp_path, mode, "gloo")
+    ours, ref = _trained(tmp_path_factory, mode, "ucxpy"), \
+        _trained(tmp_path_factory, mode, "gloo")
     assert ours.keys() == ref.keys()
     for k in ours:
         assert torch.allclose(ours[k], ref[k], rtol=1e-6, atol=1e-7), k
 
 
 @pytest.mark.timeout(300)
-def test_pipelining_matches_gloo(tmp_path):
+def test_pipelining_matches_gloo(tmp_path_factory):
     """torch.distributed.pipelining, GPipe over 2 stages, 4 microbatches:
     the last stage's losses equal gloo's."""
-    ours, ref = _trained(tmp_path, "pipe", "ucxpy"), _trained(tmp_path, "pipe", "gloo")
+    ours, ref = _trained(tmp_path_factory, "pipe", "ucxpy"), \
+        _trained(tmp_path_factory, "pipe", "gloo")
     assert len(ours) == 5 and ours == pytest.approx(ref, rel=1e-6)
 
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_moe_dispatch_and_combine_round_trip(n):
-    _ok(*torchrun(n, TRAIN, "ucxpy", "moe", "-"), "TRAIN OK", n)
+    """(In the job of test_every_operation_under_torchrun[n], after it.)"""
+    _ok(*_ops_and_moe(n), "MOE OK", n)
 
 
 @pytest.mark.timeout(120)

@@ -1,7 +1,8 @@
 """Every torch.distributed operation on backend "ucxpy" against what it
 must give (tests/test_torch_backend.py), and the functional collectives and
 DTensor on it: launched by torchrun, ucxpy-run or mpiexec.  Prints TORCH OK
-<rank>."""
+<rank>.  With ``moe`` after the backend, then runs torch_train.py's MoE
+dispatch and combine in the same job and prints MOE OK <rank>."""
 import datetime
 import os
 import sys
@@ -182,6 +183,11 @@ def main():
         raise AssertionError("BAND of floats accepted")
     dist.barrier()
     print(f"TORCH OK {rank}", flush=True)
+    if "moe" in sys.argv[2:]:
+        from torch_train import moe     # (this folder: the script's)
+        moe(rank, n)
+        dist.barrier()
+        print(f"MOE OK {rank}", flush=True)
     dist.destroy_process_group()
 
 

@@ -10,7 +10,9 @@
   torch_train.py BACKEND die -        rank 1 dies; every survivor's next collective must fail
   torch_train.py BACKEND stall -      rank 1 sleeps; rank 0's collective must time out (5 s)
 
-Prints TRAIN OK <rank>."""
+Several of ddp, fsdp and pipe, comma-separated, run one after the other in
+one job (OUT is then a folder, each saving OUT/<mode>.pt), each printing
+TRAIN <mode> OK <rank> when done.  Prints TRAIN OK <rank> at the end."""
 import datetime
 import os
 import sys
@@ -182,7 +184,12 @@ def main():
     timeout = 5 if mode == "stall" else 60
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     rank, n = dist.get_rank(), dist.get_world_size()
-    if mode == "ddp":
+    if "," in mode:
+        for m in mode.split(","):
+            {"ddp": ddp, "fsdp": fsdp, "pipe": pipe}[m](rank, os.path.join(out, f"{m}.pt"))
+            dist.barrier()
+            print(f"TRAIN {m} OK {rank}", flush=True)
+    elif mode == "ddp":
         ddp(rank, out)
     elif mode == "fsdp":
         fsdp(rank, out)
