@@ -15,6 +15,7 @@ non-native byte order, a used capsule) raises ``BufferError``.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 import sys
 import warnings
@@ -153,7 +154,7 @@ def from_dlpack(obj) -> Memory:
         else None
     if not _contiguous(shape, strides, itemsize):
         raise BufferError("dlpack: buffer is not contiguous")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize if ndim else itemsize
+    nbytes = math.prod(shape) * itemsize if ndim else itemsize
     address = (tensor.data or 0) + tensor.byte_offset
     if fmt == "B":
         itemsize = unit
@@ -198,7 +199,7 @@ def from_cai(obj) -> Memory:
         strides = [operator.index(s) for s in strides]
     if not _contiguous(shape, strides, itemsize):
         raise BufferError("__cuda_array_interface__: buffer is not contiguous")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * itemsize
+    nbytes = math.prod(shape) * itemsize
     return Memory(address, nbytes, readonly, fmt, itemsize, True, (obj,))
 
 

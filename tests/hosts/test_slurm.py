@@ -130,8 +130,8 @@ def test_srun_mpi_shim(slurm, mpi):
 def test_srun_shmem(slurm):
     """shmem_spec.py (every section, data checked) on 16 PEs: same-host PEs
     reached in mapped mode (shm), the others in AM mode (tcp)."""
-    # (45-50 s here on 2026-12-05; 170 s when the machine ran at half speed,
-    # and 236-240 s at full speed on 2026-12-06 11:45, cause not found yet)
+    # (12-24 s here; it took 68-240 s while every PE reaching others in AM
+    # mode started a progress thread on this 2-CPU host, a9bc822)
     p = slurm.run(SRUN + prog("shmem_spec.py"), timeout=420, env={"EXPECT_NPES": "16"})
     assert p.returncode == 0, f"exit {p.returncode}\n{p.stdout[-5000:]}\n{slurm.logs()}"
     for pe in range(16):

@@ -4,6 +4,7 @@ Prints 'SHMEM-PERF <name> <microseconds> (<mode>)' lines from PE 0 (best of
 RMA access modes its run counted in worker.stats() (needs UCXPY_STATS=y;
 "am", "cma", ... joined by "+"), or "mapped" when it issued no RMA operation
 and the peer's heap is mapped (direct loads, stores and native atomics)."""
+import os
 import time
 
 import numpy as np
@@ -16,7 +17,8 @@ peer = (me + 1) % n
 src = np.ones(1, "i8")
 dst = shmem.zeros(1, "i8")
 ctr = shmem.zeros(1, "i8")
-ITERS = 5000
+#: operations per timed run (SHMEM_PERF_ITERS: fewer where only the modes matter)
+ITERS = int(os.environ.get("SHMEM_PERF_ITERS", "5000"))
 
 
 worker = shmem.runtime.get().worker
