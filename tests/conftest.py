@@ -66,6 +66,13 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [it for it in items if not it.get_closest_marker("scale")]
 
 
+def shared_cpus(config) -> bool:
+    """Whether this run's pytest workers (xdist, ``make test``'s
+    PYTEST_WORKERS) share the CPUs: a job of one then competes with the
+    other's, which its own count of ranks per host does not show."""
+    return getattr(config, "workerinput", {}).get("workercount", 1) > 1
+
+
 def transport_available(name: str) -> bool:
     from ucxpy.config import Config
     from ucxpy.context import load_transport
