@@ -29,18 +29,18 @@ def pytest_configure(config):
                                        "ranks on one host); only with --scale")
 
 
-#: the files that take longest (seconds in a 2-worker run, 2026-12-07),
+#: the files that take longest (seconds in 2-worker runs of 2026-12-07),
 #: longest first: ``make test`` runs files on 2 pytest workers (xdist's
 #: loadfile), and a long file started last would leave one worker alone
 #: at the end.  The rest follow in their usual order.
 LONGEST_FIRST = (
-    "test_conformance.py",           # 319: mpi4py's whole suite on mpi_shim
-    "test_conformance_ucp.py",       # 208: the mpi4py wheel on libucp
-    "test_torch_backend.py",         # 144
-    "hosts/test_slurm.py",           # 118
-    "test_conformance_mpich.py",     # 107 (14 alone: allredmany's 4 ranks spin)
-    "test_load.py",                  # 53: the 30 s soak
-    "hosts/test_link_faults.py",     # 40
+    "test_conformance.py",           # 270-375: mpi4py's whole suite on mpi_shim
+    "test_conformance_ucp.py",       # 208-288: the mpi4py wheel on libucp
+    "hosts/test_slurm.py",           # 103-120
+    "test_torch_backend.py",         # 85-101
+    "test_conformance_mpich.py",     # 35-190: allredmany's 4 ranks spin, on both sides
+    "test_load.py",                  # 52-58: the 30 s soak
+    "hosts/test_link_faults.py",     # 40-46
     "test_fuzz_wire.py",             # 40
 )
 
