@@ -269,10 +269,7 @@ class Datatype(DatatypeConstructors, Handle):
 
         The COMBINER_* constant of the constructor that made the type.
         """
-        impl = self._h
-        if impl is None or impl.freed:
-            raise Exception(ERR_TYPE, "invalid datatype")
-        return impl.combiner
+        return self._impl().combiner
 
     def Get_contents(self) -> tuple:
         """Return the input arguments used to create a datatype.
