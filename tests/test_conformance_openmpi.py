@@ -141,35 +141,6 @@ def test_normalise_masks_and_sorts():
     assert "missing" in run.diff_lines(bad, sorted(want))
 
 
-def _recs(*events):
-    return [dict(e) for e in events]
-
-
-def test_per_test_outcomes_over_the_pes():
-    """A test passes when it passed on every PE; started and never stopped
-    is a hang; a class fixture's skip covers its tests; a test never reached
-    is 'not run'."""
-    run = _runner()
-    ids = ["m.A.t1", "m.A.t2", "m.B.t3", "m.C.t4"]
-    pe0 = _recs({"event": "begin", "tests": ids}, {"event": "start", "test": "m.A.t1"},
-                {"event": "stop", "test": "m.A.t1", "outcome": "pass"},
-                {"event": "start", "test": "m.A.t2"},
-                {"event": "stop", "test": "m.A.t2", "outcome": "fail"},
-                {"event": "fixture", "scope": "m.B", "outcome": "skip"},
-                {"event": "start", "test": "m.C.t4"})
-    pe1 = _recs({"event": "begin", "tests": ids}, {"event": "start", "test": "m.A.t1"},
-                {"event": "stop", "test": "m.A.t1", "outcome": "pass"},
-                {"event": "start", "test": "m.A.t2"},
-                {"event": "stop", "test": "m.A.t2", "outcome": "pass"},
-                {"event": "fixture", "scope": "m.B", "outcome": "skip"})
-    s = run.summarize({0: pe0, 1: pe1}, 2)
-    assert s["tests"] == {"m.A.t1": "pass", "m.A.t2": "fail", "m.B.t3": "skip",
-                          "m.C.t4": "hang"}
-    assert not s["complete"]
-    s = run.summarize({0: pe0[:3]}, 1)
-    assert s["tests"]["m.C.t4"] == "not run"
-
-
 def _row(tests, rc=0, check=()):
     run = _runner()
     return {"rc": rc, "timeout": False, "check": list(check), "tests": tests,

@@ -55,7 +55,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from conformance.cache import locked  # noqa: E402
+from conformance import harness  # noqa: E402
+from conformance.harness import locked  # noqa: E402
 
 DEFAULT_VERSION = "4.1.2"
 STATES = ("pass", "fail", "error", "skip", "hang")
@@ -166,22 +167,6 @@ def command(impl, launcher, n, timeout, testdir, module, outdir, env=None):
     return [mpiexec(), "-n", str(n), *runner]
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL every process left in session ``sid`` (a job started with
-    ``start_new_session``): Open MPI's ranks leave their launcher's process
-    group, not its session."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[3]) == sid:          # stat's 6th field: session id
-                os.kill(int(entry), 9)
-        except (OSError, ValueError, IndexError):
-            pass
-
-
 def proof(folder: str, n: int, require_ops: bool = True) -> list:
     """Problems with the ``ucp`` job's reports in ``folder`` (empty: every
     one of its ``n`` ranks ran on ucxpy's libucp.so.0).  ``require_ops``:
@@ -265,24 +250,11 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
             env["UCXPY_UCP_REPORT"] = report_dir
     cmd = command(impl, launcher, n, timeout, testdir, module, outdir, env)
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, cwd=testdir, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        log, _ = proc.communicate(timeout=timeout + 20)
-        rc = proc.returncode
-    except subprocess.TimeoutExpired:
-        if impl in OPENMPI_IMPLS:
-            # mpirun did not end the job at its --timeout: SIGTERM first (it
-            # kills its ranks), then whatever is left of the session
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-            kill_session(proc.pid)
-        else:
-            os.killpg(proc.pid, 9)
-        log, _ = proc.communicate()
+    # Open MPI's mpirun ends its ranks itself on SIGTERM: a few seconds for it
+    # before the whole session is killed
+    rc, log, _, killed = harness.run_job(cmd, timeout=timeout + 20, env=env, cwd=testdir,
+                                         terminate_first=10 if impl in OPENMPI_IMPLS else 0)
+    if killed:
         rc = "timeout"
     elapsed = time.monotonic() - t0
     keep = os.environ.get("CONFORMANCE_KEEP_LOGS")
@@ -328,10 +300,7 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
 
 
 def counts(tests: dict) -> dict:
-    out = dict.fromkeys(STATES, 0)
-    for s in tests.values():
-        out[s] += 1
-    return out
+    return harness.counts(tests.values(), STATES)
 
 
 def verdict(shim: dict, ref: dict | None) -> str:
@@ -377,14 +346,9 @@ def regressions(results: dict, baseline: dict, impl: str = "shim") -> list:
     bad = []
     for key, base in baseline.get(impl, {}).items():
         now = results.get(impl, {}).get(key)
-        if now is None:
-            continue
-        b, c = base["counts"], now["counts"]
-        worse = (c["pass"] < b["pass"] or c["hang"] > b["hang"] or
-                 c["fail"] + c["error"] > b["fail"] + b["error"] or
-                 c["skip"] > b["skip"])
-        if worse:
-            bad.append((key, b, c))
+        if now is not None and harness.counts_worse(now["counts"], base["counts"],
+                                                    than="the baseline"):
+            bad.append((key, base["counts"], now["counts"]))
     return bad
 
 
@@ -581,12 +545,9 @@ def main(argv=None):
     if args.baseline:
         with open(args.baseline) as f:
             baseline = json.load(f)
-        bad = []
-        for subject in verdicts:
-            for key, b, c in regressions(results, baseline, subject):
-                where = "" if subject == "shim" else f" ({subject})"
-                print(f"REGRESSION {key}{where}: baseline {b} now {c}")
-                bad.append(key)
+        bad = [f"{key}{'' if subject == 'shim' else f' ({subject})'}: baseline {b} now {c}"
+               for subject in verdicts for key, b, c in regressions(results, baseline, subject)]
+        harness.report(bad)
         return 1 if bad else 0
     return 0 if all(v.startswith("OK") for verd in verdicts.values() for v in verd.values()) \
         else 1

@@ -60,8 +60,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from conformance.cache import locked  # noqa: E402
-from conformance.procs import kill_tree  # noqa: E402
+from conformance import harness  # noqa: E402
+from conformance.harness import load, locked, save  # noqa: E402
 from ucxpy.tools.ucx import LIBUCP  # noqa: E402
 
 VERSION = "4.0.2"
@@ -71,7 +71,7 @@ KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 DEFAULT_DIRS = ("attr basic coll comm datatype errhan group info init io part pt2pt rma "
                 "session spawn threads topo").split()
 IMPLS = ("ours", "reference")
-RANK = {"pass": 0, "fail": 1, "timeout": 2}
+OUTCOMES = ("pass", "fail", "timeout")     # (their order: conformance.harness.RANK)
 
 # The CI subset: small pt2pt, collective and RMA tests at 2-4 ranks (ids as
 # printed by --list).
@@ -439,14 +439,8 @@ def run_one(impl: str, e: dict, timeout: float, logdir: str) -> dict:
     t0 = time.monotonic()
     with tempfile.TemporaryFile(dir=logdir) as out, contextlib.ExitStack() as stack:
         stack.callback(shutil.rmtree, tmp, True)
-        proc = subprocess.Popen(cmd, cwd=e["cwd"], env=env, stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            rc = proc.wait(timeout=timeout + GRACE)
-        except subprocess.TimeoutExpired:
-            kill_tree(proc)
-            proc.wait()
-            rc = None
+        rc, _, _, _ = harness.run_job(cmd, timeout=timeout + GRACE, env=env, cwd=e["cwd"],
+                                      stdout=out)
         secs = round(time.monotonic() - t0, 2)
         out.seek(0)
         output = out.read().decode(errors="replace")
@@ -478,22 +472,9 @@ def results_path(results: str, d: str) -> str:
     return os.path.join(results, f"{d}.json")
 
 
-def save(path: str, data: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1)
-    os.replace(tmp, path)
-
-
-def load(path: str) -> dict | None:
-    with contextlib.suppress(OSError, ValueError), open(path) as f:
-        return json.load(f)
-    return None
-
-
 def worse(t: dict) -> bool:
     o, r = t.get("ours"), t.get("reference")
-    return bool(o and r and RANK[o["outcome"]] > RANK[r["outcome"]])
+    return bool(o and r and harness.worse(o["outcome"], r["outcome"]))
 
 
 def retry(how: str | None, t: dict) -> bool:
@@ -520,11 +501,9 @@ def summarize(dirs: list, data: dict, show_missing: bool = True) -> tuple:
         tests = res["tests"]
         counts = {}
         for impl in IMPLS:
-            c = [0, 0, 0]
-            for t in tests.values():
-                if impl in t:
-                    c[RANK[t[impl]["outcome"]]] += 1
-            counts[impl] = c
+            c = harness.counts((t[impl]["outcome"] for t in tests.values() if impl in t),
+                               OUTCOMES)
+            counts[impl] = c = list(c.values())
             tot[impl] = [a + b for a, b in zip(tot[impl], c)]
         w = [tid for tid, t in tests.items() if worse(t)]
         bad += [(tid, tests[tid]) for tid in w]
@@ -544,23 +523,17 @@ def summarize(dirs: list, data: dict, show_missing: bool = True) -> tuple:
                      str(len(w)), str(check)))
     rows.append(("total", str(tot["tests"]), str(tot["skipped"]), "/".join(map(str, tot["ours"])),
                  "/".join(map(str, tot["reference"])), str(tot["worse"]), str(tot["check"])))
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    fmt = "  ".join(f"{{:{'<' if i < 3 else '>'}{w}}}" for i, w in enumerate(widths))
     print()
-    print(fmt.format(*head))
-    for r in rows:
-        print(fmt.format(*r))
+    print(harness.text_table(head, rows, left=3))
     print("(p/f/t: pass/fail/timeout; worse: tests where ours does worse than the reference;\n"
           " check-only: ours failed only because ucxpy-ucx --check did, the program passed)")
     return rows, bad
 
 
 def markdown_table(rows: list) -> str:
-    head = ("dir", "tests", "skipped", "ours pass/fail/timeout", "reference pass/fail/timeout",
-            "ours worse", "ours failed --check only")
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
+    return harness.markdown_table(
+        ("dir", "tests", "skipped", "ours pass/fail/timeout", "reference pass/fail/timeout",
+         "ours worse", "ours failed --check only"), rows)
 
 
 def report_worse(bad: list) -> None:
@@ -577,31 +550,25 @@ def check_baseline(data: dict, baseline_file: str, selected: set) -> int:
     with open(baseline_file) as f:
         base = json.load(f)["tests"]
     got = {tid: t for res in data.values() for tid, t in res["tests"].items()}
-    regressions = 0
     if set(base) - selected:
         print(f"note: {len(set(base) - selected)} tests of the baseline are not selected")
     base = {tid: want for tid, want in base.items() if tid in selected}
+    ours = {tid: t["ours"]["outcome"] for tid, t in got.items() if "ours" in t}
+    bad, better, new = harness.compare(ours, {tid: w["ours"] for tid, w in base.items()})
+    harness.report(
+        [f"{tid}: " + (f"ours {now} ({got[tid]['ours'].get('reason', '')}), baseline {was}"
+                       if tid in ours else f"not run (baseline: ours {was})")
+         for tid, now, was in bad],
+        [f"{tid}: ours {now}, baseline {was}" for tid, now, was in better])
     for tid, want in base.items():
-        t = got.get(tid)
-        if t is None or "ours" not in t:
-            print(f"REGRESSION {tid}: not run (baseline: ours {want['ours']})")
-            regressions += 1
-            continue
-        o = t["ours"]
-        if RANK[o["outcome"]] > RANK[want["ours"]]:
-            print(f"REGRESSION {tid}: ours {o['outcome']} ({o.get('reason', '')}), "
-                  f"baseline {want['ours']}")
-            regressions += 1
-        elif RANK[o["outcome"]] < RANK[want["ours"]]:
-            print(f"improved   {tid}: ours {o['outcome']}, baseline {want['ours']}")
-        r = t.get("reference")
+        r = got.get(tid, {}).get("reference")
         if r and want.get("reference") and r["outcome"] != want["reference"]:
             print(f"note       {tid}: reference {r['outcome']}, baseline {want['reference']}")
-    for tid in sorted(set(got) - set(base)):
+    for tid in new:
         print(f"note       {tid}: not in the baseline")
     print(f"baseline {os.path.relpath(baseline_file, ROOT)}: {len(base)} tests, "
-          f"{regressions} regressions")
-    return regressions
+          f"{len(bad)} regressions")
+    return len(bad)
 
 
 def write_baseline(data: dict, path: str) -> None:

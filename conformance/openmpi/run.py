@@ -69,8 +69,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from conformance.cache import locked  # noqa: E402
-from conformance.procs import kill_tree  # noqa: E402
+from conformance import harness  # noqa: E402
+from conformance.harness import locked  # noqa: E402
 from ucxpy.tools import ucx  # noqa: E402
 
 OMPI_VERSION = "4.1.4"
@@ -419,17 +419,9 @@ def run_job(impl: str, launcher: str, n: int, prog: list, cwd: str, timeout: int
             "--output-filename", outputs, "-n", str(n), *prog]
     cmd = ucx.command(argv, env)
     t0 = time.monotonic()
-    killed = False
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-        try:
-            out, err = proc.communicate(timeout=timeout + 20)
-        except subprocess.TimeoutExpired:
-            kill_tree(proc)
-            killed = True
-            out, err = proc.communicate()
+        rc, out, err, killed = harness.run_job(cmd, timeout=timeout + 20, env=env, cwd=cwd,
+                                               stderr=subprocess.PIPE)
         err = out.decode(errors="replace") + err.decode(errors="replace")
         if killed:
             err += f"\n[run.py] killed after {timeout + 20} s"
@@ -442,7 +434,6 @@ def run_job(impl: str, launcher: str, n: int, prog: list, cwd: str, timeout: int
                     text = f.read().decode(errors="replace")
             ranks.append(text)
         out = "".join(t if not t or t.endswith("\n") else t + "\n" for t in ranks)
-        rc = proc.returncode
         res = {"rc": rc, "out": out, "err": err, "secs": round(time.monotonic() - t0, 1),
                "timeout": killed or "time limit for job execution has been reached" in err}
         if folder is not None:
@@ -515,7 +506,6 @@ def run_examples(opts, examples: str, build: str) -> dict:
 
 # --- part 2: shmem4py ----------------------------------------------------------------
 
-RANK = {"pass": 0, "skip": 1, "fail": 2, "error": 3, "not run": 4, "hang": 5}
 COLS = ("pass", "fail", "error", "skip", "hang", "not run")
 
 
@@ -564,71 +554,8 @@ def fetch_shmem4py(version: str) -> str:
         raise DownloadError(str(e)) from None
 
 
-def _records(outdir: str) -> dict:
-    recs = {}
-    for path in glob.glob(os.path.join(outdir, "pe*.jsonl")):
-        pe = int(os.path.basename(path)[2:-6])
-        with open(path) as f:
-            recs[pe] = [json.loads(line) for line in f if line.strip().endswith("}")]
-    return recs
-
-
-def summarize(recs: dict, n: int) -> dict:
-    """Per-test outcomes over the PEs (a test passes when it passed or was
-    skipped on every PE; a test started and never stopped is a hang, one
-    never started on a PE that ran others is ``not run``), the details of
-    failures, whether every PE wrote its ``done`` line, and the module file
-    of the shmem4py each PE imported."""
-    per, details, done, modules, ids = {}, {}, 0, set(), []
-    for pe in range(n):
-        seen, fixtures = {}, {}
-        for r in recs.get(pe, []):
-            ev = r["event"]
-            if ev == "start":
-                seen[r["test"]] = "hang"
-            elif ev == "stop":
-                seen[r["test"]] = r["outcome"]
-            elif ev == "detail":
-                details.setdefault(r["test"], f"PE {pe}: {r['error']}")
-            elif ev == "import-error":
-                details.setdefault("<import>", f"PE {pe}: {r['error']}")
-            elif ev == "begin":
-                ids = ids or r["tests"]
-                modules.add(r.get("shmem4py", ""))
-            elif ev == "fixture":
-                fixtures[r["scope"]] = r["outcome"]
-            elif ev == "done":
-                done += 1
-        for tid in ids:
-            # a test of a class or module whose fixture skipped or failed
-            scope = next((s for s in fixtures if tid.startswith(s + ".")), None)
-            if tid not in seen and scope:
-                seen[tid] = fixtures[scope]
-        for tid, outcome in seen.items():
-            per.setdefault(tid, {})[pe] = outcome
-    tests = {}
-    for tid, by_pe in per.items():
-        outs = [by_pe.get(pe, "not run") for pe in range(n)]
-        if "hang" in outs:
-            tests[tid] = "hang"
-        elif all(o == "skip" for o in outs):
-            tests[tid] = "skip"
-        elif all(o in ("pass", "skip") for o in outs):
-            tests[tid] = "pass"
-        elif "error" in outs:
-            tests[tid] = "error"
-        elif "fail" in outs:
-            tests[tid] = "fail"
-        else:
-            tests[tid] = "not run"
-    for tid in ids:
-        tests.setdefault(tid, "not run")
-    return {"tests": tests, "details": details, "complete": done == n and n > 0,
-            "modules": sorted(modules)}
-
-
 def counts(tests: dict) -> dict:
-    return {k: sum(1 for v in tests.values() if v == k) for k in COLS}
+    return harness.counts(tests.values(), COLS)
 
 
 def run_test_file(impl: str, path: str, n: int, opts) -> dict:
@@ -638,7 +565,7 @@ def run_test_file(impl: str, path: str, n: int, opts) -> dict:
                       os.path.dirname(path), opts.timeout,
                       extra_env={"UCXPY_RUNNER_FINALIZE": opts.finalize},
                       pythonpath=opts.pythonpath)
-        res.update(summarize(_records(outdir), n))
+        res.update(harness.pe_outcomes(harness.pe_records(outdir), n))
     finally:
         shutil.rmtree(outdir, ignore_errors=True)
     res["counts"] = counts(res["tests"])
@@ -668,16 +595,10 @@ def file_verdict(row: dict, impls) -> tuple:
                               f"outcomes"]
         why.append(f"ours exit {rc_text(o)}")
     if r is not None:
-        for tid in sorted(set(o["tests"]) | set(r["tests"])):
-            a, b = o["tests"].get(tid, "not run"), r["tests"].get(tid, "not run")
-            if RANK[a] > RANK[b]:
-                why.append(f"{tid}: ours {a}, reference {b}")
-        for k in COLS:
-            if k != "pass" and k != "skip" and o["counts"][k] > r["counts"][k]:
-                why.append(f"more {k} than the reference ({o['counts'][k]} > {r['counts'][k]})")
-        if o["counts"]["pass"] < r["counts"]["pass"]:
-            why.append(f"fewer passes than the reference ({o['counts']['pass']} < "
-                       f"{r['counts']['pass']})")
+        ref = dict(r["tests"], **dict.fromkeys(set(o["tests"]) - set(r["tests"]), "not run"))
+        bad, _, _ = harness.compare(o["tests"], ref)
+        why += [f"{tid}: ours {a}, reference {b}" for tid, a, b in bad]
+        why += harness.counts_worse(o["counts"], r["counts"], skips=False)
     return ("FAIL" if why else "PASS"), why
 
 
@@ -844,15 +765,12 @@ def check_baseline(data: dict, path: str) -> list:
             bad.append(f"shmem4py {key}: ours exit {rc_text(o)} (baseline 0)")
         if b["proof"] and o["check"]:
             bad.append(f"shmem4py {key}: proof: {'; '.join(o['check'])}")
-        for tid, was in b["tests"].items():
-            now = o["tests"].get(tid, "not run")
-            if RANK[now] > RANK[was]:
-                bad.append(f"shmem4py {key} {tid}: ours {now} (baseline {was})")
-            elif RANK[now] < RANK[was]:
-                better.append(f"shmem4py {key} {tid}: ours {now} (baseline {was})")
-        for tid in set(o["tests"]) - set(b["tests"]):
-            if o["tests"][tid] not in ("pass", "skip"):
-                bad.append(f"shmem4py {key} {tid}: ours {o['tests'][tid]} (not in the baseline)")
+        worse, improved, new = harness.compare(o["tests"], b["tests"])
+        bad += [f"shmem4py {key} {tid}: ours {now} (baseline {was})" for tid, now, was in worse]
+        better += [f"shmem4py {key} {tid}: ours {now} (baseline {was})"
+                   for tid, now, was in improved]
+        bad += [f"shmem4py {key} {tid}: ours {o['tests'][tid]} (not in the baseline)"
+                for tid in new if o["tests"][tid] not in ("pass", "skip")]
     for key, row in data.get("demos", {}).items():
         if "ours" not in row:
             continue
@@ -864,10 +782,7 @@ def check_baseline(data: dict, path: str) -> list:
             bad.append(f"demo {key}: ours fails (baseline pass): {'; '.join(row['why'])}")
         elif b["ours"] == "fail" and ok:
             better.append(f"demo {key}: ours passes (baseline fail)")
-    for msg in better:
-        log(f"IMPROVED {msg} (refresh the baseline)")
-    for msg in bad:
-        log(f"REGRESSION {msg}")
+    harness.report(bad, better, log)
     return bad
 
 

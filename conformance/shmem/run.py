@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -36,7 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
-from conformance.cache import locked  # noqa: E402
+from conformance import harness  # noqa: E402
+from conformance.harness import locked  # noqa: E402
 
 ADAPTER = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shmem", "dropin")
 RUNNER = os.path.join(HERE, "unittest_runner.py")
@@ -80,46 +79,6 @@ def _fetch_suite(version: str, cache: str) -> str:
     return tests
 
 
-def _pe_records(outdir: str) -> dict:
-    recs = {}
-    for path in glob.glob(os.path.join(outdir, "pe*.jsonl")):
-        pe = int(os.path.basename(path)[2:-6])
-        with open(path) as f:
-            recs[pe] = [json.loads(line) for line in f if line.strip()]
-    return recs
-
-
-def summarize(recs: dict, npes: int):
-    """Per-test outcome over all PEs: pass only if every PE passed."""
-    per_test, details = {}, {}
-    for pe in range(npes):
-        seen = {}
-        for r in recs.get(pe, []):
-            if r["event"] == "start":
-                seen[r["test"]] = "hang/crash"
-            elif r["event"] == "stop":
-                seen[r["test"]] = r["outcome"]
-            elif r["event"] == "detail":
-                details.setdefault(r["test"], f"PE {pe}: {r['error']}")
-            elif r["event"] == "import-error":
-                details.setdefault("<import>", f"PE {pe}: {r['error']}")
-        for tid, outcome in seen.items():
-            per_test.setdefault(tid, []).append(outcome)
-    result = {}
-    for tid, outs in per_test.items():
-        if len(outs) < npes and "hang/crash" not in outs:
-            outs = outs + ["hang/crash"]
-        if all(o == "skip" for o in outs):
-            result[tid] = "skip"
-        elif all(o in ("pass", "skip") for o in outs):
-            result[tid] = "pass"
-        elif "hang/crash" in outs:
-            result[tid] = "hang/crash"
-        else:
-            result[tid] = "error" if "error" in outs else "fail"
-    return result, details
-
-
 def run_file(path, npes, launcher, timeout, env):
     outdir = tempfile.mkdtemp(prefix="shmemconf-")
     try:
@@ -129,17 +88,13 @@ def run_file(path, npes, launcher, timeout, env):
         else:
             cmd = ["mpiexec", "-n", str(npes), sys.executable, RUNNER, path, outdir]
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, cwd=os.path.dirname(path),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout + 30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
+        rc, out, _, killed = harness.run_job(cmd, timeout=timeout + 30, env=env,
+                                             cwd=os.path.dirname(path))
+        out = out.decode(errors="replace")
+        if killed:
             out += f"\n[run.py] killed after {timeout + 30} s"
-        result, details = summarize(_pe_records(outdir), npes)
-        return result, details, proc.returncode, out, time.monotonic() - t0
+        res = harness.pe_outcomes(harness.pe_records(outdir), npes)
+        return res["tests"], res["details"], rc, out, time.monotonic() - t0
     finally:
         shutil.rmtree(outdir, ignore_errors=True)
 
@@ -204,8 +159,8 @@ def main(argv=None) -> int:
             for path in files:
                 result, details, rc, out, secs = run_file(path, npes, launcher,
                                                           args.timeout, env)
-                c = {k: sum(1 for v in result.values() if v == k)
-                     for k in ("pass", "fail", "error", "hang/crash", "skip")}
+                c = harness.counts(result.values(), harness.RANK)
+                c["hang/crash"] = c["hang"] + c["not run"]   # (a PE crashed before it)
                 if not result:
                     c["error"] = 1          # the file did not even start its tests
                 print(f"{os.path.basename(path)[:-3]:<18}{launcher:<11}{npes:>4}"
