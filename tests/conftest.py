@@ -27,14 +27,6 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "scale: a full-size job (64 ranks over 16 hosts, 128 "
                                        "ranks on one host); only with --scale")
-    if shared_cpus(config):
-        # beside another pytest worker a job's ranks compete with the other
-        # worker's jobs for the CPUs, which their count of ranks per host
-        # does not show: ucxpy's waits (and libucp's idle progress calls,
-        # where MPICH's and Open MPI's ranks spin) yield the CPU between
-        # progress passes, as on an oversubscribed host.  A test that sets
-        # UCXPY_OVERSUBSCRIBED itself keeps its own.
-        os.environ.setdefault("UCXPY_OVERSUBSCRIBED", "y")
 
 
 #: the files that take longest (seconds in 2-worker runs of 2026-12-07),
