@@ -58,6 +58,25 @@ def test_request_contract_c_harness(tmp_path):
     assert out.count("ok - ") >= 25
 
 
+@pytest.mark.parametrize("tls", ["shm", "tcp"])
+def test_worker_wakeup_two_processes(tmp_path, tls):
+    """tests/ucp/wakeup.c: a worker asleep in poll() on its event
+    descriptor (ucp_worker_get_efd, after ucp_worker_arm) wakes for an 8 B
+    message, a 1 MiB rendezvous and an active message, each received whole;
+    arm is busy while a message waits; no descriptor without
+    UCP_FEATURE_WAKEUP, none of its own with the caller's epoll set."""
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    import secrets
+    lib = os.path.dirname(ucx.LIBUCP)
+    exe = _compile(tmp_path, "wakeup.c", "wakeup", "cc",
+                   ["-L" + lib, "-lucp", "-lucs", "-Wl,-rpath," + lib])
+    env = dict(os.environ, UCXPY_TLS=tls, UCXPY_AUTH_KEY=secrets.token_hex(32))
+    rc, out, err = _run([exe], timeout=120, env=env)
+    assert rc == 0 and "\n0 failed" in out and "not ok" not in out, out + err
+    assert out.count("ok - ") >= 10, out
+
+
 def _dataplane(tmp_path, *args, tls="shm", env=None):
     """Build and run tests/ucp/dataplane.c (two processes over ``tls``, with
     ``env`` added): its output and both workers' final reports."""

@@ -275,6 +275,36 @@ def flush(w: CWorker, ep) -> None:
     (ep if ep is not None else w.worker).flush()
 
 
+def flush_nb(w: CWorker, ep):
+    """``ucp_ep_flush_nbx`` / ``ucp_worker_flush_nbx``: a core Request done
+    once ``ep`` (None: every endpoint of the worker) is flushed; the caller
+    progresses meanwhile (its peer may be another worker of this process,
+    which another thread progresses: a flush that waited inside the call,
+    holding libucp's lock, would wait for it forever)."""
+    return (ep if ep is not None else w.worker).flush_nb()
+
+
+def arm(w: CWorker):
+    """``ucp_worker_arm``: the descriptors the worker's event descriptor
+    (libucp's epoll set) then holds, armed, or None when it has work now."""
+    return w.worker.arm()
+
+
+def ep_perf(ep, size: int) -> float:
+    """``ucp_ep_evaluate_perf``: the seconds the lane ``ep`` sends on takes
+    to move ``size`` bytes, by the core's cost model (its transport's
+    ``TransportAttrs.estimate``: overhead + latency + size / bandwidth), plus
+    a round trip (2 x latency) for the handshake where the message would go
+    by rendezvous."""
+    if ep.failed is not None:
+        raise ep.failed
+    attrs = (ep._tep or ep.transport_endpoint()).iface.attrs
+    seconds = attrs.estimate(size)
+    if size >= ep.rndv_thresh:
+        seconds += 2 * attrs.latency
+    return seconds
+
+
 # -- tagged messages -------------------------------------------------------------
 def tag_probe(w: CWorker, tag: int, mask: int, remove: int):
     """None, or ``(tag, length, message or None)``: what has arrived, not

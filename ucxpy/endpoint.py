@@ -392,6 +392,12 @@ class Endpoint:
         if not self.flushed():    # (and no wait set up, nor its message, when it is)
             self.worker.wait_until(self.flushed, timeout, f"flush of {self!r}")
 
+    def flush_nb(self) -> Request:
+        """A request done once :meth:`flushed` (failed with the endpoint's
+        failure), completed by this worker's progress: the non-blocking
+        :meth:`flush`."""
+        return self.worker.when(self.flushed)
+
     def close(self, timeout: Optional[float] = None) -> None:
         """Flush, tell the peer, then close the transport endpoint (idempotent)."""
         if self.closed:

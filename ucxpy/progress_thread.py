@@ -44,11 +44,12 @@ WORKER_API = ("progress", "progress_all", "wait_until", "connect", "tag_recv_nb"
               "tag_recv_any_nb", "tag_recv", "tag_probe_nb", "tag_probe", "tag_peek",
               "tag_recv_message_nb", "fail_receives", "check_peers", "set_am_handler",
               "mem_map", "flush", "add_progress_callback", "remove_progress_callback",
-              "add_wake_source", "_cancel_recv")
+              "add_wake_source", "_cancel_recv", "when", "flush_nb", "wait_fds", "arm")
 ENDPOINT_API = ("tag_send_nb", "tag_send_sync_nb", "tag_send", "send_message", "am_send_nb",
                 "am_send", "unpack_rkey", "put_nb", "get_nb", "put", "get", "atomic_post",
                 "atomic_fetch_nb", "atomic_fetch", "atomic_fetch_now", "fence", "flush",
-                "flushed", "close", "abort", "fail", "send_frame", "transport_endpoint")
+                "flushed", "flush_nb", "close", "abort", "fail", "send_frame",
+                "transport_endpoint")
 #: Worker's public methods that stay unlocked, and why (all of Endpoint's
 #: lock).  Every other public method touches state the progress thread
 #: changes (the matcher, endpoints, queues, the callback list) and is in the

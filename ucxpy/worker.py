@@ -159,6 +159,7 @@ class Worker:
         self._cold = [i.progress for i in self.ifaces]
         self._tick = 0
         self._callbacks = []                 # add_progress_callback: run by every progress()
+        self._whens = []                     # when(): (request, predicate) progress completes
         # a C caller's progress (libucp) reads tcp connections itself: the
         # connections whose reading we lend it (tep -> ucxpy._dp.Stream, None
         # until first lent; lend_streams: set by ucxpy.capi for its workers)
@@ -211,7 +212,7 @@ class Worker:
         if self._failing or self._holding:
             n += self._fail_closed_peers()
         if self._callbacks:
-            for cb in self._callbacks:
+            for cb in tuple(self._callbacks):   # (a callback may remove itself)
                 n += cb()
         if self.lend_streams:
             self._streams_lend()
@@ -311,6 +312,52 @@ class Worker:
         if cb not in self._callbacks:
             self._callbacks.append(cb)
             self._sync_py_poll()
+
+    def when(self, predicate: Callable[[], bool]) -> Request:
+        """A request that this worker's progress completes once
+        ``predicate()`` is true (or fails with what it raises): the
+        non-blocking form of :meth:`wait_until`, for a caller that must not
+        wait inside the call (libucp's ``ucp_ep_flush_nbx``, whose peer may
+        be another worker of this process, progressed by another thread).
+        Done at once when the predicate already holds."""
+        req = Request(self)
+        try:
+            done = predicate()
+        except BaseException as e:      # noqa: BLE001 - the request carries it
+            req.complete(exc=e)
+            return req
+        if done:
+            req.complete()
+            return req
+        if not self._whens:
+            self.add_progress_callback(self._when_pass)
+        self._whens.append((req, predicate))
+        return req
+
+    def _when_pass(self) -> int:
+        n, left = 0, []
+        for req, predicate in self._whens:
+            try:
+                done = predicate()
+            except BaseException as e:  # noqa: BLE001 - the request carries it
+                req.complete(exc=e)
+                n += 1
+                continue
+            if done:
+                req.complete()
+                n += 1
+            else:
+                left.append((req, predicate))
+        self._whens = left
+        if not left:
+            self.remove_progress_callback(self._when_pass)
+        return n
+
+    def flush_nb(self) -> Request:
+        """A request done once every endpoint's sends have left and its RMA
+        completed (:meth:`flush`'s condition), completed by progress."""
+        return self.when(lambda: all(ep.flushed() for ep in list(self.endpoints.values())
+                                     if ep.failed is None and not ep.closed))
 
     def remove_progress_callback(self, cb: Callable[[], int]) -> None:
         """Stop calling ``cb`` from :meth:`progress` (no error if absent)."""
@@ -671,20 +718,39 @@ class Worker:
         if source not in self._wake_sources:
             self._wake_sources.append(source)
 
-    def _idle_sleep(self, seconds: float) -> None:
-        t0 = time.perf_counter_ns()
-        if self.proto_c and self.dp.proto_owed:
-            seconds = 0                 # (a plug-in's C half waits for room in a ring)
+    def wait_fds(self) -> list:
+        """Arm every interface's wake-up (``Interface.wait_fds``) and return
+        the descriptors that become readable once this worker has work: the
+        interfaces', the tcp connections read in C, the wake sources.  What
+        a waiting worker sleeps on, and what :meth:`arm` hands a C caller."""
         fds = [fd for i in self.ifaces for fd in i.wait_fds()]
         if self._streams:               # (the tcp connections read in C, whose sockets
             fds += [s.fd for s in self._streams.values()    # the interface no longer polls)
                     if s is not None and s.lent]
-        wake = self._wake_sources
-        if wake:
-            fds += wake
+        fds += [src.fileno() for src in self._wake_sources]
+        return fds
+
+    def arm(self) -> list | None:
+        """Prepare to sleep outside this worker (UCP's ``ucp_worker_arm``,
+        for a caller polling the worker's event descriptor): the descriptors
+        of :meth:`wait_fds`, armed, or None when the worker has work now (a
+        wake source rang, or a descriptor is readable already): progress
+        first, then arm again."""
+        if any([src.drain() for src in self._wake_sources]):
+            return None
+        fds = self.wait_fds()
+        if fds and select.select(fds, (), (), 0)[0]:
+            return None
+        return fds
+
+    def _idle_sleep(self, seconds: float) -> None:
+        t0 = time.perf_counter_ns()
+        if self.proto_c and self.dp.proto_owed:
+            seconds = 0                 # (a plug-in's C half waits for room in a ring)
+        fds = self.wait_fds()
         if fds:
             select.select(fds, (), (), seconds)
-            for src in wake:
+            for src in self._wake_sources:
                 src.drain()
         else:
             time.sleep(seconds)

@@ -40,6 +40,7 @@
 #endif
 
 const ucxs_bridge_t *ucxs_py;
+int ucxs_python_host;
 
 static const ucxs_core_t core = {
     .complete = ucxs_core_complete,
@@ -149,6 +150,8 @@ ucs_status_t ucxs_attach(void)
     if (!pyapi_lookup(RTLD_DEFAULT, &api) || !api.is_initialized()) {
         if (!start_python(&api))
             goto out;
+    } else {
+        ucxs_python_host = 1;               /* (worker.c: its C threads never wait for the GIL) */
     }
     int gil = api.gil_ensure();
     void *module = api.import_module("ucxpy._ucp_bridge");   /* the capsule's module */

@@ -39,7 +39,7 @@
     X(context_create) X(worker_create) X(worker_destroy) X(ep_create) X(ep_close)         \
     X(flush) X(tag_probe) X(am_handler) X(am_drop) X(mem_map) X(mem_unmap) X(rkey_pack)   \
     X(rkey_unpack) X(rkey_map) X(context_info) X(status_of) X(failure) X(ep_lane)         \
-    X(wake_peer) X(stream_tail)
+    X(wake_peer) X(stream_tail) X(ep_perf) X(arm) X(flush_nb)
 
 #define FN_ENUM(name) FN_##name,
 #define FN_NAME(name) #name,
@@ -490,6 +490,11 @@ static int b_holds_gil(void)
     return Py_IsInitialized() && PyGILState_Check();
 }
 
+static int b_has_tstate(void)
+{
+    return PyGILState_GetThisThreadState() != NULL;
+}
+
 /* Adapter function `fn` of a handle and bytes, giving a new handle. */
 static ucs_status_t from_bytes(int fn, void *obj, const void *bytes, size_t length, void **out)
 {
@@ -570,6 +575,16 @@ static ucs_status_t b_stream_tail(void *ep, const void *bytes, size_t length)
 static ucs_status_t b_flush(void *worker, void *ep)
 {
     return on_pair(FN_flush, worker, ep);
+}
+
+static ucs_status_t b_flush_nb(void *worker, void *ep, void *req)
+{
+    ENTER_OR(UCS_OK);
+    ucs_status_t s = track(ep != NULL ? "ucp_ep_flush_nbx" : "ucp_worker_flush_nbx",
+                           call(FN_flush_nb, Py_BuildValue("(OO)", py(worker), py(ep))),
+                           worker, req, NULL);
+    LEAVE;
+    return s;
 }
 
 static ucs_status_t b_cancel(void *worker, void *req)
@@ -942,8 +957,61 @@ static ucs_status_t b_context_info(void *ctx, char **text)
     return s;
 }
 
+static ucs_status_t b_ep_perf(void *ep, size_t size, double *seconds)
+{
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    ucs_status_t s = UCS_OK;
+    PyObject *res = call(FN_ep_perf, Py_BuildValue("(On)", py(ep), (Py_ssize_t)size));
+    if (res == NULL || (*seconds = PyFloat_AsDouble(res), PyErr_Occurred()))
+        s = raised("ucp_ep_evaluate_perf");
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
+static ucs_status_t b_arm(void *worker, int **fds, int *nfds, int *busy)
+{
+    ENTER_OR(UCS_ERR_NOT_CONNECTED);
+    ucs_status_t s = UCS_OK;
+    PyObject *res = call(FN_arm, Py_BuildValue("(O)", py(worker)));
+    *fds = NULL;
+    *nfds = 0;
+    *busy = 0;
+    if (res == NULL) {
+        s = raised("ucp_worker_arm");
+    } else if (res == Py_None) {
+        *busy = 1;                          /* work now: progress first */
+    } else {
+        Py_ssize_t n = PySequence_Length(res);
+        if (n < 0 || (*fds = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1))) == NULL) {
+            s = n < 0 ? raised("ucp_worker_arm") : UCS_ERR_NO_MEMORY;
+        } else {
+            for (Py_ssize_t i = 0; i < n && s == UCS_OK; i++) {
+                PyObject *item = PySequence_GetItem(res, i);
+                long fd = item != NULL ? PyLong_AsLong(item) : -1;
+                Py_XDECREF(item);
+                if (PyErr_Occurred())
+                    s = raised("ucp_worker_arm");
+                (*fds)[i] = (int)fd;
+            }
+            *nfds = (int)n;
+            if (s != UCS_OK) {
+                free(*fds);
+                *fds = NULL;
+                *nfds = 0;
+            }
+        }
+    }
+    Py_XDECREF(res);
+    LEAVE;
+    return s;
+}
+
 static ucxs_bridge_t table = {
     .abi = UCXS_BRIDGE_ABI,
+    .ep_perf = b_ep_perf,
+    .flush_nb = b_flush_nb,
+    .arm = b_arm,
     .attach = b_attach,
     .try_lock = b_try_lock,
     .lock = b_lock,
@@ -958,6 +1026,7 @@ static ucxs_bridge_t table = {
     .unblocked = b_unblocked,
     .alive = b_alive,
     .holds_gil = b_holds_gil,
+    .has_tstate = b_has_tstate,
     .ep_create = b_ep_create,
     .ep_close = b_ep_close,
     .ep_lane = b_ep_lane,

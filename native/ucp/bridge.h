@@ -23,7 +23,7 @@
 
 #include "../dp/dp.h"
 
-#define UCXS_BRIDGE_ABI 6
+#define UCXS_BRIDGE_ABI 7
 #define UCXS_BRIDGE_CAPSULE "ucxpy._ucp_bridge.table"
 
 /* What a worker carried, counted by libucp (the proof-of-use report reads
@@ -97,6 +97,9 @@ typedef struct ucxs_bridge {
     /* whether the calling thread holds the GIL (a pass of its own waits for
      * nobody then) */
     int (*holds_gil)(void);
+    /* this thread has a Python thread state (a Python thread, or the C
+     * program's thread that started the interpreter) */
+    int (*has_tstate)(void);
     ucs_status_t (*ep_create)(void *worker, const void *address, size_t length, void **ep);
     ucs_status_t (*ep_close)(void *worker, void *ep);
     /* The data plane's view of the connection Endpoint `ep` sends on: `*ref`
@@ -115,6 +118,9 @@ typedef struct ucxs_bridge {
      * bytes): queued by the transport before anything else */
     ucs_status_t (*stream_tail)(void *ep, const void *bytes, size_t length);
     ucs_status_t (*flush)(void *worker, void *ep_or_null);
+    /* the same without waiting: done now (UCS_OK or an error), or
+     * UCS_INPROGRESS with the outcome routed to C request `req` */
+    ucs_status_t (*flush_nb)(void *worker, void *ep_or_null, void *req);
     ucs_status_t (*cancel)(void *worker, void *req);
     ucs_status_t (*tag_send)(void *worker, void *ep, const void *buf, size_t length,
                              uint64_t tag, int sync, void *req, ucp_tag_recv_info_t *info);
@@ -159,6 +165,13 @@ typedef struct ucxs_bridge {
                              size_t *length);
     /* ucp_context_print_info's text (malloc'd, NUL-terminated) */
     ucs_status_t (*context_info)(void *ctx, char **text);
+    /* ucp_ep_evaluate_perf: the seconds the endpoint's lane takes to move
+     * `size` bytes, by the core's cost model (TransportAttrs.estimate) */
+    ucs_status_t (*ep_perf)(void *ep, size_t size, double *seconds);
+    /* ucp_worker_arm: arm the worker's wake-ups; `*fds` (malloc'd, `*nfds` of
+     * them) the descriptors that become readable once it has work, or
+     * `*busy` when it has work now (capi.arm) */
+    ucs_status_t (*arm)(void *worker, int **fds, int *nfds, int *busy);
 } ucxs_bridge_t;
 
 #endif

@@ -3,14 +3,14 @@
  *
  * Entry points: ucp_config_read, ucp_config_release, ucp_init_version,
  * ucp_cleanup, ucp_get_version, ucp_get_version_string, ucp_context_query,
- * ucp_context_print_info.
+ * ucp_context_print_info, ucp_lib_query.
  *
  * Theory of operation.  Configuration is ucxpy's own (UCXPY_* variables, read
  * by the core when the context is made); ucp_config_read hands out an empty
  * token so callers' read/modify/release sequences work.  ucp_init_version
  * attaches to Python (attach.c) and makes the core's Context.  Of the
  * caller's ucp_params_t only the fields its field_mask names are read, so
- * callers built against any API from 1.13 to 1.20 pass their own struct.
+ * callers built against any API from 1.13 to 1.23 pass their own struct.
  * ucp_context_print_info prints ucxpy's own transports and devices (capi.py
  * context_info), in the `# resource` line layout of UCX's, never UCX's names.
  */
@@ -62,9 +62,10 @@ ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_ver
     ucs_status_t status;
     ucp_context_h ctx;
 
-    if (api_major_version != UCXS_API_MAJOR || api_minor_version > UCXS_API_MINOR) {
-        ucxs_error("ucp_init", "the caller wants UCP API %u.%u, this library has %u.%u",
-                   api_major_version, api_minor_version, UCXS_API_MAJOR, UCXS_API_MINOR);
+    if (api_major_version != UCXS_API_MAJOR || api_minor_version > UCXS_API_MINOR_ACCEPTED) {
+        ucxs_error("ucp_init", "the caller wants UCP API %u.%u, this library has %u.%u "
+                   "(and takes callers of up to %u.%u)", api_major_version, api_minor_version,
+                   UCXS_API_MAJOR, UCXS_API_MINOR, UCXS_API_MAJOR, UCXS_API_MINOR_ACCEPTED);
         return UCS_ERR_UNSUPPORTED;
     }
     status = ucxs_attach();
@@ -108,6 +109,18 @@ ucs_status_t ucp_context_query(ucp_context_h ctx, ucp_context_attr_t *attr)
         attr->thread_mode = UCS_THREAD_MODE_MULTI;
     if (attr->field_mask & UCP_ATTR_FIELD_MEMORY_TYPES)
         attr->memory_types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+    return UCS_OK;
+}
+
+/* The library's thread level: every entry point may be called from any
+ * thread at any time (each context and worker reports UCS_THREAD_MODE_MULTI
+ * too); NIXL asks before it runs a progress thread beside its callers. */
+ucs_status_t ucp_lib_query(ucp_lib_attr_t *attr)
+{
+    if (attr == NULL)
+        return UCS_ERR_INVALID_PARAM;
+    if (attr->field_mask & UCP_LIB_ATTR_FIELD_MAX_THREAD_LEVEL)
+        attr->max_thread_level = UCS_THREAD_MODE_MULTI;
     return UCS_OK;
 }
 

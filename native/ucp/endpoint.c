@@ -3,15 +3,18 @@
  *
  * Entry points: ucp_ep_create, ucp_ep_destroy, ucp_disconnect_nb,
  * ucp_ep_close_nb, ucp_ep_close_nbx, ucp_ep_flush, ucp_ep_flush_nb,
- * ucp_ep_flush_nbx.
+ * ucp_ep_flush_nbx, ucp_ep_evaluate_perf.
  *
  * Theory of operation.  An endpoint is the core's Endpoint to the worker whose
  * packed address (ucp_worker_get_address on the peer) the caller gives;
- * wire-up is the core's.  Flush and close run to completion inside the call
- * (the core progresses while it waits, so peers waiting on us are served)
- * and report done-now, which UCP allows for every one of them: the *_nbx
- * forms still hand back a request when the caller denied immediate
- * completion.
+ * wire-up is the core's.  Close and the blocking flushes run to completion
+ * inside the call (the core progresses while it waits, so peers waiting on
+ * us are served) and report done-now, which UCP allows: the *_nbx forms
+ * still hand back a request when the caller denied immediate completion.
+ * ucp_ep_flush_nbx does not wait inside the call when RMA is in flight: its
+ * request completes from later progress (ucxs_flush_nbx, worker.c), since
+ * the peer may be another worker of this process that another thread
+ * progresses (NIXL's agents).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -96,8 +99,28 @@ ucs_status_ptr_t ucp_ep_flush_nb(ucp_ep_h ep, unsigned flags, ucp_send_callback_
 
 ucs_status_ptr_t ucp_ep_flush_nbx(ucp_ep_h ep, const ucp_request_param_t *param)
 {
-    ucxs_req_t *req = ucxs_req_new(ep->worker, param, UCXS_CB_SEND, "ucp_ep_flush_nbx");
-    if (req == NULL)
-        return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
-    return ucxs_req_posted(req, ucp_ep_flush(ep), param);
+    return ucxs_flush_nbx(ep->worker, ep, param, "ucp_ep_flush_nbx");
+}
+
+/* The core's own estimate for the endpoint's lane (capi.ep_perf: the
+ * transport's overhead + latency + size / bandwidth, a round trip more from
+ * the rendezvous threshold on), in seconds; the lane is chosen now if the
+ * endpoint has not sent yet.  Without a message size: that of 0 bytes. */
+ucs_status_t ucp_ep_evaluate_perf(ucp_ep_h ep, const ucp_ep_evaluate_perf_param_t *param,
+                                  ucp_ep_evaluate_perf_attr_t *attr)
+{
+    size_t size = 0;
+    double seconds = 0;
+    ucs_status_t status;
+
+    if (ep == NULL || attr == NULL)
+        return UCS_ERR_INVALID_PARAM;
+    if (param != NULL && (param->field_mask & UCP_EP_PERF_PARAM_FIELD_MESSAGE_SIZE))
+        size = param->message_size;
+    if (!(attr->field_mask & UCP_EP_PERF_ATTR_FIELD_ESTIMATED_TIME))
+        return UCS_OK;
+    status = ucxs_py->ep_perf(ep->py, size, &seconds);
+    if (status == UCS_OK)
+        attr->estimated_time = seconds;
+    return status;
 }

@@ -230,8 +230,17 @@ unsigned ucxs_dp_done(ucp_worker_h worker)
     ucxdp_link_t list, *l;
     unsigned n = 0;
 
-    /* (under the lock: a cancel in another thread reads the flags there) */
-    ucxs_py->lock();
+    /* (under the lock: a cancel in another thread reads the flags there).
+     * A C thread of a Python program never waits for it: its holder may be
+     * waiting for the GIL, held by a Python thread that waits for this one
+     * (joining it); the next progress call takes what is owed. */
+    if (!ucxs_foreign()) {
+        ucxs_py->lock();
+    } else if (!ucxs_py->try_lock()) {
+        __atomic_store_n(&worker->dp_owed, 1, __ATOMIC_RELAXED);
+        return 0;
+    }
+    __atomic_store_n(&worker->dp_owed, 0, __ATOMIC_RELAXED);
     ucxs_py->dp->tag_take_done(worker->dp, UCXDP_OWNER_EXT, &list);
     while ((l = list.next) != &list) {
         ucxs_req_t *req = req_of_dtr(UCXDP_DONE_RECV(l));

@@ -21,10 +21,27 @@
 /* UCP API versions this library implements (callers may be 1.13 .. 1.20) */
 #define UCXS_API_MAJOR 1
 #define UCXS_API_MINOR 20
+/* Callers built against later headers, up to this minor, are accepted too
+ * (NIXL's wheel bundles UCX 1.23): UCP's parameter structures only grow at
+ * their ends, each field named by a field-mask bit, and this library reads
+ * the fields of the bits it knows (a bit it does not know asks for
+ * something it does not do: ignored, as by an older UCX). */
+#define UCXS_API_MINOR_ACCEPTED 23
 
 /* the bridge, once attached (attach.c); NULL until ucp_init */
 extern const ucxs_bridge_t *ucxs_py;
 ucs_status_t ucxs_attach(void);
+/* the process is a Python program (libucp attached to its interpreter),
+ * not a C program whose interpreter libucp started */
+extern int ucxs_python_host;
+
+/* A thread of a Python program's C code (no Python thread state: NIXL's
+ * progress thread): it never waits for the GIL, which a Python thread may
+ * hold while it waits for this thread (joining it). */
+static inline int ucxs_foreign(void)
+{
+    return ucxs_python_host && !ucxs_py->has_tstate();
+}
 
 void ucxs_error(const char *entry, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -90,6 +107,15 @@ struct ucp_worker {
     struct ucxs_timer *timer;              /* the thread running those timer passes, once
                                               one waited for the GIL (worker.c), or NULL */
     uint64_t timer_seen;                   /* its passes whose completions progress took */
+    int dp_owed;                           /* ucxs_dp_done could not take the lock (a foreign
+                                              thread's call): the next progress call takes it */
+    int efd;                               /* ucp_worker_get_efd's epoll descriptor, or -1 */
+    int *efd_fds;                          /* what the last ucp_worker_arm put in it */
+    int efd_nfds;
+    int efd_external;                      /* efd is the caller's (UCP_WORKER_PARAM_FIELD_EVENT_FD) */
+    int evfd;                              /* an eventfd always in efd's set: ucp_worker_signal,
+                                              and an arm pass of the timer thread that found
+                                              work; -1 until ucp_worker_get_efd / arm */
 };
 
 /* A worker address (ucp_address_t): a 32-bit length, then the core's packed
@@ -273,6 +299,8 @@ static inline ucs_status_t ucxs_rma_posted(ucp_worker_h worker, ucs_status_t sta
 /* A flush of `worker` (ep NULL) or of one endpoint: at once when no RMA or
  * atomic is in flight (UCP's flush covers those), else the core's. */
 ucs_status_t ucxs_flush(ucp_worker_h worker, ucp_ep_h ep);
+ucs_status_ptr_t ucxs_flush_nbx(ucp_worker_h w, ucp_ep_h ep, const ucp_request_param_t *param,
+                                const char *entry);
 
 /* -- the event queue (worker.c) ----------------------------------------------- */
 void ucxs_queue_push(ucp_worker_h worker, ucxs_event_t *ev);

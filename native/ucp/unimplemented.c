@@ -10,7 +10,10 @@
  *
  * The one file of the library that does not include <ucp/api/ucp.h>: these
  * definitions take no arguments (they never return), which would clash with
- * the real prototypes.  The build's exported-symbol check
+ * the real prototypes.  UCX 1.20's `ucp_device_*` (the GPU device API: memory
+ * lists a CUDA kernel posts transfers on) are here too: NIXL's UCX plugin
+ * needs them to load, and calls them only to prepare GPU-initiated
+ * transfers, which a CPU run never asks for.  The build's exported-symbol check
  * (tests/test_ucp_capi.py) keeps this list and the header in step.
  */
 #include <stdio.h>
@@ -19,11 +22,9 @@
 #define UCXS_UNIMPLEMENTED(X) \
     X(ucp_config_print) \
     X(ucp_conn_request_query) \
-    X(ucp_ep_evaluate_perf) \
     X(ucp_ep_modify_nb) \
     X(ucp_ep_print_info) \
     X(ucp_ep_query) \
-    X(ucp_lib_query) \
     X(ucp_listener_create) \
     X(ucp_listener_destroy) \
     X(ucp_listener_query) \
@@ -42,22 +43,29 @@
     X(ucp_tag_recv_nbr) \
     X(ucp_tag_send_nbr) \
     X(ucp_worker_address_query) \
-    X(ucp_worker_arm) \
     X(ucp_worker_flush) \
-    X(ucp_worker_get_efd) \
     X(ucp_worker_print_info) \
-    X(ucp_worker_signal) \
     X(ucp_worker_wait) \
     X(ucp_worker_wait_mem) \
     X(ucp_memh_pack) \
     X(ucp_memh_buffer_release) \
     X(ucp_rkey_compare) \
+    X(ucp_device_local_mem_list_create) \
+    X(ucp_device_remote_mem_list_create) \
+    X(ucp_device_mem_list_release) \
 
 _Noreturn static void unimplemented(const char *name)
 {
     fprintf(stderr, "ucxpy libucp: %s is not implemented (aborting); see docs/ucp.md\n", name);
     abort();
 }
+
+/* The same list as text in the library's file, for `ucxpy-info --abi-check`
+ * (ucxpy/tools/ucx.py reads it from the file, without loading it): the
+ * names a caller finds exported that abort. */
+#define NAME(name) #name "\n"
+__attribute__((used)) static const char unimplemented_names[] =
+    "ucxpy-unimplemented-entry-points:\n" UCXS_UNIMPLEMENTED(NAME);
 
 #define STUB(name)                                                                       \
     void name(void);                                                                     \

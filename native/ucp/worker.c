@@ -3,7 +3,8 @@
  *
  * Entry points: ucp_worker_create, ucp_worker_destroy, ucp_worker_get_address,
  * ucp_worker_release_address, ucp_worker_query, ucp_worker_progress,
- * ucp_worker_flush_nb, ucp_worker_fence.
+ * ucp_worker_flush_nb, ucp_worker_fence, ucp_worker_get_efd, ucp_worker_arm,
+ * ucp_worker_signal.
  *
  * Theory of operation.  Each worker is a core Worker (a CWorker on the Python
  * side).  Everything the core finishes — a request's completion, an active
@@ -30,8 +31,11 @@
  * every one since the last worker flush was done within its call
  * (rma_in_flight, counted by rma.c and atomic.c), else the core flushes.
  */
+#include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -178,6 +182,11 @@ ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t 
         return UCS_ERR_NO_MEMORY;
     w->context = context;
     w->py_every = PY_EVERY_NS;
+    w->efd = w->evfd = -1;
+    if (params != NULL && (params->field_mask & UCP_WORKER_PARAM_FIELD_EVENT_FD)) {
+        w->efd = params->event_fd;          /* the caller's epoll set: ours join it */
+        w->efd_external = 1;
+    }
     pthread_mutex_init(&w->lock, NULL);
     status = worker_address(w);
     if (status != UCS_OK) {
@@ -192,6 +201,7 @@ ucs_status_t ucp_worker_create(ucp_context_h context, const ucp_worker_params_t 
 }
 
 static int timer_stop(ucp_worker_h w);
+static void wakeup_release(ucp_worker_h w);
 
 void ucp_worker_destroy(ucp_worker_h w)
 {
@@ -208,6 +218,7 @@ void ucp_worker_destroy(ucp_worker_h w)
         else
             ucxs_am_dispatch(NULL, ev);      /* frees it */
     }
+    wakeup_release(w);
     if (!free_it)                           /* its timer thread may still touch it */
         return;
     pthread_mutex_destroy(&w->lock);
@@ -348,9 +359,14 @@ struct ucxs_timer {
     ucp_worker_h w;
     pid_t pid;                  /* the process that started it (a fork's child has none) */
     int asked, busy, stop;      /* under mu */
+    int arm_asked;              /* an arm pass (ucp_worker_arm from a foreign thread), under mu */
     int pending;                /* asked or busy (read without mu) */
+    int arm_pending;            /* arm_asked or its pass running (read without mu) */
     uint64_t passes;            /* done */
 };
+
+static ucs_status_t arm_now(ucp_worker_h w, int *busy);
+static void wakeup_signal(ucp_worker_h w);
 
 static void *timer_main(void *arg)
 {
@@ -360,20 +376,30 @@ static void *timer_main(void *arg)
 
     pthread_mutex_lock(&t->mu);
     for (;;) {
-        while (!t->asked && !t->stop)
+        while (!t->asked && !t->arm_asked && !t->stop)
             pthread_cond_wait(&t->cv, &t->mu);
         if (t->stop)
             break;
-        t->asked = 0;
+        int pass = t->asked, arm = t->arm_asked, busy = 0;
+        t->asked = t->arm_asked = 0;
         t->busy = 1;
         pthread_mutex_unlock(&t->mu);
-        __atomic_fetch_add(&w->ops.py_thread, 1, __ATOMIC_RELAXED);
-        ucxs_py->progress(w->py, 1, &wait);
-        pace(w, wait, now_ns());
+        if (pass) {
+            __atomic_fetch_add(&w->ops.py_thread, 1, __ATOMIC_RELAXED);
+            ucxs_py->progress(w->py, 1, &wait);
+            pace(w, wait, now_ns());
+        }
+        /* an arm pass that found work wakes whoever sleeps on the descriptor */
+        if (arm && arm_now(w, &busy) == UCS_OK && busy)
+            wakeup_signal(w);
         pthread_mutex_lock(&t->mu);
         t->busy = 0;
-        __atomic_fetch_add(&t->passes, 1, __ATOMIC_RELEASE);
-        __atomic_store_n(&t->pending, 0, __ATOMIC_RELEASE);
+        if (pass) {
+            __atomic_fetch_add(&t->passes, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&t->pending, 0, __ATOMIC_RELEASE);
+        }
+        if (arm)
+            __atomic_store_n(&t->arm_pending, 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&t->mu);
     return NULL;
@@ -424,6 +450,27 @@ static int timer_ask(struct ucxs_timer *t)
     return 1;
 }
 
+/* Ask it for an arm pass; 0 when one is asked for or running. */
+static int timer_ask_arm(struct ucxs_timer *t)
+{
+    if (__atomic_load_n(&t->arm_pending, __ATOMIC_ACQUIRE))
+        return 0;
+    __atomic_store_n(&t->arm_pending, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&t->mu);
+    t->arm_asked = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    return 1;
+}
+
+/* The timer thread, started if need be (NULL: none can be). */
+static struct ucxs_timer *timer_needed(ucp_worker_h w)
+{
+    if (w->timer == NULL)
+        timer_start(w);
+    return timer_of(w);
+}
+
 static void timer_join(void *arg)
 {
     pthread_join(((struct ucxs_timer *)arg)->thread, NULL);
@@ -467,6 +514,8 @@ unsigned ucp_worker_progress(ucp_worker_h w)
     w->loopback_done = 0;
     unsigned n = dispatch(w, &ams);         /* what earlier calls queued */
     if (w->dp_tag) {
+        if (__atomic_load_n(&w->dp_owed, __ATOMIC_RELAXED))
+            n += ucxs_dp_done(w);           /* (a foreign thread's call could not take them) */
         n += dp_progress(w, &why);
         timer = w->timer;
         if (timer != NULL) {
@@ -498,6 +547,20 @@ unsigned ucp_worker_progress(ucp_worker_h w)
             why = PY_NO;
         }
         if (why == PY_NO) {
+            w->ops.progress_c++;
+            n += dispatch(w, &ams);
+            goto idle;
+        }
+    }
+    if (ucxs_foreign()) {
+        /* a C thread of a Python program: Python's pass goes to the timer
+         * thread, this one never waits for the GIL (a Python thread holding
+         * it may be joining this one: NIXL's agent, destroyed) */
+        struct ucxs_timer *t = timer_needed(w);
+
+        if (t != NULL) {
+            if (timer_ask(t))
+                count_why(w, why);
             w->ops.progress_c++;
             n += dispatch(w, &ams);
             goto idle;
@@ -563,12 +626,34 @@ ucs_status_ptr_t ucp_worker_flush_nb(ucp_worker_h w, unsigned flags, ucp_send_ca
     return status == UCS_OK ? NULL : UCS_STATUS_PTR(status);
 }
 
-ucs_status_ptr_t ucp_worker_flush_nbx(ucp_worker_h w, const ucp_request_param_t *param)
+/* The request forms: as ucxs_flush, without waiting inside the call when
+ * something is in flight (the core's flush_nb request, completed by later
+ * progress: the peer may be another worker of this process, which another
+ * thread progresses and which could not while this call held libucp's lock;
+ * NIXL's agents, two in one process, flush so). */
+ucs_status_ptr_t ucxs_flush_nbx(ucp_worker_h w, ucp_ep_h ep, const ucp_request_param_t *param,
+                                const char *entry)
 {
-    ucxs_req_t *req = ucxs_req_new(w, param, UCXS_CB_SEND, "ucp_worker_flush_nbx");
+    uint64_t posted = __atomic_load_n(&w->rma_in_flight, __ATOMIC_RELAXED);
+    ucs_status_t status = UCS_OK;
+    ucxs_req_t *req;
+
+    if (posted == 0 && !ucxs_needs_request(param))
+        return UCS_STATUS_PTR(UCS_OK);
+    req = ucxs_req_new(w, param, UCXS_CB_SEND, entry);
     if (req == NULL)
         return UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
-    return ucxs_req_posted(req, ucxs_flush(w, NULL), param);
+    if (posted != 0) {
+        status = ucxs_py->flush_nb(w->py, ep != NULL ? ep->py : NULL, req);
+        if (status == UCS_OK && ep == NULL) /* (done now: those posted before it are) */
+            __atomic_fetch_sub(&w->rma_in_flight, posted, __ATOMIC_RELAXED);
+    }
+    return ucxs_req_posted(req, status, param);
+}
+
+ucs_status_ptr_t ucp_worker_flush_nbx(ucp_worker_h w, const ucp_request_param_t *param)
+{
+    return ucxs_flush_nbx(w, NULL, param, "ucp_worker_flush_nbx");
 }
 
 ucs_status_t ucp_worker_fence(ucp_worker_h w)
@@ -576,4 +661,171 @@ ucs_status_t ucp_worker_fence(ucp_worker_h w)
     /* the core executes one endpoint's operations in issue order, and a
      * flush orders them across endpoints too */
     return ucxs_flush(w, NULL);
+}
+
+/* -- wakeup -------------------------------------------------------------------
+ * The worker's event descriptor is an epoll set of the descriptors its core
+ * worker sleeps on: each interface's (the shm inbox's socket, which its
+ * producers signal once its consumer is armed; tcp's epoll set; the peers'
+ * pidfds), the tcp connections libucp reads in C, the wake sources
+ * (Worker.wait_fds), and an eventfd of libucp's own (ucp_worker_signal).
+ * ucp_worker_arm arms them and puts exactly them in the set (they change as
+ * interfaces connect and peers come and go: the set is rebuilt, which also
+ * drops a number closed and reused since); it answers UCS_ERR_BUSY, arming
+ * nothing, while the worker has work now: callbacks queued for the next
+ * ucp_worker_progress, completions the data plane holds, a descriptor
+ * readable already.  From a C thread of a Python program (ucxs_foreign:
+ * NIXL's progress thread) arming is the timer thread's pass, asked for and
+ * not waited for: arm says UCS_OK at once, and the pass, if it finds work,
+ * signals the eventfd, so the sleeper wakes as it would have from a BUSY.
+ * With UCP_WORKER_PARAM_FIELD_EVENT_FD the set is the caller's own, and
+ * ucp_worker_get_efd has none to give (UCS_ERR_UNSUPPORTED), as with UCX.
+ * All of it needs UCP_FEATURE_WAKEUP in the context's features. */
+
+static ucs_status_t wakeup_feature(ucp_worker_h w, const char *op)
+{
+    if (w->context->features & UCP_FEATURE_WAKEUP)
+        return UCS_OK;
+    ucxs_error(op, "the context was made without UCP_FEATURE_WAKEUP");
+    return UCS_ERR_INVALID_PARAM;
+}
+
+/* The set and the eventfd in it, made once (under w->lock). */
+static ucs_status_t wakeup_efd(ucp_worker_h w)
+{
+    if (w->efd < 0 && (w->efd = epoll_create1(EPOLL_CLOEXEC)) < 0)
+        return UCS_ERR_IO_ERROR;
+    if (w->evfd < 0) {
+        struct epoll_event ev = {.events = EPOLLIN};
+
+        if ((w->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0)
+            return UCS_ERR_IO_ERROR;
+        ev.data.fd = w->evfd;
+        if (epoll_ctl(w->efd, EPOLL_CTL_ADD, w->evfd, &ev) != 0) {
+            close(w->evfd);
+            w->evfd = -1;
+            return UCS_ERR_IO_ERROR;
+        }
+    }
+    return UCS_OK;
+}
+
+static void wakeup_signal(ucp_worker_h w)
+{
+    uint64_t one = 1;
+    if (w->evfd >= 0 && write(w->evfd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        ucxs_error("ucp_worker_signal", "write to the worker's eventfd failed");
+}
+
+static void wakeup_release(ucp_worker_h w)
+{
+    if (w->efd >= 0 && w->efd_external) {   /* (the caller's set outlives the worker) */
+        for (int i = 0; i < w->efd_nfds; i++)
+            epoll_ctl(w->efd, EPOLL_CTL_DEL, w->efd_fds[i], NULL);
+        if (w->evfd >= 0)
+            epoll_ctl(w->efd, EPOLL_CTL_DEL, w->evfd, NULL);
+    } else if (w->efd >= 0) {
+        close(w->efd);
+    }
+    if (w->evfd >= 0)
+        close(w->evfd);
+    w->efd = w->evfd = -1;
+    free(w->efd_fds);
+    w->efd_fds = NULL;
+    w->efd_nfds = 0;
+}
+
+ucs_status_t ucp_worker_get_efd(ucp_worker_h w, int *fd)
+{
+    ucs_status_t status = wakeup_feature(w, "ucp_worker_get_efd");
+
+    if (status != UCS_OK)
+        return status;
+    if (w->efd_external)
+        return UCS_ERR_UNSUPPORTED;
+    pthread_mutex_lock(&w->lock);
+    status = wakeup_efd(w);
+    if (status == UCS_OK)
+        *fd = w->efd;
+    pthread_mutex_unlock(&w->lock);
+    return status;
+}
+
+ucs_status_t ucp_worker_signal(ucp_worker_h w)
+{
+    ucs_status_t status = wakeup_feature(w, "ucp_worker_signal");
+
+    if (status != UCS_OK)
+        return status;
+    pthread_mutex_lock(&w->lock);
+    status = wakeup_efd(w);
+    pthread_mutex_unlock(&w->lock);
+    if (status == UCS_OK)
+        wakeup_signal(w);
+    return status;
+}
+
+/* Arm the core worker's descriptors and put them in the set: *busy (and
+ * nothing armed) when it has work now. */
+static ucs_status_t arm_now(ucp_worker_h w, int *busy)
+{
+    int *fds = NULL, nfds = 0;
+    ucs_status_t status = ucxs_py->arm(w->py, &fds, &nfds, busy);
+
+    if (status != UCS_OK || *busy) {
+        free(fds);
+        return status;
+    }
+    pthread_mutex_lock(&w->lock);
+    status = wakeup_efd(w);
+    for (int i = 0; status == UCS_OK && i < w->efd_nfds; i++)
+        epoll_ctl(w->efd, EPOLL_CTL_DEL, w->efd_fds[i], NULL);   /* (ENOENT: closed) */
+    free(w->efd_fds);
+    w->efd_fds = fds;
+    w->efd_nfds = status == UCS_OK ? nfds : 0;
+    for (int i = 0; i < w->efd_nfds; i++) {
+        struct epoll_event ev = {.events = EPOLLIN, .data.fd = fds[i]};
+
+        if (epoll_ctl(w->efd, EPOLL_CTL_ADD, fds[i], &ev) != 0 && errno != EEXIST) {
+            ucxs_error("ucp_worker_arm", "epoll_ctl(ADD) of a worker descriptor failed");
+            status = UCS_ERR_IO_ERROR;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return status;
+}
+
+ucs_status_t ucp_worker_arm(ucp_worker_h w)
+{
+    ucs_status_t status = wakeup_feature(w, "ucp_worker_arm");
+    uint64_t drained;
+    int busy = 0;
+
+    if (status != UCS_OK)
+        return status;
+    pthread_mutex_lock(&w->lock);
+    status = wakeup_efd(w);
+    pthread_mutex_unlock(&w->lock);
+    if (status != UCS_OK)
+        return status;
+    if (read(w->evfd, &drained, sizeof(drained)) == sizeof(drained))
+        return UCS_ERR_BUSY;                /* signalled: progress first */
+    if (w->dp_tag)                          /* (completions the data plane holds: queued) */
+        ucxs_dp_done(w);
+    if (__atomic_load_n(&w->queued, __ATOMIC_ACQUIRE) != 0)
+        return UCS_ERR_BUSY;
+    if (ucxs_foreign()) {
+        struct ucxs_timer *t = timer_needed(w);
+
+        if (t != NULL) {
+            timer_ask_arm(t);
+            return UCS_OK;
+        }
+    }
+    status = arm_now(w, &busy);
+    if (status == UCS_OK && busy)
+        return UCS_ERR_BUSY;
+    if (status == UCS_OK && __atomic_load_n(&w->queued, __ATOMIC_ACQUIRE) != 0)
+        status = UCS_ERR_BUSY;              /* (queued meanwhile, by another thread) */
+    return status;
 }

@@ -576,10 +576,17 @@ def main(argv=None) -> int:
                    help="describe the statistics counters and show those of a loopback test")
     p.add_argument("--libucp", action="store_true",
                    help="which libucp.so.0 MPICH's libmpi loads, plain and under ucxpy-ucx")
+    p.add_argument("--abi-check", metavar="LIB", action="append", default=[],
+                   help="the UCX symbols shared library LIB needs that ucxpy's libucp "
+                        "(and libucs, libuct, libucm) lack, and those it has that abort "
+                        "when called (repeatable; exit 1 when any is missing)")
     p.add_argument("-n", type=int, default=4, metavar="RANKS",
                    help="group size for the collective table of -e (default 4)")
     args = p.parse_args(argv)
     out = sys.stdout
+    if args.abi_check:
+        from .ucx import print_abi_check        # deferred: only --abi-check
+        return max(print_abi_check(lib, out) for lib in args.abi_check)
     config, err = load_config()
     if err:
         print(f"# configuration error: {err}; showing defaults instead", file=out)

@@ -12,6 +12,15 @@ override), and gives the job its key (``UCXPY_AUTH_KEY``, unless set), which
 the ranks' tcp and ofi connections prove, as under ``ucxpy-run``.  ``--reference`` sets the same MPICH variables and leaves the
 library path alone: the real UCX, for side-by-side runs.
 
+NIXL: with the ``nixl-cu12`` wheel installed, ``ucxpy-ucx --check python
+prog.py`` runs a NIXL program's UCX backend on ucxpy: its plugin needs UCX
+under the wheel's renamed names (``libucp-<hash>.so.0.0.0``, read from the
+plugin's ``DT_NEEDED``), which a directory of links to ours, first on
+``LD_LIBRARY_PATH``, provides, and ``NIXL_PLUGIN_DIR`` names the wheel's
+plugins that find UCX through RUNPATH.  Processes started separately that
+connect to each other (prefill and decode servers) share a job key:
+``--key-file F`` (made, mode 600, by the first, read by the others).
+
 Without ``--check`` a job that succeeded with no process on ucxpy's
 libucp.so.0 gets a warning.  ``--check`` proves that ucxpy carried the job: every rank's libucp worker
 writes a report (``UCXPY_UCP_REPORT``, ucxpy/capi.py; when made, and again
@@ -27,9 +36,12 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
 import json
 import os
+import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -63,9 +75,12 @@ FORWARD = ("LD_LIBRARY_PATH", auth.ENV_KEY, "UCXPY_UCP_REPORT", "UCXPY_TLS",
            "UCXPY_PYTHONPATH")
 
 
-def environment(reference: bool = False, base=None) -> dict:
+def environment(reference: bool = False, base=None, key_file: str = "") -> dict:
     """The environment of a run on ucxpy (or on the real UCX: ``reference``):
-    MPICH's variables and Open MPI's, whichever launcher the command uses."""
+    MPICH's variables and Open MPI's, whichever launcher the command uses,
+    and NIXL's UCX plugin pointed at ucxpy's libraries (:func:`nixl_setup`).
+    ``key_file``: the job key is the one in that file (made if missing:
+    :func:`shared_key_file`), for processes started separately."""
     env = dict(os.environ if base is None else base)
     env.setdefault("MPIR_CVAR_CH4_NETMOD", "ucx")
     env.setdefault("MPIR_CVAR_NOLOCAL", "1")
@@ -74,10 +89,133 @@ def environment(reference: bool = False, base=None) -> dict:
     if not reference:
         # the job key every rank proves on connecting (ucxpy.auth), as ucxpy-run
         # hands its ranks: the launcher passes our environment on to them
-        env.setdefault(auth.ENV_KEY, auth.generate_key())
+        if key_file:
+            env.pop(auth.ENV_KEY, None)
+            env[auth.ENV_KEY_FILE] = shared_key_file(key_file)
+        elif not env.get(auth.ENV_KEY_FILE):
+            env.setdefault(auth.ENV_KEY, auth.generate_key())
         old = env.get("LD_LIBRARY_PATH")
-        env["LD_LIBRARY_PATH"] = LIB_DIR + (":" + old if old else "")
+        path = [LIB_DIR] + nixl_setup(env) + ([old] if old else [])
+        env["LD_LIBRARY_PATH"] = ":".join(path)
     return env
+
+
+def shared_key_file(path: str) -> str:
+    """``path`` (absolute), holding a job key: made, readable by this user
+    alone, with a fresh key unless it exists (the first of the processes
+    started separately makes it, the others read it); raises ConfigError
+    (what is wrong with it) when it exists and is not a key file of ours."""
+    path = os.path.abspath(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as f:
+            f.write(auth.generate_key() + "\n")
+    auth.read_key_file(path)
+    return path
+
+
+# -- NIXL ------------------------------------------------------------------------------
+#: the packages of NIXL's wheels (the CUDA 12 and 13 builds, a source build)
+NIXL_PACKAGES = ("nixl_cu12", "nixl_cu13", "nixl")
+#: the renamed UCX libraries of a wheel (auditwheel: ``libucp-b39b3ed9.so.0.0.0``)
+_RENAMED = re.compile(r"^lib(ucp|ucs|uct|ucm)-[0-9a-f]+\.so(\.\d+)*$")
+
+
+def nixl_plugin_dir() -> str:
+    """The plugin directory of the installed NIXL wheel whose UCX plugin
+    finds its UCX through RUNPATH (``<package>.libs/nixl``), or ''.  (The
+    wheel's other copy, in ``.<package>.mesonpy.libs/plugins``, has an RPATH,
+    which LD_LIBRARY_PATH cannot override: NIXL's default.)"""
+    import importlib.util       # deferred: only for a run under ucxpy-ucx
+    for name in NIXL_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.origin:
+            continue
+        d = os.path.join(os.path.dirname(os.path.dirname(spec.origin)), name + ".libs", "nixl")
+        if os.path.exists(os.path.join(d, "libplugin_UCX.so")):
+            return d
+    return ""
+
+
+def needed(path: str) -> list:
+    """The ``DT_NEEDED`` names of ELF64 little-endian shared object ``path``
+    (read from its dynamic segment: no binutils needed)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads, dynamic = [], None
+    for i in range(phnum):
+        p_type, _flags, offset, vaddr, _paddr, filesz, _memsz = struct.unpack_from(
+            "<IIQQQQQ", data, phoff + i * phentsize)
+        if p_type == 1:                                 # PT_LOAD
+            loads.append((vaddr, offset, filesz))
+        elif p_type == 2:                               # PT_DYNAMIC
+            dynamic = (offset, filesz)
+    if dynamic is None:
+        return []
+    names, strtab = [], None
+    for at in range(dynamic[0], dynamic[0] + dynamic[1], 16):
+        tag, val = struct.unpack_from("<qQ", data, at)
+        if tag == 0:                                    # DT_NULL
+            break
+        if tag == 1:                                    # DT_NEEDED
+            names.append(val)
+        elif tag == 5:                                  # DT_STRTAB (an address)
+            strtab = next((val - v + o for v, o, n in loads if v <= val < v + n), None)
+    if strtab is None:
+        return []
+    return [data[strtab + n:data.index(b"\0", strtab + n)].decode() for n in names]
+
+
+def ucx_aliases(library: str) -> str:
+    """A directory of links named as the renamed UCX libraries ``library``
+    needs (a wheel's ``libucp-<hash>.so.0.0.0`` ...) to ucxpy's, to put
+    first on LD_LIBRARY_PATH (made once, in the user's cache); '' when it
+    needs none."""
+    names = [n for n in needed(library) if _RENAMED.match(n)]
+    if not names:
+        return ""
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    d = os.path.join(cache, "ucxpy", "ucx-aliases",
+                     hashlib.sha256(LIB_DIR.encode()).hexdigest()[:12])
+    os.makedirs(d, exist_ok=True)
+    for n in names:
+        target = os.path.join(LIB_DIR, f"lib{_RENAMED.match(n).group(1)}.so.0")
+        link = os.path.join(d, n)
+        if os.path.islink(link) and os.readlink(link) == target:
+            continue
+        tmp = f"{link}.{os.getpid()}"
+        os.symlink(target, tmp)
+        os.replace(tmp, link)             # (atomic: another process may be reading it)
+    return d
+
+
+def nixl_setup(env: dict) -> list:
+    """Point NIXL's UCX plugin at ucxpy's libraries, when NIXL is installed:
+    ``NIXL_PLUGIN_DIR`` at the plugins that find UCX through RUNPATH (unless
+    set), and the directories to put first on LD_LIBRARY_PATH (the links
+    named as the plugin's renamed UCX libraries: :func:`ucx_aliases`)."""
+    plugins = env.get("NIXL_PLUGIN_DIR") or nixl_plugin_dir()
+    plugin = os.path.join(plugins, "libplugin_UCX.so") if plugins else ""
+    if not plugin or not os.path.exists(plugin):
+        return []
+    env["NIXL_PLUGIN_DIR"] = plugins
+    try:
+        aliases = ucx_aliases(plugin)
+    except (OSError, ValueError) as e:
+        print(f"ucxpy-ucx: NIXL's UCX plugin {plugin}: {e}; NIXL stays on its own UCX",
+              file=sys.stderr)
+        return []
+    return [aliases] if aliases else []
 
 
 def is_openmpi_launcher(program: str) -> bool:
@@ -132,7 +270,8 @@ def resolved_libucp(env=None, library: str = "") -> str:
 
 def check_reports(folder: str, ranks: int, require_ops: bool = True) -> list:
     """Problems with the reports in ``folder`` for a job of ``ranks`` ranks
-    (empty: ucxpy carried every rank).  ``require_ops``: some rank counted
+    (0: a command of no launcher's, whose processes are counted as they
+    report) (empty: ucxpy carried every rank).  ``require_ops``: some rank counted
     an operation (a job that failed or was killed, as tests that expect a
     fatal error are, proves itself by the library its ranks mapped)."""
     reports = []
@@ -141,7 +280,20 @@ def check_reports(folder: str, ranks: int, require_ops: bool = True) -> list:
             reports.append(json.load(f))
     problems = []
     pids = {r["pid"] for r in reports}
-    if len(pids) < ranks:
+    if ranks == 0:
+        # processes no launcher counts (a NIXL program, servers started one
+        # by one): as many as reported, at least one, each of which carried
+        # operations through ours
+        if not pids:
+            problems.append("no process reported a ucxpy libucp worker")
+        for pid in sorted(pids) if require_ops else ():
+            # (what its libucp was asked for, or what ucxpy's data plane
+            # executed for it: a target's notifications arrive there)
+            if not any(sum(r["ops"].values()) + sum(r.get("dp", {}).values())
+                       for r in reports if r["pid"] == pid):
+                problems.append(f"pid {pid} loaded ucxpy's libucp but carried no operation "
+                                f"through it")
+    elif len(pids) < ranks:
         problems.append(f"{len(pids)} of {ranks} ranks reported a ucxpy libucp worker")
     ours = os.path.realpath(LIBUCP)
     for r in reports:
@@ -177,10 +329,104 @@ def carried(folder: str) -> list:
 
 
 def _ranks_of(cmd) -> int:
+    """The ranks a launcher's command starts (its ``-n``), or 0 for a
+    command of no launcher's (a NIXL program: its processes are counted)."""
     for i, a in enumerate(cmd[:-1]):
         if a in ("-n", "-np") and cmd[i + 1].isdigit():
             return int(cmd[i + 1])
-    return 1
+    return 0
+
+
+# -- which UCX symbols a library needs that ours lack -------------------------------------
+
+#: what ``native/ucp/unimplemented.c`` writes before its list of the names it
+#: exports that abort when called
+UNIMPLEMENTED_MARK = b"ucxpy-unimplemented-entry-points:\n"
+#: the prefixes of UCX's libraries' symbols (libucp, libucs, libuct, libucm)
+UCX_PREFIXES = ("ucp_", "ucs_", "uct_", "ucm_")
+OUR_LIBS = ("libucp.so.0", "libucs.so.0", "libuct.so.0", "libucm.so.0")
+
+
+def dynamic_symbols(path: str, defined: bool) -> dict:
+    """The dynamic symbols ``path`` defines (``defined``) or needs: name
+    (without its version) -> ``nm``'s type letter (``w``/``v``: weak, the
+    library loads without it)."""
+    which = "--defined-only" if defined else "--undefined-only"
+    try:
+        r = subprocess.run(["nm", "-D", which, path], capture_output=True, text=True,
+                           timeout=60)
+    except FileNotFoundError:
+        raise RuntimeError("nm not found (apt-get install binutils)") from None
+    if r.returncode:
+        raise RuntimeError(f"nm -D {path}: {r.stderr.strip() or 'failed'}")
+    out = {}
+    for line in r.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2:
+            out[parts[-1].split("@")[0]] = parts[-2]
+    return out
+
+
+def unimplemented(lib_dir: str = LIB_DIR) -> set:
+    """The entry points our libucp exports that abort naming themselves
+    (read from the file, which is not loaded)."""
+    with open(os.path.join(lib_dir, "libucp.so.0"), "rb") as f:
+        data = f.read()
+    at = data.find(UNIMPLEMENTED_MARK)
+    if at < 0:
+        return set()
+    at += len(UNIMPLEMENTED_MARK)
+    return set(data[at:data.index(b"\0", at)].decode().split())
+
+
+def abi_check(library: str, lib_dir: str = LIB_DIR) -> dict:
+    """What ``library`` needs of UCX's libraries against what ucxpy's
+    provide: ``needs`` (every UCX symbol it needs), ``missing`` (not defined
+    by any of ours: the dynamic linker refuses to load ``library``, or, for
+    a weak one, its first call fails) and ``aborting`` (ours exports them,
+    but they abort naming themselves when called)."""
+    needs = {n: t for n, t in dynamic_symbols(library, defined=False).items()
+             if n.startswith(UCX_PREFIXES)}
+    have = set()
+    for name in OUR_LIBS:
+        path = os.path.join(lib_dir, name)
+        if os.path.exists(path):
+            have |= set(dynamic_symbols(path, defined=True))
+    stubs = unimplemented(lib_dir)
+    return {"needs": sorted(needs),
+            "missing": sorted(n for n in needs if n not in have),
+            "weak": sorted(n for n in needs if n not in have and needs[n] in "wv"),
+            "aborting": sorted(n for n in needs if n in stubs)}
+
+
+def print_abi_check(library: str, out=sys.stdout, lib_dir: str = LIB_DIR) -> int:
+    """``ucxpy-info --abi-check LIB``: 0 when ``library`` finds every UCX
+    symbol it needs in ucxpy's libraries (some may abort when called: listed),
+    1 when some are missing, 2 when it cannot be read."""
+    try:
+        r = abi_check(library, lib_dir)
+    except (OSError, RuntimeError) as e:
+        print(f"{library}: {e}", file=out)
+        return 2
+    by = {}
+    for n in r["needs"]:
+        by[n.split("_", 1)[0]] = by.get(n.split("_", 1)[0], 0) + 1
+    print(f"{library}: needs {len(r['needs'])} UCX symbols ("
+          + (", ".join(f"{k}_: {v}" for k, v in sorted(by.items())) or "none")
+          + f"); ucxpy's libraries in {lib_dir}:", file=out)
+    if r["missing"]:
+        print(f"  missing ({len(r['missing'])}): the dynamic linker refuses to load it "
+              f"with ours (weak ones: the first call fails instead)", file=out)
+        for n in r["missing"]:
+            print(f"    {n}{'  (weak)' if n in r['weak'] else ''}", file=out)
+    if r["aborting"]:
+        print(f"  present but not implemented ({len(r['aborting'])}): a call aborts, "
+              f"naming the entry point", file=out)
+        for n in r["aborting"]:
+            print(f"    {n}", file=out)
+    if not r["missing"] and not r["aborting"]:
+        print("  every one is implemented", file=out)
+    return 1 if r["missing"] else 0
 
 
 def main(argv=None) -> int:
@@ -193,12 +439,23 @@ def main(argv=None) -> int:
                    help="with --check: print, per rank, its operations, what ucxpy's data "
                         "plane executed and how often libucp entered Python")
     p.add_argument("--ranks", type=int, default=0,
-                   help="ranks --check expects (default: the command's -n)")
+                   help="ranks --check expects (default: the command's -n; a command "
+                        "without one, such as a NIXL program, is counted by the processes "
+                        "that report, each of which must have carried operations: a "
+                        "singleton MPI program that talks only to itself takes --ranks 1)")
+    p.add_argument("--key-file", metavar="F", default="",
+                   help="the job key in file F (made, mode 600, if missing): for processes "
+                        "started separately that connect to each other (NIXL's prefill and "
+                        "decode servers); also UCXPY_AUTH_KEY_FILE")
     p.add_argument("--which", action="store_true",
                    help="print the libucp.so.0 MPICH's libmpi would load, and exit")
     p.add_argument("command", nargs=argparse.REMAINDER)
     args = p.parse_args(argv)
-    env = environment(args.reference)
+    try:
+        env = environment(args.reference, key_file=args.key_file)
+    except config.ConfigError as e:
+        print(f"ucxpy-ucx: --key-file: {e}", file=sys.stderr)
+        return 2
     if args.which:
         print(resolved_libucp(env) or "(no MPICH libmpi.so.12 found)")
         return 0
