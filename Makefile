@@ -19,7 +19,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Installed when missing and possible.
 SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
 
-.PHONY: install deps run test test-c test-c-san test-c-tsan test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-capi bench-oshmem bench-scale bench-tcp bench-torch conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
+.PHONY: install deps run test test-c test-c-san test-c-tsan test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-capi bench-oshmem bench-scale bench-tcp bench-torch bench-nixl conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -130,6 +130,13 @@ bench: install
 	$(PY) bench/scale.py --json bench/results/scale.json
 	$(PY) bench/tcp_bench.py --json bench/results/tcp.json
 	$(PY) bench/torch_bench.py --json bench/results/torch.json
+	$(PY) bench/nixl_bench.py --json bench/results/nixl.json
+
+## NIXL over ucxpy's libucp against NIXL over its bundled UCX: WRITE bandwidth
+## 1-64 MiB and a 64 x 16 KiB KV transfer, two processes (part of bench; alone here)
+bench-nixl: install
+	mkdir -p bench/results
+	$(PY) bench/nixl_bench.py --json bench/results/nixl.json
 
 ## torch.distributed on ucxpy against gloo: collectives 8 B - 64 MiB at 2 and 4
 ## ranks, an expert-parallel dispatch/combine, a DDP step (part of bench; alone here)

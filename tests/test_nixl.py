@@ -80,6 +80,65 @@ def test_nixl_two_processes_started_separately_share_a_key_file(tmp_path):
     assert oct(key.stat().st_mode & 0o777) == "0o600"
 
 
+@needs_nixl
+def test_nixl_bad_descriptors_get_its_error_on_both():
+    """A transfer from unregistered memory and one past the remote
+    registration: NIXL's error on ours as on its bundled UCX, nothing
+    crashes, and a good transfer works after them."""
+    outs = []
+    for mode in ("--check", "--reference"):
+        rc, out, err = run_session([UCXPY_UCX, mode, sys.executable, PROG, "errors"],
+                                   timeout=120)
+        assert (rc == 0 or mode == "--reference") and len(_ok_lines(out)) == 3, out + err
+        outs.append(_ok_lines(out))
+    assert outs[0] == outs[1]
+
+
+@needs_nixl
+def test_nixl_write_to_a_killed_target_fails_not_hangs(tmp_path):
+    """The target is killed after a first WRITE: the next WRITEs end in
+    NIXL's error state within seconds (the initiator's own limit is 60 s)."""
+    env = dict(os.environ)
+    env.pop("UCXPY_AUTH_KEY", None)
+    key = tmp_path / "job.key"
+    cmd = [UCXPY_UCX, "--key-file", str(key), sys.executable, PROG]
+    t = subprocess.Popen(cmd + ["target", str(tmp_path)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    try:
+        rc, out, err = run_session(cmd + ["dead-target", str(tmp_path)], timeout=120, env=env)
+    finally:
+        if t.poll() is None:
+            os.killpg(t.pid, 9)
+        t.wait()
+    assert rc == 0 and "OK a WRITE to a killed target fails" in out, out + err
+
+
+@needs_nixl
+def test_kv_disaggregation_example_matches_one_process_bitwise(tmp_path):
+    """examples/nixl_kv_disagg.py: the decode process, fed the prefill
+    process's KV cache by NIXL WRITEs of its blocks over ucxpy, generates the
+    tokens one process does, with every step's logits equal bitwise."""
+    example = os.path.join(ROOT, "examples", "nixl_kv_disagg.py")
+    rc, single, err = run_session([sys.executable, example, "single"], timeout=120)
+    assert rc == 0 and single.startswith("tokens "), single + err
+    env = dict(os.environ)
+    env.pop("UCXPY_AUTH_KEY", None)
+    cmd = [UCXPY_UCX, "--check", "--key-file", str(tmp_path / "kv.key"), sys.executable,
+           example]
+    dec = subprocess.Popen(cmd + ["decode", str(tmp_path)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        rc, out, err = run_session(cmd + ["prefill", str(tmp_path)], timeout=120, env=env)
+        dout, derr = dec.communicate(timeout=120)
+    finally:
+        if dec.poll() is None:
+            os.killpg(dec.pid, 9)
+    assert rc == 0 and "blocks of" in out, out + err
+    assert dec.returncode == 0, dout + derr
+    lines = [ln for ln in dout.splitlines() if ln.startswith(("tokens ", "logits sha256 "))]
+    assert lines == single.splitlines(), (dout, single)
+
+
 def test_abi_check_of_the_ucp_clients(tmp_path):
     """``ucxpy-info --abi-check``: MPICH's libmpi, Open MPI's and OSHMEM's
     UCX components and NIXL's UCX plugin find every UCX symbol they need in

@@ -274,13 +274,16 @@ def test_mpich_thread_multiple(tmp_path):
 
 
 @needs_mpich
-def test_mpich_c_program_tcp_only(basics):
+@pytest.mark.parametrize("var", ["UCXPY_TLS", "UCX_TLS"])
+def test_mpich_c_program_tcp_only(basics, var):
     """MPICH's traffic over ucxpy's tcp transport alone: its eager messages
     read and written in C (the reports' tcp_recv, tcp_send), the rest by
     Python's path on the same connections, in order (the program checks
-    every datum, RMA included)."""
+    every datum, RMA included).  Selected by ucxpy's variable, and by UCX's
+    own (``UCX_TLS=tcp``, which libucp maps: ucxpy/ucxvars.py)."""
     import re
-    env = dict(os.environ, UCXPY_TLS="tcp", UCXPY_TCP_NATIVE="y")
+    env = dict(os.environ, UCXPY_TCP_NATIVE="y", **{var: "tcp"})
+    env.pop("UCXPY_TLS" if var == "UCX_TLS" else "UCX_TLS", None)
     rc, out, err = _run([UCXPY_UCX, "--check", "--report", MPIEXEC, "-n", "2", basics], env=env)
     assert rc == 0, out + err
     assert out.count(": OK") == 2

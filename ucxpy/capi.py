@@ -57,7 +57,8 @@ import socket
 import sys
 import weakref
 
-from . import __version__, auth, config, errors
+from . import __version__, auth, config, errors, ucxvars
+from .config import Config
 from .context import Context, load_transport
 from .request import TagInfo
 from .transports.base import Caps
@@ -121,8 +122,12 @@ class CContext:
     """A ``ucp_context_h``: the core's :class:`ucxpy.Context` and its workers
     (memory is registered with the first one, UCP maps per context)."""
 
-    def __init__(self):
-        self.context = Context()
+    def __init__(self, prefix: str = "", modified: str = ""):
+        names = ucxvars.gather(prefix, [tuple(line.split("=", 1)) for line in
+                                        modified.splitlines() if "=" in line])
+        env, ignored, errors = ucxvars.settings(names)
+        _say_ignored(ignored, errors)
+        self.context = Context(Config.from_env(dict(os.environ, **env)) if env else None)
         self.workers = []
         if config.auth_key_from_env() is None:
             print("ucxpy libucp: no job key (UCXPY_AUTH_KEY): peers in other processes "
@@ -174,8 +179,27 @@ def failure(exc) -> tuple:
     return status_of(exc), length
 
 
-def context_create() -> CContext:
-    return CContext()
+_said = set()
+
+
+def _say_ignored(ignored: list, errors: dict) -> None:
+    """Report, once per process, UCX names that have no meaning in ucxpy and
+    values that could not be translated (ucxvars)."""
+    new = [n for n in ignored if n not in _said]
+    if new:
+        _said.update(new)
+        print(f"ucxpy libucp: ignored (no meaning in ucxpy): "
+              f"{', '.join('UCX_' + n for n in new)}", file=sys.stderr)
+    for name, why in errors.items():
+        if ("!" + name) not in _said:
+            _said.add("!" + name)
+            print(f"ucxpy libucp: UCX_{name} ignored: {why}", file=sys.stderr)
+
+
+def context_create(prefix: str = "", modified: str = "") -> CContext:
+    """``ucp_init``: ``prefix`` is ``ucp_config_read``'s, ``modified`` the
+    ``NAME=VALUE`` lines of ``ucp_config_modify`` (ucxvars maps them)."""
+    return CContext(prefix, modified)
 
 
 def worker_create(ctx: CContext, cworker: int, ops: int):

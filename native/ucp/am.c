@@ -16,7 +16,9 @@
  * UCS_INPROGRESS and later calls ucp_am_recv_data_nbx (or
  * ucp_am_data_release to decline); any other answer declines it.  The old
  * handler form gets whole messages only: an offer is received into a buffer
- * of ours before it runs.
+ * of ours before it runs, and so does a handler registered with
+ * UCP_AM_FLAG_PERSISTENT_DATA, which always sees UCP_AM_RECV_ATTR_FLAG_DATA
+ * and may keep the data (UCS_INPROGRESS) until ucp_am_data_release.
  *
  * With the data plane (w->dp_tag), an eager message to a same-host peer is
  * pushed into its inbox in C (dp_am_send), and the ids this worker's
@@ -140,6 +142,57 @@ static void *receive_whole(ucp_worker_h w, ucxs_am_event_t *ev)
     return buf;
 }
 
+/* Data a UCP_AM_FLAG_PERSISTENT_DATA handler kept (it returned
+ * UCS_INPROGRESS): `block` (what to free) holds `data` (what the handler
+ * got, and gives back to ucp_am_data_release). */
+struct ucxs_am_kept {
+    struct ucxs_am_kept *next;
+    void *block, *data;
+};
+
+static int keep(ucp_worker_h w, void *block, void *data)
+{
+    struct ucxs_am_kept *k = malloc(sizeof(*k));
+    if (k == NULL) {
+        ucxs_error("ucp_worker_progress", "no memory to keep an active message's data for "
+                   "its handler: it is released now");
+        return 0;
+    }
+    k->block = block;
+    k->data = data;
+    pthread_mutex_lock(&w->lock);
+    k->next = w->am_kept;
+    w->am_kept = k;
+    pthread_mutex_unlock(&w->lock);
+    return 1;
+}
+
+/* The kept data `data` released (1), or 0: it is not kept data. */
+static int unkeep(ucp_worker_h w, void *data)
+{
+    struct ucxs_am_kept **p, *k = NULL;
+    pthread_mutex_lock(&w->lock);
+    for (p = &w->am_kept; *p != NULL; p = &(*p)->next) {
+        if ((*p)->data == data) {
+            k = *p;
+            *p = k->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (k == NULL)
+        return 0;
+    free(k->block);
+    free(k);
+    return 1;
+}
+
+void ucxs_am_kept_free(ucp_worker_h w)
+{
+    while (w->am_kept != NULL && unkeep(w, w->am_kept->data))
+        ;
+}
+
 /* The descriptor is used up: drop the core's message (a no-op once received). */
 static void desc_use(ucxs_am_desc_t *d)
 {
@@ -163,6 +216,24 @@ void ucxs_am_dispatch(ucp_worker_h w, ucxs_event_t *e)
         if (w != NULL)
             ucxs_error("ucp_worker_progress", "active message %u has no handler: dropped",
                        ev->id);
+    } else if (slot->is_nbx && (slot->flags & UCP_AM_FLAG_PERSISTENT_DATA)) {
+        /* the data, whole, is the handler's to keep (UCS_INPROGRESS) until
+         * ucp_am_data_release: an eager message's event stays allocated, an
+         * offer is received first into a buffer of ours */
+        void *whole = d != NULL ? receive_whole(w, ev) : data;
+        ucp_am_recv_param_t p = {.recv_attr = UCP_AM_RECV_ATTR_FLAG_DATA, .reply_ep = NULL};
+        if (whole != NULL) {
+            status = ((ucp_am_recv_callback_t)slot->cb)(slot->arg, ev->bytes, ev->header_length,
+                                                        whole, ev->length, &p);
+            if (status == UCS_INPROGRESS && keep(w, whole != data ? whole : (void *)ev, whole)) {
+                if (whole == data)
+                    return;                /* (the event is the kept block) */
+                whole = NULL;              /* (kept) */
+            }
+            if (whole != data)
+                free(whole);
+        }
+        status = UCS_OK;                   /* (an offer: received, used up) */
     } else if (slot->is_nbx) {
         ucp_am_recv_param_t p = {.recv_attr = d != NULL ? UCP_AM_RECV_ATTR_FLAG_RNDV : 0,
                                  .reply_ep = NULL};
@@ -207,8 +278,8 @@ ucs_status_ptr_t ucp_am_recv_data_nbx(ucp_worker_h worker, void *data_desc, void
 
 void ucp_am_data_release(ucp_worker_h worker, void *data)
 {
-    (void)worker;
-    desc_use(data);
+    if (!unkeep(worker, data))             /* (else an offer's descriptor) */
+        desc_use(data);
 }
 
 /* Send an eager active message in the data plane (am.c): 1 sent, 0 not

@@ -352,10 +352,12 @@ static void b_release(void *obj)
     LEAVE;
 }
 
-static ucs_status_t b_context_create(void **ctx)
+static ucs_status_t b_context_create(const char *prefix, const char *modified, void **ctx)
 {
     ENTER_OR(UCS_ERR_NOT_CONNECTED);
-    ucs_status_t s = object(FN_context_create, call(FN_context_create, PyTuple_New(0)), ctx);
+    ucs_status_t s = object(FN_context_create, call(FN_context_create,
+                                                    Py_BuildValue("(ss)", prefix, modified)),
+                            ctx);
     LEAVE;
     return s;
 }

@@ -77,7 +77,8 @@ typedef struct ucxs_bridge {
      * through `complete`): while any, libucp's progress runs Python's */
     const uint64_t *py_pending;
     void (*release)(void *obj);
-    ucs_status_t (*context_create)(void **ctx);
+    /* `prefix`: ucp_config_read's; `modified`: ucp_config_modify's "NAME=VALUE\n" lines */
+    ucs_status_t (*context_create)(const char *prefix, const char *modified, void **ctx);
     /* `*dp`: the core worker's data plane, or NULL (UCXPY_FASTPATH=n);
      * `*dp_tag`: libucp may post receives and progress there itself (no
      * tracing, no progress thread) */

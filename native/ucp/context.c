@@ -6,8 +6,10 @@
  * ucp_context_print_info, ucp_lib_query.
  *
  * Theory of operation.  Configuration is ucxpy's own (UCXPY_* variables, read
- * by the core when the context is made); ucp_config_read hands out an empty
- * token so callers' read/modify/release sequences work.  ucp_init_version
+ * by the core when the context is made); UCX's names (UCX_* of the
+ * environment, UCX_<prefix>_*, and what ucp_config_modify recorded in the
+ * caller's ucp_config_t) are mapped to them where they have a meaning here
+ * (ucxpy/ucxvars.py), and the others reported once as ignored.  ucp_init_version
  * attaches to Python (attach.c) and makes the core's Context.  Of the
  * caller's ucp_params_t only the fields its field_mask names are read, so
  * callers built against any API from 1.13 to 1.23 pass their own struct.
@@ -16,29 +18,51 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "shim.h"
 
 ucs_status_t ucp_config_read(const char *env_prefix, const char *filename,
                              ucp_config_t **config_p)
 {
-    (void)env_prefix;
-    (void)filename;
-    *config_p = calloc(1, sizeof(**config_p));
-    return *config_p != NULL ? UCS_OK : UCS_ERR_NO_MEMORY;
+    (void)filename;                         /* (UCX's config files: not read) */
+    ucp_config_t *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return UCS_ERR_NO_MEMORY;
+    c->prefix = strdup(env_prefix != NULL ? env_prefix : "");
+    c->modified = calloc(1, 1);
+    if (c->prefix == NULL || c->modified == NULL) {
+        ucp_config_release(c);
+        return UCS_ERR_NO_MEMORY;
+    }
+    *config_p = c;
+    return UCS_OK;
 }
 
 void ucp_config_release(ucp_config_t *config)
 {
+    if (config == NULL)
+        return;
+    free(config->prefix);
+    free(config->modified);
     free(config);
 }
 
+/* Recorded; ucp_init maps it as it maps the environment's UCX_<name>
+ * (ucxpy/ucxvars.py: a name with no ucxpy meaning is reported once). */
 ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)
 {
-    (void)config;
-    (void)name;
-    (void)value;
-    return UCS_OK;          /* UCX_* settings have ucxpy equivalents: see docs/ucp.md */
+    if (config == NULL || name == NULL || value == NULL || strchr(name, '=') != NULL ||
+            strchr(name, '\n') != NULL || strchr(value, '\n') != NULL)
+        return UCS_ERR_INVALID_PARAM;
+    size_t add = strlen(name) + strlen(value) + 2;
+    char *m = realloc(config->modified, config->length + add + 1);
+    if (m == NULL)
+        return UCS_ERR_NO_MEMORY;
+    snprintf(m + config->length, add + 1, "%s=%s\n", name, value);
+    config->modified = m;
+    config->length += add;
+    return UCS_OK;
 }
 
 void ucp_get_version(unsigned *major_version, unsigned *minor_version,
@@ -58,7 +82,6 @@ ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_ver
                               const ucp_params_t *params, const ucp_config_t *config,
                               ucp_context_h *context_p)
 {
-    (void)config;
     ucs_status_t status;
     ucp_context_h ctx;
 
@@ -83,7 +106,8 @@ ucs_status_t ucp_init_version(unsigned api_major_version, unsigned api_minor_ver
         ctx->init = params->request_init;
     if (params->field_mask & UCP_PARAM_FIELD_REQUEST_CLEANUP)
         ctx->cleanup = params->request_cleanup;
-    status = ucxs_py->context_create(&ctx->py);
+    status = ucxs_py->context_create(config != NULL ? config->prefix : "",
+                                     config != NULL ? config->modified : "", &ctx->py);
     if (status != UCS_OK) {
         pthread_mutex_destroy(&ctx->pool_lock);
         free(ctx);

@@ -31,6 +31,8 @@
 /* the bridge, once attached (attach.c); NULL until ucp_init */
 extern const ucxs_bridge_t *ucxs_py;
 ucs_status_t ucxs_attach(void);
+/* free what persistent active-message handlers kept (am.c) */
+void ucxs_am_kept_free(ucp_worker_h worker);
 /* the process is a Python program (libucp attached to its interpreter),
  * not a C program whose interpreter libucp started */
 extern int ucxs_python_host;
@@ -57,8 +59,12 @@ typedef struct ucxs_event {
 } ucxs_event_t;
 
 /* -- handles -------------------------------------------------------------- */
+/* ucp_config_read's prefix and what ucp_config_modify set, "NAME=VALUE\n"
+ * lines: the core maps UCX's names to its own at ucp_init (ucxpy/ucxvars.py) */
 struct ucp_config {
-    int unused;
+    char *prefix;
+    char *modified;
+    size_t length;
 };
 
 typedef struct ucxs_req ucxs_req_t;
@@ -92,6 +98,7 @@ struct ucp_worker {
     ucxs_event_t *head, *tail;
     unsigned queued;                       /* events in the queue (read without the lock) */
     ucxs_am_slot_t *am;                    /* UCXS_AM_IDS slots, made on first use */
+    struct ucxs_am_kept *am_kept;          /* data persistent handlers kept (am.c) */
     ucxs_ops_t ops;                        /* operations posted (proof of use) */
     int oversubscribed;                    /* more local ranks than CPUs */
     uint64_t rma_in_flight;                /* RMA/atomics not done within their call,

@@ -221,6 +221,7 @@ void ucp_worker_destroy(ucp_worker_h w)
     wakeup_release(w);
     if (!free_it)                           /* its timer thread may still touch it */
         return;
+    ucxs_am_kept_free(w);
     pthread_mutex_destroy(&w->lock);
     free(w->am);
     free(w->address);

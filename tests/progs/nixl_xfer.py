@@ -4,6 +4,8 @@ libucp; under ``ucxpy-ucx --reference``: NIXL's bundled UCX).
     python nixl_xfer.py local            two agents in this process
     python nixl_xfer.py target DIR       one side of a two-process run; the
     python nixl_xfer.py initiator DIR    metadata go through files in DIR
+    python nixl_xfer.py errors           bad descriptors: NIXL's error
+    python nixl_xfer.py dead-target DIR  an initiator whose target is killed
 
 ``local``: a 1 MiB WRITE with a notification, a 64 KiB READ, then a WRITE
 of 64 descriptors of 16 KiB (a KV cache's blocks) with one notification;
@@ -125,6 +127,7 @@ def target(d: str) -> None:
     buf = np.zeros(4 * MIB, np.uint8)
     buf[3 * MIB:] = 0x5A                        # what the initiator READs
     register(ag, buf)
+    _put(os.path.join(d, "target.pid"), str(os.getpid()).encode())
     _put(os.path.join(d, "target.meta"), ag.get_agent_metadata())
     _put(os.path.join(d, "target.descs"),
          ag.get_serialized_descs(ag.get_xfer_descs(descs(buf), "DRAM")))
@@ -156,6 +159,59 @@ def initiator(d: str) -> None:
     ag.send_notif("target", b"done")
 
 
+def errors_() -> None:
+    """Bad input gets NIXL's error, never a crash: a transfer from memory no
+    agent registered, and one past the end of the remote registration."""
+    a, b = agent("A"), agent("B")
+    src, dst = np.ones(64 << 10, np.uint8), np.zeros(64 << 10, np.uint8)
+    stray = np.ones(4096, np.uint8)
+    register(a, src)
+    register(b, dst)
+    a.add_remote_agent(b.get_agent_metadata())
+    for what, local, remote in (
+            ("unregistered local memory", descs(stray), descs(dst[:4096])),
+            ("past the remote registration", descs(src), [(dst.ctypes.data + 4096,
+                                                           dst.nbytes, 0)])):
+        try:
+            xfer(a, "WRITE", local, remote, "B")
+        except (RuntimeError, Exception) as e:   # noqa: BLE001 - NIXL's own error types
+            if isinstance(e, TimeoutError):
+                raise
+            print(f"OK {what}: {type(e).__name__}", flush=True)
+        else:
+            raise AssertionError(f"{what}: the transfer succeeded")
+    xfer(a, "WRITE", descs(src), descs(dst), "B")         # (and the agents still work)
+    assert (dst == 1).all()
+    print("OK a good transfer after them", flush=True)
+
+
+def dead_target(d: str) -> None:
+    """The initiator of a two-process run whose target was killed after the
+    metadata exchange: the WRITE ends in NIXL's error state, never a hang."""
+    import signal
+    ag = agent("initiator")
+    src = np.ones(MIB, np.uint8)
+    register(ag, src)
+    _put(os.path.join(d, "initiator.meta"), ag.get_agent_metadata())
+    ag.add_remote_agent(_get(os.path.join(d, "target.meta")))
+    remote = ag.deserialize_descs(_get(os.path.join(d, "target.descs")))
+    addr, _length, dev = remote[0]
+    xfer(ag, "WRITE", descs(src), [(addr, MIB, dev)], "target")   # (connected, working)
+    pid = int(_get(os.path.join(d, "target.pid")))
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    try:
+        for _ in range(20):                                      # until the loss shows
+            xfer(ag, "WRITE", descs(src), [(addr, MIB, dev)], "target")
+            time.sleep(0.1)
+    except TimeoutError:
+        raise
+    except Exception as e:                                       # noqa: BLE001 - NIXL's
+        print(f"OK a WRITE to a killed target fails: {type(e).__name__}: {e}", flush=True)
+        return
+    raise AssertionError("WRITEs to a killed target kept succeeding")
+
+
 if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "local":
@@ -164,5 +220,9 @@ if __name__ == "__main__":
         target(sys.argv[2])
     elif mode == "initiator":
         initiator(sys.argv[2])
+    elif mode == "errors":
+        errors_()
+    elif mode == "dead-target":
+        dead_target(sys.argv[2])
     else:
         sys.exit(f"unknown mode {mode}")

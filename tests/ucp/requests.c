@@ -18,7 +18,9 @@
  *  - truncation, full 64-bit tags and masks, matched probe + msg_recv,
  *    synchronous send (done only after the match), generic datatypes;
  *  - active messages: eager data in the handler, rendezvous kept by
- *    UCS_INPROGRESS and received later by ucp_am_recv_data_nbx; one
+ *    UCS_INPROGRESS and received later by ucp_am_recv_data_nbx; a
+ *    UCP_AM_FLAG_PERSISTENT_DATA handler keeps eager and large data alike
+ *    (FLAG_DATA) until ucp_am_data_release; one
  *    handler call per ucp_worker_progress, in order;
  *  - a caller-allocated request (UCP_OP_ATTR_FIELD_REQUEST) done within the
  *    call tests as done;
@@ -438,6 +440,68 @@ static void test_active_messages(void)
     free(dst);
 }
 
+/* UCP_AM_FLAG_PERSISTENT_DATA: the handler always sees FLAG_DATA (a 1 MiB
+ * message too: received whole first, never an offer) and keeps the data by
+ * returning UCS_INPROGRESS until ucp_am_data_release. */
+static void *kept_data[2];
+static size_t kept_len[2];
+static int persist_seen, persist_flags_ok = 1;
+
+static ucs_status_t persist_cb(void *arg, const void *header, size_t header_length, void *data,
+                               size_t length, const ucp_am_recv_param_t *param)
+{
+    (void)arg, (void)header, (void)header_length;
+    if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_DATA) ||
+            (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV))
+        persist_flags_ok = 0;
+    if (persist_seen < 2) {
+        kept_data[persist_seen] = data;
+        kept_len[persist_seen] = length;
+    }
+    persist_seen++;
+    return UCS_INPROGRESS;
+}
+
+static void test_persistent_active_messages(void)
+{
+    ucp_am_handler_param_t hp = {
+        .field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                      UCP_AM_HANDLER_PARAM_FIELD_FLAGS,
+        .id = 11, .cb = persist_cb,
+        .flags = UCP_AM_FLAG_WHOLE_MSG | UCP_AM_FLAG_PERSISTENT_DATA,
+    };
+    ucp_worker_set_am_recv_handler(worker, &hp);
+    ucp_request_param_t sp = send_param();
+    size_t n = 1 << 20;
+    char *big = malloc(n);
+    memset(big, 0x3c, n);
+    void *s1 = ucp_am_send_nbx(ep, 11, "H", 2, "kept", 5, &sp);
+    void *s2 = ucp_am_send_nbx(ep, 11, "H", 2, big, n, &sp);
+    for (int i = 0; i < 1000000 && persist_seen < 2; i++)
+        ucp_worker_progress(worker);
+    for (int i = 0; i < 1000; i++)              /* (the data outlives more progress) */
+        ucp_worker_progress(worker);
+    CHECK("persistent handler: FLAG_DATA for eager and large messages alike",
+          persist_seen == 2 && persist_flags_ok, "seen %d flags %d", persist_seen,
+          persist_flags_ok);
+    CHECK("persistent handler: kept eager data intact after the handler",
+          persist_seen >= 1 && kept_len[0] == 5 && memcmp(kept_data[0], "kept", 5) == 0,
+          "length %zu", kept_len[0]);
+    CHECK("persistent handler: kept large data whole",
+          persist_seen >= 2 && kept_len[1] == n && ((char *)kept_data[1])[0] == 0x3c &&
+              ((char *)kept_data[1])[n - 1] == 0x3c, "length %zu", kept_len[1]);
+    for (int i = 0; i < persist_seen && i < 2; i++)
+        ucp_am_data_release(worker, kept_data[i]);
+    void *sends[2] = {s1, s2};
+    for (int i = 0; i < 2; i++) {
+        if (sends[i] != NULL && !UCS_PTR_IS_ERR(sends[i])) {
+            progress_until(sends[i], 1);
+            ucp_request_free(sends[i]);
+        }
+    }
+    free(big);
+}
+
 /* One active-message callback per progress call, in order: a caller that
  * counts them between calls (MPICH's PSCW) sees every count. */
 static char burst_seen[8];
@@ -662,6 +726,7 @@ int main(void)
     test_generic_datatype();
     test_active_messages();
     test_active_message_burst();
+    test_persistent_active_messages();
     test_rma(ctx);
     CHECK("request_init once per pool object", inits > 0 && inits < 20, "inits %d", inits);
 

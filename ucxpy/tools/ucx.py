@@ -106,13 +106,20 @@ def shared_key_file(path: str) -> str:
     started separately makes it, the others read it); raises ConfigError
     (what is wrong with it) when it exists and is not a key file of ours."""
     path = os.path.abspath(path)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "w") as f:
-            f.write(auth.generate_key() + "\n")
+    if not os.path.exists(path):
+        # written whole under another name, then linked into place: a process
+        # started at the same moment reads the first one's key, never an
+        # empty file (link fails when another made it first)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(auth.generate_key() + "\n")
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
     auth.read_key_file(path)
     return path
 
