@@ -16,6 +16,8 @@ its own) and an initiator process that measures, both under ``ucxpy-ucx``
 
 Medians over the repetitions; targets (issue 45): bandwidth at least 0.8x
 the reference's, the KV transfer at most 2x its time.  PASS/MISS per row.
+Then the same across two network-namespace hosts (tcp between them;
+tests/hosts/netns.py, root only), reported beside them.
 """
 from __future__ import annotations
 
@@ -132,22 +134,26 @@ def initiator(d, out):
         json.dump(res, f)
 
 
-def run_side(mode):
+def run_side(mode, hosts=None):
+    """One side's run; ``hosts``: (target's namespace, initiator's, env) of
+    two namespace hosts (tests/hosts/netns.py), else both on this host."""
     with tempfile.TemporaryDirectory() as d:
-        env = dict(os.environ)
+        env = dict(os.environ) if hosts is None else dict(hosts[2])
         env.pop("UCXPY_AUTH_KEY", None)
         ucx = [os.path.join(BIN, "ucxpy-ucx"), mode]
         if mode == "--check":
             ucx += ["--key-file", os.path.join(d, "job.key")]
         me = [sys.executable, os.path.abspath(__file__)]
+        ns = (["ip", "netns", "exec", hosts[0]], ["ip", "netns", "exec", hosts[1]]) \
+            if hosts else ([], [])
         tlog = open(os.path.join(d, "target.log"), "w")
-        t = subprocess.Popen(ucx + me + ["--role", "target", d], env=env,
+        t = subprocess.Popen(ns[0] + ucx + me + ["--role", "target", d], env=env,
                              stdout=tlog, stderr=subprocess.STDOUT)
         tlog.close()
         out = os.path.join(d, "result.json")
         try:
-            r = subprocess.run(ucx + me + ["--role", "initiator", d, "--out", out], env=env,
-                               capture_output=True, text=True, timeout=600)
+            r = subprocess.run(ns[1] + ucx + me + ["--role", "initiator", d, "--out", out],
+                               env=env, capture_output=True, text=True, timeout=600)
             t.wait(timeout=30)
         except subprocess.TimeoutExpired:
             print(f"{mode}: the target did not end 30 s after the initiator",
@@ -164,6 +170,32 @@ def run_side(mode):
                                f"{r.stderr[-2000:]}\ntarget:\n{tail}")
         with open(out) as f:
             return json.load(f)
+
+
+def cross_host(repeat):
+    """Both sides with the target and the initiator on two namespace hosts
+    (tcp between them), or None where namespaces cannot be made."""
+    sys.path.insert(0, os.path.dirname(HERE))
+    try:
+        from tests.hosts import netns
+    except ImportError:
+        return None
+    why = netns.skip_reason()
+    if why:
+        print(f"(no cross-host rows: {why})")
+        return None
+    runs = {"ours": [], "reference": []}
+    with netns.Cluster(2) as c:
+        # (tcp on both sides: the bundled UCX would reach across the namespaces
+        # by shared memory, the same machine; UCX_TLS maps to ours too)
+        env = c.env({"PATH": BIN + os.pathsep + os.environ.get("PATH", ""),
+                     "UCX_TLS": "tcp,self"})
+        for rep in range(repeat):
+            order = ("ours", "reference") if rep % 2 == 0 else ("reference", "ours")
+            for side in order:
+                runs[side].append(run_side("--check" if side == "ours" else "--reference",
+                                           (c.hosts[0], c.hosts[1], env)))
+    return runs
 
 
 def main(argv=None):
@@ -183,6 +215,7 @@ def main(argv=None):
         order = ("ours", "reference") if rep % 2 == 0 else ("reference", "ours")
         for side in order:
             runs[side].append(run_side("--check" if side == "ours" else "--reference"))
+    cross = cross_host(args.repeat)
     rows, all_pass = [], True
     for key in runs["ours"][0]:
         o = statistics.median(r[key] for r in runs["ours"])
@@ -200,9 +233,17 @@ def main(argv=None):
     for r in rows:
         print(f"{r['what']:16} {r['ours']:>10.2f} {r['reference']:>10.2f} {r['ratio']:>6.2f}x  "
               f"{r['target']} {r['verdict']}  ({r['unit']})")
+    if cross:
+        print(f"across two namespace hosts over tcp (medians of {args.repeat}; beside the "
+              f"rows above, no target):")
+        for key in cross["ours"][0]:
+            o = statistics.median(r[key] for r in cross["ours"])
+            ref = statistics.median(r[key] for r in cross["reference"])
+            print(f"{key:16} {o:>10.2f} {ref:>10.2f} {o / ref:>6.2f}x  "
+                  f"({'GB/s' if key.startswith('write') else 'us'})")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "runs": runs}, f, indent=1)
+            json.dump({"rows": rows, "runs": runs, "cross_host": cross}, f, indent=1)
     return 0
 
 

@@ -172,3 +172,39 @@ def test_mpich_on_libucp_cross_host(make_cluster, tmp_path):
         for name, count in json.loads(f.read_text())["lanes"].items():
             lanes[name] = lanes.get(name, 0) + count
     assert lanes.get("tcp") and lanes.get("shm"), lanes
+
+
+def test_nixl_kv_example_across_two_hosts_over_tcp(make_cluster, tmp_path):
+    """examples/nixl_kv_disagg.py with its decode process on one host and its
+    prefill process on another (NIXL's UCX backend on ucxpy's libucp, tcp
+    between them, one key file): the tokens and logits of one process."""
+    import subprocess
+    import sys
+    from ucxpy.tools import ucx
+    if not ucx.nixl_plugin_dir() or not os.path.exists(ucx.LIBUCP):
+        pytest.skip("no NIXL wheel or no libucp.so.0")
+    example = os.path.join(netns.ROOT, "examples", "nixl_kv_disagg.py")
+    single = subprocess.run([sys.executable, example, "single"], capture_output=True,
+                            text=True, timeout=120)
+    assert single.returncode == 0, single.stderr
+    c = make_cluster(2)
+    bindir = os.path.dirname(sys.executable)
+    cmd = [os.path.join(bindir, "ucxpy-ucx"), "--check", "--key-file", str(tmp_path / "kv.key"),
+           sys.executable, example]
+    env = c.env({"PATH": bindir + os.pathsep + os.environ.get("PATH", ""),
+                 "UCXPY_TLS": "self,tcp"})
+    env.pop("UCXPY_AUTH_KEY", None)
+    dec = subprocess.Popen(["ip", "netns", "exec", c.hosts[0], *cmd, "decode", str(tmp_path)],
+                           env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pre = subprocess.run(["ip", "netns", "exec", c.hosts[1], *cmd, "prefill",
+                              str(tmp_path)], env=env, capture_output=True, text=True,
+                             timeout=120)
+        dout, derr = dec.communicate(timeout=120)
+    finally:
+        if dec.poll() is None:
+            dec.kill()
+    assert pre.returncode == 0 and "blocks of" in pre.stdout, pre.stdout + pre.stderr
+    assert dec.returncode == 0, dout + derr
+    lines = [ln for ln in dout.splitlines() if ln.startswith(("tokens ", "logits sha256 "))]
+    assert lines == single.stdout.splitlines(), (dout, single.stdout)
