@@ -31,6 +31,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+from nixl_kv_disagg import get_file, put_file  # noqa: E402  (the metadata through files)
 BIN = os.path.dirname(sys.executable)
 MIB = 1 << 20
 SIZES = (1, 4, 16, 64)
@@ -41,22 +43,6 @@ TIMEOUT = 120
 def _agent(name):
     from nixl_cu12._api import nixl_agent, nixl_agent_config
     return nixl_agent(name, nixl_agent_config(backends=["UCX"]))
-
-
-def _put(path, data):
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)
-
-
-def _get(path):
-    deadline = time.monotonic() + TIMEOUT
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(path)
-        time.sleep(0.005)
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _notif(ag, peer, deadline):
@@ -73,10 +59,11 @@ def target(d):
     ag = _agent("target")
     buf = np.zeros(64 * MIB, np.uint8)
     ag.register_memory([(buf.ctypes.data, buf.nbytes, 0, "")], "DRAM")
-    _put(os.path.join(d, "target.meta"), ag.get_agent_metadata())
-    _put(os.path.join(d, "target.addr"), str(buf.ctypes.data).encode())
-    ag.add_remote_agent(_get(os.path.join(d, "initiator.meta")))
-    peer = int(_get(os.path.join(d, "initiator.pid")))
+    put_file(os.path.join(d, "target.meta"), ag.get_agent_metadata())
+    put_file(os.path.join(d, "target.addr"), str(buf.ctypes.data).encode())
+    ag.add_remote_agent(get_file(os.path.join(d, "initiator.meta")))
+    put_file(os.path.join(d, "target.ready"), b"")        # (both know each other)
+    peer = int(get_file(os.path.join(d, "initiator.pid")))
     while True:
         got = ag.get_new_notifs().get("initiator", [])
         for msg in got:
@@ -93,10 +80,11 @@ def initiator(d, out):
     ag = _agent("initiator")
     src = np.ones(64 * MIB, np.uint8)
     ag.register_memory([(src.ctypes.data, src.nbytes, 0, "")], "DRAM")
-    _put(os.path.join(d, "initiator.pid"), str(os.getpid()).encode())
-    _put(os.path.join(d, "initiator.meta"), ag.get_agent_metadata())
-    ag.add_remote_agent(_get(os.path.join(d, "target.meta")))
-    raddr = int(_get(os.path.join(d, "target.addr")))
+    put_file(os.path.join(d, "initiator.pid"), str(os.getpid()).encode())
+    put_file(os.path.join(d, "initiator.meta"), ag.get_agent_metadata())
+    ag.add_remote_agent(get_file(os.path.join(d, "target.meta")))
+    raddr = int(get_file(os.path.join(d, "target.addr")))
+    get_file(os.path.join(d, "target.ready"))
 
     def write(local, remote, notif=b""):
         h = ag.initialize_xfer("WRITE", ag.get_xfer_descs(local, "DRAM"),

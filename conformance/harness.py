@@ -92,6 +92,19 @@ def report(bad: list, better: list = (), log=print) -> None:
         log(f"REGRESSION {msg}")
 
 
+def merged(outs: list) -> str:
+    """One test's outcome over the ranks that ran it (each rank's outcome):
+    a hang if any rank hung; skip if every rank skipped; pass if each passed
+    or skipped; else an error, a failure or, worst for last, not run."""
+    if "hang" in outs:
+        return "hang"
+    if all(o == "skip" for o in outs):
+        return "skip"
+    if all(o in ("pass", "skip") for o in outs):
+        return "pass"
+    return next((o for o in ("error", "fail") if o in outs), "not run")
+
+
 def pe_records(outdir: str) -> dict:
     """The records of a Python suite's job: PE (or rank) -> its JSON lines
     from ``outdir/pe<N>.jsonl`` (``conformance/shmem/unittest_runner.py``
@@ -138,21 +151,8 @@ def pe_outcomes(recs: dict, n: int) -> dict:
                 seen[tid] = fixtures[scope]
         for tid, outcome in seen.items():
             per.setdefault(tid, {})[pe] = outcome
-    tests = {}
-    for tid, by_pe in per.items():
-        outs = [by_pe.get(pe, "not run") for pe in range(n)]
-        if "hang" in outs:
-            tests[tid] = "hang"
-        elif all(o == "skip" for o in outs):
-            tests[tid] = "skip"
-        elif all(o in ("pass", "skip") for o in outs):
-            tests[tid] = "pass"
-        elif "error" in outs:
-            tests[tid] = "error"
-        elif "fail" in outs:
-            tests[tid] = "fail"
-        else:
-            tests[tid] = "not run"
+    tests = {tid: merged([by_pe.get(pe, "not run") for pe in range(n)])
+             for tid, by_pe in per.items()}
     for tid in ids:
         tests.setdefault(tid, "not run")
     return {"tests": tests, "details": details, "complete": done == n and n > 0,

@@ -111,17 +111,20 @@ def _blocks(cache: torch.Tensor, n: int) -> list:
     return [(cache.data_ptr() + b * size, size, 0) for b in range(n)]
 
 
-def _put(path: str, data: bytes) -> None:
+def put_file(path: str, data: bytes) -> None:
+    """``data`` into ``path``, whole or not at all (how the processes swap
+    their metadata here: any shared channel will do)."""
     with open(path + ".tmp", "wb") as f:
         f.write(data)
     os.replace(path + ".tmp", path)
 
 
-def _get(path: str) -> bytes:
-    deadline = time.monotonic() + TIMEOUT
+def get_file(path: str, timeout: float = TIMEOUT) -> bytes:
+    """The contents of ``path`` once the other process has put it there."""
+    deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"no {path} after {TIMEOUT} s")
+            raise TimeoutError(f"no {path} after {timeout} s")
         time.sleep(0.01)
     with open(path, "rb") as f:
         return f.read()
@@ -131,10 +134,11 @@ def run_decode(d: str) -> None:
     model, cache = Toy(), Toy.new_cache()
     ag = _agent("decode")
     ag.register_memory([(cache.data_ptr(), cache.numel() * cache.element_size(), 0, "")], "DRAM")
-    _put(os.path.join(d, "decode.descs"),
+    put_file(os.path.join(d, "decode.descs"),
          ag.get_serialized_descs(ag.get_xfer_descs(_blocks(cache, MAX_BLOCKS), "DRAM")))
-    _put(os.path.join(d, "decode.meta"), ag.get_agent_metadata())
-    ag.add_remote_agent(_get(os.path.join(d, "prefill.meta")))
+    put_file(os.path.join(d, "decode.meta"), ag.get_agent_metadata())
+    ag.add_remote_agent(get_file(os.path.join(d, "prefill.meta")))
+    put_file(os.path.join(d, "decode.ready"), b"")   # (both know each other: go)
     deadline = time.monotonic() + TIMEOUT
     while True:                                   # the one notification: "kv <tokens> <first>"
         notes = ag.get_new_notifs().get("prefill", [])
@@ -154,9 +158,10 @@ def run_prefill(d: str) -> None:
     nblocks = -(-len(PROMPT) // BLOCK)
     ag = _agent("prefill")
     ag.register_memory([(cache.data_ptr(), cache.numel() * cache.element_size(), 0, "")], "DRAM")
-    _put(os.path.join(d, "prefill.meta"), ag.get_agent_metadata())
-    ag.add_remote_agent(_get(os.path.join(d, "decode.meta")))
-    remote = ag.deserialize_descs(_get(os.path.join(d, "decode.descs")))
+    put_file(os.path.join(d, "prefill.meta"), ag.get_agent_metadata())
+    ag.add_remote_agent(get_file(os.path.join(d, "decode.meta")))
+    remote = ag.deserialize_descs(get_file(os.path.join(d, "decode.descs")))
+    get_file(os.path.join(d, "decode.ready"))
     dst = [remote[b] for b in range(nblocks)]
     h = ag.initialize_xfer("WRITE", ag.get_xfer_descs(_blocks(cache, nblocks), "DRAM"),
                            ag.get_xfer_descs(dst, "DRAM"), "decode",

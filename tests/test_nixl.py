@@ -36,6 +36,24 @@ def _ok_lines(out: str) -> list:
     return [line for line in out.splitlines() if line.startswith("OK ")]
 
 
+def _pair(first: list, second: list, timeout=120) -> tuple:
+    """Start ``first`` (a server: target, decode), run ``second`` to its end
+    beside it, then wait for ``first``: both ``(rc, stdout, stderr)``; the
+    job key comes from their own ``--key-file``, not the environment."""
+    env = dict(os.environ)
+    env.pop("UCXPY_AUTH_KEY", None)
+    p = subprocess.Popen(first, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, start_new_session=True)
+    try:
+        second_res = run_session(second, timeout=timeout, env=env)
+        out, err = p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
+    return (p.returncode, out, err), second_res
+
+
 @needs_nixl
 def test_nixl_in_one_process_on_ours_and_on_its_own_ucx():
     """Two agents in one process: a 1 MiB WRITE with a notification, a 64
@@ -64,19 +82,11 @@ def test_nixl_two_processes_started_separately_share_a_key_file(tmp_path):
     notification and a 1 MiB READ, checked on both sides, each process on
     ucxpy's libucp with operations counted."""
     key = tmp_path / "job.key"
-    env = dict(os.environ)
-    env.pop("UCXPY_AUTH_KEY", None)
     cmd = [UCXPY_UCX, "--check", "--key-file", str(key), sys.executable, PROG]
-    t = subprocess.Popen(cmd + ["target", str(tmp_path)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        rc, out, err = run_session(cmd + ["initiator", str(tmp_path)], timeout=180, env=env)
-        tout, terr = t.communicate(timeout=120)
-    finally:
-        if t.poll() is None:
-            os.killpg(t.pid, 9)
+    (trc, tout, terr), (rc, out, err) = _pair(cmd + ["target", str(tmp_path)],
+                                              cmd + ["initiator", str(tmp_path)])
     assert rc == 0 and len(_ok_lines(out)) == 2, out + err
-    assert t.returncode == 0 and len(_ok_lines(tout)) == 2, tout + terr
+    assert trc == 0 and len(_ok_lines(tout)) == 2, tout + terr
     assert oct(key.stat().st_mode & 0o777) == "0o600"
 
 
@@ -98,18 +108,9 @@ def test_nixl_bad_descriptors_get_its_error_on_both():
 def test_nixl_write_to_a_killed_target_fails_not_hangs(tmp_path):
     """The target is killed after a first WRITE: the next WRITEs end in
     NIXL's error state within seconds (the initiator's own limit is 60 s)."""
-    env = dict(os.environ)
-    env.pop("UCXPY_AUTH_KEY", None)
-    key = tmp_path / "job.key"
-    cmd = [UCXPY_UCX, "--key-file", str(key), sys.executable, PROG]
-    t = subprocess.Popen(cmd + ["target", str(tmp_path)], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, env=env, start_new_session=True)
-    try:
-        rc, out, err = run_session(cmd + ["dead-target", str(tmp_path)], timeout=120, env=env)
-    finally:
-        if t.poll() is None:
-            os.killpg(t.pid, 9)
-        t.wait()
+    cmd = [UCXPY_UCX, "--key-file", str(tmp_path / "job.key"), sys.executable, PROG]
+    _, (rc, out, err) = _pair(cmd + ["target", str(tmp_path)],
+                              cmd + ["dead-target", str(tmp_path)])
     assert rc == 0 and "OK a WRITE to a killed target fails" in out, out + err
 
 
@@ -121,20 +122,12 @@ def test_kv_disaggregation_example_matches_one_process_bitwise(tmp_path):
     example = os.path.join(ROOT, "examples", "nixl_kv_disagg.py")
     rc, single, err = run_session([sys.executable, example, "single"], timeout=120)
     assert rc == 0 and single.startswith("tokens "), single + err
-    env = dict(os.environ)
-    env.pop("UCXPY_AUTH_KEY", None)
     cmd = [UCXPY_UCX, "--check", "--key-file", str(tmp_path / "kv.key"), sys.executable,
            example]
-    dec = subprocess.Popen(cmd + ["decode", str(tmp_path)], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        rc, out, err = run_session(cmd + ["prefill", str(tmp_path)], timeout=120, env=env)
-        dout, derr = dec.communicate(timeout=120)
-    finally:
-        if dec.poll() is None:
-            os.killpg(dec.pid, 9)
+    (drc, dout, derr), (rc, out, err) = _pair(cmd + ["decode", str(tmp_path)],
+                                              cmd + ["prefill", str(tmp_path)])
     assert rc == 0 and "blocks of" in out, out + err
-    assert dec.returncode == 0, dout + derr
+    assert drc == 0, dout + derr
     lines = [ln for ln in dout.splitlines() if ln.startswith(("tokens ", "logits sha256 "))]
     assert lines == single.splitlines(), (dout, single)
 

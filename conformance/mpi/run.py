@@ -56,7 +56,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from conformance import harness  # noqa: E402
-from conformance.harness import locked  # noqa: E402
+from conformance.harness import locked, merged  # noqa: E402
 
 DEFAULT_VERSION = "4.1.2"
 STATES = ("pass", "fail", "error", "skip", "hang")
@@ -275,19 +275,11 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
         except (OSError, ValueError):
             per_rank.append({})
     hung = rc == "timeout" or elapsed >= timeout      # killed by us or by the launcher
-    tests = {}
-    for t in sorted(set().union(*per_rank)):
-        states = [d.get(t, "notrun") for d in per_rank]
-        if "running" in states:
-            tests[t] = "hang" if hung else "error"
-        elif all(s == "skip" for s in states):
-            tests[t] = "skip"
-        elif all(s in ("pass", "skip") for s in states):
-            tests[t] = "pass"
-        elif "fail" in states:
-            tests[t] = "fail"
-        else:
-            tests[t] = "error"
+    # (a test still running when its job ended hung if the job was killed,
+    # else its rank died in it; one a rank never got to is an error here)
+    died = {"running": "hang" if hung else "error", "notrun": "error"}
+    state = lambda d, t: died.get(d.get(t, "notrun"), d.get(t))  # noqa: E731
+    tests = {t: merged([state(d, t) for d in per_rank]) for t in sorted(set().union(*per_rank))}
     if not tests and rc != 0:
         tests["<import>"] = "hang" if hung else "error"
     problems = []

@@ -438,30 +438,29 @@ static struct ucxs_timer *timer_of(ucp_worker_h w)
     return t != NULL && t->pid == getpid() ? t : NULL;
 }
 
-/* Ask the timer thread for a pass; 0 when one is asked for or running. */
-static int timer_ask(struct ucxs_timer *t)
+/* Ask the timer thread for a pass (`*asked`, its flag under mu; `*pending`,
+ * read without it); 0 when one is asked for or running. */
+static int timer_ask_for(struct ucxs_timer *t, int *asked, int *pending)
 {
-    if (__atomic_load_n(&t->pending, __ATOMIC_ACQUIRE))
+    if (__atomic_load_n(pending, __ATOMIC_ACQUIRE))
         return 0;
-    __atomic_store_n(&t->pending, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(pending, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&t->mu);
-    t->asked = 1;
+    *asked = 1;
     pthread_cond_signal(&t->cv);
     pthread_mutex_unlock(&t->mu);
     return 1;
 }
 
-/* Ask it for an arm pass; 0 when one is asked for or running. */
+/* A progress pass; an arm pass (ucp_worker_arm from a foreign thread). */
+static int timer_ask(struct ucxs_timer *t)
+{
+    return timer_ask_for(t, &t->asked, &t->pending);
+}
+
 static int timer_ask_arm(struct ucxs_timer *t)
 {
-    if (__atomic_load_n(&t->arm_pending, __ATOMIC_ACQUIRE))
-        return 0;
-    __atomic_store_n(&t->arm_pending, 1, __ATOMIC_RELAXED);
-    pthread_mutex_lock(&t->mu);
-    t->arm_asked = 1;
-    pthread_cond_signal(&t->cv);
-    pthread_mutex_unlock(&t->mu);
-    return 1;
+    return timer_ask_for(t, &t->arm_asked, &t->arm_pending);
 }
 
 /* The timer thread, started if need be (NULL: none can be). */

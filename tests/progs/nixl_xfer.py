@@ -23,6 +23,10 @@ import time
 import numpy as np
 from nixl_cu12._api import nixl_agent, nixl_agent_config
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "examples"))
+from nixl_kv_disagg import get_file, put_file  # noqa: E402  (the metadata through files)
+
 TIMEOUT = float(os.environ.get("NIXL_XFER_TIMEOUT", "60"))
 MIB = 1 << 20
 BLOCKS, BLOCK = 64, 16 << 10
@@ -106,32 +110,17 @@ def local() -> None:
         ag.deregister_memory(r)
 
 
-def _put(path: str, data: bytes) -> None:
-    with open(path + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(path + ".tmp", path)
-
-
-def _get(path: str) -> bytes:
-    deadline = time.monotonic() + TIMEOUT
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"no {path} after {TIMEOUT} s")
-        time.sleep(0.01)
-    with open(path, "rb") as f:
-        return f.read()
-
-
 def target(d: str) -> None:
     ag = agent("target")
     buf = np.zeros(4 * MIB, np.uint8)
     buf[3 * MIB:] = 0x5A                        # what the initiator READs
     register(ag, buf)
-    _put(os.path.join(d, "target.pid"), str(os.getpid()).encode())
-    _put(os.path.join(d, "target.meta"), ag.get_agent_metadata())
-    _put(os.path.join(d, "target.descs"),
+    put_file(os.path.join(d, "target.pid"), str(os.getpid()).encode())
+    put_file(os.path.join(d, "target.meta"), ag.get_agent_metadata())
+    put_file(os.path.join(d, "target.descs"),
          ag.get_serialized_descs(ag.get_xfer_descs(descs(buf), "DRAM")))
-    ag.add_remote_agent(_get(os.path.join(d, "initiator.meta")))
+    ag.add_remote_agent(get_file(os.path.join(d, "initiator.meta")))
+    put_file(os.path.join(d, "target.ready"), b"")   # (both know each other)
     notified(ag, "initiator", b"written")
     want = (np.arange(3 * MIB, dtype=np.uint64) % 251).astype(np.uint8)
     assert np.array_equal(buf[:3 * MIB], want), "the WRITE's bytes differ"
@@ -146,9 +135,10 @@ def initiator(d: str) -> None:
     back = np.zeros(MIB, np.uint8)
     register(ag, src)
     register(ag, back)
-    _put(os.path.join(d, "initiator.meta"), ag.get_agent_metadata())
-    ag.add_remote_agent(_get(os.path.join(d, "target.meta")))
-    remote = ag.deserialize_descs(_get(os.path.join(d, "target.descs")))
+    put_file(os.path.join(d, "initiator.meta"), ag.get_agent_metadata())
+    ag.add_remote_agent(get_file(os.path.join(d, "target.meta")))
+    remote = ag.deserialize_descs(get_file(os.path.join(d, "target.descs")))
+    get_file(os.path.join(d, "target.ready"))
     addr, length, dev = remote[0] if hasattr(remote, "__getitem__") else (None, None, None)
     assert length == 4 * MIB, f"remote descriptor {remote!r}"
     xfer(ag, "WRITE", descs(src), [(addr, 3 * MIB, dev)], "target", b"written")
@@ -192,12 +182,13 @@ def dead_target(d: str) -> None:
     ag = agent("initiator")
     src = np.ones(MIB, np.uint8)
     register(ag, src)
-    _put(os.path.join(d, "initiator.meta"), ag.get_agent_metadata())
-    ag.add_remote_agent(_get(os.path.join(d, "target.meta")))
-    remote = ag.deserialize_descs(_get(os.path.join(d, "target.descs")))
+    put_file(os.path.join(d, "initiator.meta"), ag.get_agent_metadata())
+    ag.add_remote_agent(get_file(os.path.join(d, "target.meta")))
+    remote = ag.deserialize_descs(get_file(os.path.join(d, "target.descs")))
+    get_file(os.path.join(d, "target.ready"))
     addr, _length, dev = remote[0]
     xfer(ag, "WRITE", descs(src), [(addr, MIB, dev)], "target")   # (connected, working)
-    pid = int(_get(os.path.join(d, "target.pid")))
+    pid = int(get_file(os.path.join(d, "target.pid")))
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     try:

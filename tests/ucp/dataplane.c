@@ -42,6 +42,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include "pair.h"
+
 #define PINGS 20000
 #define UNEXP 50
 #define BIG (1 << 20)
@@ -61,48 +63,8 @@
 #define AM_HELD 20
 #define AM_BIG_AT (AMS / 2)                /* the rendezvous one */
 
-static int failures;
-static const char *who = "";
 static int pingpong_only;
-static ucp_context_h ctx;
-static ucp_worker_h worker;
 static ucp_ep_h ep, self_ep;
-
-#define CHECK(name, cond, ...)                                                         \
-    do {                                                                               \
-        if (cond) {                                                                    \
-            printf("ok - %s%s\n", who, name);                                          \
-        } else {                                                                       \
-            printf("not ok - %s%s: ", who, name);                                      \
-            printf(__VA_ARGS__);                                                       \
-            printf("\n");                                                              \
-            failures++;                                                                \
-        }                                                                              \
-        fflush(stdout);                                                                \
-    } while (0)
-
-/* Wait for `r` (a request, NULL, or an error pointer): its status, and its
- * tag info for receives. */
-static ucs_status_t wait_req(void *r, ucp_tag_recv_info_t *info)
-{
-    ucs_status_t st;
-
-    if (r == NULL)
-        return UCS_OK;
-    if (UCS_PTR_IS_ERR(r))
-        return UCS_PTR_STATUS(r);
-    for (long i = 0; (st = ucp_request_check_status(r)) == UCS_INPROGRESS; i++) {
-        ucp_worker_progress(worker);
-        if (i > 200000000L) {
-            printf("# %sstuck waiting\n", who);
-            exit(98);
-        }
-    }
-    if (info != NULL)
-        ucp_tag_recv_request_test(r, info);
-    ucp_request_free(r);
-    return st;
-}
 
 static ucs_status_t send_tag(const void *buf, size_t n, ucp_tag_t tag)
 {
@@ -127,46 +89,24 @@ static ucs_status_t recv_tag(void *buf, size_t n, ucp_tag_t tag, ucp_tag_t mask,
 
 static void setup(int rfd, int wfd)
 {
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                           .features = UCP_FEATURE_TAG | UCP_FEATURE_AM};
-    ucp_worker_params_t wp = {.field_mask = 0};
     ucp_address_t *addr;
-    size_t len, peer_len;
     void *peer;
 
-    if (ucp_init(&params, NULL, &ctx) != UCS_OK || ucp_worker_create(ctx, &wp, &worker) != UCS_OK
-            || ucp_worker_get_address(worker, &addr, &len) != UCS_OK) {
-        printf("not ok - %ssetup\n", who);
-        exit(97);
-    }
-    if (write(wfd, &len, sizeof len) != sizeof len || write(wfd, addr, len) != (ssize_t)len
-            || read(rfd, &peer_len, sizeof peer_len) != sizeof peer_len
-            || (peer = malloc(peer_len)) == NULL
-            || read(rfd, peer, peer_len) != (ssize_t)peer_len) {
-        printf("not ok - %saddress exchange\n", who);
-        exit(97);
-    }
+    pair_setup(UCP_FEATURE_TAG | UCP_FEATURE_AM, rfd, wfd, &addr, &peer);
     /* as MPICH does: an endpoint to itself too, used once and kept (the
      * steady exchange's progress must not enter Python for it) */
-    ucp_ep_params_t self_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                                   .address = addr};
     uint64_t out = 0x5e1f, in = 0;
     ucp_request_param_t sp = {.op_attr_mask = 0}, rp = {.op_attr_mask = 0};
     ucp_tag_recv_info_t info;
-    if (ucp_ep_create(worker, &self_params, &self_ep) != UCS_OK
-            || wait_req(ucp_tag_send_nbx(self_ep, &out, sizeof out, TAG_SELF, &sp), NULL) != UCS_OK
+    self_ep = pair_ep(addr);
+    if (wait_req(ucp_tag_send_nbx(self_ep, &out, sizeof out, TAG_SELF, &sp), NULL) != UCS_OK
             || wait_req(ucp_tag_recv_nbx(worker, &in, sizeof in, TAG_SELF, ~0ull, &rp), &info) != UCS_OK
             || in != out) {
         printf("not ok - %sa message to itself\n", who);
         exit(97);
     }
     ucp_worker_release_address(worker, addr);
-    ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                                 .address = peer};
-    if (ucp_ep_create(worker, &ep_params, &ep) != UCS_OK) {
-        printf("not ok - %sep_create\n", who);
-        exit(97);
-    }
+    ep = pair_ep(peer);
     free(peer);
 }
 

@@ -33,6 +33,8 @@
 
 #include <ucp/api/ucp.h>
 
+#include "pair.h"
+
 #define BIG (1 << 20)
 #define TAG_SMALL 0x10
 #define TAG_BIG 0x20
@@ -40,51 +42,15 @@
 #define AM_ID 3
 #define SLEEP_LIMIT_MS 20000
 
-static int failures;
-static const char *who = "";
-static ucp_context_h ctx;
-static ucp_worker_h worker;
 static ucp_ep_h ep;
 static int am_seen;
 static uint64_t am_value;
-
-#define CHECK(name, cond, ...)                                                         \
-    do {                                                                               \
-        if (cond) {                                                                    \
-            printf("ok - %s%s\n", who, name);                                          \
-        } else {                                                                       \
-            printf("not ok - %s%s: ", who, name);                                      \
-            printf(__VA_ARGS__);                                                       \
-            printf("\n");                                                              \
-            failures++;                                                                \
-        }                                                                              \
-        fflush(stdout);                                                                \
-    } while (0)
 
 static double now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static ucs_status_t wait_req(void *r)
-{
-    ucs_status_t st;
-
-    if (r == NULL)
-        return UCS_OK;
-    if (UCS_PTR_IS_ERR(r))
-        return UCS_PTR_STATUS(r);
-    for (long i = 0; (st = ucp_request_check_status(r)) == UCS_INPROGRESS; i++) {
-        ucp_worker_progress(worker);
-        if (i > 200000000L) {
-            printf("# %sstuck waiting\n", who);
-            exit(98);
-        }
-    }
-    ucp_request_free(r);
-    return st;
 }
 
 static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, void *data,
@@ -99,32 +65,12 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length, v
 
 static void setup(int rfd, int wfd)
 {
-    ucp_params_t params = {.field_mask = UCP_PARAM_FIELD_FEATURES,
-                           .features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP};
-    ucp_worker_params_t wp = {.field_mask = 0};
     ucp_address_t *addr;
-    size_t len, peer_len;
     void *peer;
 
-    if (ucp_init(&params, NULL, &ctx) != UCS_OK || ucp_worker_create(ctx, &wp, &worker) != UCS_OK
-            || ucp_worker_get_address(worker, &addr, &len) != UCS_OK) {
-        printf("not ok - %ssetup\n", who);
-        exit(97);
-    }
-    if (write(wfd, &len, sizeof len) != sizeof len || write(wfd, addr, len) != (ssize_t)len
-            || read(rfd, &peer_len, sizeof peer_len) != sizeof peer_len
-            || (peer = malloc(peer_len)) == NULL
-            || read(rfd, peer, peer_len) != (ssize_t)peer_len) {
-        printf("not ok - %saddress exchange\n", who);
-        exit(97);
-    }
+    pair_setup(UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP, rfd, wfd, &addr, &peer);
     ucp_worker_release_address(worker, addr);
-    ucp_ep_params_t ep_params = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
-                                 .address = peer};
-    if (ucp_ep_create(worker, &ep_params, &ep) != UCS_OK) {
-        printf("not ok - %sep_create\n", who);
-        exit(97);
-    }
+    ep = pair_ep(peer);
     free(peer);
     ucp_am_handler_param_t hp = {.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
                                                UCP_AM_HANDLER_PARAM_FIELD_CB,
@@ -138,7 +84,7 @@ static void setup(int rfd, int wfd)
 static void teardown(void)
 {
     ucp_request_param_t p = {.op_attr_mask = 0};
-    wait_req(ucp_ep_close_nbx(ep, &p));
+    wait_req(ucp_ep_close_nbx(ep, &p), NULL);
     ucp_worker_destroy(worker);
     ucp_cleanup(ctx);
 }
@@ -295,20 +241,20 @@ static int parent(int rfd, int wfd)
     for (size_t i = 0; i < BIG; i++)
         big[i] = (uint8_t)(i * 13 + 1);
     wait_armed(rfd);
-    CHECK("send 8 B", wait_req(ucp_tag_send_nbx(ep, &small, sizeof small, TAG_SMALL, &p)) == UCS_OK,
+    CHECK("send 8 B", wait_req(ucp_tag_send_nbx(ep, &small, sizeof small, TAG_SMALL, &p), NULL) == UCS_OK,
           "failed");
     wait_armed(rfd);
-    CHECK("send 1 MiB", wait_req(ucp_tag_send_nbx(ep, big, BIG, TAG_BIG, &p)) == UCS_OK,
+    CHECK("send 1 MiB", wait_req(ucp_tag_send_nbx(ep, big, BIG, TAG_BIG, &p), NULL) == UCS_OK,
           "failed");
     wait_armed(rfd);
     CHECK("send an active message",
-          wait_req(ucp_am_send_nbx(ep, AM_ID, NULL, 0, &value, sizeof value, &p)) == UCS_OK,
+          wait_req(ucp_am_send_nbx(ep, AM_ID, NULL, 0, &value, sizeof value, &p), NULL) == UCS_OK,
           "failed");
     /* (the child is awake now: it waits for 'B') */
     char c;
     if (read(rfd, &c, 1) != 1 || c != 'B')
         exit(97);
-    CHECK("send one more", wait_req(ucp_tag_send_nbx(ep, &busy, sizeof busy, TAG_BUSY, &p)) == UCS_OK,
+    CHECK("send one more", wait_req(ucp_tag_send_nbx(ep, &busy, sizeof busy, TAG_BUSY, &p), NULL) == UCS_OK,
           "failed");
     c = 'B';
     if (write(wfd, &c, 1) != 1)
