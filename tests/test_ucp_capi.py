@@ -280,7 +280,7 @@ def test_mpich_c_program_tcp_only(basics, var):
     read and written in C (the reports' tcp_recv, tcp_send), the rest by
     Python's path on the same connections, in order (the program checks
     every datum, RMA included).  Selected by ucxpy's variable, and by UCX's
-    own (``UCX_TLS=tcp``, which libucp maps: ucxpy/ucxvars.py)."""
+    own (``UCX_TLS=tcp``, which libucp maps: ucxpy/tools/ucxvars.py)."""
     import re
     env = dict(os.environ, UCXPY_TCP_NATIVE="y", **{var: "tcp"})
     env.pop("UCXPY_TLS" if var == "UCX_TLS" else "UCX_TLS", None)

@@ -1,4 +1,4 @@
-"""UCX's configuration names on ucxpy (ucxpy/ucxvars.py): what libucp makes
+"""UCX's configuration names on ucxpy (ucxpy/tools/ucxvars.py): what libucp makes
 of ``UCX_*`` variables, ``ucp_config_read``'s prefix and
 ``ucp_config_modify``.  The end-to-end run (MPICH on libucp with only
 ``UCX_TLS=tcp`` set, its ranks' reports naming tcp) is in
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ucxpy import ucxvars
+from ucxpy.tools import ucxvars
 
 
 def test_gather_environment_prefix_and_modify_in_that_order():

@@ -57,9 +57,10 @@ import socket
 import sys
 import weakref
 
-from . import __version__, auth, config, errors, ucxvars
+from . import __version__, auth, config, errors
 from .config import Config
 from .context import Context, load_transport
+from .tools import ucxvars
 from .request import TagInfo
 from .transports.base import Caps
 from .tag import RecvRequest

@@ -9,7 +9,7 @@
  * by the core when the context is made); UCX's names (UCX_* of the
  * environment, UCX_<prefix>_*, and what ucp_config_modify recorded in the
  * caller's ucp_config_t) are mapped to them where they have a meaning here
- * (ucxpy/ucxvars.py), and the others reported once as ignored.  ucp_init_version
+ * (ucxpy/tools/ucxvars.py), and the others reported once as ignored.  ucp_init_version
  * attaches to Python (attach.c) and makes the core's Context.  Of the
  * caller's ucp_params_t only the fields its field_mask names are read, so
  * callers built against any API from 1.13 to 1.23 pass their own struct.
@@ -49,7 +49,7 @@ void ucp_config_release(ucp_config_t *config)
 }
 
 /* Recorded; ucp_init maps it as it maps the environment's UCX_<name>
- * (ucxpy/ucxvars.py: a name with no ucxpy meaning is reported once). */
+ * (ucxpy/tools/ucxvars.py: a name with no ucxpy meaning is reported once). */
 ucs_status_t ucp_config_modify(ucp_config_t *config, const char *name, const char *value)
 {
     if (config == NULL || name == NULL || value == NULL || strchr(name, '=') != NULL ||

@@ -60,7 +60,7 @@ typedef struct ucxs_event {
 
 /* -- handles -------------------------------------------------------------- */
 /* ucp_config_read's prefix and what ucp_config_modify set, "NAME=VALUE\n"
- * lines: the core maps UCX's names to its own at ucp_init (ucxpy/ucxvars.py) */
+ * lines: the core maps UCX's names to its own at ucp_init (ucxpy/tools/ucxvars.py) */
 struct ucp_config {
     char *prefix;
     char *modified;
