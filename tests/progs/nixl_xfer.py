@@ -58,15 +58,24 @@ def wait(ag, handle, what: str) -> None:
         time.sleep(0.0002)
 
 
+_backlog = {}        # (agent, peer) -> notifications taken but not yet waited for
+
+
 def notified(ag, peer: str, msg: bytes) -> None:
+    """Wait for notification ``msg`` from ``peer``.  get_new_notifs hands
+    over everything that arrived: a later one taken along (a READ needs no
+    target, so "written" and "done" may come in one batch) is kept for the
+    wait that wants it."""
+    backlog = _backlog.setdefault((id(ag), peer), [])
     deadline = time.monotonic() + TIMEOUT
-    while True:
-        got = ag.get_new_notifs()
-        if msg in got.get(peer, []):
-            return
+    while msg not in backlog:
+        backlog += ag.get_new_notifs().get(peer, [])
+        if msg in backlog:
+            break
         if time.monotonic() > deadline:
             raise TimeoutError(f"no notification {msg!r} from {peer} after {TIMEOUT} s")
         time.sleep(0.0002)
+    backlog.remove(msg)
 
 
 def xfer(ag, op, local, remote, peer, notif=b""):
