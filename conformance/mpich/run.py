@@ -610,6 +610,9 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default=os.environ.get(
         "UCXPY_MPICH_TESTS_CACHE", os.path.expanduser("~/.cache/ucxpy/mpich-tests")))
     p.add_argument("--list", action="store_true", help="list the selected tests and exit")
+    p.add_argument("--build-only", action="store_true",
+                   help="fetch, configure and build the selected tests, run none (make test "
+                        "does so before its workers start)")
     p.add_argument("--report", action="store_true",
                    help="print the table of the recorded results only (runs nothing)")
     p.add_argument("--budget", type=float, default=0,
@@ -662,6 +665,11 @@ def main(argv=None) -> int:
                 return 0
             todo = [e for entries, _ in plan.values() for e in entries]
             build(testdir, cache, todo)
+            if opts.build_only:
+                built = sum(1 for e in todo if e["built"])
+                print(f"MPICH {VERSION} test suite: {built} of {len(todo)} selected programs "
+                      f"built in {cache}")
+                return 0
     except DownloadError as exc:
         print(f"could not download the MPICH {VERSION} source package: {exc}", file=sys.stderr)
         return 2
