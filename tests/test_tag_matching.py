@@ -6,7 +6,7 @@ import pytest
 
 import ucxpy
 from ucxpy import ANY_SOURCE
-from conftest import Pair
+from conftest import Pair, transport_available
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -220,7 +220,6 @@ def test_rendezvous_paths_and_fallbacks(monkeypatch, refuse, split):
     """get, split (sender puts the first half while the receiver gets the
     rest), and the fall back to data frames when a one-sided copy is refused
     (e.g. CMA denied for one peer): the data always arrives intact."""
-    from conftest import transport_available
     if not transport_available("shm"):
         pytest.skip("shm unavailable")
     from ucxpy.transports import shm
@@ -412,7 +411,6 @@ def test_wait_all_waits_for_every_request_and_raises_none_of_theirs(over):
     """``Worker.wait_all``: one wait loop for all (more ranks than CPUs) or
     one wait after the other; a request that fails is done with its error,
     which is its own to raise."""
-    from conftest import transport_available
     p = Pair("shm" if transport_available("shm") else "tcp", oversubscribed=over)
     try:
         a, b = p.workers
@@ -433,5 +431,32 @@ def test_wait_all_waits_for_every_request_and_raises_none_of_theirs(over):
         assert all(r.done for r in reqs) and [bytes(o) for o in outs] == [b"m002", b"m001", b"m000"]
         assert isinstance(short.exc, ucxpy.TruncationError)
         b.wait_all([], timeout=1)
+    finally:
+        p.close()
+
+
+def test_when_completes_by_progress_and_keeps_requests_added_meanwhile():
+    """Worker.when (libucp's non-blocking flush): done at once when the
+    predicate holds; else completed by the progress pass that finds it true,
+    or failed with what it raises.  A when() made by a completion's callback
+    in that pass waits for a later one, and once none is left the worker's
+    progress no longer calls the pass (it removed itself mid-iteration)."""
+    p = Pair("shm" if transport_available("shm") else "tcp")
+    try:
+        w = p.workers[1]
+        assert w.when(lambda: True).done
+        flag, later = [False], []
+        first = w.when(lambda: flag[0])
+        first.add_done_callback(lambda r: later.append(w.when(lambda: len(later) > 5)))
+        boom = w.when(lambda: 1 / 0 if flag[0] else False)
+        w.progress()
+        assert not first.done and not boom.done
+        flag[0] = True
+        w.progress()
+        assert first.done and first.exc is None and isinstance(boom.exc, ZeroDivisionError)
+        assert len(later) == 1 and not later[0].done
+        later.extend([None] * 5)
+        w.progress()
+        assert later[0].done and w._when_pass not in w._callbacks
     finally:
         p.close()

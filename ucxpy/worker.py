@@ -212,7 +212,7 @@ class Worker:
         if self._failing or self._holding:
             n += self._fail_closed_peers()
         if self._callbacks:
-            for cb in tuple(self._callbacks):   # (a callback may remove itself)
+            for cb in self._callbacks:    # (removal rebinds the list: a callback may)
                 n += cb()
         if self.lend_streams:
             self._streams_lend()
@@ -321,37 +321,34 @@ class Worker:
         be another worker of this process, progressed by another thread).
         Done at once when the predicate already holds."""
         req = Request(self)
-        try:
-            done = predicate()
-        except BaseException as e:      # noqa: BLE001 - the request carries it
-            req.complete(exc=e)
-            return req
-        if done:
-            req.complete()
+        if self._settled(req, predicate):
             return req
         if not self._whens:
             self.add_progress_callback(self._when_pass)
         self._whens.append((req, predicate))
         return req
 
+    @staticmethod
+    def _settled(req: Request, predicate) -> bool:
+        """Complete ``req`` if ``predicate()`` holds, or fail it with what
+        the predicate raises; whether it did either."""
+        try:
+            if not predicate():
+                return False
+        except BaseException as e:      # noqa: BLE001 - the request carries it
+            req.complete(exc=e)
+            return True
+        req.complete()
+        return True
+
     def _when_pass(self) -> int:
-        n, left = 0, []
-        for req, predicate in self._whens:
-            try:
-                done = predicate()
-            except BaseException as e:  # noqa: BLE001 - the request carries it
-                req.complete(exc=e)
-                n += 1
-                continue
-            if done:
-                req.complete()
-                n += 1
-            else:
-                left.append((req, predicate))
-        self._whens = left
-        if not left:
+        # (a completion's callback may call when(): those join what is left)
+        pending, self._whens = self._whens, []
+        left = [(req, p) for req, p in pending if not self._settled(req, p)]
+        self._whens = left + self._whens
+        if not self._whens:
             self.remove_progress_callback(self._when_pass)
-        return n
+        return len(pending) - len(left)
 
     def flush_nb(self) -> Request:
         """A request done once every endpoint's sends have left and its RMA
@@ -361,10 +358,9 @@ class Worker:
 
     def remove_progress_callback(self, cb: Callable[[], int]) -> None:
         """Stop calling ``cb`` from :meth:`progress` (no error if absent)."""
-        try:
-            self._callbacks.remove(cb)
-        except ValueError:
-            pass
+        # a new list, not the one a progress pass may be iterating (a
+        # callback that removes itself: Worker.when's)
+        self._callbacks = [c for c in self._callbacks if c != cb]
         self._sync_py_poll()
 
     def _fail_closed_peers(self) -> int:

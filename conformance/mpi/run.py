@@ -278,7 +278,10 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
     # (a test still running when its job ended hung if the job was killed,
     # else its rank died in it; one a rank never got to is an error here)
     died = {"running": "hang" if hung else "error", "notrun": "error"}
-    state = lambda d, t: died.get(d.get(t, "notrun"), d.get(t))  # noqa: E731
+
+    def state(rank: dict, test: str) -> str:
+        s = rank.get(test, "notrun")
+        return died.get(s, s)
     tests = {t: merged([state(d, t) for d in per_rank]) for t in sorted(set().union(*per_rank))}
     if not tests and rc != 0:
         tests["<import>"] = "hang" if hung else "error"

@@ -710,6 +710,15 @@ static ucs_status_t wakeup_efd(ucp_worker_h w)
     return UCS_OK;
 }
 
+/* wakeup_efd under the worker's lock: the set and its eventfd exist. */
+static ucs_status_t wakeup_made(ucp_worker_h w)
+{
+    pthread_mutex_lock(&w->lock);
+    ucs_status_t status = wakeup_efd(w);
+    pthread_mutex_unlock(&w->lock);
+    return status;
+}
+
 static void wakeup_signal(ucp_worker_h w)
 {
     uint64_t one = 1;
@@ -743,11 +752,9 @@ ucs_status_t ucp_worker_get_efd(ucp_worker_h w, int *fd)
         return status;
     if (w->efd_external)
         return UCS_ERR_UNSUPPORTED;
-    pthread_mutex_lock(&w->lock);
-    status = wakeup_efd(w);
+    status = wakeup_made(w);
     if (status == UCS_OK)
-        *fd = w->efd;
-    pthread_mutex_unlock(&w->lock);
+        *fd = w->efd;                       /* (made once, never changed) */
     return status;
 }
 
@@ -757,9 +764,7 @@ ucs_status_t ucp_worker_signal(ucp_worker_h w)
 
     if (status != UCS_OK)
         return status;
-    pthread_mutex_lock(&w->lock);
-    status = wakeup_efd(w);
-    pthread_mutex_unlock(&w->lock);
+    status = wakeup_made(w);
     if (status == UCS_OK)
         wakeup_signal(w);
     return status;
@@ -801,12 +806,7 @@ ucs_status_t ucp_worker_arm(ucp_worker_h w)
     uint64_t drained;
     int busy = 0;
 
-    if (status != UCS_OK)
-        return status;
-    pthread_mutex_lock(&w->lock);
-    status = wakeup_efd(w);
-    pthread_mutex_unlock(&w->lock);
-    if (status != UCS_OK)
+    if (status != UCS_OK || (status = wakeup_made(w)) != UCS_OK)
         return status;
     if (read(w->evfd, &drained, sizeof(drained)) == sizeof(drained))
         return UCS_ERR_BUSY;                /* signalled: progress first */
