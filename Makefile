@@ -15,11 +15,12 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 # Debian packages: libfabric/libibverbs for the RDMA transports (ofi runs here on
 # libfabric's tcp and shm providers; verbs needs a device) and Open MPI, the
 # second real launcher the tests use, and libpmix (the PMIx bootstrap's client
-# library, ucxpy._pmix; Open MPI's mpirun and srun --mpi=pmix serve it).
+# library, ucxpy._pmix; Open MPI's mpirun and srun --mpi=pmix serve it), and
+# Python's own documentation (its inventory resolves the docs' references offline).
 # Installed when missing and possible.
-SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev
+SYSTEM_PKGS ?= libfabric-dev libfabric-bin libibverbs-dev rdma-core openmpi-bin libopenmpi-dev libucx-dev slurmctld slurmd slurm-client munge libpmix2 libpmix-dev python3.11-doc
 
-.PHONY: install deps run test test-c test-c-san test-c-tsan test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-capi bench-oshmem bench-scale bench-tcp bench-torch bench-nixl conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
+.PHONY: install deps run test docs test-c test-c-san test-c-tsan test-hosts test-scale test-verbs mutation mutation-ratchet bench bench-ucp bench-capi bench-oshmem bench-scale bench-tcp bench-torch bench-nixl conformance-mpi conformance-mpi4py-ucp conformance-mpich conformance-shmem conformance-openmpi clean
 
 ## system packages (root + apt only; without them ofi/verbs report themselves unavailable)
 deps:
@@ -75,6 +76,14 @@ test: install
 	$(PY) -m pytest -q -ra --durations=15 -n $(PYTEST_WORKERS) --dist loadfile \
 	  --no-loadscope-reorder $(PYTEST_ARGS) tests
 
+## the documentation site (docs/, Sphinx + myst-parser, offline): warnings are
+## errors and every reference must resolve; `make test` builds it too
+## (tests/test_docs.py), and runs the programs its pages include
+## (tests/test_docs_examples.py)
+docs: install
+	$(PY) -m sphinx -q -W --keep-going -n -b html docs docs/_build/html
+	@echo "built docs/_build/html/index.html"
+
 ## the native data plane's C tests (tests/c/: plain C, no Python), built with
 ## -Wall -Wextra -Werror; -san under ASan/UBSan, -tsan under ThreadSanitizer
 ## (`make test` runs every C test in all three: tests/test_dp_c.py)
@@ -98,7 +107,7 @@ test-scale: install
 
 ## the verbs transport on a real device: an HCA, or Soft-RoCE created here
 ## (root + the rdma_rxe kernel module; tests/conftest.py rdma_device()):
-## its own tests plus the whole tag / AM / RMA suite over verbs (docs/rdma.md)
+## its own tests plus the whole tag / AM / RMA suite over verbs (docs/guide/rdma.md)
 test-verbs: install
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS) tests/test_transport_verbs.py \
 	  tests/test_tag_matching.py tests/test_am.py tests/test_rma.py -k "verbs"
@@ -127,42 +136,42 @@ bench: install
 	@command -v ucx_perftest >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ucx-utils >/dev/null; } \
 	  || echo "note: ucx_perftest not installed (apt-get install ucx-utils); the bench skips its column"
-	$(PY) bench/run_bench.py --tls shm,tcp,tcp+tls,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem
+	$(PY) bench/run_bench.py --tls shm,tcp,tcp+tls,ofi --rma-tls shm,tcp --suites tag,rma,coll,shmem --snapshot
 	$(PY) bench/fabtests_ref.py
-	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
-	$(PY) bench/capi_bench.py --repeat 5 --json bench/results/capi.json
-	$(PY) bench/gil_bench.py --json bench/results/gil.json
-	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
-	$(PY) bench/scale.py --json bench/results/scale.json
-	$(PY) bench/tcp_bench.py --json bench/results/tcp.json
-	$(PY) bench/torch_bench.py --json bench/results/torch.json
-	$(PY) bench/nixl_bench.py --json bench/results/nixl.json
+	$(PY) bench/ucp_bench.py --json bench/results/ucp.json --snapshot
+	$(PY) bench/capi_bench.py --repeat 5 --json bench/results/capi.json --snapshot
+	$(PY) bench/gil_bench.py --json bench/results/gil.json --snapshot
+	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json --snapshot
+	$(PY) bench/scale.py --json bench/results/scale.json --snapshot
+	$(PY) bench/tcp_bench.py --json bench/results/tcp.json --snapshot
+	$(PY) bench/torch_bench.py --json bench/results/torch.json --snapshot
+	$(PY) bench/nixl_bench.py --json bench/results/nixl.json --snapshot
 
 ## NIXL over ucxpy's libucp against NIXL over its bundled UCX: WRITE bandwidth
 ## 1-64 MiB and a 64 x 16 KiB KV transfer, two processes (part of bench; alone here)
 bench-nixl: install
 	mkdir -p bench/results
-	$(PY) bench/nixl_bench.py --json bench/results/nixl.json
+	$(PY) bench/nixl_bench.py --json bench/results/nixl.json --snapshot
 
 ## torch.distributed on ucxpy against gloo: collectives 8 B - 64 MiB at 2 and 4
 ## ranks, an expert-parallel dispatch/combine, a DDP step (part of bench; alone here)
 bench-torch: install
 	mkdir -p bench/results
-	$(PY) bench/torch_bench.py --json bench/results/torch.json
+	$(PY) bench/torch_bench.py --json bench/results/torch.json --snapshot
 
 ## tcp, the multi-host path: ucxpy against MPICH over UCX's tcp transport and
 ## ucx_perftest over tcp (part of bench; alone here)
 bench-tcp: install
 	@command -v ucx_perftest >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
 	  && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ucx-utils >/dev/null; } || true
-	$(PY) bench/tcp_bench.py --json bench/results/tcp.json
+	$(PY) bench/tcp_bench.py --json bench/results/tcp.json --snapshot
 
 ## MPICH over ucxpy's libucp.so.0 beside MPICH over the real UCX and ucxpy's
 ## own API (part of bench; alone here)
 bench-ucp: install
 	$(PIP_E) '.[bench]'
 	mkdir -p bench/results
-	$(PY) bench/ucp_bench.py --json bench/results/ucp.json
+	$(PY) bench/ucp_bench.py --json bench/results/ucp.json --snapshot
 
 ## issue 43's targets through the C ABI: MPICH and Open MPI on ucxpy's libucp
 ## beside each on the real UCX (latency, message rate, Allreduce, bandwidth),
@@ -170,14 +179,14 @@ bench-ucp: install
 bench-capi: install
 	$(PIP_E) '.[bench]'
 	mkdir -p bench/results
-	$(PY) bench/capi_bench.py --repeat 5 --json bench/results/capi.json
-	$(PY) bench/gil_bench.py --json bench/results/gil.json
+	$(PY) bench/capi_bench.py --repeat 5 --json bench/results/capi.json --snapshot
+	$(PY) bench/gil_bench.py --json bench/results/gil.json --snapshot
 
 ## Open MPI's OSHMEM over ucxpy's libucp.so.0 beside OSHMEM over the system
 ## UCX and ucxpy's own shmem (part of bench; alone here)
 bench-oshmem: install
 	mkdir -p bench/results
-	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json
+	$(PY) bench/oshmem_bench.py --json bench/results/oshmem.json --snapshot
 
 ## mpi_shim under ucxpy-run against mpi4py + MPICH at 8-64 ranks on this host:
 ## all-to-all, launch and exit, ping-pong beside waiting ranks, memory (part
@@ -186,16 +195,16 @@ SCALE_ARGS ?=
 bench-scale: install
 	$(PIP_E) '.[bench]'
 	mkdir -p bench/results
-	$(PY) bench/scale.py --json bench/results/scale.json $(SCALE_ARGS)
+	$(PY) bench/scale.py --json bench/results/scale.json --snapshot $(SCALE_ARGS)
 
 ## mpi4py's released test suite against mpi_shim (sdist fetched at run time, never committed)
 conformance-mpi: install
 	mkdir -p conformance/mpi/results
 	@# both launchers run whatever the first one found; the exit status is theirs together
 	rc=0; $(PY) conformance/mpi/run.py --np 1,2,3,4 -v --launcher ucxpy-run \
-	  --json conformance/mpi/results/ucxpy-run.json || rc=1; \
+	  --json conformance/mpi/results/ucxpy-run.json --snapshot conformance-mpi || rc=1; \
 	$(PY) conformance/mpi/run.py --np 1,2,3,4 -v --launcher mpiexec \
-	  --json conformance/mpi/results/mpiexec.json || rc=1; exit $$rc
+	  --json conformance/mpi/results/mpiexec.json --snapshot conformance-mpi-mpiexec || rc=1; exit $$rc
 
 ## the same suite on the real mpi4py wheel + MPICH (ch4:ucx) over ucxpy's libucp.so.0
 ## (ucxpy-ucx's environment, every rank's report checked), beside MPICH over the
@@ -203,7 +212,7 @@ conformance-mpi: install
 conformance-mpi4py-ucp: install
 	mkdir -p conformance/mpi/results
 	$(PY) conformance/mpi/run.py --impl ucp,ref-ucx --np 1,2,3,4 -v --timeout 480 \
-	  --json conformance/mpi/results/ucp.json
+	  --json conformance/mpi/results/ucp.json --snapshot conformance-mpi4py-ucp
 
 ## MPICH's own C test suite (test/mpi of Debian 12's mpich 4.0.2 source package,
 ## fetched with apt-get at run time into ~/.cache, never committed) on the mpich
@@ -212,11 +221,11 @@ conformance-mpi4py-ucp: install
 ## continues an interrupted run)
 MPICH_TESTS_ARGS ?=
 conformance-mpich: install
-	$(PY) conformance/mpich/run.py $(MPICH_TESTS_ARGS)
+	$(PY) conformance/mpich/run.py --snapshot $(MPICH_TESTS_ARGS)
 
 ## shmem4py's released test suite against our shmem (sdist fetched at run time, never committed)
 conformance-shmem: install
-	$(PY) conformance/shmem/run.py --launcher both --np 1,2,4
+	$(PY) conformance/shmem/run.py --launcher both --np 1,2,4 --snapshot
 
 ## Open MPI and OSHMEM (the system's, 4.1.4) over ucxpy's libucp.so.0 (ucxpy-ucx --check)
 ## beside the system UCX (--reference), measured in the same run, at 2 and 4 ranks:
@@ -227,8 +236,9 @@ conformance-shmem: install
 conformance-openmpi: install
 	mkdir -p conformance/openmpi/results
 	rc=0; $(PY) conformance/openmpi/run.py --np 2,4 --timeout 60 \
-	  --json conformance/openmpi/results/openmpi.json || rc=1; \
-	$(PY) conformance/mpi/run.py --impl ompi-ucp,ompi-ref --np 2 || rc=1; exit $$rc
+	  --json conformance/openmpi/results/openmpi.json --snapshot || rc=1; \
+	$(PY) conformance/mpi/run.py --impl ompi-ucp,ompi-ref --np 2 \
+	  --snapshot conformance-mpi4py-ompi || rc=1; exit $$rc
 
 clean:
 	rm -rf build *.egg-info ucxpy/_*.so ucxpy/_*.c native/*.o .pytest_cache

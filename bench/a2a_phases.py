@@ -1,4 +1,4 @@
-"""Where an all-to-all's CPU goes, per rank and phase (docs/performance.md,
+"""Where an all-to-all's CPU goes, per rank and phase (docs/notes/performance-history.md,
 "The all-to-all: the receive side in C, CMA rendezvous").
 
 The all-to-all of ``make bench-scale`` (each rank posts an ``Irecv`` from and

@@ -1,4 +1,4 @@
-"""Where a small message's microseconds go (docs/performance.md).
+"""Where a small message's microseconds go (docs/notes/performance-history.md).
 
 Run as a 2-rank job: ``ucxpy-run -n 2 python bench/budget.py [--shim]``.
 Rank 0 ping-pongs 8 B messages with rank 1, first untimed-profiled for the

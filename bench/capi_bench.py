@@ -39,7 +39,7 @@ ROOT = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
 sys.path.insert(0, ROOT)
 
-from ucxpy.tools import ucx  # noqa: E402
+from ucxpy.tools import snapshot, ucx  # noqa: E402
 
 #: (library, figure, kind, limit): "time" figures pass at ours <= limit x
 #: UCX's, "rate" figures at ours >= limit x UCX's; None: reported only
@@ -144,6 +144,7 @@ def main(argv=None) -> int:
     p.add_argument("--max-time", type=float, default=0.3, help="seconds per figure and run")
     p.add_argument("--only", choices=sorted(LIBS), action="append")
     p.add_argument("--json", help="write the results here")
+    snapshot.add_option(p, "capi")
     args = p.parse_args(argv)
     libs = args.only or [lib for lib in LIBS if LIBS[lib][0] and os.path.exists(LIBS[lib][0])]
     results, raw = {}, {}
@@ -170,11 +171,13 @@ def main(argv=None) -> int:
               f"{r['ratio']:7.3f} {r['target']:>8s}  {r['verdict']}")
     print("(lat, allreduce: us; bw: MB/s; mr: messages/s; medians of "
           f"{args.repeat} alternating runs)")
+    data = {"date": time.strftime("%Y-%m-%d %H:%M"), "repeat": args.repeat,
+            "rows": rows, "runs": raw}
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "repeat": args.repeat,
-                       "rows": rows, "runs": raw}, f, indent=1)
+            json.dump(data, f, indent=1)
+    snapshot.save(args, data)
     return 0
 
 

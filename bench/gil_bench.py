@@ -40,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
 sys.path.insert(0, ROOT)
 
-from ucxpy.tools import ucx  # noqa: E402
+from ucxpy.tools import snapshot, ucx  # noqa: E402
 
 #: the other thread of rank 0: "spin" (pure Python, holds the GIL and a CPU) or
 #: "hold" (holds the GIL while it sleeps in C, 1 ms at a time: no CPU)
@@ -102,6 +102,7 @@ def main(argv=None) -> int:
                    help="round trips per measurement beside the GIL holder (a hundredth beside "
                         "the spinner, whose CPU makes each one slow)")
     p.add_argument("--json", help="write the results here")
+    snapshot.add_option(p, "gil")
     args = p.parse_args(argv)
     runs = {(load, side): [] for load in LOADS for side in ("ucxpy", "ucx")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -130,11 +131,13 @@ def main(argv=None) -> int:
     spin = rows["spin ucxpy"]["kept"] / rows["spin ucx"]["kept"]
     print(f"(reported) beside a spinning Python thread, which also takes one of the 2 CPUs "
           f"(the scheduler decides, run to run): ucxpy keeps {spin:.2f}x what UCX keeps")
+    data = {"date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows,
+            "runs": {f"{k[0]} {k[1]}": v for k, v in runs.items()}}
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": rows,
-                       "runs": {f"{k[0]} {k[1]}": v for k, v in runs.items()}}, f, indent=1)
+            json.dump(data, f, indent=1)
+    snapshot.save(args, data)
     return 0
 
 

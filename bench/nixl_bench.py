@@ -33,6 +33,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from nixl_kv_disagg import get_file, put_file  # noqa: E402  (the metadata through files)
+from ucxpy.tools import snapshot  # noqa: E402
 BIN = os.path.dirname(sys.executable)
 MIB = 1 << 20
 SIZES = (1, 4, 16, 64)
@@ -190,6 +191,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json")
+    snapshot.add_option(ap, "nixl")
     ap.add_argument("--role", help=argparse.SUPPRESS)
     ap.add_argument("dir", nargs="?", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -229,9 +231,11 @@ def main(argv=None):
             ref = statistics.median(r[key] for r in cross["reference"])
             print(f"{key:16} {o:>10.2f} {ref:>10.2f} {o / ref:>6.2f}x  "
                   f"({'GB/s' if key.startswith('write') else 'us'})")
+    data = {"rows": rows, "runs": runs, "cross_host": cross}
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "runs": runs, "cross_host": cross}, f, indent=1)
+            json.dump(data, f, indent=1)
+    snapshot.save(args, data)
     return 0
 
 

@@ -40,7 +40,7 @@ ROOT = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
 sys.path.insert(0, ROOT)
 
-from ucxpy.tools import ucx  # noqa: E402
+from ucxpy.tools import snapshot, ucx  # noqa: E402
 
 TESTS = ("put_lat", "get_lat", "amo_lat", "put_bw")
 #: (name, measured, against, test, limit): latencies at 8 B (at most limit
@@ -116,6 +116,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--max-time", type=float, default=0.3, help="seconds per test, size and run")
     p.add_argument("--json", help="write the results here")
+    snapshot.add_option(p, "oshmem")
     args = p.parse_args(argv)
     oshcc = shutil.which("oshcc")
     if not os.path.exists(ucx.LIBUCP) or oshcc is None or not os.path.exists(OSHRUN):
@@ -175,15 +176,16 @@ def main(argv=None) -> int:
             print(f"  note: {label}: {impls[label]['note']}")
     for label, err in errors.items():
         print(f"  note: {label} not measured: {err}")
+    data = {"date": time.strftime("%Y-%m-%d %H:%M"), "targets": targets, "errors": errors,
+            "impls": {k: {"note": v["note"],
+                          "rows": [{"test": t, "size": s, **r}
+                                   for (t, s), r in sorted(v["rows"].items())]}
+                      for k, v in impls.items()}}
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "targets": targets,
-                       "errors": errors,
-                       "impls": {k: {"note": v["note"],
-                                     "rows": [{"test": t, "size": s, **r}
-                                              for (t, s), r in sorted(v["rows"].items())]}
-                                 for k, v in impls.items()}}, f, indent=1)
+            json.dump(data, f, indent=1)
+    snapshot.save(args, data)
     return 0
 
 

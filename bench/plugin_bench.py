@@ -33,6 +33,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import capi_bench  # noqa: E402  (its MPICH build and environment)
+from ucxpy.tools import snapshot  # noqa: E402
 
 SIDES = {
     "stock": {},
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--max-time", type=float, default=0.2)
     ap.add_argument("--json", default=None)
+    snapshot.add_option(ap, "plugin")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         exe = capi_bench.build("mpich", tmp)["pingpong"]
@@ -83,10 +85,11 @@ def main(argv=None) -> int:
             rows.append(row)
             print(f"{n:>8} {side:>12} {lat:>9.1f} {row['lat_x_stock']:>8} {bw:>9.0f} "
                   f"{row['bw_x_stock']:>8}")
+    data = {"date": time.strftime("%Y-%m-%d %H:%M"), "repeat": args.repeat, "rows": rows}
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d %H:%M"), "repeat": args.repeat,
-                       "rows": rows}, f, indent=1)
+            json.dump(data, f, indent=1)
+    snapshot.save(args, data)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Where the 8 B message rate goes (docs/performance.md).
+"""Where the 8 B message rate goes (docs/notes/performance-history.md).
 
 Run as ``UCXPY_TLS=shm ucxpy-run -n 2 taskset -c 0,1 python bench/rate_phases.py``:
 the pattern of ``ucxpy-perf -t tag_bw`` (rank 0 sends windows of 64

@@ -12,7 +12,7 @@ Best of 5.  For an A/B, run it with ``PYTHONPATH`` naming each tree::
 
     PYTHONPATH=<tree> python bench/recv_paths.py [--root <tree>]
 
-(docs/performance.md, "The native data plane, step 2").
+(docs/notes/performance-history.md, "The native data plane, step 2").
 """
 from __future__ import annotations
 

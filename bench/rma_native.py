@@ -15,7 +15,7 @@ endpoint (the window's own remote key) and through mpi_shim:
   amo   ``ep.atomic_fetch("add")``     vs ``Win.Fetch_and_op(SUM)`` + ``Win.Flush``
   cas   ``ep.atomic_fetch("cswap")``   vs ``Win.Compare_and_swap`` + ``Win.Flush``
 
-Prints one ``RMA_NATIVE {...}`` JSON line (docs/performance.md).
+Prints one ``RMA_NATIVE {...}`` JSON line (docs/notes/performance-history.md).
 """
 from __future__ import annotations
 

@@ -63,6 +63,8 @@ RESULTS = os.path.join(ROOT, "bench", "results")
 PERF_DRIVERS = os.path.join(ROOT, "bench", "perf_drivers.py")
 sys.path.insert(0, ROOT)
 
+from ucxpy.tools import snapshot  # noqa: E402
+
 #: the project's performance targets
 SHM_LAT_FACTOR = 1.5     # ucxpy-shm latency at 8 B and 16-64 KiB <= 1.5x mpi4py
 SHM_RATE_FACTOR = 0.8    # ucxpy-shm 8 B message rate (tag_bw, window 64) >= 0.8x mpi4py
@@ -577,7 +579,7 @@ PLOT_PANELS = ("tag_lat", "tag_bw", "put_lat", "get_lat", "put_bw", "get_bw",
                "allreduce@2", "allreduce@4", "bcast@4", "alltoall@4")
 
 
-def plot(impls: dict, path: str) -> str:
+def plot(impls: dict, path: str, title: str = "") -> str:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -611,7 +613,7 @@ def plot(impls: dict, path: str) -> str:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     fig.suptitle(f"ucxpy vs mpi4py (MPICH) / shmem4py (OSHMEM), ranks pinned, "
-                 f"host {socket.gethostname()}")
+                 f"{title or 'host ' + socket.gethostname()}")
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
@@ -649,6 +651,7 @@ def main(argv=None) -> int:
                         "of the tracing cost)")
     p.add_argument("--skip-shmem4py", action="store_true", help="do not run shmem4py")
     p.add_argument("--timeout", type=float, default=240, help="seconds per job")
+    snapshot.add_option(p, "bench")
     p.add_argument("--raw-peer", nargs=2, type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.raw_peer:
@@ -868,6 +871,7 @@ def main(argv=None) -> int:
     jpath = os.path.join(RESULTS, "results.json")
     with open(jpath, "w") as f:
         json.dump(summary, f, indent=1)
+    snapshot.save(args, summary)
     ppath = plot(impls, os.path.join(RESULTS, "bench.png"))
     print(f"\n# saved {os.path.relpath(jpath, ROOT)} and "
           f"{os.path.relpath(ppath, ROOT) if os.path.isabs(ppath) else ppath}"

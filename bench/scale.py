@@ -89,6 +89,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RESULTS = os.path.join(ROOT, "bench", "results")
 BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, ROOT)
+
+from ucxpy.tools import snapshot  # noqa: E402
 
 #: the targets of issue 31
 FACTOR = 1.5
@@ -620,6 +623,7 @@ def main(argv=None) -> int:
                    help="seconds per job (default 120 + 4 s per rank)")
     p.add_argument("--impls", default="ours,mpich", help="ours, mpich or both")
     p.add_argument("--json", default=os.path.join(RESULTS, "scale.json"))
+    snapshot.add_option(p, "scale")
     p.add_argument("--first", choices=("yes", "no", "only"), default="yes",
                    help="issue 44's first-program figures (import MPI + Barrier; import "
                         "shmem + barrier_all) at 16 and 64 ranks: with the rest (yes), "
@@ -716,21 +720,20 @@ def main(argv=None) -> int:
               for j in r["mains"] if "error" in j]
     for n, i, e in errors:
         print(f"# {i} n={n}: {e}")
+    data = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "host": socket.gethostname(), "cpus": os.cpu_count(),
+            "ranks": counts, "repeat": reps, "launch_repeat": lreps, "main_repeat": mreps,
+            "quick": args.quick, "raw": raw,
+            "table": {str(n): v for n, v in table.items()},
+            "report": lines,
+            "targets": [{"name": a, "verdict": b, "detail": c} for a, b, c in tg],
+            "first": first,
+            "first_targets": [{"name": a, "verdict": b, "detail": c} for a, b, c in first_tg]}
+    snapshot.save(args, data)
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
-            json.dump({"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                       "host": socket.gethostname(), "cpus": os.cpu_count(),
-                       "ranks": counts, "repeat": reps, "launch_repeat": lreps,
-                       "main_repeat": mreps,
-                       "quick": args.quick, "raw": raw,
-                       "table": {str(n): v for n, v in table.items()},
-                       "report": lines,
-                       "targets": [{"name": a, "verdict": b, "detail": c} for a, b, c in tg],
-                       "first": first,
-                       "first_targets": [{"name": a, "verdict": b, "detail": c}
-                                         for a, b, c in first_tg]},
-                      f, indent=1)
+            json.dump(data, f, indent=1)
         print(f"\n# saved {os.path.relpath(args.json, ROOT)} "
               f"({time.monotonic() - started:.0f} s)")
     return 0

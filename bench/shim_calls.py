@@ -1,5 +1,5 @@
 """mpi_shim's calls with their common case in C (mpi_shim.accel) and without
-it, against the ucxpy calls they stand on (docs/performance.md).
+it, against the ucxpy calls they stand on (docs/notes/performance-history.md).
 
 Run as ``ucxpy-run -n 2 python bench/shim_calls.py`` (2 ranks on shm; pin
 them with ``taskset`` for steadier figures).  Both ranks switch the C paths

@@ -43,7 +43,7 @@ BIN = os.path.dirname(sys.executable)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-from ucxpy.tools import ucx  # noqa: E402
+from ucxpy.tools import snapshot, ucx  # noqa: E402
 from run_bench import ucx_perftest_run  # noqa: E402
 from ucp_bench import _run, perf_rows, pingpong_rows  # noqa: E402
 
@@ -135,6 +135,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--max-time", type=float, default=0.3, help="seconds per size and run")
     p.add_argument("--json", help="write the results here")
+    snapshot.add_option(p, "tcp")
     p.add_argument("--no-hosts", action="store_true", help="skip the namespace-host run")
     p.add_argument("--hosts-repeat", type=int, default=3,
                    help="alternating runs of each MPICH side between the namespace hosts")
@@ -216,6 +217,7 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    snapshot.save(args, results)
     return 0
 
 

@@ -43,6 +43,8 @@ import sys
 import tempfile
 import time
 
+from ucxpy.tools import snapshot
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
@@ -230,6 +232,7 @@ def main():
     p.add_argument("--no-thp", dest="thp", action="store_false",
                    help="torch's allocations on 4 KiB pages (THP_MEM_ALLOC_ENABLE=0)")
     p.add_argument("--json", default=os.path.join(HERE, "results", "torch.json"))
+    snapshot.add_option(p, "torch")
     args = p.parse_args()
     sizes = _sizes(_parse_size(args.max_size))
     ranks = [int(r) for r in args.ranks.split(",")]
@@ -268,10 +271,11 @@ def main():
     for name, verdict, detail in verdicts:
         print(f"{verdict:5} {name}  ({detail})")
     os.makedirs(os.path.dirname(args.json), exist_ok=True)
+    data = {"when": time.strftime("%Y-%m-%d %H:%M"), "thp": args.thp, "sizes": sizes,
+            "results": results, "targets": verdicts}
     with open(args.json, "w") as f:
-        json.dump({"when": time.strftime("%Y-%m-%d %H:%M"), "thp": args.thp, "sizes": sizes,
-                   "results": results,
-                   "targets": verdicts}, f, indent=1)
+        json.dump(data, f, indent=1)
+    snapshot.save(args, data)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ ROOT = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
 sys.path.insert(0, ROOT)
 
-from ucxpy.tools import ucx  # noqa: E402
+from ucxpy.tools import snapshot, ucx  # noqa: E402
 
 SIZES = [8, 64, 1024, 16384, 65536, 1 << 20, 4 << 20]
 
@@ -138,6 +138,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--max-time", type=float, default=0.3, help="seconds per size and run")
     p.add_argument("--json", help="write the results here")
+    snapshot.add_option(p, "ucp")
     args = p.parse_args(argv)
     if not os.path.exists(ucx.LIBUCP):
         print("libucp.so.0 is not built (libucx-dev): nothing to measure")
@@ -201,6 +202,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
+    snapshot.save(args, results)
     return 0
 
 

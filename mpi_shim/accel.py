@@ -9,7 +9,7 @@ bytearray or bytes of a predefined type; a rank; a mapped window target) is
 done in C, through the same ucxpy calls the Python method makes; any other
 call goes to the Python method unchanged, which stays the reference
 implementation.  The calls pay their own frame and argument inspection
-once, in C, instead of in Python (docs/performance.md).
+once, in C, instead of in Python (docs/notes/performance-history.md).
 
 The C path is on when ucxpy's native fast path is (``UCXPY_FASTPATH``, no
 tracing): :func:`configure` runs when MPI attaches to the worker.  Without

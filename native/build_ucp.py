@@ -1,4 +1,4 @@
-"""Builds ucxpy's drop-in UCX libraries (native/ucp/, see docs/ucp.md).
+"""Builds ucxpy's drop-in UCX libraries (native/ucp/, see docs/guide/c-programs.md).
 
 * ``ucxpy/lib/libucp.so.0``  UCP's C API on the core (pure C: no Python symbols)
 * ``ucxpy/lib/libucs.so.0``  the UCS entry points callers use (ucs_status_string)

@@ -271,7 +271,7 @@ def _want_progress_thread(oversubscribed: bool) -> bool:
     CPUs the thread has none to run on: each PE's two threads take turns at
     the GIL, and every worker call goes through the thread's lock with the
     native fast paths off (tests/hosts' 16-PE job on 2 cores: 68-132 s with
-    it, 19 s without, docs/performance.md).  AM-mode accesses are then
+    it, 19 s without, docs/notes/performance-history.md).  AM-mode accesses are then
     served inside shmem calls, as OpenSHMEM requires."""
     mode = config.setting("UCXPY_SHMEM_PROGRESS_THREAD")
     return mode == "y" or (mode == "auto" and not oversubscribed)

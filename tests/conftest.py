@@ -185,7 +185,7 @@ def rdma_device() -> str:
     tries to create a Soft-RoCE device (``modprobe rdma_rxe``, ``rdma link
     add ucxpyrxe0 type rxe netdev <default-route interface>``) so that the
     whole tag/AM/RMA suite runs over verbs (``make test-verbs``; see
-    docs/rdma.md); the device is deleted when the run ends."""
+    docs/guide/rdma.md); the device is deleted when the run ends."""
     if _RXE["why"] is not None:
         return _RXE["why"]
     import atexit

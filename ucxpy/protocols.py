@@ -22,7 +22,7 @@ worker makes one instance (:func:`load`) and from then on:
   across every protocol, probes, wildcards), or keeps it as an unexpected
   message that a later receive takes.  The data plane stops at the offer's
   frame in the shm inbox and leaves it to Python; a receive of libucp that
-  it matches is adopted by Python (docs/ucp.md).
+  it matches is adopted by Python (docs/guide/c-programs.md).
 * **Receiving.**  Once matched, :meth:`Protocol.start_recv` gets the receive
   (its buffer fits the message: the core checked) and moves the data with
   whatever frames it likes, completing the receive with the message's

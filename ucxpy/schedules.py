@@ -234,7 +234,7 @@ WHOLE_REDUCE_MAX = 16 << 10
 #: alltoall), for groups of 2 and of more members; above them the layers use
 #: their message algorithms, whose single-copy rendezvous moves less memory
 #: than two copies through the slots.  From ``bench/shmteam_ab.py`` at 2 and
-#: 4 ranks on 2 cores, 2026-12-04 (docs/performance.md): with 2 members the
+#: 4 ranks on 2 cores, 2026-12-04 (docs/notes/performance-history.md): with 2 members the
 #: messages win from 1 MiB on (16 MiB for allreduce); with 4 members on 2
 #: cores the team wins at every size for reductions and bcast, up to 1 MiB
 #: (alltoall) and 4 MiB (allgather) for the others.

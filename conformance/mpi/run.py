@@ -56,6 +56,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from conformance import harness  # noqa: E402
+from ucxpy.tools import snapshot  # noqa: E402
 from conformance.harness import locked, merged  # noqa: E402
 
 DEFAULT_VERSION = "4.1.2"
@@ -398,6 +399,7 @@ def main(argv=None):
     ap.add_argument("--cache", default=os.environ.get(
         "UCXPY_CONFORMANCE_CACHE", os.path.join(tempfile.gettempdir(), "ucxpy-conformance")))
     ap.add_argument("--json", help="write every per-test result here")
+    snapshot.add_option(ap, "conformance-mpi")
     ap.add_argument("--baseline", help="fail only on regressions against this JSON baseline")
     ap.add_argument("-v", "--verbose", action="store_true", help="list failing tests")
     ap.add_argument("--table", metavar="JSON",
@@ -537,6 +539,9 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"version": args.version, "launcher": args.launcher, **identity, **results},
                       f, indent=1, sort_keys=True)
+    snapshot.save(args, {"version": args.version, "launcher": args.launcher, **identity,
+                         "files": {impl: {f: r["counts"] for f, r in per.items()}
+                                   for impl, per in results.items()}})
     if args.baseline:
         with open(args.baseline) as f:
             baseline = json.load(f)

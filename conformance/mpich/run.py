@@ -61,6 +61,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from conformance import harness  # noqa: E402
+from ucxpy.tools import snapshot  # noqa: E402
 from conformance.harness import load, locked, save  # noqa: E402
 from ucxpy.tools.ucx import LIBUCP  # noqa: E402
 
@@ -486,9 +487,14 @@ def retry(how: str | None, t: dict) -> bool:
     return False
 
 
+#: the columns of the per-directory table (summarize)
+SUMMARY_HEAD = ("dir", "tests", "skipped", "ours p/f/t", "reference p/f/t", "worse",
+                "check-only")
+
+
 def summarize(dirs: list, data: dict, show_missing: bool = True) -> tuple:
     """Print the per-directory table; returns (rows, worse tests)."""
-    head = ("dir", "tests", "skipped", "ours p/f/t", "reference p/f/t", "worse", "check-only")
+    head = SUMMARY_HEAD
     rows, bad = [], []
     tot = {"tests": 0, "skipped": 0, "ours": [0, 0, 0], "reference": [0, 0, 0], "worse": 0,
            "check": 0}
@@ -619,6 +625,7 @@ def main(argv=None) -> int:
                    help="start no test after this many seconds (the directory stays partial)")
     p.add_argument("--markdown", action="store_true", help="also print the table as markdown")
     p.add_argument("-v", "--verbose", action="store_true", help="print every run")
+    snapshot.add_option(p, "conformance-mpich")
     opts = p.parse_args(argv)
     impls = [i for i in opts.impl.split(",") if i]
     if set(impls) - set(IMPLS):
@@ -737,6 +744,9 @@ def main(argv=None) -> int:
         print()
         print(markdown_table(rows))
     report_worse(bad)
+    snapshot.save(opts, {"suite": f"mpich {VERSION} test/mpi (Debian {DEB_VERSION})",
+                         "impls": IMPLS, "rows": [dict(zip(SUMMARY_HEAD, r)) for r in rows],
+                         "worse": [tid for tid, _ in bad]})
     print(f"\n{time.monotonic() - t_start:.0f} s; results in {os.path.relpath(results, ROOT)}/")
     if opts.write_baseline:
         write_baseline(data, opts.write_baseline)

@@ -70,6 +70,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from conformance import harness  # noqa: E402
+from ucxpy.tools import snapshot  # noqa: E402
 from conformance.harness import locked  # noqa: E402
 from ucxpy.tools import ucx  # noqa: E402
 
@@ -902,6 +903,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=os.path.join(cache_home(), "ucxpy", "openmpi-src"),
                     help="where Open MPI's source package and the built examples go")
     ap.add_argument("--json", help="write the results here")
+    snapshot.add_option(ap, "conformance-openmpi")
     ap.add_argument("--baseline", help="fail on any regression of ours against this file")
     ap.add_argument("--write-baseline", help="write ours' outcomes here as a baseline")
     ap.add_argument("--markdown", metavar="JSON",
@@ -970,6 +972,7 @@ def main(argv=None) -> int:
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump(_strip(data), f, indent=1, sort_keys=True)
+    snapshot.save(opts, _strip(data))
     if opts.write_baseline:
         with open(opts.write_baseline, "w") as f:
             json.dump(baseline_of(data), f, indent=1, sort_keys=True)

@@ -35,6 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from conformance import harness  # noqa: E402
+from ucxpy.tools import snapshot  # noqa: E402
 from conformance.harness import locked  # noqa: E402
 
 ADAPTER = os.path.join(os.path.dirname(os.path.dirname(HERE)), "shmem", "dropin")
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
                     help="also run every demo/*.py program (must exit 0)")
     ap.add_argument("--demos-only", action="store_true", help="run only the demo programs")
     ap.add_argument("-v", "--verbose", action="store_true", help="print failing tests")
+    snapshot.add_option(ap, "conformance-shmem")
     args = ap.parse_args(argv)
     args.demos = args.demos or args.demos_only
 
@@ -154,6 +156,7 @@ def main(argv=None) -> int:
     print(f"{'file':<18}{'launcher':<11}{'PEs':>4}{'pass':>6}{'fail':>6}{'err':>5}"
           f"{'hang':>6}{'skip':>6}{'secs':>7}")
     totals = dict(passed=0, failed=0, errors=0, hung=0, skipped=0)
+    rows = []
     for launcher in launchers:
         for npes in nps:
             for path in files:
@@ -166,6 +169,10 @@ def main(argv=None) -> int:
                 print(f"{os.path.basename(path)[:-3]:<18}{launcher:<11}{npes:>4}"
                       f"{c['pass']:>6}{c['fail']:>6}{c['error']:>5}{c['hang/crash']:>6}"
                       f"{c['skip']:>6}{secs:>7.1f}", flush=True)
+                rows.append({"file": os.path.basename(path)[:-3], "launcher": launcher,
+                             "PEs": npes, "pass": c["pass"], "fail": c["fail"],
+                             "error": c["error"], "hang/crash": c["hang/crash"],
+                             "skip": c["skip"]})
                 totals["passed"] += c["pass"]
                 totals["failed"] += c["fail"]
                 totals["errors"] += c["error"]
@@ -203,6 +210,8 @@ def main(argv=None) -> int:
     print(f"TOTAL: {totals['passed']}/{ran} passed ({pct:.1f}%), {totals['failed']} failed, "
           f"{totals['errors']} errors, {totals['hung']} hung/crashed, "
           f"{totals['skipped']} skipped")
+    snapshot.save(args, {"suite": f"shmem4py {args.version}", "rows": rows,
+                         "totals": {**totals, "ran": ran}, "demos_failed": demo_bad})
     if args.demos_only:
         return 0 if not demo_bad else 1
     return 0 if pct >= args.target and not demo_bad else 1

@@ -56,7 +56,7 @@
 
 _Noreturn static void unimplemented(const char *name)
 {
-    fprintf(stderr, "ucxpy libucp: %s is not implemented (aborting); see docs/ucp.md\n", name);
+    fprintf(stderr, "ucxpy libucp: %s is not implemented (aborting); see docs/guide/c-programs.md\n", name);
     abort();
 }
 

@@ -101,7 +101,7 @@ def post_recv(st):
 
 # Warm-up barrier: it connects the pairs finalize's barrier uses, so no
 # connection is first opened while peers are already closing (see the
-# "incoming connection not yet accepted" race in docs/failure-model.md).
+# "incoming connection not yet accepted" race in docs/guide/failure-model.md).
 world.barrier(timeout=opts.timeout)
 for st in ins:
     for _ in range(opts.window):
