@@ -333,6 +333,11 @@ def verdict_exact(ours: dict, ref: dict | None, problems=()) -> str:
     return "SKIPS" if ours["skip"] > ref["skip"] else "OK>REF"
 
 
+def _short(c):
+    """pass/fail/error/skip/hang counts as 'p/f/e/s/h'."""
+    return "/".join(str(c[k]) for k in STATES)
+
+
 def _fmt(c):
     return f"{c['pass']:>5} {c['fail']:>4} {c['error']:>4} {c['skip']:>4} {c['hang']:>3}"
 
@@ -460,6 +465,7 @@ def main(argv=None):
                   f"run.py): {' '.join(bugs)}")
     results = {i: {} for i in impls}
     verdicts = {s: {} for s, _ in pairs if s in impls}
+    rows: list = []      # the per-file table of the snapshot
     for module in modules:
         if not os.path.exists(os.path.join(testdir, module + ".py")):
             print(f"{module:24} (not in this mpi4py release)")
@@ -497,6 +503,10 @@ def main(argv=None):
                     v = verdict_exact(mine[0], ref[0] if ref else None, mine[4])
                 if mine is not None:
                     verdicts[subject][key] = v
+                    rows.append({"file": module, "ranks": n, "subject": subject,
+                                 "ours": _short(mine[0]),
+                                 "reference": f"{reference} {_short(ref[0])}" if ref else "",
+                                 "verdict": v})
                 tag = f" ({subject})" if len(pairs) > 1 else ""
                 print(f"{module:24} {n:>2} | " +
                       (f"     {_fmt(mine[0])}" if mine else " " * 30) + "  | " +
@@ -540,8 +550,9 @@ def main(argv=None):
             json.dump({"version": args.version, "launcher": args.launcher, **identity, **results},
                       f, indent=1, sort_keys=True)
     snapshot.save(args, {"version": args.version, "launcher": args.launcher, **identity,
-                         "files": {impl: {f: r["counts"] for f, r in per.items()}
-                                   for impl, per in results.items()}})
+                         "columns": "pass/fail/error/skip/hang", "rows": rows,
+                         "totals": {impl: {k: sum(r["counts"][k] for r in per.values())
+                                           for k in STATES} for impl, per in results.items()}})
     if args.baseline:
         with open(args.baseline) as f:
             baseline = json.load(f)

@@ -8,7 +8,9 @@ committed result snapshots, so that they cannot drift.
 ``results-table`` *name*
     A table from the snapshot ``docs/results/<name>.json``
     (:mod:`ucxpy.tools.snapshot`): ``:key:`` is the dotted path of a list of
-    records in the runner's data, ``:columns:`` the keys shown
+    records in the runner's data (dicts, or lists whose keys are their
+    positions "0", "1", ...; a dict of records gives each a "label"),
+    ``:columns:`` the keys shown
     (``key=Header`` renames one), ``:where:`` ``key=value`` keeps matching
     records only.  The snapshot's date, commit and command follow the table.
 
@@ -144,6 +146,9 @@ class ResultsTable(Directive):
         if isinstance(records, dict):       # {label: record} -> records with a "label"
             records = [{"label": k, **(v if isinstance(v, dict) else {"value": v})}
                        for k, v in records.items()]
+        if isinstance(records, list):       # rows as lists: keys "0", "1", ...
+            records = [{str(i): v for i, v in enumerate(r)} if isinstance(r, (list, tuple))
+                       else r for r in records]
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise ExtensionError(f"{name}: {self.options.get('key')!r} is not a list of records")
         where = self.options.get("where")
@@ -253,8 +258,68 @@ def plot_columns(snap: dict, path: str, key: str, x: str, y: str, xlabel: str, y
     plt.close(fig)
 
 
+def _number(k):
+    try:
+        return float(k)
+    except (TypeError, ValueError):
+        return None
+
+
+def plot_mapping(snap: dict, path: str, key: str, xlabel: str, ylabel: str, y=None,
+                 select=None, invert=False, scale=1.0, logx=True, logy=True) -> None:
+    """A mapping ``{series: {x: value}}`` at ``key`` as one line per series
+    (``invert``: the mapping is ``{x: {series: value}}``).  ``select`` is a
+    path into each series' mapping first (several, comma-separated: one panel
+    each; several keys likewise), ``y`` a field of each value, ``scale`` a
+    factor (1e6: seconds to µs)."""
+    plt = _pyplot()
+    keys = [k.strip() for k in key.split(",")]
+    selects = [x.strip() for x in select.split(",")] if select else [None]
+    panels = [(k, sel) for k in keys for sel in selects]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
+    for ax, (k, sel) in zip(axes.flat, panels):
+        data = dig(snap["data"], k)
+        if invert:
+            flipped: dict = {}
+            for xk, per in data.items():
+                for series, v in per.items():
+                    flipped.setdefault(series, {})[xk] = v
+            data = flipped
+        for series, per in data.items():
+            if sel:
+                try:
+                    per = dig(per, sel)
+                except ExtensionError:
+                    continue
+            pts = []
+            for xk, v in per.items():
+                v = v.get(y) if (y and isinstance(v, dict)) else v
+                if _number(xk) is not None and isinstance(v, (int, float)):
+                    pts.append((_number(xk), v * float(scale)))
+            if pts:
+                pts.sort()
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
+                        label=series)
+        if logx:
+            ax.set_xscale("log", base=2)
+        if logy:
+            ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+        title = " ".join(x for x in (k.split(".")[-1] if len(keys) > 1 else "", sel or "") if x)
+        if title:
+            ax.set_title(title, fontsize=9)
+    fig.suptitle(f"{snap['name']}, {snap['date'][:10]} ({snap['commit']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 #: :kind: -> plotter(snapshot, png path, **options)
-PLOTTERS = {"bench": plot_bench, "series": plot_series, "columns": plot_columns}
+PLOTTERS = {"bench": plot_bench, "series": plot_series, "columns": plot_columns,
+            "mapping": plot_mapping}
 
 
 class ResultsPlot(Directive):
@@ -263,6 +328,8 @@ class ResultsPlot(Directive):
                    "key": directives.unchanged, "x": directives.unchanged,
                    "y": directives.unchanged, "by": directives.unchanged,
                    "xlabel": directives.unchanged, "ylabel": directives.unchanged,
+                   "select": directives.unchanged, "scale": directives.unchanged,
+                   "invert": directives.flag,
                    "linear": directives.flag, "linearx": directives.flag}
 
     def run(self):
@@ -276,8 +343,10 @@ class ResultsPlot(Directive):
         os.makedirs(out, exist_ok=True)
         tag = hashlib.sha1(repr(sorted(self.options.items())).encode()).hexdigest()[:8]
         fname = f"{name}-{kind}-{tag}.png"
-        kw = {k: v for k, v in self.options.items() if k in ("key", "x", "y", "by",
-                                                                 "xlabel", "ylabel")}
+        kw = {k: v for k, v in self.options.items() if k in ("key", "x", "y", "by", "select",
+                                                                 "scale", "xlabel", "ylabel")}
+        if "invert" in self.options:
+            kw["invert"] = True
         if "linear" in self.options:
             kw["logy"] = False
         if "linearx" in self.options:
