@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(240)
 DOCS = os.path.join(ROOT, "docs")
 README = os.path.join(ROOT, "README.md")
 #: programs a page may name besides the ucxpy tools, python and make
-PROGRAMS = {"mpiexec", "mpirun", "mpirun.openmpi", "srun", "sbatch", "salloc", "torchrun",
+PROGRAMS = {"mpiexec", "mpirun", "mpirun.openmpi", "mpicc.openmpi", "mpiexec.hydra", "srun", "sbatch", "salloc", "torchrun",
             "oshrun", "oshcc", "mpicc", "gcc", "cc", "git", "pip", "export", "cd", "env",
             "cat", "ls", "ldd", "perfetto", "bash", "sh", "timeout", "taskset", "apt-get",
             "ucx_perftest", "ucx_info", "fi_info", "sudo", "echo", "nm", "./a.out"}
@@ -110,10 +110,15 @@ def make_targets() -> frozenset:
         return frozenset(m.group(1) for m in re.finditer(r"^([A-Za-z][\w.-]*):", f.read(), re.M))
 
 
+#: tools with subcommands, each with its own --help
+SUBCOMMANDS = ("ucxpy-trace",)
+
+
 @functools.lru_cache(maxsize=None)
-def tool_help(tool: str) -> str:
+def tool_help(tool: str, sub: str = "") -> str:
     exe = os.path.join(os.path.dirname(sys.executable), tool)
-    cp = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    cp = subprocess.run([exe, *([sub] if sub else []), "--help"], capture_output=True,
+                        text=True, timeout=60, cwd=ROOT)
     return cp.stdout + cp.stderr
 
 
@@ -143,7 +148,8 @@ WRAPPERS = ("ucxpy-run", "ucxpy-ucx")
 def _tool_options(prog: str, args: list) -> list:
     """The options given to the ucxpy tool itself (a wrapper's ends at the
     command it runs), each without its value."""
-    helptext = tool_help(prog)
+    sub = args[0] if prog in SUBCOMMANDS and args and not args[0].startswith("-") else ""
+    helptext = tool_help(prog, sub)
     takes_value = set(re.findall(r"(--?[\w-]+)[ =][A-Z][A-Z_]*\b", helptext))
     out, skip = [], False
     for a in args:
@@ -171,10 +177,12 @@ def test_console_commands_are_real():
             prog, args = words[0], words[1:]
             where = f"{page}:{n}: {cmd}"
             if prog in TOOLS:
+                sub = args[0] if prog in SUBCOMMANDS and args and \
+                    not args[0].startswith("-") else ""
                 for opt in _tool_options(prog, args):
                     if opt.startswith("--") and not re.search(rf"{re.escape(opt)}\b",
-                                                              tool_help(prog)):
-                        bad.append(f"{where}: {prog} has no {opt}")
+                                                              tool_help(prog, sub)):
+                        bad.append(f"{where}: {prog} {sub} has no {opt}".replace("  ", " "))
             elif prog == "make":
                 for t in args:
                     if "=" not in t and not t.startswith("-") and t not in make_targets():

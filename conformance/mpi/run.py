@@ -238,6 +238,9 @@ def run_module(impl, launcher, testdir, module, n, timeout, outdir):
     elif impl in OPENMPI_IMPLS:
         # the mpi4py wheel's MPI on Open MPI's library instead of MPICH's
         env["MPI4PY_LIBMPI"] = OMPI_LIBMPI
+        if os.geteuid() == 0:       # Open MPI's mpirun refuses root without both
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     else:
         env.pop("MPI4PY_LIBMPI", None)
     report_dir = None

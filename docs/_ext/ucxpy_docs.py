@@ -83,6 +83,8 @@ def fmt(v) -> str:
     if isinstance(v, (list, tuple)):
         return ", ".join(fmt(x) for x in v)
     if isinstance(v, dict):
+        if v and all(isinstance(x, int) for x in v.values()):     # counts: the non-zero ones
+            return ", ".join(f"{x} {k}" for k, x in v.items() if x) or "0"
         return ", ".join(f"{k}: {fmt(x)}" for k, x in v.items())
     return str(v)
 
@@ -95,6 +97,17 @@ def size(v) -> str:
         if v >= 1 << shift and v % (1 << shift) == 0:
             return f"{v >> shift} {unit}"
     return f"{v} B"
+
+
+def field(record: dict, key: str):
+    """``record[key]``, or along a dotted path ("ours.ok"); None when absent."""
+    if key in record or "." not in key:
+        return record.get(key)
+    for part in key.split("."):
+        if not isinstance(record, dict):
+            return None
+        record = record.get(part)
+    return record
 
 
 def cell(key: str, v) -> str:
@@ -154,7 +167,7 @@ class ResultsTable(Directive):
         where = self.options.get("where")
         if where:
             k, _, v = where.partition("=")
-            records = [r for r in records if fmt(r.get(k.strip())) == v.strip()]
+            records = [r for r in records if fmt(field(r, k.strip())) == v.strip()]
         cols = self.options.get("columns")
         if cols:
             spec = [c.strip().partition("=") for c in cols.split(",") if c.strip()]
@@ -165,7 +178,7 @@ class ResultsTable(Directive):
             header = keys
         if not records:
             raise ExtensionError(f"{name}: no records for {self.options}")
-        return [table(header, [[cell(k, r.get(k)) for k in keys] for r in records]),
+        return [table(header, [[cell(k, field(r, k)) for k in keys] for r in records]),
                 stamp(name, snap)]
 
 
