@@ -15,7 +15,7 @@ Configuration: ``UCXPY_SHMEM_HEAP_SIZE`` (or ``SHMEM_SYMMETRIC_SIZE``,
 default 64M) sizes the symmetric heap; ``UCXPY_SHMEM_PROGRESS_THREAD=n``
 keeps the worker progress thread off even when some PE is reached in AM mode,
 ``y`` starts it even on a host with more PEs than CPUs, where ``auto`` does
-not (see :mod:`shmem.runtime`).  Errors are in :mod:`shmem.errors`.
+not (see ``shmem.runtime``).  Errors are in :mod:`shmem.errors`.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ class WorkerAddress:
 
     @classmethod
     def unpack(cls, data) -> "WorkerAddress":
-        """Parse; raises :class:`ProtocolError` on anything malformed."""
+        """Parse; raises :class:`~ucxpy.ProtocolError` on anything malformed."""
         data = bytes(data)
         try:
             magic, wid, uuid, pid, hlen = _HEAD.unpack_from(data, 0)

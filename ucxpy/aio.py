@@ -23,7 +23,7 @@ coroutines run between passes.  Then it arms the transports
 sleep), registers their descriptors with ``loop.add_reader`` and sleeps
 until one is readable, a new waiter arrives, or a nap (20 µs doubling to
 2 ms) ends, which also drives the transports' timers.  Launcher failure
-notices are checked as in :meth:`Worker.wait_until`.
+notices are checked as in :meth:`ucxpy.Worker.wait_until`.
 
 Requests complete through their done-callbacks (no polling per request);
 conditions (flush, fence) are tested after each progress pass.
@@ -302,7 +302,7 @@ async def atomic_fetch(ep, op: str, value: int, remote_addr: int, rkey, size: in
 
 
 async def flush(target, timeout: Optional[float] = None) -> None:
-    """Await :meth:`Endpoint.flush` semantics for an endpoint, or for every
+    """Await :meth:`ucxpy.Endpoint.flush` semantics for an endpoint, or for every
     live endpoint of a worker."""
     if hasattr(target, "flushed"):
         await wait_until(target.worker, target.flushed, timeout, f"flush of {target!r}")

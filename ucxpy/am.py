@@ -55,7 +55,7 @@ class AmMessage:
 
     @property
     def is_rndv(self) -> bool:
-        """True when the data has not arrived yet and must be ``receive``d."""
+        """True when the data has not arrived yet: take it with :meth:`receive`."""
         return self._rts is not None
 
     def receive(self, buf) -> Request:

@@ -56,7 +56,7 @@ Large reductions receive into scratch buffers reused from call to call
 (:data:`SCRATCH`).
 
 Members on one host can also form a shared-memory team
-(:func:`form_shm_team`, a :class:`ucxpy.shmteam.ShmTeam`): blocking
+(:func:`form_shm_team`, a ``ucxpy.shmteam.ShmTeam``): blocking
 collectives through slots every member maps, which the layers choose up to
 the sizes of :func:`ucxpy.schedules.team_max`.
 """
@@ -108,10 +108,14 @@ class Team:
         self.wait_until = worker.wait_until
 
     def coll_tag(self) -> int:
+        """The base tag of the team's next collective: a sequence number in
+        the team's tag space, the low 8 bits zero (for the rounds)."""
         self.seq = (self.seq + 1) & 0xFFFFFF
         return self.base | (self.seq << 8)
 
     def check(self) -> None:
+        """Raise ``failed`` once something set it (the team may no longer
+        communicate)."""
         if self.failed is not None:
             raise self.failed
 
@@ -249,6 +253,8 @@ class NumpyOp:
         return f"NumpyOp({self.name})"
 
 
+#: The usual reductions over numpy, by name (``sum``, ``prod``, ``min``, ``max``,
+#: the bitwise and the logical ones): :class:`NumpyOp` objects for ``op``
 NUMPY_OPS = {name: NumpyOp(name, fn) for name, fn in (
     ("sum", "add"), ("prod", "multiply"), ("min", "minimum"), ("max", "maximum"),
     ("band", "bitwise_and"), ("bor", "bitwise_or"), ("bxor", "bitwise_xor"),
@@ -296,6 +302,8 @@ class ScratchPool:
             total -= len(free.pop())
 
 
+#: The receive buffers of the large reductions, reused from call to call
+#: (a :class:`ScratchPool`: ``take(nbytes)``, ``give(buf)``)
 SCRATCH = ScratchPool()
 
 
@@ -843,7 +851,7 @@ def allgather_obj(t, obj):
 
 
 def form_shm_team(t, wait=None):
-    """The team's :class:`ucxpy.shmteam.ShmTeam` (collective: every member
+    """The team's ``ucxpy.shmteam.ShmTeam`` (collective: every member
     calls it, blocking), or None on every member when one cannot join (not
     one host, no shared-memory transport, ``UCXPY_SHM_COLL=n``)."""
     from .shmteam import ShmTeam    # deferred: shmem never forms one (its start-up, issue 44)
@@ -944,7 +952,7 @@ def bcast_now(t, data, root) -> None:
 def allreduce_now(t, x, op, out) -> None:
     """:func:`allreduce_rd` of flat numpy ``x`` into ``out``
     (``x`` may be ``out``: IN_PLACE), blocking; the caller checked that
-    :func:`allreduce_algorithm` picks recursive doubling for it."""
+    :func:`~ucxpy.schedules.allreduce_algorithm` picks recursive doubling for it."""
     t.check()
     tag, rank = t.coll_tag(), t.rank
     plan = _plan("rd", rank, t.size)

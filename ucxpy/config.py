@@ -4,7 +4,7 @@
 ``UCXPY_<NAME>``, each with its parser and documentation).  Transports,
 launchers and the layers above declare their own variables with
 :func:`declare` (name, default, parser, doc: UCX's config tables) and read
-them with :func:`setting` / :meth:`Config.setting`; nothing else reads
+them with :func:`setting` / :meth:`ucxpy.Config.setting`; nothing else reads
 ``UCXPY_*`` from the environment.  ``ucxpy-info -c`` prints every declared
 variable (:func:`variables`), ``-cf`` with its documentation.
 """
@@ -104,7 +104,8 @@ def _opt(default, parse, doc: str, **kw):
 class Config:
     """Effective configuration.  Each field maps to ``UCXPY_<FIELD NAME>``;
     the variables of transports and launchers are declared with
-    :func:`declare` and read with :meth:`setting` (see :func:`variables`)."""
+    :func:`~ucxpy.config.declare` and read with :meth:`setting` (see
+    :func:`~ucxpy.config.variables`)."""
 
     tls: tuple = _opt(("self", "shm", "tcp"), _tls,
                       'transports to use, in order of preference ("self" is always added '

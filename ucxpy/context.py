@@ -35,7 +35,7 @@ class Context:
 
     ``self`` (loopback) is always added so a worker can message itself.
     Transports that are selected but unavailable here are recorded in
-    :attr:`unavailable` with the reason; :class:`TransportUnavailable` is
+    ``unavailable`` with the reason; :class:`TransportUnavailable` is
     raised if none remains.
     """
 

@@ -27,7 +27,7 @@ class Endpoint:
 
     Created by :meth:`ucxpy.Worker.connect` (or implicitly when a peer
     connects to us).  The transport lane is chosen on first use by the cost
-    model of the transports both sides share (see :func:`select_lane`).
+    model of the transports both sides share (see ``select_lane``).
     """
 
     def __init__(self, worker, remote: WorkerAddress):

@@ -1,5 +1,5 @@
 """Protocol plug-ins: a tagged-message protocol written in Python, for the
-message sizes it names, in place of the stock ones (issue 43, step 5).
+message sizes it names, in place of the stock ones.
 
 Theory of operation
 -------------------

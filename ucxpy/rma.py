@@ -14,18 +14,18 @@ map (``MdCaps.ALLOC``), else from the heap.
 Each remote key picks one access mode when unpacked, by asking the memory
 domain of the endpoint's lane (the core names no transport):
 
-=========  ==========================================  =========================
-mode       when the lane's domain unpacks the key to   put / get / atomics
-=========  ==========================================  =========================
-MAPPED     an address here (``rkey_ptr``)              memmove; CPU atomics
-one-sided  a transport key and ``MdCaps.PUT|GET``:     ``TransportEndpoint.put``
-(the       mode named by ``MemoryDomain.access``,      / ``get``; atomics by the
-domain's   e.g. "rdma" (asynchronous) or "cma"         device with
-``access``) (a synchronous copy)                       ``UCXPY_ATOMIC_MODE``,
-                                                       else as in AM mode
-AM         nothing (another host, no such domain)      frames served by the
-                                                       target's progress
-=========  ==========================================  =========================
+============  ==========================================  =========================
+mode          when the lane's domain unpacks the key to   put / get / atomics
+============  ==========================================  =========================
+MAPPED        an address here (``rkey_ptr``)              memmove; CPU atomics
+one-sided     a transport key and ``MdCaps.PUT|GET``;     ``TransportEndpoint.put``
+              its mode: the domain's ``access``, e.g.     / ``get``; atomics by the
+              "rdma" (asynchronous) or "cma" (a           device with
+              synchronous copy)                           ``UCXPY_ATOMIC_MODE``,
+                                                          else as in AM mode
+AM            nothing (another host, no such domain)      frames served by the
+                                                          target's progress
+============  ==========================================  =========================
 
 In AM mode the *target must progress* (call any blocking ucxpy function, or
 ``worker.progress()``, or start the worker's progress thread with
@@ -38,7 +38,7 @@ mode is chosen per worker, not per key.
 
 Validity: where the lane's domain can tell (``MdRemoteKey.valid``; shm keeps
 a registration table in shared memory for it), a stale key after
-``unmap()`` raises :class:`RemoteAccessError` instead of writing into freed
+``unmap()`` raises :class:`~ucxpy.RemoteAccessError` instead of writing into freed
 memory, and the AM target checks its registry.  Every access is
 range-checked against the key; atomics must be naturally aligned.
 
@@ -136,7 +136,7 @@ class MemHandle:
 
 class RemoteKey(RegionKey):
     """A peer's registered region as seen through one endpoint: the fields of
-    its packed key (:class:`ucxpy.rkey.RegionKey`, whose ``check`` range-checks
+    its packed key (``ucxpy.rkey.RegionKey``, whose ``check`` range-checks
     every access), what the lane's memory domain unpacked (``md_key``) and the
     access mode that gives."""
 

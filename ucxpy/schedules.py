@@ -185,7 +185,7 @@ def block_bounds(count: int, n: int) -> List[Tuple[int, int]]:
 #: allgather schedule (when the group has more than one rank, the operation
 #: is commutative and every rank gets a block); below it recursive
 #: doubling's log2(n) rounds win.  Measured on 2 cores, 2 and 4 ranks
-#: (bench/allreduce_algos.py, 2026-12-03): recursive doubling is
+#: (bench/allreduce_algos.py): recursive doubling is
 #: ahead up to 256 KiB (a round costs tens of microseconds in Python), the
 #: bandwidth schedules from 1 MiB
 ALLREDUCE_RING_MIN = 512 * 1024
@@ -234,7 +234,7 @@ WHOLE_REDUCE_MAX = 16 << 10
 #: alltoall), for groups of 2 and of more members; above them the layers use
 #: their message algorithms, whose single-copy rendezvous moves less memory
 #: than two copies through the slots.  From ``bench/shmteam_ab.py`` at 2 and
-#: 4 ranks on 2 cores, 2026-12-04 (docs/notes/performance-history.md): with 2 members the
+#: 4 ranks on 2 cores (docs/notes/performance-history.md): with 2 members the
 #: messages win from 1 MiB on (16 MiB for allreduce); with 4 members on 2
 #: cores the team wins at every size for reductions and bcast, up to 1 MiB
 #: (alltoall) and 4 MiB (allgather) for the others.

@@ -3,7 +3,7 @@
 
 Theory of operation
 -------------------
-A process has one ucxpy worker for every group (:func:`_process`).  Under
+A process has one ucxpy worker for every group (``_process``).  Under
 ``torchrun`` (or any ``init_method``) it is created at the first group and
 the groups wire up through torch's Store: each member publishes its worker
 address under its group rank, reads the others' and connects (connecting
@@ -66,6 +66,7 @@ from .tag import ANY_SOURCE, FULL_MASK, RESERVED_TAG_BASE
 
 __all__ = ["ProcessGroupUcxpy", "UcxpyWork", "TorchOp", "BACKEND"]
 
+#: the backend's name, for ``dist.init_process_group``
 BACKEND = "ucxpy"
 _P2P_KIND = 0xFD << 48              # (collectives use 0xFE: ucxpy.coll.Team)
 _R = ReduceOp.RedOpType

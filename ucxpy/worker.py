@@ -401,7 +401,7 @@ class Worker:
         seconds, then sleeps on the transports' file descriptors (and the
         wake sources, :meth:`add_wake_source`) with growing naps so
         oversubscribed ranks leave the CPU to each other: up to
-        :data:`MAX_NAP`, or :data:`OVERSUBSCRIBED_MAX_NAP` with more ranks
+        ``MAX_NAP``, or ``OVERSUBSCRIBED_MAX_NAP`` with more ranks
         than CPUs and no other thread.  ``cond`` must therefore become true
         only through what wakes the sleeper: a message, or a ring of a wake
         source; a condition on memory another process writes without ringing
@@ -492,7 +492,7 @@ class Worker:
         (``UCXPY_OVERSUBSCRIBED``; "auto" compares the launcher's local rank
         count with the CPUs this process may run on).  Waiting then makes one
         progress pass at a time and yields the CPU between them
-        (``sched_yield``, :data:`OVERSUBSCRIBED_BURST`), so the rank that
+        (``sched_yield``, ``OVERSUBSCRIBED_BURST``), so the rank that
         would make progress gets to run instead of waiting for the spinner's
         time slice to end.  Decided once the worker has joined a job; before
         that (or outside one) the answer is no."""
@@ -709,7 +709,7 @@ class Worker:
 
     def add_wake_source(self, source) -> None:
         """Sleep on ``source`` too (an object with ``fileno()`` and
-        ``drain()``, such as a :class:`ucxpy.doorbell.Doorbell`): a waiting
+        ``drain()``, such as a ``ucxpy.doorbell.Doorbell``): a waiting
         worker wakes when it becomes readable and drains it."""
         if source not in self._wake_sources:
             self._wake_sources.append(source)

@@ -344,7 +344,7 @@ class MemoryDomain:
 
     def mem_reg(self, view: memoryview, alloc=None):
         """Register ``view`` (REG; ``alloc`` when it is this domain's own
-        :meth:`mem_alloc` memory) and return a handle for :meth:`rkey_pack`
+        :meth:`MemoryDomain.mem_alloc` memory) and return a handle for :meth:`rkey_pack`
         and :meth:`mem_dereg`.  Peers reach the memory until ``mem_dereg``."""
         raise NotImplementedError(f"memory domain {self.name} cannot register memory")
 
