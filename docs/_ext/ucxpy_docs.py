@@ -212,6 +212,27 @@ def _pyplot():
     return plt
 
 
+def _axes(ax, xlabel: str, ylabel: str, logx=True, logy=True, title="") -> None:
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    if title:
+        ax.set_title(title, fontsize=9)
+
+
+def _save(plt, fig, snap: dict, path: str) -> None:
+    """The figure, titled with its snapshot's name, date and commit."""
+    fig.suptitle(f"{snap['name']}, {snap['date'][:10]} ({snap['commit']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def plot_series(snap: dict, path: str, key: str, x: str, y: str, by: str,
                 xlabel: str, ylabel: str, logx=True, logy=True) -> None:
     """Records at ``key`` as one line per value of ``by``: ``y`` against ``x``."""
@@ -223,18 +244,8 @@ def plot_series(snap: dict, path: str, key: str, x: str, y: str, by: str,
                      if fmt(r.get(by)) == label and r.get(y) is not None)
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
-    if logx:
-        ax.set_xscale("log", base=2)
-    if logy:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
-    ax.set_title(f"{snap['name']}, {snap['date'][:10]} ({snap['commit']})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    _axes(ax, xlabel, ylabel, logx, logy)
+    _save(plt, fig, snap, path)
 
 
 def plot_columns(snap: dict, path: str, key: str, x: str, y: str, xlabel: str, ylabel: str,
@@ -255,20 +266,8 @@ def plot_columns(snap: dict, path: str, key: str, x: str, y: str, xlabel: str, y
             pts = sorted((r[x], r[col]) for r in records if r.get(col) is not None)
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=col)
-        if logx:
-            ax.set_xscale("log", base=2)
-        if logy:
-            ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        if title:
-            ax.set_title(title, fontsize=9)
-    fig.suptitle(f"{snap['name']}, {snap['date'][:10]} ({snap['commit']})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+        _axes(ax, xlabel, ylabel, logx, logy, title)
+    _save(plt, fig, snap, path)
 
 
 def _number(k):
@@ -313,21 +312,9 @@ def plot_mapping(snap: dict, path: str, key: str, xlabel: str, ylabel: str, y=No
                 pts.sort()
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3,
                         label=series)
-        if logx:
-            ax.set_xscale("log", base=2)
-        if logy:
-            ax.set_yscale("log")
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-        title = " ".join(x for x in (k.split(".")[-1] if len(keys) > 1 else "", sel or "") if x)
-        if title:
-            ax.set_title(title, fontsize=9)
-    fig.suptitle(f"{snap['name']}, {snap['date'][:10]} ({snap['commit']})", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+        _axes(ax, xlabel, ylabel, logx, logy,
+              " ".join(x for x in (k.split(".")[-1] if len(keys) > 1 else "", sel or "") if x))
+    _save(plt, fig, snap, path)
 
 
 #: :kind: -> plotter(snapshot, png path, **options)

@@ -84,15 +84,12 @@ class PullRendezvous(Protocol):
     def drop(self, offer):                    # matched a receive too small for it
         self.frame(offer.ep, PULL, _PULL.pack(offer.state, 0, 0))
 
-    def fail_peer(self, ep, exc):
-        for sid, (e, _mv, req) in list(self.sends.items()):
-            if e is ep:
-                del self.sends[sid]
-                req.complete(exc=exc)
-        for rid, r in list(self.recvs.items()):
-            if r[0] is ep:
-                del self.recvs[rid]
-                r[1].complete(exc=exc)
+    def fail_peer(self, ep, exc):             # the peer is gone: fail what it had in flight
+        gone = [(self.sends, sid, entry[2]) for sid, entry in self.sends.items() if entry[0] is ep]
+        gone += [(self.recvs, rid, entry[1]) for rid, entry in self.recvs.items() if entry[0] is ep]
+        for table, key, req in gone:
+            del table[key]
+            req.complete(exc=exc)
 
 
 def main():
