@@ -84,7 +84,7 @@ def test_snapshots_are_dated():
         snap = snapshot.load(name)
         assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d", snap["date"]), name
         assert snap["commit"] and snap["command"] and "data" in snap, name
-        assert re.search(rf"results-(table|plot|stamp)\}}\s+{re.escape(name)}\b", used), \
+        assert re.search(rf"results-(table|plot)\}}\s+{re.escape(name)}\b", used), \
             f"docs/results/{name}.json is shown by no page"
 
 

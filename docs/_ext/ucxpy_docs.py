@@ -10,16 +10,12 @@ committed result snapshots, so that they cannot drift.
     (:mod:`ucxpy.tools.snapshot`): ``:key:`` is the dotted path of a list of
     records in the runner's data (dicts, or lists whose keys are their
     positions "0", "1", ...; a dict of records gives each a "label"),
-    ``:columns:`` the keys shown
-    (``key=Header`` renames one), ``:where:`` ``key=value`` keeps matching
-    records only.  The snapshot's date, commit and command follow the table.
+    ``:columns:`` the keys shown, dotted paths allowed (``key=Header``
+    renames one).  The snapshot's date, commit and command follow the table.
 
 ``results-plot`` *name*
     A figure drawn at build time from a snapshot by one of the plotters in
     :data:`PLOTTERS` (``:kind:``); the same stamp follows it.
-
-``results-stamp`` *name*
-    The stamp alone.
 
 A snapshot that is missing, or a key that is not in it, fails the build.
 """
@@ -27,25 +23,24 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 import os
 
 from docutils import nodes
 from docutils.parsers.rst import Directive, directives
 from sphinx.errors import ExtensionError
 
+from ucxpy.tools import snapshot
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DOCS = os.path.dirname(HERE)
 ROOT = os.path.dirname(DOCS)
-RESULTS = os.path.join(DOCS, "results")
 GENERATED = "_generated"
 
 
 def load(name: str) -> dict:
-    path = os.path.join(RESULTS, f"{name}.json")
+    """Snapshot ``name`` (:func:`ucxpy.tools.snapshot.load`), checked."""
     try:
-        with open(path) as f:
-            snap = json.load(f)
+        snap = snapshot.load(name)
     except FileNotFoundError:
         raise ExtensionError(f"no result snapshot docs/results/{name}.json: run the "
                              f"runner that writes it with --snapshot and commit it") from None
@@ -77,8 +72,6 @@ def fmt(v) -> str:
             return f"{v:.0f}"
         if a >= 10:
             return f"{v:.1f}"
-        if a >= 0.01:
-            return f"{v:.3g}"
         return f"{v:.3g}"
     if isinstance(v, (list, tuple)):
         return ", ".join(fmt(x) for x in v)
@@ -103,11 +96,10 @@ def field(record: dict, key: str):
     """``record[key]``, or along a dotted path ("ours.ok"); None when absent."""
     if key in record or "." not in key:
         return record.get(key)
-    for part in key.split("."):
-        if not isinstance(record, dict):
-            return None
-        record = record.get(part)
-    return record
+    try:
+        return dig(record, key)
+    except (ExtensionError, IndexError, ValueError):
+        return None
 
 
 def cell(key: str, v) -> str:
@@ -149,8 +141,7 @@ def table(header: list, rows: list) -> nodes.table:
 
 class ResultsTable(Directive):
     required_arguments = 1
-    option_spec = {"key": directives.unchanged, "columns": directives.unchanged,
-                   "where": directives.unchanged}
+    option_spec = {"key": directives.unchanged, "columns": directives.unchanged}
 
     def run(self):
         name = self.arguments[0]
@@ -164,10 +155,6 @@ class ResultsTable(Directive):
                        else r for r in records]
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise ExtensionError(f"{name}: {self.options.get('key')!r} is not a list of records")
-        where = self.options.get("where")
-        if where:
-            k, _, v = where.partition("=")
-            records = [r for r in records if fmt(field(r, k.strip())) == v.strip()]
         cols = self.options.get("columns")
         if cols:
             spec = [c.strip().partition("=") for c in cols.split(",") if c.strip()]
@@ -180,13 +167,6 @@ class ResultsTable(Directive):
             raise ExtensionError(f"{name}: no records for {self.options}")
         return [table(header, [[cell(k, field(r, k)) for k in keys] for r in records]),
                 stamp(name, snap)]
-
-
-class ResultsStamp(Directive):
-    required_arguments = 1
-
-    def run(self):
-        return [stamp(self.arguments[0], load(self.arguments[0]))]
 
 
 # ------------------------------------------------------------------ plots
@@ -233,23 +213,8 @@ def _save(plt, fig, snap: dict, path: str) -> None:
     plt.close(fig)
 
 
-def plot_series(snap: dict, path: str, key: str, x: str, y: str, by: str,
-                xlabel: str, ylabel: str, logx=True, logy=True) -> None:
-    """Records at ``key`` as one line per value of ``by``: ``y`` against ``x``."""
-    plt = _pyplot()
-    records = dig(snap["data"], key)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label in dict.fromkeys(fmt(r.get(by)) for r in records):
-        pts = sorted((r[x], r[y]) for r in records
-                     if fmt(r.get(by)) == label and r.get(y) is not None)
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=label)
-    _axes(ax, xlabel, ylabel, logx, logy)
-    _save(plt, fig, snap, path)
-
-
 def plot_columns(snap: dict, path: str, key: str, x: str, y: str, xlabel: str, ylabel: str,
-                 logx=True, logy=True, by=None) -> None:
+                 logx=True, logy=True) -> None:
     """Records at ``key`` (one per ``x``; a dict of such lists, or several
     comma-separated keys: one panel each) as one line per column named in
     ``y`` (comma-separated)."""
@@ -318,19 +283,17 @@ def plot_mapping(snap: dict, path: str, key: str, xlabel: str, ylabel: str, y=No
 
 
 #: :kind: -> plotter(snapshot, png path, **options)
-PLOTTERS = {"bench": plot_bench, "series": plot_series, "columns": plot_columns,
-            "mapping": plot_mapping}
+PLOTTERS = {"bench": plot_bench, "columns": plot_columns, "mapping": plot_mapping}
 
 
 class ResultsPlot(Directive):
     required_arguments = 1
     option_spec = {"kind": directives.unchanged_required, "alt": directives.unchanged,
                    "key": directives.unchanged, "x": directives.unchanged,
-                   "y": directives.unchanged, "by": directives.unchanged,
+                   "y": directives.unchanged,
                    "xlabel": directives.unchanged, "ylabel": directives.unchanged,
                    "select": directives.unchanged, "scale": directives.unchanged,
-                   "invert": directives.flag,
-                   "linear": directives.flag, "linearx": directives.flag}
+                   "invert": directives.flag}
 
     def run(self):
         name = self.arguments[0]
@@ -343,16 +306,12 @@ class ResultsPlot(Directive):
         os.makedirs(out, exist_ok=True)
         tag = hashlib.sha1(repr(sorted(self.options.items())).encode()).hexdigest()[:8]
         fname = f"{name}-{kind}-{tag}.png"
-        kw = {k: v for k, v in self.options.items() if k in ("key", "x", "y", "by", "select",
+        kw = {k: v for k, v in self.options.items() if k in ("key", "x", "y", "select",
                                                                  "scale", "xlabel", "ylabel")}
         if "invert" in self.options:
             kw["invert"] = True
-        if "linear" in self.options:
-            kw["logy"] = False
-        if "linearx" in self.options:
-            kw["logx"] = False
         PLOTTERS[kind](snap, os.path.join(out, fname), **kw)
-        env.note_dependency(os.path.join(RESULTS, f"{name}.json"))
+        env.note_dependency(snapshot.path(name))
         img = nodes.image(uri=f"/{GENERATED}/{fname}", alt=self.options.get("alt", name))
         return [img, stamp(name, snap)]
 
@@ -383,5 +342,4 @@ def setup(app):
     app.add_directive("ucxpy-config", ConfigVariables)
     app.add_directive("results-table", ResultsTable)
     app.add_directive("results-plot", ResultsPlot)
-    app.add_directive("results-stamp", ResultsStamp)
     return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}
